@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian packages degenbisect needs to build and test, if any is missing.
+# Idempotent and silent when everything is present. `--browser` also installs Chromium
+# (used only by the HTML report's screenshot test, which skips without it).
+# The CUDA toolkit is not installed here: the CUDA backend is built only when nvcc exists.
+set -euo pipefail
+
+pkgs=(cmake g++ make pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev doctest-dev libutf8proc-dev)
+for arg in "$@"; do
+  case "$arg" in
+    --browser) pkgs+=(chromium) ;;
+    -h|--help) echo "usage: scripts/install-deps.sh [--browser]"; exit 0 ;;
+    *) echo "install-deps.sh: unknown option '$arg' (expected --browser)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps.sh: installing ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+    echo "install-deps.sh: missing packages: ${missing[*]}; run as root or install them with apt-get" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+if ! $sudo apt-get update -qq >/dev/null || ! $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+  echo "install-deps.sh: apt-get could not install: ${missing[*]}" >&2
+  echo "install-deps.sh: install them by hand (Debian 12 package names) and run again" >&2
+  exit 1
+fi

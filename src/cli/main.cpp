@@ -1,0 +1,78 @@
+// degenbisect entry point: wires the registered subcommands into CLI11, maps errors to exit codes
+// (../shared/spec/metrics.md §6: 0 good, 1 bad, 125 untestable, 128 usage or input error).
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "build_config.h"
+#include "cli/command.h"
+#include "util/error.h"
+
+namespace degen::cli {
+std::vector<CommandEntry>& command_registry() {
+  static std::vector<CommandEntry> registry;
+  return registry;
+}
+GlobalOptions& global_options() {
+  static GlobalOptions options;
+  return options;
+}
+}  // namespace degen::cli
+
+int main(int argc, char** argv) {
+  using namespace degen;
+  using namespace degen::cli;
+  CLI::App app{
+      "degenbisect: find out why a hybrid Gated-DeltaNet model (Qwen3.5 / Qwen3.6 / Qwen3-Next)\n"
+      "served on GPUs produces degenerate output, and name the toggle, layer and operation.\n\n"
+      "Exit codes: 0 good, 1 bad, 125 untestable, 128 usage or input error.",
+      "degenbisect"};
+  app.set_version_flag("--version", std::string("degenbisect ") + kVersion +
+                                        (kHaveCuda ? " (CUDA backend built)" : " (CPU only)"));
+  app.require_subcommand(1);
+  app.fallthrough();
+  auto& g = global_options();
+  app.add_flag("-q,--quiet", g.quiet, "Print less progress information");
+  app.add_flag("--sync-debug", g.sync_debug,
+               "Synchronise after every GPU op so an asynchronous fault is reported where it happened");
+
+  auto& registry = command_registry();
+  std::stable_sort(registry.begin(), registry.end(),
+                   [](const CommandEntry& a, const CommandEntry& b) { return a.order < b.order; });
+  std::function<int()> action;
+  std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
+  for (auto& cmd : registry) {
+    CLI::App* sub = app.add_subcommand(cmd.name, cmd.description);
+    actions.emplace_back(sub, cmd.setup(sub));
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message and usage
+    return static_cast<int>(ExitCode::input);
+  }
+
+  try {
+    for (auto& [sub, act] : actions)
+      if (sub->parsed()) return act();
+    return static_cast<int>(ExitCode::input);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "degenbisect: error: %s\n", e.what());
+    return static_cast<int>(e.code());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "degenbisect: error: out of memory\n");
+    return static_cast<int>(ExitCode::untestable);
+  } catch (const std::exception& e) {
+    // A std::exception that is not a degen::Error is a bug or an unexpected system failure:
+    // say so, and still exit with the input-error code so `git bisect run` stops.
+    std::fprintf(stderr, "degenbisect: internal error: %s\n", e.what());
+    return static_cast<int>(ExitCode::input);
+  }
+}

@@ -1,0 +1,106 @@
+// safetensors reader (memory-mapped, single file or sharded) and writer.
+// Format: 8-byte little-endian header length N, N bytes of JSON header
+//   {"__metadata__": {str: str}, "<name>": {"dtype": "BF16", "shape": [..], "data_offsets": [b, e]}, ...}
+// then the data section; offsets are relative to the start of the data section.
+// Opening reads headers only (cost independent of tensor data size); data is reached through the map.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "util/dtype.h"
+
+namespace degen {
+
+// One tensor of a checkpoint: a view into a memory-mapped file.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;   // row-major, outermost first
+  const uint8_t* data = nullptr;  // points into the mapping; valid while its file is open
+  size_t nbytes = 0;
+  size_t offset = 0;            // begin offset within the data section
+  std::string file;             // file name (not path) it lives in, for messages
+  int64_t numel() const;
+  float at(size_t i) const { return load_as_f32(data, dtype, i); }  // element i as fp32
+};
+
+// "[2, 3, 4]"
+std::string shape_str(const std::vector<int64_t>& shape);
+
+// One open .safetensors file. Every structural check is done at open():
+// header length past end of file, header not JSON, unknown dtype, offsets outside the data section,
+// overlapping tensors, byte size not matching dtype x shape, duplicate names, truncated file.
+// Each failure throws InputError naming the file and (where there is one) the tensor.
+class SafetensorsFile {
+ public:
+  static std::unique_ptr<SafetensorsFile> open(const std::filesystem::path& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::vector<TensorView>& tensors() const { return tensors_; }  // in data-offset order
+  const TensorView* find(const std::string& name) const;              // nullptr when absent
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::string& header_json() const { return header_; }           // raw header text
+
+ private:
+  SafetensorsFile() = default;
+  std::filesystem::path path_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  std::string header_;
+  std::vector<TensorView> tensors_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// All tensors of a checkpoint folder: model.safetensors.index.json (weight_map -> shard files)
+// when present, else model.safetensors, else the single *.safetensors file in the folder.
+// Errors: index naming a missing shard, a tensor listed in the index but absent from its shard,
+// the same tensor name in two shards, no safetensors file at all.
+class Checkpoint {
+ public:
+  static std::unique_ptr<Checkpoint> open(const std::filesystem::path& dir);
+  const std::filesystem::path& dir() const { return dir_; }
+  const TensorView* find(const std::string& name) const;  // nullptr when absent
+  const TensorView& get(const std::string& name) const;   // throws InputError when absent
+  std::vector<const TensorView*> tensors() const;         // sorted by name
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+  size_t total_bytes() const;                             // sum of tensor byte sizes
+
+ private:
+  std::filesystem::path dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*> by_name_;
+};
+
+// Builds a .safetensors file in memory and writes it atomically (temp file + fsync + rename).
+// Tensors are laid out in insertion order, each aligned to 8 bytes... (header padded with spaces
+// so that the data section starts at a multiple of 8, as the reference implementation does).
+class SafetensorsWriter {
+ public:
+  void set_metadata(const std::string& key, const std::string& value);
+  // Copies nbytes from data; nbytes must equal numel(shape) * dtype_size(dtype).
+  void add(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+           const void* data, size_t nbytes);
+  void add_f32(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& v);
+  size_t size() const { return entries_.size(); }
+  void write(const std::filesystem::path& path) const;
+
+ private:
+  struct Entry { std::string name; DType dtype; std::vector<int64_t> shape; std::vector<uint8_t> bytes; };
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes `text` to `path` atomically (temp file in the same folder, fsync, rename).
+void write_file_atomic(const std::filesystem::path& path, const std::string& text);
+// Reads a whole file; throws InputError naming the path when it cannot.
+std::string read_file(const std::filesystem::path& path);
+
+}  // namespace degen
