@@ -80,8 +80,10 @@ class Checkpoint {
 };
 
 // Builds a .safetensors file in memory and writes it atomically (temp file + fsync + rename).
-// Tensors are laid out in insertion order, each aligned to 8 bytes... (header padded with spaces
-// so that the data section starts at a multiple of 8, as the reference implementation does).
+// Tensors are laid out contiguously in insertion order (no gaps: the reference reader rejects them);
+// the header is padded with spaces so that the data section starts at a multiple of 8, as the
+// reference implementation does. add() throws std::invalid_argument on a duplicate name or a
+// byte count that does not match dtype x shape.
 class SafetensorsWriter {
  public:
   void set_metadata(const std::string& key, const std::string& value);
