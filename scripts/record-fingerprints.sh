@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Regenerates models/fingerprints.json: for each shipped tiny model, the model fingerprint and the
+# SHA-256 of its model.safetensors as synthesized with seed 0. tests/test_synth.cpp checks that every
+# machine reproduces them (the committed golden records depend on it). Run after changing synth.
+set -euo pipefail
+bin=${1:-build/degenbisect}
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+{
+  echo "{"
+  first=1
+  for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
+    "$bin" synth --preset "$m" --out "$tmp/$m" 2>/dev/null
+    fp=$("$bin" inspect "$tmp/$m" --json | sed -n 's/.*"fingerprint": "\([0-9a-f]*\)".*/\1/p')
+    sha=$(sha256sum "$tmp/$m/model.safetensors" | cut -d' ' -f1)
+    [ $first = 1 ] || echo ","
+    first=0
+    printf '  "%s": {"fingerprint": "%s", "model.safetensors": "%s"}' "$m" "$fp" "$sha"
+  done
+  echo
+  echo "}"
+} > models/fingerprints.json
+cat models/fingerprints.json

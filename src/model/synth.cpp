@@ -1,0 +1,337 @@
+// Synthetic checkpoint presets and writer (see synth.h).
+#include "model/synth.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "model/tokenizer_synth.h"
+#include "model/weights.h"
+#include "util/error.h"
+
+namespace degen {
+
+using nlohmann::json;
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) { h ^= c; h *= 0x100000001b3ull; }
+  return h;
+}
+
+// Tiny models share one shape family; the variants differ in what they exercise.
+json tiny_text_fields() {
+  return json{{"vocab_size", 1024},
+              {"hidden_size", 128},
+              {"num_hidden_layers", 8},
+              {"layer_types", {"linear_attention", "linear_attention", "linear_attention", "full_attention",
+                               "linear_attention", "linear_attention", "linear_attention", "full_attention"}},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"head_dim", 64},  // note: != hidden_size / heads (32), as in the real models
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000000.0}, {"partial_rotary_factor", 0.25}}},
+              {"rms_norm_eps", 1e-6},
+              {"hidden_act", "silu"},
+              {"linear_conv_kernel_dim", 4},
+              {"linear_key_head_dim", 32},
+              {"linear_value_head_dim", 32},
+              {"linear_num_key_heads", 2},
+              {"linear_num_value_heads", 4},
+              {"intermediate_size", 256},
+              {"max_position_embeddings", 4096},
+              {"mamba_ssm_dtype", "float32"},
+              {"mtp_num_hidden_layers", 1},
+              {"tie_word_embeddings", false}};
+}
+
+json nest(const char* model_type, const char* text_type, const char* arch, json text) {
+  text["model_type"] = text_type;
+  return json{{"architectures", {arch}},
+              {"model_type", model_type},
+              {"text_config", text},
+              {"tie_word_embeddings", false},
+              {"language_model_only", true},
+              {"torch_dtype", "bfloat16"}};
+}
+
+std::vector<SynthPreset> make_presets() {
+  std::vector<SynthPreset> p;
+  {  // dense Qwen3.5, nested config, tensors under model.language_model.
+    json t = tiny_text_fields();
+    p.push_back({"tiny-qwen35", "Qwen3.5 dense, GGGA x2, r = 2, MTP, nested text_config (~1.6M params)",
+                 nest("qwen3_5", "qwen3_5_text", "Qwen3_5ForConditionalGeneration", t), SynthOptions{}, false});
+  }
+  {  // r = 3 as in Qwen3.6-27B; flat text-only form; fp32 A_log / GDN norm
+    json t = tiny_text_fields();
+    t["linear_num_value_heads"] = 6;
+    t["model_type"] = "qwen3_5_text";
+    t["architectures"] = {"Qwen3_5ForCausalLM"};
+    SynthOptions o;
+    o.gdn_params_f32 = true;
+    p.push_back({"tiny-qwen35-r3", "Qwen3.5 dense, n_v / n_k = 3 as in the 27B, flat qwen3_5_text form", t, o, false});
+  }
+  {  // MoE with fused experts in the checkpoint as Qwen3.5-35B-A3B
+    json t = tiny_text_fields();
+    t.erase("intermediate_size");
+    t["num_experts"] = 8;
+    t["num_experts_per_tok"] = 2;
+    t["moe_intermediate_size"] = 64;
+    t["shared_expert_intermediate_size"] = 64;
+    SynthOptions o;
+    o.experts_fused = true;
+    o.gdn_params_f32 = true;
+    p.push_back({"tiny-qwen35-moe", "Qwen3.5 MoE (8 experts, top-2, shared expert), experts fused as in 35B-A3B",
+                 nest("qwen3_5_moe", "qwen3_5_moe_text", "Qwen3_5MoeForConditionalGeneration", t), o, false});
+  }
+  {  // Qwen3-Next: flat config, fused interleaved GDN projections, per-expert MoE, one dense layer
+    json t = tiny_text_fields();
+    t.erase("layer_types");  // derived from full_attention_interval, as in the real Qwen3-Next config
+    t["full_attention_interval"] = 4;
+    t.erase("rope_parameters");
+    t.erase("mamba_ssm_dtype");
+    t.erase("mtp_num_hidden_layers");
+    t["rope_theta"] = 10000000.0;
+    t["partial_rotary_factor"] = 0.25;
+    t["rope_scaling"] = nullptr;
+    t["num_experts"] = 8;
+    t["num_experts_per_tok"] = 2;
+    t["moe_intermediate_size"] = 64;
+    t["shared_expert_intermediate_size"] = 64;
+    t["norm_topk_prob"] = true;
+    t["decoder_sparse_step"] = 1;
+    t["mlp_only_layers"] = {1};
+    t["model_type"] = "qwen3_next";
+    t["architectures"] = {"Qwen3NextForCausalLM"};
+    p.push_back({"tiny-qwen3next", "Qwen3-Next: fused interleaved in_proj_qkvz/in_proj_ba, MoE + one dense layer", t,
+                 SynthOptions{}, false});
+  }
+  {  // ~1B dense model for CPU benchmarks
+    json t = tiny_text_fields();
+    t["vocab_size"] = 32768;
+    t["hidden_size"] = 2048;
+    t["num_hidden_layers"] = 16;
+    json lt = json::array();
+    for (int i = 0; i < 16; ++i) lt.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+    t["layer_types"] = lt;
+    t["num_attention_heads"] = 16;
+    t["num_key_value_heads"] = 2;
+    t["head_dim"] = 128;
+    t["linear_num_key_heads"] = 8;
+    t["linear_num_value_heads"] = 16;
+    t["linear_key_head_dim"] = 128;
+    t["linear_value_head_dim"] = 128;
+    t["intermediate_size"] = 6144;
+    p.push_back({"bench-1b", "Qwen3.5 dense of about 1B parameters for CPU benchmarks (2 GB bf16)",
+                 nest("qwen3_5", "qwen3_5_text", "Qwen3_5ForConditionalGeneration", t), SynthOptions{}, false});
+  }
+  {  // Qwen3.6-27B, values from its config.json (spec §3.1)
+    json t = {{"vocab_size", 248320}, {"hidden_size", 5120}, {"num_hidden_layers", 64}, {"num_attention_heads", 24},
+              {"num_key_value_heads", 4}, {"head_dim", 256},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000000.0}, {"partial_rotary_factor", 0.25},
+                                   {"mrope_section", {11, 11, 10}}, {"mrope_interleaved", true}}},
+              {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"}, {"linear_conv_kernel_dim", 4},
+              {"linear_key_head_dim", 128}, {"linear_value_head_dim", 128}, {"linear_num_key_heads", 16},
+              {"linear_num_value_heads", 48}, {"intermediate_size", 17408}, {"max_position_embeddings", 262144},
+              {"mamba_ssm_dtype", "float32"}, {"mtp_num_hidden_layers", 1}, {"full_attention_interval", 4},
+              {"bos_token_id", 248044}, {"eos_token_id", 248044}, {"tie_word_embeddings", false}};
+    p.push_back({"qwen36-27b", "Qwen3.6-27B shapes (config only unless --weights: 54 GB)",
+                 nest("qwen3_5", "qwen3_5_text", "Qwen3_5ForConditionalGeneration", t), SynthOptions{}, true});
+  }
+  {  // Qwen3-Next-80B-A3B-Instruct, values from its config.json (spec §3.1)
+    json t = {{"architectures", {"Qwen3NextForCausalLM"}}, {"model_type", "qwen3_next"}, {"vocab_size", 151936},
+              {"hidden_size", 2048}, {"num_hidden_layers", 48}, {"num_attention_heads", 16}, {"num_key_value_heads", 2},
+              {"head_dim", 256}, {"rope_theta", 10000000.0}, {"partial_rotary_factor", 0.25}, {"rope_scaling", nullptr},
+              {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"}, {"linear_conv_kernel_dim", 4},
+              {"linear_key_head_dim", 128}, {"linear_value_head_dim", 128}, {"linear_num_key_heads", 16},
+              {"linear_num_value_heads", 32}, {"intermediate_size", 5120}, {"num_experts", 512},
+              {"num_experts_per_tok", 10}, {"moe_intermediate_size", 512}, {"shared_expert_intermediate_size", 512},
+              {"norm_topk_prob", true}, {"decoder_sparse_step", 1}, {"mlp_only_layers", json::array()},
+              {"full_attention_interval", 4}, {"max_position_embeddings", 262144}, {"bos_token_id", 151643},
+              {"eos_token_id", 151645}, {"tie_word_embeddings", false}, {"torch_dtype", "bfloat16"}};
+    p.push_back({"qwen3next-80b-a3b", "Qwen3-Next-80B-A3B shapes (config only unless --weights: 160 GB)", t,
+                 SynthOptions{}, true});
+  }
+  {  // Qwen3.5-35B-A3B (spec §3.1)
+    json t = {{"vocab_size", 248320}, {"hidden_size", 2048}, {"num_hidden_layers", 40}, {"num_attention_heads", 16},
+              {"num_key_value_heads", 2}, {"head_dim", 256},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000000.0}, {"partial_rotary_factor", 0.25},
+                                   {"mrope_section", {11, 11, 10}}, {"mrope_interleaved", true}}},
+              {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"}, {"linear_conv_kernel_dim", 4},
+              {"linear_key_head_dim", 128}, {"linear_value_head_dim", 128}, {"linear_num_key_heads", 16},
+              {"linear_num_value_heads", 32}, {"num_experts", 256}, {"num_experts_per_tok", 8},
+              {"moe_intermediate_size", 512}, {"shared_expert_intermediate_size", 512},
+              {"max_position_embeddings", 262144}, {"mamba_ssm_dtype", "float32"}, {"mtp_num_hidden_layers", 1},
+              {"full_attention_interval", 4}, {"eos_token_id", 248044}, {"tie_word_embeddings", false}};
+    SynthOptions o;
+    o.experts_fused = true;
+    o.gdn_params_f32 = true;
+    p.push_back({"qwen35-35b-a3b", "Qwen3.5-35B-A3B shapes (config only unless --weights: 72 GB)",
+                 nest("qwen3_5_moe", "qwen3_5_moe_text", "Qwen3_5MoeForConditionalGeneration", t), o, true});
+  }
+  return p;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Value of element i of tensor `name` (shape `shape`), scaled like a trained weight.
+struct ValueRule {
+  enum Kind { zero_centred_norm, plain_norm, a_log, dt_bias, normal } kind = normal;
+  double scale = 1.0;
+};
+
+ValueRule rule_for(const std::string& name, const std::vector<int64_t>& shape, const ModelConfig& c) {
+  if (ends_with(name, "linear_attn.norm.weight")) return {ValueRule::plain_norm, 0.05};  // around 1
+  if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight")) return {ValueRule::zero_centred_norm, 0.05};
+  if (ends_with(name, "A_log")) return {ValueRule::a_log, 1.0};
+  if (ends_with(name, "dt_bias")) return {ValueRule::dt_bias, 1.0};
+  if (ends_with(name, "embed_tokens.weight")) return {ValueRule::normal, 1.0};
+  if (name == "lm_head.weight") return {ValueRule::normal, 2.0 / std::sqrt(double(c.hidden_size))};
+  if (ends_with(name, "conv1d.weight")) return {ValueRule::normal, 1.0 / std::sqrt(double(shape.back()))};
+  return {ValueRule::normal, 1.0 / std::sqrt(double(shape.back()))};  // projections: 1/sqrt(fan_in)
+}
+
+double value_at(const ValueRule& r, uint64_t seed, uint64_t key, uint64_t i) {
+  switch (r.kind) {
+    case ValueRule::zero_centred_norm: return r.scale * synth_normal(seed, key, i);
+    case ValueRule::plain_norm: return 1.0 + r.scale * synth_normal(seed, key, i);
+    // A = exp(A_log) in [1, 16] as HF's init draws A ~ U(0, 16); A_log itself drawn uniform in [0, ln 16].
+    case ValueRule::a_log: return 2.772588722239781 * synth_uniform(seed, key, i);
+    // dt_bias in [-4.5, -0.5]: softplus(dt_bias) from 0.011 to 0.47, decays alpha mostly in (0.5, 1).
+    case ValueRule::dt_bias: return -4.5 + 4.0 * synth_uniform(seed, key, i);
+    case ValueRule::normal: return r.scale * synth_normal(seed, key, i);
+  }
+  return 0;
+}
+
+}  // namespace
+
+double synth_uniform(uint64_t seed, uint64_t key, uint64_t i) {
+  uint64_t x = splitmix64(splitmix64(seed ^ 0x5eed5eed5eed5eedull) ^ key) ^ (i * 0xd1b54a32d192ed03ull);
+  return static_cast<double>(splitmix64(x) >> 11) * (1.0 / 9007199254740992.0);  // 53 bits -> [0, 1)
+}
+
+double synth_normal(uint64_t seed, uint64_t key, uint64_t i) {
+  double s = 0;
+  for (uint64_t k = 0; k < 4; ++k) s += synth_uniform(seed, key, 4 * i + k);
+  return (s - 2.0) * 1.7320508075688772;  // var(sum of 4 U(0,1)) = 1/3; times sqrt(3) -> unit variance
+}
+
+const std::vector<SynthPreset>& synth_presets() {
+  static const std::vector<SynthPreset> presets = make_presets();
+  return presets;
+}
+
+const SynthPreset& find_synth_preset(const std::string& name) {
+  std::string names;
+  for (const auto& p : synth_presets()) {
+    if (p.name == name) return p;
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  input_error("unknown preset '", name, "'; expected one of: ", names);
+}
+
+int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std::filesystem::path& out) {
+  ModelConfig cfg = parse_model_config(config, "synth config");
+  std::filesystem::create_directories(out);
+
+  // Tokenizer: the Qwen3.5 pre-tokenizer (with \p{M}) for the Qwen3.5 family, Qwen2's for Qwen3-Next.
+  SynthTokenizerKind tk = cfg.arch == Arch::qwen3_next ? SynthTokenizerKind::qwen2 : SynthTokenizerKind::qwen35;
+  int max_ids = static_cast<int>(std::min<int64_t>(cfg.vocab_size, 1000));
+  std::string tok_json = synth_tokenizer_json(tk, max_ids);
+  json tok = json::parse(tok_json);
+  auto special = [&](const std::string& content) -> int64_t {
+    for (const auto& t : tok["added_tokens"])
+      if (t["content"] == content) return t["id"].get<int64_t>();
+    throw std::logic_error("synthetic tokenizer lacks " + content);
+  };
+  int64_t eos = special("<|endoftext|>"), im_end = special("<|im_end|>");
+
+  json cfg_out = config;
+  json& lm = cfg_out.contains("text_config") ? cfg_out["text_config"] : cfg_out;
+  if (cfg.vocab_size <= 1024) {  // tiny models: point the token ids at the synthetic tokenizer
+    lm["eos_token_id"] = eos;
+    lm["bos_token_id"] = nullptr;
+  }
+  if (!opt.mtp) lm.erase("mtp_num_hidden_layers");
+  json gen = {{"eos_token_id", cfg.vocab_size <= 1024 ? json{im_end, eos} : json(cfg.eos_token_ids)},
+              {"do_sample", true}, {"temperature", 0.6}, {"top_p", 0.95}, {"top_k", 20},
+              {"degenbisect_synthetic", true}};
+  write_file_atomic(out / "config.json", cfg_out.dump(2) + "\n");
+  write_file_atomic(out / "generation_config.json", gen.dump(2) + "\n");
+  write_file_atomic(out / "tokenizer.json", tok_json);
+  if (!opt.weights) return 0;
+
+  CheckpointLayout lay;
+  lay.experts_fused = opt.experts_fused && cfg.is_moe();
+  lay.mtp_layers = opt.mtp ? 1 : 0;
+  std::vector<WeightSpec> table = weight_table(cfg, lay);
+
+  int64_t params = 0, total = 0;  // parameters, bytes
+  std::vector<SafetensorsWriter> shards(1);
+  int64_t shard_fill = 0;
+  json weight_map = json::object();
+  std::vector<std::pair<std::string, size_t>> placed;  // tensor -> shard index
+  for (const auto& spec : table) {
+    if (spec.need == Need::optional) continue;  // e.g. lm_head.weight of a tied model
+    int64_t n = 1;
+    for (int64_t d : spec.shape) n *= d;
+    ValueRule rule = rule_for(spec.name, spec.shape, cfg);
+    uint64_t key = fnv1a(spec.name);
+    bool f32 = opt.gdn_params_f32 && (ends_with(spec.name, "A_log") || ends_with(spec.name, "linear_attn.norm.weight"));
+    DType dt = f32 ? DType::f32 : DType::bf16;
+    std::vector<uint8_t> bytes(static_cast<size_t>(n) * dtype_size(dt));
+    for (int64_t i = 0; i < n; ++i) {
+      float v = static_cast<float>(value_at(rule, opt.seed, key, static_cast<uint64_t>(i)));
+      if (dt == DType::f32) std::memcpy(&bytes[4 * i], &v, 4);
+      else { uint16_t h = f32_to_bf16(v); std::memcpy(&bytes[2 * i], &h, 2); }
+    }
+    if (opt.shard_bytes > 0 && shard_fill > 0 && shard_fill + static_cast<int64_t>(bytes.size()) > opt.shard_bytes) {
+      shards.emplace_back();
+      shard_fill = 0;
+    }
+    shards.back().add(spec.name, dt, spec.shape, bytes.data(), bytes.size());
+    placed.emplace_back(spec.name, shards.size() - 1);
+    shard_fill += static_cast<int64_t>(bytes.size());
+    params += n;
+    total += static_cast<int64_t>(bytes.size());
+  }
+  // Remove outputs of an earlier synth into the same folder that this one would not overwrite.
+  for (const auto& e : std::filesystem::directory_iterator(out)) {
+    std::string fn = e.path().filename().string();
+    if (ends_with(fn, ".safetensors") || fn == "model.safetensors.index.json") std::filesystem::remove(e.path());
+  }
+  if (shards.size() == 1) {
+    shards[0].set_metadata("format", "pt");
+    shards[0].write(out / "model.safetensors");
+  } else {
+    auto shard_name = [&](size_t s) {
+      char fn[64];
+      std::snprintf(fn, sizeof fn, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+      return std::string(fn);
+    };
+    for (size_t s = 0; s < shards.size(); ++s) {
+      shards[s].set_metadata("format", "pt");
+      shards[s].write(out / shard_name(s));
+    }
+    for (const auto& [name, shard] : placed) weight_map[name] = shard_name(shard);
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    write_file_atomic(out / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  return params;
+}
+
+}  // namespace degen

@@ -1,0 +1,46 @@
+// Synthetic checkpoints: complete Hugging Face style model folders (config.json, safetensors,
+// tokenizer.json, generation_config.json) with random weights that are identical on every machine
+// for a given seed and scaled like trained weights (../shared/spec/model.md §4).
+// note: values are made from an integer counter hash with +, *, / and sqrt only (all correctly
+// rounded in IEEE arithmetic), never std distributions or libm transcendentals, so the bytes, and
+// hence the model fingerprint, do not depend on the C++ library or the machine.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace degen {
+
+struct SynthOptions {
+  uint64_t seed = 0;
+  bool mtp = true;             // write one MTP layer
+  bool experts_fused = false;  // MoE experts as experts.gate_up_proj / experts.down_proj (Qwen3.5-MoE checkpoints)
+  bool gdn_params_f32 = false; // A_log and linear_attn.norm.weight stored F32 (as in Qwen3.5-35B-A3B)
+  bool weights = true;         // false: config, tokenizer and generation config only
+  int64_t shard_bytes = 0;     // > 0: split into shards of about this size with model.safetensors.index.json
+};
+
+struct SynthPreset {
+  std::string name;
+  std::string description;
+  nlohmann::json config;  // config.json
+  SynthOptions options;
+  bool config_only;       // real-size presets: weights are not written unless asked for
+};
+
+const std::vector<SynthPreset>& synth_presets();
+const SynthPreset& find_synth_preset(const std::string& name);  // InputError listing the names
+
+// Writes a checkpoint folder for `config` (an HF config.json object). Returns the parameter count written.
+// Existing files in `out` with the same names are replaced atomically.
+int64_t synth_checkpoint(const nlohmann::json& config, const SynthOptions& options, const std::filesystem::path& out);
+
+// The counter-based generator (exposed for tests): uniform in [0, 1) and approximately standard
+// normal (Irwin-Hall sum of 4 uniforms, rescaled to unit variance) for stream `key`, element `i`.
+double synth_uniform(uint64_t seed, uint64_t key, uint64_t i);
+double synth_normal(uint64_t seed, uint64_t key, uint64_t i);
+
+}  // namespace degen
