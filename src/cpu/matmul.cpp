@@ -1,0 +1,71 @@
+// CPU matrix product y = x Wᵀ against a memory-mapped weight (bf16 / f16 / f32).
+// The weight is processed in fixed tiles of output rows: each tile is converted to T (exactly)
+// into a per-thread buffer of at most kTileBytes and multiplied with Eigen (GEMM, or GEMV when
+// x has one row). Tiles are spread over the threads; the tiling does not depend on the thread
+// count, so results are identical with any number of threads. An fp32 weight under precision=ref
+// is used in place. No full fp32 copy of a matrix or of the model is ever made.
+#include <Eigen/Core>
+#include <chrono>
+#include <vector>
+
+#include "cpu/common.h"
+#include "cpu/cpu_backend.h"
+
+namespace degen {
+
+namespace {
+
+constexpr size_t kTileBytes = 512 * 1024;  // converted weight tile: fits in L2 next to the activations
+
+template <typename T>
+void matmul_tiles(const T* x, int64_t N, int64_t in, const TensorView& w, T* y) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const int64_t out = w.shape[0];
+  int64_t tile = static_cast<int64_t>(kTileBytes / (sizeof(T) * static_cast<size_t>(in)));
+  tile = std::max<int64_t>(8, std::min<int64_t>(tile / 8 * 8, out));
+  const int64_t ntiles = (out + tile - 1) / tile;
+  const bool direct = w.dtype == DType::f32 && std::is_same_v<T, float>;
+  Eigen::Map<const Mat> X(x, N, in);
+#pragma omp parallel
+  {
+    std::vector<T> buf(direct ? 0 : static_cast<size_t>(tile * in));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < ntiles; ++t) {
+      const int64_t r0 = t * tile, n = std::min(tile, out - r0);
+      const T* wp;
+      if (direct) {
+        wp = reinterpret_cast<const T*>(w.data) + r0 * in;
+      } else {
+        cpu::load_weight(w, static_cast<size_t>(r0 * in), static_cast<size_t>(n * in), buf.data());
+        wp = buf.data();
+      }
+      Eigen::Map<const Mat> W(wp, n, in);
+      Eigen::Map<Mat, 0, Eigen::OuterStride<>> Y(y + r0, N, n, Eigen::OuterStride<>(out));
+      Y.noalias() = X * W.transpose();
+    }
+  }
+}
+
+}  // namespace
+
+Tensor CpuBackend::matmul(const Tensor& x, const TensorView& w) {
+  if (w.shape.size() != 2 || w.shape[1] != x.cols())
+    input_error("matmul: weight ", w.name, " has shape ", shape_str(w.shape), ", expected [out, ", x.cols(), "]");
+  const int64_t N = x.rows(), in = x.cols(), out = w.shape[0];
+  std::vector<int64_t> shape = x.shape;
+  shape.back() = out;
+  Tensor y = zeros(shape, x.dtype);
+  if (N == 0 || out == 0) return y;
+  auto t0 = std::chrono::steady_clock::now();
+  cpu::dispatch(x.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    matmul_tiles<T>(x.data<T>(), N, in, w, y.data<T>());
+  });
+  stats_.matmul_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.matmul_flops += 2.0 * double(N) * double(in) * double(out);
+  stats_.weight_bytes += static_cast<double>(w.nbytes);
+  stats_.matmul_calls++;
+  return y;
+}
+
+}  // namespace degen

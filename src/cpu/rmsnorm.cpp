@@ -1,0 +1,78 @@
+// CPU norms (spec §4.2): zero-centred RMSNorm x̂(1+w), plain RMSNorm x̂w, the GDN gated RMSNorm
+// w ⊙ x̂ ⊙ silu(z) (norm before gate), and the GDN q/k L2 norm x / sqrt(Σx² + eps).
+// note: sums of squares are accumulated in double; each output is rounded to T once.
+#include <cmath>
+
+#include "cpu/common.h"
+#include "cpu/cpu_backend.h"
+
+namespace degen {
+
+using cpu::dispatch;
+
+namespace {
+template <typename T>
+double inv_rms(const T* x, int64_t n, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+  return 1.0 / std::sqrt(ss / double(n) + eps);
+}
+}  // namespace
+
+Tensor CpuBackend::rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) {
+  const int64_t R = x.rows(), C = x.cols();
+  DEGEN_ASSERT(w.numel() == C, "rmsnorm weight ", w.name, " has ", w.numel(), " elements, rows have ", C);
+  Tensor out = zeros(x.shape, x.dtype);
+  dispatch(x.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<double> wv = cpu::weight_vector<double>(w);
+    if (kind == NormKind::zero_centred)
+      for (double& v : wv) v += 1.0;
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    for (int64_t r = 0; r < R; ++r) {
+      const T* xr = px + r * C;
+      double s = inv_rms(xr, C, eps);
+      for (int64_t c = 0; c < C; ++c) po[r * C + c] = static_cast<T>(double(xr[c]) * s * wv[c]);
+    }
+  });
+  return out;
+}
+
+Tensor CpuBackend::gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) {
+  cpu::check_same_shape(x, z, "gated_rmsnorm");
+  const int64_t R = x.rows(), C = x.cols();
+  DEGEN_ASSERT(w.numel() == C, "gated norm weight ", w.name, " has ", w.numel(), " elements, rows have ", C);
+  Tensor out = zeros(x.shape, x.dtype);
+  dispatch(x.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<double> wv = cpu::weight_vector<double>(w);
+    const T *px = x.data<T>(), *pz = z.data<T>();
+    T* po = out.data<T>();
+    for (int64_t r = 0; r < R; ++r) {
+      double s = inv_rms(px + r * C, C, eps);
+      for (int64_t c = 0; c < C; ++c)
+        po[r * C + c] = static_cast<T>(wv[c] * (double(px[r * C + c]) * s) * cpu::silu(pz[r * C + c]));
+    }
+  });
+  return out;
+}
+
+Tensor CpuBackend::l2norm(const Tensor& x, double eps, double scale) {
+  const int64_t R = x.rows(), C = x.cols();
+  Tensor out = zeros(x.shape, x.dtype);
+  dispatch(x.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    for (int64_t r = 0; r < R; ++r) {
+      double ss = 0;
+      for (int64_t c = 0; c < C; ++c) ss += double(px[r * C + c]) * double(px[r * C + c]);
+      double s = scale / std::sqrt(ss + eps);
+      for (int64_t c = 0; c < C; ++c) po[r * C + c] = static_cast<T>(double(px[r * C + c]) * s);
+    }
+  });
+  return out;
+}
+
+}  // namespace degen

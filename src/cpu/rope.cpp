@@ -1,0 +1,43 @@
+// CPU partial rotary embedding, rotate-half (NeoX) pairing (spec §4.5): for i < R/2,
+//   u'_i = u_i c_i - u_{i+R/2} s_i,   u'_{i+R/2} = u_{i+R/2} c_i + u_i s_i,   dims >= R untouched.
+// note: ω_i = 1 / θ^(2i/R) and the angle p·ω_i are computed in fp32 exactly as HF does (the angle's
+// fp32 rounding is part of the model's definition); cos/sin of that angle are then exact to T.
+#include <cmath>
+
+#include "cpu/common.h"
+#include "cpu/cpu_backend.h"
+
+namespace degen {
+
+void CpuBackend::rope_partial(Tensor& x, const std::vector<int64_t>& pos, int rotary_dim, double theta) {
+  DEGEN_ASSERT(x.shape.size() == 3, "rope_partial expects [N, heads, D], got ", shape_str(x.shape));
+  const int64_t N = x.shape[0], heads = x.shape[1], D = x.shape[2];
+  DEGEN_ASSERT(static_cast<int64_t>(pos.size()) == N, "rope_partial: ", pos.size(), " positions for ", N, " rows");
+  DEGEN_ASSERT(rotary_dim % 2 == 0 && rotary_dim <= D, "rotary_dim ", rotary_dim, " for head dim ", D);
+  const int m = rotary_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(m));
+  for (int i = 0; i < m; ++i)
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+  cpu::dispatch(x.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* p = x.data<T>();
+    std::vector<double> c(static_cast<size_t>(m)), s(static_cast<size_t>(m));
+    for (int64_t n = 0; n < N; ++n) {
+      for (int i = 0; i < m; ++i) {
+        float phi = static_cast<float>(pos[n]) * inv_freq[i];
+        c[i] = static_cast<T>(std::cos(static_cast<double>(phi)));
+        s[i] = static_cast<T>(std::sin(static_cast<double>(phi)));
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        T* u = p + (n * heads + h) * D;
+        for (int i = 0; i < m; ++i) {
+          double a = u[i], b = u[i + m];
+          u[i] = static_cast<T>(a * c[i] - b * s[i]);
+          u[i + m] = static_cast<T>(b * c[i] + a * s[i]);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace degen

@@ -1,0 +1,323 @@
+// The forward pass (spec model.md §4.3-4.9) and the MTP head (§6), written once against Backend.
+// Each function reads as the numbered stages of its spec section.
+#include "engine/engine.h"
+
+#include <cmath>
+
+#include "util/error.h"
+
+namespace degen {
+
+struct Engine::Batch {
+  std::vector<SeqSpan> spans;     // per sequence
+  std::vector<TraceSeq> seqs;     // the same, for the trace
+  std::vector<SeqState*> states;  // per sequence
+  std::vector<int64_t> pos;       // [N] absolute position of every row
+  int64_t N = 0;
+  GdnAlgo gdn = GdnAlgo::chunked;
+};
+
+Engine::Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, EngineOptions opt)
+    : cfg_(cfg), w_(w), be_(backend), opt_(opt) {
+  DEGEN_ASSERT(static_cast<int>(w.layers.size()) == cfg.num_layers, "weights bound for another config");
+  if (cfg.arch == Arch::qwen3_next) {
+    qkvz_rows_ = gdn_qkvz_rows(cfg);
+    ba_rows_ = gdn_ba_rows(cfg);
+  }
+}
+
+SeqState Engine::new_state() {
+  SeqState s;
+  s.kv.resize(static_cast<size_t>(cfg_.num_layers));
+  s.gdn.resize(static_cast<size_t>(cfg_.num_layers));
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    if (cfg_.layer_types[l] != LayerKind::linear) continue;
+    s.gdn[l].conv = be_.zeros({cfg_.conv_kernel - 1, cfg_.d_conv()});
+    s.gdn[l].S = be_.zeros({cfg_.n_v, cfg_.d_k, cfg_.d_v}, be_.state_dtype());
+  }
+  return s;
+}
+
+SeqState Engine::snapshot(const SeqState& s) {
+  SeqState c;
+  c.pos = s.pos;
+  c.mtp_pos = s.mtp_pos;
+  auto copy_kv = [&](const KvCache& k) {
+    KvCache o;
+    o.len = k.len;
+    if (!k.k.empty()) {
+      o.k = be_.clone(k.k);
+      o.v = be_.clone(k.v);
+    }
+    return o;
+  };
+  for (const KvCache& k : s.kv) c.kv.push_back(copy_kv(k));
+  for (const GdnState& g : s.gdn) {
+    GdnState o;
+    if (!g.conv.empty()) o.conv = be_.clone(g.conv);
+    if (!g.S.empty()) o.S = be_.clone(g.S);
+    c.gdn.push_back(std::move(o));
+  }
+  c.mtp_kv = copy_kv(s.mtp_kv);
+  return c;
+}
+
+void Engine::tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp) {
+  if (!tr || !tr->on()) return;
+  const std::string name = (mtp ? "mtp." : "") + trace_name(s, layer);
+  const std::vector<int64_t> shape = t.shape;
+  const DType dtype = t.dtype;
+  TraceEvent ev{s, layer, name, b.seqs, mtp};
+  tr->observer(ev, t, be_);
+  if (t.shape != shape || t.dtype != dtype)
+    input_error("trace observer replaced ", name, " ", shape_str(shape), " ", dtype_name(dtype), " with ",
+                shape_str(t.shape), " ", dtype_name(t.dtype), ": shape and dtype must stay");
+}
+
+// ---- §4.4 gated full attention ----
+Tensor Engine::attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp) {
+  const int64_t N = b.N, nq = cfg_.n_q, nkv = cfg_.n_kv, D = cfg_.head_dim;
+  // 1. q_proj -> per head [query (D) | gate (D)], interleaved per head
+  Tensor qg = be_.matmul(x, *aw.q_proj).reshape({N * nq, 2 * D});
+  Tensor q = be_.slice_cols(qg, 0, D);
+  Tensor gate = be_.slice_cols(qg, D, D).reshape({N, nq * D});
+  // 2. k, v
+  Tensor k = be_.matmul(x, *aw.k_proj).reshape({N * nkv, D});
+  Tensor v = be_.matmul(x, *aw.v_proj).reshape({N, nkv, D});
+  // 3. QK-norm (zero-centred, per head), 4. partial RoPE
+  q = be_.rmsnorm(q, *aw.q_norm, cfg_.rms_norm_eps, NormKind::zero_centred).reshape({N, nq, D});
+  k = be_.rmsnorm(k, *aw.k_norm, cfg_.rms_norm_eps, NormKind::zero_centred).reshape({N, nkv, D});
+  be_.rope_partial(q, b.pos, cfg_.rotary_dim, cfg_.rope_theta);
+  be_.rope_partial(k, b.pos, cfg_.rotary_dim, cfg_.rope_theta);
+  tap(tr, Step::attn_q, l, q, b, mtp);
+  tap(tr, Step::attn_gate, l, gate, b, mtp);
+  tap(tr, Step::attn_k, l, k, b, mtp);
+  tap(tr, Step::attn_v, l, v, b, mtp);
+  // 5-6. KV cache append + causal GQA attention
+  std::vector<KvCache*> caches;
+  for (SeqState* s : b.states) caches.push_back(mtp ? &s->mtp_kv : &s->kv[l]);
+  Tensor a = be_.attention(q, k, v, b.spans, caches);
+  tap(tr, Step::attn_core, l, a, b, mtp);
+  // 7. sigmoid output gate
+  a = be_.sigmoid_mul(a, gate);
+  tap(tr, Step::attn_gated, l, a, b, mtp);
+  // 8. o_proj
+  return be_.matmul(a, *aw.o_proj);
+}
+
+// ---- §4.7 Gated DeltaNet ----
+Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b, Trace* tr) {
+  const int64_t N = b.N, dkey = cfg_.d_key(), dval = cfg_.d_val(), dconv = cfg_.d_conv();
+  const int64_t nk = cfg_.n_k, nv = cfg_.n_v, dk = cfg_.d_k, dv = cfg_.d_v;
+  // 1. projections, in the split layout [q | k | v], z, b, a (§4.7.1)
+  Tensor qkv, z, bb, aa;
+  if (gw.fused) {  // Qwen3-Next: de-interleave the per-key-group layout by a column permutation
+    Tensor qkvz = be_.gather_cols(be_.matmul(x, *gw.in_proj_qkvz), qkvz_rows_);
+    qkv = be_.slice_cols(qkvz, 0, dconv);
+    z = be_.slice_cols(qkvz, dconv, dval);
+    Tensor ba = be_.gather_cols(be_.matmul(x, *gw.in_proj_ba), ba_rows_);
+    bb = be_.slice_cols(ba, 0, nv);
+    aa = be_.slice_cols(ba, nv, nv);
+  } else {
+    qkv = be_.matmul(x, *gw.in_proj_qkv);
+    z = be_.matmul(x, *gw.in_proj_z);
+    bb = be_.matmul(x, *gw.in_proj_b);
+    aa = be_.matmul(x, *gw.in_proj_a);
+  }
+  tap(tr, Step::gdn_qkv, l, qkv, b);
+  tap(tr, Step::gdn_z, l, z, b);
+  tap(tr, Step::gdn_b, l, bb, b);
+  tap(tr, Step::gdn_a, l, aa, b);
+  // 2. depthwise causal conv + SiLU over the pre-conv rows, carrying the window (§4.7.2)
+  std::vector<Tensor*> windows, states;
+  for (SeqState* s : b.states) {
+    windows.push_back(&s->gdn[l].conv);
+    states.push_back(&s->gdn[l].S);
+  }
+  Tensor conv = be_.conv1d_causal(qkv, *gw.conv1d, b.spans, windows);
+  tap(tr, Step::gdn_conv, l, conv, b);
+  // 3. split, L2 norm (q also scaled by d_k^-1/2); head expansion j -> j / r happens in gdn() (§4.7.3)
+  Tensor q = be_.l2norm(be_.slice_cols(conv, 0, dkey).reshape({N, nk, dk}), 1e-6, 1.0 / std::sqrt(double(dk)));
+  Tensor k = be_.l2norm(be_.slice_cols(conv, dkey, dkey).reshape({N, nk, dk}), 1e-6, 1.0);
+  Tensor v = be_.slice_cols(conv, 2 * dkey, dval).reshape({N, nv, dv});
+  tap(tr, Step::gdn_q, l, q, b);
+  tap(tr, Step::gdn_k, l, k, b);
+  // 4. gates (§4.7.4)
+  Tensor g, beta;
+  be_.gdn_gates(aa, bb, *gw.A_log, *gw.dt_bias, g, beta);
+  tap(tr, Step::gdn_g, l, g, b);
+  tap(tr, Step::gdn_beta, l, beta, b);
+  // 5. the gated delta rule (§4.7.5 / §4.7.6)
+  Tensor o = be_.gdn(q, k, v, g, beta, b.spans, states, b.gdn);
+  tap(tr, Step::gdn_core, l, o, b);
+  // 6. gated RMSNorm per value head (plain weight), out_proj (§4.7.7)
+  Tensor y = be_.gated_rmsnorm(o.reshape({N * nv, dv}), z.reshape({N * nv, dv}), *gw.norm, cfg_.rms_norm_eps)
+                 .reshape({N, dval});
+  tap(tr, Step::gdn_norm, l, y, b);
+  return be_.matmul(y, *gw.out_proj);
+}
+
+// ---- §4.8 dense MLP ----
+Tensor Engine::mlp(const MlpWeights& mw, const Tensor& x) {
+  return be_.matmul(be_.swiglu(be_.matmul(x, *mw.gate), be_.matmul(x, *mw.up)), *mw.down);
+}
+
+// ---- §4.8 dense MLP or sparse MoE block ----
+Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Trace* tr, bool mtp) {
+  if (!lw.moe) return mlp(lw.mlp, x);
+  const MoeWeights& m = lw.moe_w;
+  // 1-4. router logits, softmax over all experts, top-k, renormalisation
+  Tensor logits = be_.matmul(x, *m.router);
+  tap(tr, Step::moe_router, l, logits, b, mtp);
+  MoeRouting route = be_.moe_route(logits, cfg_.experts_per_tok, cfg_.norm_topk_prob);
+  // 5. routed experts: gather each expert's tokens, SwiGLU MLP, weighted scatter-add (in expert order)
+  const int E = cfg_.num_experts, k = route.k;
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(E));
+  std::vector<std::vector<double>> wts(static_cast<size_t>(E));
+  for (int64_t t = 0; t < b.N; ++t)
+    for (int i = 0; i < k; ++i) {
+      int32_t e = route.experts[t * k + i];
+      rows[e].push_back(t);
+      wts[e].push_back(route.weights[t * k + i]);
+    }
+  Tensor routed = be_.zeros({b.N, cfg_.hidden_size});
+  for (int e = 0; e < E; ++e) {
+    if (rows[e].empty()) continue;
+    Tensor ye = mlp(m.experts[e], be_.gather_rows(x, rows[e]));
+    be_.scatter_add_rows(routed, ye, rows[e], wts[e]);
+  }
+  tap(tr, Step::moe_routed, l, routed, b, mtp);
+  // 6. shared expert with its scalar sigmoid gate
+  if (!m.shared_gate) return routed;
+  Tensor shared = be_.sigmoid_mul(mlp(m.shared, x), be_.matmul(x, *m.shared_gate));
+  tap(tr, Step::moe_shared, l, shared, b, mtp);
+  // 7. routed + shared
+  return be_.add(routed, shared);
+}
+
+// ---- §4.3 decoder layer ----
+Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp) {
+  tap(tr, Step::l_in, l, h, b, mtp);
+  Tensor x = be_.rmsnorm(h, *lw.input_norm, cfg_.rms_norm_eps, NormKind::zero_centred);
+  tap(tr, Step::attn_norm, l, x, b, mtp);
+  Tensor m = lw.kind == LayerKind::full ? attention_mixer(l, lw.attn, x, b, tr, mtp) : gdn_mixer(l, lw.gdn, x, b, tr);
+  tap(tr, Step::mixer_out, l, m, b, mtp);
+  Tensor u = be_.add(h, m);
+  tap(tr, Step::h_mid, l, u, b, mtp);
+  Tensor y = be_.rmsnorm(u, *lw.post_norm, cfg_.rms_norm_eps, NormKind::zero_centred);
+  tap(tr, Step::ffn_norm, l, y, b, mtp);
+  Tensor f = ffn(l, lw, y, b, tr, mtp);
+  tap(tr, Step::ffn_out, l, f, b, mtp);
+  Tensor out = be_.add(u, f);
+  tap(tr, Step::l_out, l, out, b, mtp);
+  return out;
+}
+
+// ---- §4.9 LM head ----
+Tensor Engine::lm_head(const Tensor& hn, const std::vector<int64_t>& rows, const std::vector<uint8_t>* mask) {
+  Tensor logits = be_.matmul(rows.empty() ? hn : be_.gather_rows(hn, rows), *w_.lm_head);
+  if (mask) be_.mask_logits(logits, *mask);
+  return logits;
+}
+
+ForwardOutput Engine::forward(const std::vector<SeqInput>& inputs, const ForwardOptions& fo, Trace* tr) {
+  if (inputs.empty()) input_error("forward: no sequences given");
+  // Batch layout: the rows of every sequence, concatenated in order.
+  Batch b;
+  std::vector<int32_t> ids;
+  int64_t max_rows = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const SeqInput& in = inputs[i];
+    DEGEN_ASSERT(in.state, "forward: sequence ", i, " has no state");
+    const int64_t n = static_cast<int64_t>(in.tokens.size());
+    if (n == 0) input_error("forward: sequence ", i, " has no tokens");
+    const int64_t pos0 = in.state->pos;
+    if (cfg_.max_position_embeddings > 0 && pos0 + n > cfg_.max_position_embeddings)
+      input_error("sequence ", i, ": ", pos0 + n, " tokens exceed max_position_embeddings ",
+                  cfg_.max_position_embeddings, " of ", cfg_.origin);
+    if (in.state->kv.size() != static_cast<size_t>(cfg_.num_layers))
+      input_error("forward: sequence ", i, " state was not made by this engine");
+    for (const SeqState* other : b.states)
+      if (other == in.state) input_error("forward: sequence ", i, " shares its state with an earlier one");
+    b.spans.push_back({b.N, n, pos0});
+    b.seqs.push_back({static_cast<int>(i), b.N, n, pos0});
+    b.states.push_back(in.state);
+    for (int64_t t = 0; t < n; ++t) b.pos.push_back(pos0 + t);
+    ids.insert(ids.end(), in.tokens.begin(), in.tokens.end());
+    b.N += n;
+    max_rows = std::max(max_rows, n);
+  }
+  // note: one-token calls always use the recurrent form, as HF does for cached decode.
+  b.gdn = max_rows == 1 ? GdnAlgo::recurrent : opt_.gdn;
+
+  // §4.1 embedding, §4.3 layers, final norm
+  Tensor h = be_.embed(*w_.embed, ids);
+  tap(tr, Step::embed, -1, h, b);
+  for (int l = 0; l < cfg_.num_layers; ++l) h = layer(l, w_.layers[l], std::move(h), b, tr, false);
+  Tensor hn = be_.rmsnorm(h, *w_.final_norm, cfg_.rms_norm_eps, NormKind::zero_centred);
+  tap(tr, Step::final_norm, -1, hn, b);
+  for (size_t i = 0; i < b.states.size(); ++i) b.states[i]->pos += b.spans[i].rows;
+
+  ForwardOutput out;
+  out.seqs = b.seqs;
+  if (fo.keep_hidden) out.hidden = hn;
+  if (fo.logits != LogitsRows::none) {
+    std::vector<int64_t> rows;  // empty: all rows
+    Batch lb;                   // row layout of the logits, for the trace
+    for (const TraceSeq& s : b.seqs) {
+      const int64_t n = fo.logits == LogitsRows::all ? s.rows : 1;
+      out.logits_row0.push_back(lb.N);
+      lb.seqs.push_back({s.seq, lb.N, n, fo.logits == LogitsRows::all ? s.pos0 : s.pos0 + s.rows - 1});
+      lb.N += n;
+      if (fo.logits == LogitsRows::last) rows.push_back(s.row0 + s.rows - 1);
+    }
+    out.logits = lm_head(hn, rows, fo.vocab_mask);
+    tap(tr, Step::logits, -1, out.logits, lb);
+  }
+  return out;
+}
+
+// ---- §6 MTP head ----
+Tensor Engine::mtp(const std::vector<MtpInput>& inputs, const std::vector<uint8_t>* vocab_mask, Trace* tr) {
+  if (w_.mtp.empty()) input_error("this checkpoint has no MTP weights (mtp.*)");
+  if (inputs.empty()) input_error("mtp: no sequences given");
+  const MtpWeights& mw = w_.mtp[0];  // one MTP layer; chained drafts reuse it (§6.6)
+  Batch b;
+  std::vector<int32_t> ids;
+  std::vector<Tensor> hidden;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const MtpInput& in = inputs[i];
+    const int64_t n = static_cast<int64_t>(in.next_tokens.size());
+    if (n == 0 || in.hidden.rows() != n || in.hidden.cols() != cfg_.hidden_size)
+      input_error("mtp: sequence ", i, ": ", n, " next tokens with hidden ", shape_str(in.hidden.shape),
+                  ", expected [", n, ", ", cfg_.hidden_size, "]");
+    const int64_t pos0 = in.state->mtp_pos;
+    b.spans.push_back({b.N, n, pos0});
+    b.seqs.push_back({static_cast<int>(i), b.N, n, pos0});
+    b.states.push_back(in.state);
+    for (int64_t t = 0; t < n; ++t) b.pos.push_back(pos0 + t);  // the hidden state's token position
+    ids.insert(ids.end(), in.next_tokens.begin(), in.next_tokens.end());
+    hidden.push_back(in.hidden.reshape({n, cfg_.hidden_size}));
+    b.N += n;
+  }
+  const double eps = cfg_.rms_norm_eps;
+  // 1. embedding of the next token (shared table)
+  Tensor e = be_.embed(*w_.embed, ids);
+  // 2. u = [norm_emb(e) ; norm_hidden(ĥ)] W_fcᵀ  (embedding first)
+  Tensor en = be_.rmsnorm(e, *mw.pre_fc_norm_embedding, eps, NormKind::zero_centred);
+  Tensor hn = be_.rmsnorm(be_.concat_rows(hidden), *mw.pre_fc_norm_hidden, eps, NormKind::zero_centred);
+  Tensor u = be_.matmul(be_.concat_cols(en, hn), *mw.fc);
+  tap(tr, Step::mtp_in, -1, u, b, true);
+  // 3. one full-attention decoder layer with its own KV cache
+  u = layer(0, mw.layer, std::move(u), b, tr, true);
+  tap(tr, Step::mtp_out, -1, u, b, true);
+  // 4. mtp.norm, 5. shared lm_head
+  Tensor hm = be_.rmsnorm(u, *mw.norm, eps, NormKind::zero_centred);
+  tap(tr, Step::mtp_norm, -1, hm, b, true);
+  for (size_t i = 0; i < b.states.size(); ++i) b.states[i]->mtp_pos += b.spans[i].rows;
+  Tensor logits = lm_head(hm, {}, vocab_mask);
+  tap(tr, Step::mtp_logits, -1, logits, b, true);
+  return logits;
+}
+
+}  // namespace degen

@@ -1,0 +1,86 @@
+// Engine: THE forward pass of Qwen3-Next / Qwen3.5 / Qwen3.6 (spec model.md §4, §6), written once
+// against Backend. One call runs a batch of sequences, each continuing from its own SeqState:
+// a prefill (fresh state, many tokens), a decode step (one token), or a continued prefill (many
+// tokens on top of existing state) are the same call. Every intermediate goes through Trace.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/state.h"
+#include "engine/trace.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace degen {
+
+struct EngineOptions {
+  GdnAlgo gdn = GdnAlgo::chunked;  // GDN algorithm for multi-token calls (one token is always recurrent)
+};
+
+// Which rows get logits.
+enum class LogitsRows : uint8_t { none, last, all };
+
+struct SeqInput {
+  SeqState* state = nullptr;
+  std::vector<int32_t> tokens;  // appended at positions state->pos, state->pos + 1, ...
+};
+
+struct ForwardOptions {
+  LogitsRows logits = LogitsRows::last;
+  const std::vector<uint8_t>* vocab_mask = nullptr;  // [V], 1 = padding id -> -inf; null: no mask
+  bool keep_hidden = false;                          // return the post-final-norm hidden states
+};
+
+struct ForwardOutput {
+  Tensor logits;                  // [rows, V]: last row of each sequence, or every row, in batch order
+  Tensor hidden;                  // [N, H] after model.norm (when keep_hidden): the MTP input
+  std::vector<TraceSeq> seqs;     // row layout of the batch (rows of every [N, ...] tensor)
+  std::vector<int64_t> logits_row0;  // first logits row of each sequence
+};
+
+// One MTP input per sequence (spec §6): row i pairs the target's post-norm hidden state at
+// position state->mtp_pos + i with the token that follows it.
+struct MtpInput {
+  SeqState* state = nullptr;
+  Tensor hidden;                     // [n, H] post-final-norm hidden rows
+  std::vector<int32_t> next_tokens;  // [n]
+};
+
+class Engine {
+ public:
+  Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, EngineOptions opt = {});
+
+  const ModelConfig& config() const { return cfg_; }
+  Backend& backend() { return be_; }
+  EngineOptions& options() { return opt_; }
+
+  SeqState new_state();                        // empty caches, zero conv windows and S
+  SeqState snapshot(const SeqState& s);        // deep copy (MTP rollback)
+
+  // Runs every input's tokens through the model, updating the states.
+  ForwardOutput forward(const std::vector<SeqInput>& inputs, const ForwardOptions& fo = {}, Trace* trace = nullptr);
+
+  bool has_mtp() const { return !w_.mtp.empty(); }
+  // MTP head (spec §6): draft logits [Σn, V] for the token after next; updates the MTP KV cache.
+  Tensor mtp(const std::vector<MtpInput>& inputs, const std::vector<uint8_t>* vocab_mask = nullptr,
+             Trace* trace = nullptr);
+
+ private:
+  struct Batch;
+  Tensor layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp);
+  Tensor attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp);
+  Tensor gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b, Trace* tr);
+  Tensor ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Trace* tr, bool mtp);
+  Tensor mlp(const MlpWeights& mw, const Tensor& x);
+  Tensor lm_head(const Tensor& hn, const std::vector<int64_t>& rows, const std::vector<uint8_t>* mask);
+  void tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp = false);
+
+  const ModelConfig& cfg_;
+  const ModelWeights& w_;
+  Backend& be_;
+  EngineOptions opt_;
+  std::vector<int64_t> qkvz_rows_, ba_rows_;  // Qwen3-Next de-interleave permutation (spec §4.7.1)
+};
+
+}  // namespace degen

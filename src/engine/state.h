@@ -1,0 +1,35 @@
+// Per-sequence decode state (spec model.md §5.1): a KV cache per full-attention layer, the conv
+// window and recurrent state per Gated DeltaNet layer, and the MTP layer's own KV cache.
+// States are allocated by the backend (so they live on its device) and can be snapshotted
+// (deep copy) for MTP rollback (spec §5.4).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace degen {
+
+// K and V of one attention layer for one sequence. Keys are stored post-RoPE.
+struct KvCache {
+  Tensor k;         // [capacity, n_kv, D]
+  Tensor v;         // [capacity, n_kv, D]
+  int64_t len = 0;  // rows in use (= tokens seen by this layer)
+  int64_t capacity() const { return k.empty() ? 0 : k.shape[0]; }
+};
+
+// One Gated DeltaNet layer's state for one sequence.
+struct GdnState {
+  Tensor conv;  // [K-1, d_conv]: the last K-1 pre-conv qkv rows, oldest first (zeros before the start)
+  Tensor S;     // [n_v, d_k, d_v] fp32 (fp64 under precision=fp64): key index first (spec §4.7.5)
+};
+
+struct SeqState {
+  int64_t pos = 0;            // tokens consumed so far = absolute position of the next token
+  std::vector<KvCache> kv;    // [L]; used only at full-attention layers
+  std::vector<GdnState> gdn;  // [L]; used only at GDN layers
+  KvCache mtp_kv;             // the MTP layer's cache (spec §6)
+  int64_t mtp_pos = 0;        // rows the MTP layer has consumed
+};
+
+}  // namespace degen
