@@ -1,5 +1,5 @@
 # CLI smoke: --help, --version, usage errors exit 128 (metrics.md §6).
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.bash"
 expect_exit 0 "$BIN" --help
 expect_out "Exit codes: 0 good, 1 bad, 125 untestable, 128 usage or input error"
 for sub in inspect synth; do expect_out "$sub"; done

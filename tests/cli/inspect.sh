@@ -1,5 +1,5 @@
 # synth -> inspect (text and --json), config-only folders, and corrupt checkpoints -> exit 128 with a reason.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.bash"
 m="$WORK/tiny"
 expect_exit 0 "$BIN" synth --preset tiny-qwen35 --out "$m"
 expect_exit 0 "$BIN" inspect "$m"
