@@ -5,8 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <functional>
 #include <limits>
-#include <numeric>
 
 #include "util/error.h"
 #include "util/philox.h"

@@ -43,6 +43,10 @@
 //     is the first i with u * T < C_i (ids with p_i = 0 can never be chosen). Ascending id order makes
 //     the choice independent of any sort, so a GPU can reproduce it with a prefix sum.
 //
+// Checked against HF (transformers 5.24, its processors run in fp64 on 380 random cases with
+// penalties, temperature, top-k, top-p, min-p): the same surviving ids except, where probabilities
+// tie at the top-p cut, which of the tied ids survive; probabilities equal within 1.3e-15.
+//
 // Degenerate logits: if every id that is not banned is NaN or -inf, the lowest id that is not banned
 // is returned (deterministically; engines with NaN logits typically emit id 0 the same way); the
 // caller's NaN/Inf checks are what report such a step. Every id banned is an error.
@@ -98,7 +102,8 @@ std::vector<double> sampling_distribution(const SamplingParams& params, std::spa
 // Argmax over scores [V], lowest id on ties, skipping NaN; -1 if every score is NaN or -inf.
 int32_t argmax_lowest(std::span<const double> scores);
 
-// Step 6 in place on scores [V]: sets removed ids to -inf. k <= 0 or k >= #finite: no change.
+// Step 6 in place on scores [V]: sets removed ids to -inf. k <= 0, or k >= the number of scores that
+// are neither NaN nor -inf: no change.
 void top_k_filter(std::span<double> scores, int k);
 
 // Step 7: probabilities [V] from scores [V] (removed = -inf -> 0). All zeros if no score is finite
