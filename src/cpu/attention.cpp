@@ -54,7 +54,7 @@ Tensor CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, 
       const T* K = c.k.data<T>();
       const T* V = c.v.data<T>();
       const int64_t work = sp.rows * n_q;
-#pragma omp parallel
+#pragma omp parallel if (double(work) * double(c.len) * double(D) >= cpu::kParallelMinWork)
       {
         std::vector<double> score(static_cast<size_t>(c.len)), acc(static_cast<size_t>(D));
 #pragma omp for schedule(static)

@@ -50,6 +50,11 @@ std::vector<T> weight_vector(const TensorView& w) {
   return v;
 }
 
+// note: OpenMP regions are opened only for work worth a fork/join (about 1e6 multiply-adds or more):
+// on a loaded machine a spinning barrier around a tiny op costs more than the op. Results do not
+// depend on it (work is split by fixed tiles or heads, never by the thread count).
+constexpr double kParallelMinWork = 1e6;
+
 inline void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
   DEGEN_ASSERT(a.shape == b.shape && a.dtype == b.dtype, op, ": operands differ: ", shape_str(a.shape), " vs ",
                shape_str(b.shape));

@@ -31,7 +31,7 @@ Tensor CpuBackend::conv1d_causal(const Tensor& x, const TensorView& w, const std
       // row r of [window; x] (r in [0, K-1+rows))
       auto src = [&](int64_t r) { return r < K - 1 ? ws + r * C : xs + (r - (K - 1)) * C; };
       T* os = out.data<T>() + sp.row0 * C;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (double(sp.rows) * double(C * K) >= cpu::kParallelMinWork)
       for (int64_t t = 0; t < sp.rows; ++t)
         for (int64_t c = 0; c < C; ++c) {
           double acc = 0;

@@ -181,7 +181,7 @@ Tensor CpuBackend::gdn(const Tensor& q, const Tensor& k, const Tensor& v, const 
       DEGEN_ASSERT(St.dtype == q.dtype && St.shape == (std::vector<int64_t>{d.n_v, d.d_k, d.d_v}), "gdn state ",
                    shape_str(St.shape));
       const SeqSpan& sp = spans[s];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (double(sp.rows) * double(d.d_k * d.d_v) * double(d.n_v) >= cpu::kParallelMinWork)
       for (int64_t j = 0; j < d.n_v; ++j) {
         T* Sj = St.data<T>() + j * d.d_k * d.d_v;
         if (algo == GdnAlgo::chunked)

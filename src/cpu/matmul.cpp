@@ -4,7 +4,7 @@
 // x has one row). Tiles are spread over the threads; the tiling does not depend on the thread
 // count, so results are identical with any number of threads. An fp32 weight under precision=ref
 // is used in place. No full fp32 copy of a matrix or of the model is ever made.
-#include <Eigen/Core>
+#include "cpu/eigen.h"
 #include <chrono>
 #include <vector>
 
@@ -26,7 +26,7 @@ void matmul_tiles(const T* x, int64_t N, int64_t in, const TensorView& w, T* y) 
   const int64_t ntiles = (out + tile - 1) / tile;
   const bool direct = w.dtype == DType::f32 && std::is_same_v<T, float>;
   Eigen::Map<const Mat> X(x, N, in);
-#pragma omp parallel
+#pragma omp parallel if (ntiles > 1 && double(N) * double(in) * double(out) >= cpu::kParallelMinWork)
   {
     std::vector<T> buf(direct ? 0 : static_cast<size_t>(tile * in));
 #pragma omp for schedule(static)
