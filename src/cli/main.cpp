@@ -7,6 +7,9 @@
 #include "build_config.h"
 #include "cli/command.h"
 #include "util/error.h"
+#if DEGEN_WITH_CUDA
+#include "cuda/check.h"
+#endif
 
 namespace degen::cli {
 std::vector<CommandEntry>& command_registry() {
@@ -59,6 +62,9 @@ int main(int argc, char** argv) {
     return static_cast<int>(ExitCode::input);
   }
 
+#if DEGEN_WITH_CUDA
+  cuda::set_sync_debug(g.sync_debug);
+#endif
   try {
     for (auto& [sub, act] : actions)
       if (sub->parsed()) return act();

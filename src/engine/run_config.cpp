@@ -1,0 +1,357 @@
+// RunConfig parsing, canonical printing and validation (see run_config.h).
+#include "engine/run_config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace degen {
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) { out.push_back(cur); cur.clear(); }
+    else cur += c;
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\n");
+  if (a == std::string::npos) return "";
+  size_t b = s.find_last_not_of(" \t\n");
+  return s.substr(a, b - a + 1);
+}
+
+int parse_int(const std::string& key, const std::string& v, int lo, int hi) {
+  int x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || x < lo || x > hi)
+    input_error("config: ", key, "=", v, ": expected an integer in [", lo, ", ", hi, "]");
+  return x;
+}
+
+double parse_num(const std::string& key, const std::string& v, double lo, double hi) {
+  double x = 0;
+  std::istringstream is(v);
+  is >> x;
+  if (v.empty() || !is.eof() || is.fail() || !(x >= lo && x <= hi))
+    input_error("config: ", key, "=", v, ": expected a number in [", lo, ", ", hi, "]");
+  return x;
+}
+
+uint64_t parse_u64(const std::string& key, const std::string& v) {
+  uint64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || v.empty())
+    input_error("config: ", key, "=", v, ": expected a non-negative integer");
+  return x;
+}
+
+template <typename E>
+E parse_enum(const std::string& key, const std::string& v, const std::vector<std::pair<const char*, E>>& table) {
+  std::string allowed;
+  for (const auto& [n, e] : table) {
+    if (v == n) return e;
+    allowed += (allowed.empty() ? "" : ", ") + std::string(n);
+  }
+  input_error("config: ", key, "=", v, ": unknown value; expected one of ", allowed);
+}
+
+const std::vector<std::pair<const char*, AttnAlgo>> kAttn = {
+    {"naive", AttnAlgo::naive}, {"flash", AttnAlgo::flash}, {"splitkv", AttnAlgo::splitkv}};
+const std::vector<std::pair<const char*, GdnAlgo>> kGdn = {{"chunked", GdnAlgo::chunked}, {"recurrent", GdnAlgo::recurrent}};
+const std::vector<std::pair<const char*, DType>> kSsm = {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}};
+const std::vector<std::pair<const char*, DType>> kConv = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
+const std::vector<std::pair<const char*, DType>> kKv = {{"bf16", DType::bf16}, {"fp8", DType::f8_e4m3}};
+const std::vector<std::pair<const char*, BackendKind>> kBackend = {{"cpu", BackendKind::cpu}, {"cuda", BackendKind::cuda}};
+const std::vector<std::pair<const char*, Precision>> kPrecision = {
+    {"ref", Precision::ref}, {"fp64", Precision::fp64}, {"bf16", Precision::bf16}};
+
+template <typename E>
+const char* enum_name(E e, const std::vector<std::pair<const char*, E>>& table) {
+  for (const auto& [n, v] : table)
+    if (v == e) return n;
+  return "?";
+}
+
+template <typename T>
+void scoped_str(std::vector<std::string>& out, const char* key, const Scoped<T>& s, const T& def, bool force_base,
+                const std::vector<std::pair<const char*, T>>& table) {
+  if (force_base || !(s.base == def)) out.push_back(cat(key, "=", enum_name(s.base, table)));
+  for (const auto& e : s.overrides) out.push_back(cat(key, "=", enum_name(e.value, table), e.scope.str()));
+}
+
+std::string num_str(double v) {
+  std::ostringstream os;
+  os.precision(10);
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+// ---- LayerScope ----
+
+bool LayerScope::contains(int layer, const ModelConfig* cfg) const {
+  if (all) return true;
+  if ((linear || full) && cfg && layer >= 0 && layer < cfg->num_layers) {
+    LayerKind k = cfg->layer_types[static_cast<size_t>(layer)];
+    if (linear && k == LayerKind::linear) return true;
+    if (full && k == LayerKind::full) return true;
+  }
+  for (const auto& r : ranges)
+    if (layer >= r.a && layer <= r.b) return true;
+  return false;
+}
+
+std::string LayerScope::str() const {
+  if (all) return "";
+  std::vector<std::string> parts;
+  if (linear) parts.push_back("linear");
+  if (full) parts.push_back("full");
+  std::vector<Range> rs = ranges;
+  std::sort(rs.begin(), rs.end(), [](const Range& x, const Range& y) { return x.a < y.a || (x.a == y.a && x.b < y.b); });
+  std::vector<Range> merged;
+  for (const auto& r : rs) {
+    if (!merged.empty() && r.a <= merged.back().b + 1) merged.back().b = std::max(merged.back().b, r.b);
+    else merged.push_back(r);
+  }
+  for (const auto& r : merged) parts.push_back(r.a == r.b ? std::to_string(r.a) : cat(r.a, "-", r.b));
+  std::string s = "@";
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? "+" : "") + parts[i];
+  return s;
+}
+
+LayerScope LayerScope::parse(const std::string& text, const std::string& key) {
+  LayerScope s;
+  s.all = false;
+  if (text.empty()) input_error("config: ", key, ": empty layer scope after '@'; expected e.g. @17, @12-19, @linear, @full");
+  for (const std::string& part : split(text, '+')) {
+    if (part == "linear") { s.linear = true; continue; }
+    if (part == "full") { s.full = true; continue; }
+    auto dash = part.find('-');
+    std::string a = part.substr(0, dash), b = dash == std::string::npos ? a : part.substr(dash + 1);
+    int ia = 0, ib = 0;
+    auto r1 = std::from_chars(a.data(), a.data() + a.size(), ia);
+    auto r2 = std::from_chars(b.data(), b.data() + b.size(), ib);
+    if (a.empty() || b.empty() || r1.ec != std::errc() || r1.ptr != a.data() + a.size() || r2.ec != std::errc() ||
+        r2.ptr != b.data() + b.size() || ia < 0 || ib < ia)
+      input_error("config: ", key, ": bad layer scope '@", text, "' at '", part,
+                  "'; expected layer numbers or ranges (17, 12-19), 'linear' or 'full', joined with '+'");
+    s.ranges.push_back({ia, ib});
+  }
+  return s;
+}
+
+LayerScope LayerScope::of_layers(const std::vector<int>& layers) {
+  LayerScope s;
+  s.all = false;
+  for (int l : layers) s.ranges.push_back({l, l});
+  return s;
+}
+
+std::vector<int> LayerScope::layers(int n, const ModelConfig* cfg) const {
+  std::vector<int> out;
+  for (int l = 0; l < n; ++l)
+    if (contains(l, cfg)) out.push_back(l);
+  return out;
+}
+
+// ---- RunConfig ----
+
+const std::vector<ToggleInfo>& toggle_table() {
+  static const std::vector<ToggleInfo> t = {
+      {"backend", "cpu|cuda", "where the path runs", false},
+      {"precision", "ref|fp64|bf16", "cpu only: golden fp32, fp64, or GPU storage emulation", false},
+      {"attn", "naive|flash|splitkv", "attention algorithm", true},
+      {"gdn", "chunked|recurrent", "GDN prefill algorithm", true},
+      {"ssm_dtype", "fp32|bf16|fp16", "recurrent state storage (default: the checkpoint's mamba_ssm_dtype, else fp32)", true},
+      {"conv_dtype", "fp32|bf16", "conv window storage", true},
+      {"kv_dtype", "bf16|fp8", "KV cache storage", true},
+      {"mtp", "0..4", "MTP draft tokens per step (0 = off)", false},
+      {"graphs", "on|off", "CUDA graphs for decode (cuda only)", false},
+      {"gemm", "cublas|simple", "matrix products (cuda only)", false},
+      {"tp", "1..64", "tensor-parallel ranks", false},
+      {"batch", "1|all", "prompts one at a time or batched", false},
+      {"temp", ">=0", "sampling temperature (0 = greedy)", false},
+      {"top_p", "(0,1]", "nucleus sampling", false},
+      {"top_k", ">=0", "top-k sampling (0 = off)", false},
+      {"min_p", "[0,1]", "min-p sampling", false},
+      {"rep_pen", ">0", "repetition penalty (multiplicative, as HF)", false},
+      {"presence_pen", "any", "presence penalty (additive, as OpenAI)", false},
+      {"seed", ">=0", "sampling seed", false},
+      {"fault", "name", "inject a known bug class (see `degenbisect faults`)", true},
+  };
+  return t;
+}
+
+RunConfig apply_run_config(RunConfig rc, const std::string& text) {
+  std::string t = trim(text);
+  if (t.empty() || t == "default") return rc;
+  for (std::string item : split(t, ',')) {
+    item = trim(item);
+    if (item.empty()) input_error("config: empty entry in '", text, "' (two commas in a row?)");
+    auto eq = item.find('=');
+    if (eq == std::string::npos) input_error("config: '", item, "': expected key=value");
+    std::string key = trim(item.substr(0, eq)), val = trim(item.substr(eq + 1));
+    std::optional<LayerScope> scope;
+    auto at = val.find('@');
+    if (at != std::string::npos) {
+      scope = LayerScope::parse(val.substr(at + 1), key);
+      val = val.substr(0, at);
+    }
+    const ToggleInfo* info = nullptr;
+    for (const auto& ti : toggle_table())
+      if (key == ti.key) info = &ti;
+    if (!info) {
+      std::string keys;
+      for (const auto& ti : toggle_table()) keys += (keys.empty() ? "" : ", ") + std::string(ti.key);
+      input_error("config: unknown key '", key, "'; expected one of ", keys);
+    }
+    if (scope && !info->scoped) input_error("config: ", key, " cannot be scoped to layers ('@' in '", item, "')");
+    auto set_scoped = [&](auto& field, auto value) {
+      if (scope) field.overrides.push_back({value, *scope});
+      else { field.base = value; field.overrides.clear(); }
+    };
+    if (key == "backend") rc.backend = parse_enum(key, val, kBackend);
+    else if (key == "precision") rc.precision = parse_enum(key, val, kPrecision);
+    else if (key == "attn") set_scoped(rc.attn, parse_enum(key, val, kAttn));
+    else if (key == "gdn") set_scoped(rc.gdn, parse_enum(key, val, kGdn));
+    else if (key == "ssm_dtype") { set_scoped(rc.ssm_dtype, parse_enum(key, val, kSsm)); if (!scope) rc.ssm_dtype_set = true; }
+    else if (key == "conv_dtype") { set_scoped(rc.conv_dtype, parse_enum(key, val, kConv)); if (!scope) rc.conv_dtype_set = true; }
+    else if (key == "kv_dtype") set_scoped(rc.kv_dtype, parse_enum(key, val, kKv));
+    else if (key == "mtp") rc.mtp = parse_int(key, val, 0, 4);
+    else if (key == "graphs") rc.graphs = parse_enum<bool>(key, val, {{"on", true}, {"off", false}});
+    else if (key == "gemm") {
+      if (val != "cublas" && val != "simple") input_error("config: gemm=", val, ": unknown value; expected one of cublas, simple");
+      rc.gemm = val;
+    }
+    else if (key == "tp") rc.tp = parse_int(key, val, 1, 64);
+    else if (key == "batch") rc.batch = parse_enum<BatchMode>(key, val, {{"1", BatchMode::one}, {"all", BatchMode::all}});
+    else if (key == "temp") rc.sampling.temperature = parse_num(key, val, 0, 100);
+    else if (key == "top_p") {
+      rc.sampling.top_p = parse_num(key, val, 0, 1);
+      if (rc.sampling.top_p <= 0) input_error("config: top_p=", val, ": expected a number in (0, 1]");
+    } else if (key == "top_k") rc.sampling.top_k = parse_int(key, val, 0, 1 << 30);
+    else if (key == "min_p") rc.sampling.min_p = parse_num(key, val, 0, 1);
+    else if (key == "rep_pen") {
+      rc.sampling.repetition_penalty = parse_num(key, val, 0, 100);
+      if (rc.sampling.repetition_penalty <= 0) input_error("config: rep_pen=", val, ": expected a number > 0");
+    } else if (key == "presence_pen") rc.sampling.presence_penalty = parse_num(key, val, -100, 100);
+    else if (key == "seed") rc.sampling.seed = parse_u64(key, val);
+    else if (key == "fault") {
+      const auto& known = known_fault_names();
+      if (std::find(known.begin(), known.end(), val) == known.end()) {
+        std::string names;
+        for (const auto& n : known) names += (names.empty() ? "" : ", ") + n;
+        input_error("config: unknown fault '", val, "'; expected one of ", names);
+      }
+      rc.faults.push_back({val, scope.value_or(LayerScope{})});
+    }
+  }
+  return rc;
+}
+
+RunConfig parse_run_config(const std::string& text) { return apply_run_config(RunConfig{}, text); }
+
+std::string RunConfig::str() const {
+  const RunConfig d;
+  std::vector<std::string> out;
+  if (backend != d.backend) out.push_back(cat("backend=", enum_name(backend, kBackend)));
+  if (precision != d.precision) out.push_back(cat("precision=", enum_name(precision, kPrecision)));
+  scoped_str(out, "attn", attn, d.attn.base, false, kAttn);
+  scoped_str(out, "gdn", gdn, d.gdn.base, false, kGdn);
+  scoped_str(out, "ssm_dtype", ssm_dtype, d.ssm_dtype.base, ssm_dtype_set, kSsm);
+  scoped_str(out, "conv_dtype", conv_dtype, d.conv_dtype.base, conv_dtype_set, kConv);
+  scoped_str(out, "kv_dtype", kv_dtype, d.kv_dtype.base, false, kKv);
+  if (mtp != d.mtp) out.push_back(cat("mtp=", mtp));
+  if (graphs) out.push_back(cat("graphs=", *graphs ? "on" : "off"));
+  if (gemm) out.push_back(cat("gemm=", *gemm));
+  if (tp != d.tp) out.push_back(cat("tp=", tp));
+  if (batch != d.batch) out.push_back("batch=all");
+  const SamplingParams& s = sampling;
+  const SamplingParams& ds = d.sampling;
+  if (s.temperature != ds.temperature) out.push_back("temp=" + num_str(s.temperature));
+  if (s.top_p != ds.top_p) out.push_back("top_p=" + num_str(s.top_p));
+  if (s.top_k != ds.top_k) out.push_back(cat("top_k=", s.top_k));
+  if (s.min_p != ds.min_p) out.push_back("min_p=" + num_str(s.min_p));
+  if (s.repetition_penalty != ds.repetition_penalty) out.push_back("rep_pen=" + num_str(s.repetition_penalty));
+  if (s.presence_penalty != ds.presence_penalty) out.push_back("presence_pen=" + num_str(s.presence_penalty));
+  if (s.seed != ds.seed) out.push_back(cat("seed=", s.seed));
+  for (const auto& f : faults) out.push_back("fault=" + f.name + f.scope.str());
+  if (out.empty()) return "default";
+  std::string r;
+  for (size_t i = 0; i < out.size(); ++i) r += (i ? "," : "") + out[i];
+  return r;
+}
+
+DType RunConfig::ssm_dtype_at(int layer, const ModelConfig& cfg) const {
+  DType base = ssm_dtype.base;
+  if (!ssm_dtype_set) {
+    base = DType::f32;
+    if (cfg.mamba_ssm_dtype == std::optional<std::string>("bfloat16")) base = DType::bf16;
+    if (cfg.mamba_ssm_dtype == std::optional<std::string>("float16")) base = DType::f16;
+  }
+  Scoped<DType> s{base, ssm_dtype.overrides};
+  return s.at(layer, &cfg);
+}
+
+DType RunConfig::conv_dtype_at(int layer, const ModelConfig* cfg) const {
+  // Unset: fp32 for the reference, bf16 (the activation dtype, as HF and the engines keep it) under
+  // GPU emulation and on cuda.
+  DType base = conv_dtype_set ? conv_dtype.base
+                              : ((precision == Precision::bf16 || backend == BackendKind::cuda) ? DType::bf16 : DType::f32);
+  Scoped<DType> s{base, conv_dtype.overrides};
+  return s.at(layer, cfg);
+}
+
+std::vector<std::string> RunConfig::faults_at(int layer, const ModelConfig* cfg) const {
+  std::vector<std::string> out;
+  for (const auto& f : faults)
+    if (f.scope.all || (layer >= 0 && f.scope.contains(layer, cfg))) out.push_back(f.name);
+  return out;
+}
+
+bool RunConfig::has_fault(const std::string& name, int layer, const ModelConfig* cfg) const {
+  for (const auto& f : faults)
+    if (f.name == name && (f.scope.all || (layer >= 0 && f.scope.contains(layer, cfg)))) return true;
+  return false;
+}
+
+std::string RunConfig::untestable_reason(bool cuda_built) const {
+  if (backend == BackendKind::cpu) {
+    if (graphs) return "graphs is a CUDA toggle (backend=cuda); the CPU path has no graphs";
+    if (gemm) return "gemm is a CUDA toggle (backend=cuda); the CPU path has one matrix product";
+  } else {
+    if (!cuda_built) return "this build has no CUDA backend (rebuild with nvcc and -DDEGEN_CUDA=ON)";
+    if (precision != Precision::ref) return "precision is a CPU toggle; the CUDA path stores bf16 by construction";
+  }
+  return "";
+}
+
+void validate_run_config(const RunConfig& rc, const ModelConfig& cfg) {
+  auto check_scope = [&](const char* key, const LayerScope& s) {
+    for (const auto& r : s.ranges)
+      if (r.b >= cfg.num_layers)
+        input_error("config: ", key, s.str(), ": layer ", r.b, " is outside the model (layers 0..", cfg.num_layers - 1, ")");
+  };
+  for (const auto& e : rc.attn.overrides) check_scope("attn", e.scope);
+  for (const auto& e : rc.gdn.overrides) check_scope("gdn", e.scope);
+  for (const auto& e : rc.ssm_dtype.overrides) check_scope("ssm_dtype", e.scope);
+  for (const auto& e : rc.conv_dtype.overrides) check_scope("conv_dtype", e.scope);
+  for (const auto& e : rc.kv_dtype.overrides) check_scope("kv_dtype", e.scope);
+  for (const auto& f : rc.faults) check_scope("fault", f.scope);
+  if (rc.sampling.top_k > cfg.vocab_size)
+    input_error("config: top_k=", rc.sampling.top_k, " exceeds the vocabulary (", cfg.vocab_size, ")");
+}
+
+}  // namespace degen

@@ -1,0 +1,113 @@
+// RunConfig: one configuration of the toggles of DESIGN.md §5, parsed from "key=value,key=value"
+// and printed back canonically (the canonical string names sweep cells and report rows).
+// Layer-scopable toggles take a scope: "ssm_dtype=bf16@17", "@12-19", "@linear", "@full",
+// several joined with '+': "fault=rope-interleaved@3+7". A later entry for the same key overrides
+// an earlier one on the layers they share.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/sampler.h"
+#include "model/config.h"
+#include "util/dtype.h"
+
+namespace degen {
+
+enum class BackendKind : uint8_t { cpu, cuda };
+// cpu only: ref = golden fp32 (fp64 reductions); fp64 = everything double; bf16 = GPU storage emulation.
+enum class Precision : uint8_t { ref, fp64, bf16 };
+enum class AttnAlgo : uint8_t { naive, flash, splitkv };
+enum class BatchMode : uint8_t { one, all };
+
+// A set of layers. Empty `parts` with all=true means every layer.
+struct LayerScope {
+  struct Range { int a = 0, b = 0; };  // inclusive
+  bool all = true;
+  bool linear = false;   // every GDN layer
+  bool full = false;     // every full-attention layer
+  std::vector<Range> ranges;
+  bool contains(int layer, const ModelConfig* cfg) const;  // cfg needed for linear/full
+  std::string str() const;  // "" for all, else "@..." canonical (sorted, merged ranges)
+  static LayerScope parse(const std::string& text, const std::string& key);  // text after '@'
+  static LayerScope of_layers(const std::vector<int>& layers);
+  // Layers in [0, n) the scope selects.
+  std::vector<int> layers(int n, const ModelConfig* cfg) const;
+};
+
+template <typename T>
+struct ScopedEntry {
+  T value;
+  LayerScope scope;
+};
+
+// A toggle whose value may differ per layer: default plus ordered overrides.
+template <typename T>
+struct Scoped {
+  T base;
+  std::vector<ScopedEntry<T>> overrides;  // applied in order; the last one containing a layer wins
+  T at(int layer, const ModelConfig* cfg) const {
+    T v = base;
+    for (const auto& e : overrides)
+      if (e.scope.contains(layer, cfg)) v = e.value;
+    return v;
+  }
+  bool uniform() const { return overrides.empty(); }
+};
+
+struct FaultSpec {
+  std::string name;   // a fault of the catalogue (src/diag/faults.h)
+  LayerScope scope;   // layers it applies to (all applicable layers when unscoped)
+};
+
+struct RunConfig {
+  BackendKind backend = BackendKind::cpu;
+  Precision precision = Precision::ref;
+  Scoped<AttnAlgo> attn{AttnAlgo::naive, {}};
+  Scoped<GdnAlgo> gdn{GdnAlgo::chunked, {}};
+  Scoped<DType> ssm_dtype{DType::f32, {}};   // storage of the recurrent state between steps
+  bool ssm_dtype_set = false;                // false: the checkpoint's mamba_ssm_dtype (else fp32)
+  Scoped<DType> conv_dtype{DType::f32, {}};  // storage of the conv window (precision=bf16 default: bf16)
+  bool conv_dtype_set = false;
+  Scoped<DType> kv_dtype{DType::bf16, {}};   // KV cache storage (bf16 or f8_e4m3)
+  int mtp = 0;                               // MTP draft tokens per step, 0 = off
+  std::optional<bool> graphs;                // cuda only; unset = off
+  std::optional<std::string> gemm;           // cuda only: cublas | simple; unset = cublas
+  int tp = 1;
+  BatchMode batch = BatchMode::one;
+  SamplingParams sampling;                   // temp, top_p, top_k, min_p, rep_pen, presence_pen, seed
+  std::vector<FaultSpec> faults;
+
+  // Canonical "key=value,..." of every toggle that differs from the default, in table order;
+  // "default" when none does.
+  std::string str() const;
+  bool operator==(const RunConfig& o) const { return str() == o.str(); }
+
+  // Effective storage dtypes at a layer, resolving the "unset" defaults from the model config.
+  DType ssm_dtype_at(int layer, const ModelConfig& cfg) const;
+  DType conv_dtype_at(int layer, const ModelConfig* cfg) const;
+  // Faults active at `layer` (-1: model-level faults such as the MTP ones).
+  std::vector<std::string> faults_at(int layer, const ModelConfig* cfg) const;
+  bool has_fault(const std::string& name, int layer, const ModelConfig* cfg) const;
+
+  // Why this configuration cannot run on its backend in this build, or "" when it can.
+  std::string untestable_reason(bool cuda_built) const;
+};
+
+// Parses "key=value,...". Unknown keys, bad values and bad scopes throw InputError naming them.
+RunConfig parse_run_config(const std::string& text);
+// Applies "key=value,..." on top of `base` (same rules).
+RunConfig apply_run_config(RunConfig base, const std::string& text);
+// Checks scopes against the model (layer indices in range) and model-dependent values.
+void validate_run_config(const RunConfig& rc, const ModelConfig& cfg);
+
+// The keys in canonical order, with their allowed values, for --help and error messages.
+struct ToggleInfo { const char* key; const char* values; const char* meaning; bool scoped; };
+const std::vector<ToggleInfo>& toggle_table();
+
+// Hook filled by the fault catalogue (src/diag/faults): the known fault names. Used by the parser.
+const std::vector<std::string>& known_fault_names();
+
+}  // namespace degen

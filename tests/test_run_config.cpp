@@ -1,0 +1,102 @@
+// RunConfig: parsing, canonical printing, layer scopes, validation errors (DESIGN.md §5).
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "diag/faults.h"
+#include "engine/run_config.h"
+#include "helpers.h"
+#include "model/safetensors.h"
+#include "util/error.h"
+
+using namespace degen;
+
+namespace {
+std::string err(const std::string& text) {
+  try {
+    parse_run_config(text);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+ModelConfig model_27b() {
+  return parse_model_config(nlohmann::json::parse(read_file(test::fixtures_dir() / "configs" / "qwen36-27b.json")), "27b");
+}
+}  // namespace
+
+TEST_CASE("run_config: canonical printing round-trips and orders keys") {
+  CHECK(parse_run_config("").str() == "default");
+  CHECK(parse_run_config("backend=cpu,precision=ref").str() == "default");  // defaults are omitted
+  RunConfig rc = parse_run_config("seed=3,attn=flash, precision=bf16 ,ssm_dtype=bf16@17,mtp=2");
+  CHECK(rc.str() == "precision=bf16,attn=flash,ssm_dtype=bf16@17,mtp=2,seed=3");
+  CHECK(parse_run_config(rc.str()) == rc);
+  RunConfig s = parse_run_config("temp=0.6,top_p=0.95,top_k=20,min_p=0,rep_pen=1.05,presence_pen=1.5");
+  CHECK(s.sampling.temperature == 0.6);
+  CHECK(s.sampling.top_k == 20);
+  CHECK(s.str() == "temp=0.6,top_p=0.95,top_k=20,rep_pen=1.05,presence_pen=1.5");
+  CHECK(parse_run_config(s.str()) == s);
+  CHECK(parse_run_config("ssm_dtype=fp32").str() == "ssm_dtype=fp32");  // explicit: overrides the checkpoint
+}
+
+TEST_CASE("run_config: layer scopes") {
+  ModelConfig c = model_27b();
+  RunConfig rc = parse_run_config("ssm_dtype=bf16@12-19+3,attn=flash@full,gdn=recurrent@linear");
+  CHECK(rc.ssm_dtype_at(12, c) == DType::bf16);
+  CHECK(rc.ssm_dtype_at(19, c) == DType::bf16);
+  CHECK(rc.ssm_dtype_at(3, c) == DType::bf16);
+  CHECK(rc.ssm_dtype_at(20, c) == DType::f32);  // from the checkpoint's mamba_ssm_dtype float32
+  CHECK(rc.attn.at(3, &c) == AttnAlgo::flash);
+  CHECK(rc.attn.at(4, &c) == AttnAlgo::naive);
+  CHECK(rc.gdn.at(4, &c) == GdnAlgo::recurrent);
+  CHECK(rc.gdn.at(3, &c) == GdnAlgo::chunked);
+  CHECK(rc.str() == "attn=flash@full,gdn=recurrent@linear,ssm_dtype=bf16@3+12-19");
+  // A later entry wins on the layers it covers; an unscoped one replaces everything before it.
+  RunConfig o = parse_run_config("ssm_dtype=bf16@10-20,ssm_dtype=fp16@15");
+  CHECK(o.ssm_dtype_at(14, c) == DType::bf16);
+  CHECK(o.ssm_dtype_at(15, c) == DType::f16);
+  CHECK(parse_run_config("ssm_dtype=bf16@3,ssm_dtype=fp16").ssm_dtype_at(3, c) == DType::f16);
+  CHECK(LayerScope::of_layers({5, 6, 7, 9}).str() == "@5-7+9");
+  CHECK(LayerScope::parse("linear", "x").layers(8, &c) == std::vector<int>{0, 1, 2, 4, 5, 6});
+  RunConfig f = parse_run_config("fault=rope-interleaved@7");
+  CHECK(f.has_fault("rope-interleaved", 7, &c));
+  CHECK_FALSE(f.has_fault("rope-interleaved", 3, &c));
+  CHECK(parse_run_config("fault=moe-no-renorm").has_fault("moe-no-renorm", 0, &c));
+}
+
+TEST_CASE("run_config: errors name the key, the value and what is allowed") {
+  CHECK(err("atn=flash").find("unknown key 'atn'") != std::string::npos);
+  CHECK(err("atn=flash").find("attn") != std::string::npos);
+  CHECK(err("attn=fast").find("expected one of naive, flash, splitkv") != std::string::npos);
+  CHECK(err("mtp=5").find("[0, 4]") != std::string::npos);
+  CHECK(err("temp=-1").find("temp=-1") != std::string::npos);
+  CHECK(err("top_p=0").find("(0, 1]") != std::string::npos);
+  CHECK(err("backend").find("expected key=value") != std::string::npos);
+  CHECK(err("mtp=1@3").find("cannot be scoped") != std::string::npos);
+  CHECK(err("ssm_dtype=bf16@").find("empty layer scope") != std::string::npos);
+  CHECK(err("ssm_dtype=bf16@5-2").find("bad layer scope") != std::string::npos);
+  CHECK(err("fault=rope-sideways").find("unknown fault 'rope-sideways'") != std::string::npos);
+  CHECK(err("attn=flash,,mtp=1").find("empty entry") != std::string::npos);
+  ModelConfig c = model_27b();
+  CHECK_THROWS_WITH_AS(validate_run_config(parse_run_config("ssm_dtype=bf16@64"), c),
+                       doctest::Contains("outside the model (layers 0..63)"), InputError);
+  CHECK_NOTHROW(validate_run_config(parse_run_config("ssm_dtype=bf16@63"), c));
+}
+
+TEST_CASE("run_config: toggles a backend cannot honour give a reason") {
+  CHECK(parse_run_config("graphs=on").untestable_reason(true).find("backend=cuda") != std::string::npos);
+  CHECK(parse_run_config("gemm=simple").untestable_reason(true).find("CUDA toggle") != std::string::npos);
+  CHECK(parse_run_config("backend=cuda").untestable_reason(false).find("no CUDA backend") != std::string::npos);
+  CHECK(parse_run_config("backend=cuda").untestable_reason(true).empty());
+  CHECK(parse_run_config("precision=bf16,attn=flash").untestable_reason(false).empty());
+}
+
+TEST_CASE("run_config: every catalogue fault parses, has an op, a description and a source") {
+  for (const auto& f : fault_catalogue()) {
+    CAPTURE(f.name);
+    CHECK(parse_run_config(std::string("fault=") + f.name).faults.size() == 1);
+    CHECK(std::string(f.description).size() > 10);
+    CHECK(std::string(f.source).size() > 5);
+  }
+  CHECK(fault_catalogue().size() >= 15);
+}
