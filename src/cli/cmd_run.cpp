@@ -1,0 +1,303 @@
+// `degenbisect run`: generate with the CPU reference engine from a prompt (plain, or rendered with the
+// model's chat template) or from token ids, and print the text (thinking part separated from the
+// answer), the token count and tokens/s. `--check-weights` scans every tensor for NaN/Inf.
+// The --config parsing here is deliberately small (backend, precision, gdn, sampling); a later issue
+// replaces it with the full RunConfig (DESIGN.md §5).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "cli/command.h"
+#include "cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "model/chat_template.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "util/error.h"
+
+namespace degen::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The toggles `run` understands for now.
+struct RunOptions {
+  CpuPrecision precision = CpuPrecision::ref;
+  GdnAlgo gdn = GdnAlgo::chunked;
+  SamplingParams sampling;  // temperature 0 = greedy
+};
+
+double parse_number(const std::string& key, const std::string& v) {
+  size_t used = 0;
+  double d = 0;
+  try {
+    d = std::stod(v, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || !std::isfinite(d)) input_error("--config ", key, "=", v, ": expected a number");
+  return d;
+}
+
+// "backend=cpu,precision=ref,gdn=chunked,temp=0.7,top_p=0.8,top_k=20,min_p=0,rep_pen=1,presence_pen=0,seed=1"
+RunOptions parse_run_config(const std::string& text) {
+  RunOptions o;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) input_error("--config: expected key=value, found '", item, "'");
+    const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    if (k == "backend") {
+      if (v == "cuda") throw UntestableError("run: backend=cuda is not available in `run` yet (CPU reference only)");
+      if (v != "cpu") input_error("--config backend=", v, ": expected cpu or cuda");
+    } else if (k == "precision") {
+      if (v == "ref") o.precision = CpuPrecision::ref;
+      else if (v == "fp64") o.precision = CpuPrecision::fp64;
+      else if (v == "bf16") throw UntestableError("run: precision=bf16 (GPU storage emulation) is not implemented yet");
+      else input_error("--config precision=", v, ": expected ref, fp64 or bf16");
+    } else if (k == "gdn") {
+      if (v == "chunked") o.gdn = GdnAlgo::chunked;
+      else if (v == "recurrent") o.gdn = GdnAlgo::recurrent;
+      else input_error("--config gdn=", v, ": expected chunked or recurrent");
+    } else if (k == "temp") {
+      o.sampling.temperature = parse_number(k, v);
+    } else if (k == "top_p") {
+      o.sampling.top_p = parse_number(k, v);
+    } else if (k == "top_k") {
+      double d = parse_number(k, v);
+      if (d != std::floor(d)) input_error("--config top_k=", v, ": expected an integer");
+      o.sampling.top_k = static_cast<int>(d);
+    } else if (k == "min_p") {
+      o.sampling.min_p = parse_number(k, v);
+    } else if (k == "rep_pen") {
+      o.sampling.repetition_penalty = parse_number(k, v);
+    } else if (k == "presence_pen") {
+      o.sampling.presence_penalty = parse_number(k, v);
+    } else if (k == "seed") {
+      double d = parse_number(k, v);
+      if (d < 0 || d != std::floor(d)) input_error("--config seed=", v, ": expected a non-negative integer");
+      o.sampling.seed = static_cast<uint64_t>(d);
+    } else {
+      input_error("--config: unknown key '", k, "' (run understands backend, precision, gdn, temp, top_p, top_k, "
+                  "min_p, rep_pen, presence_pen, seed)");
+    }
+  }
+  validate(o.sampling);
+  return o;
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || v < 0 || v > INT32_MAX)
+      input_error("--tokens: expected comma-separated non-negative ids, found '", item, "'");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) input_error("--tokens: no ids given");
+  return ids;
+}
+
+// Index of the first NaN/Inf element of a tensor, or -1.
+int64_t first_non_finite(const TensorView& t) {
+  const int64_t n = t.numel();
+  switch (t.dtype) {
+    case DType::bf16:
+    case DType::f16: {
+      const uint16_t mask = t.dtype == DType::bf16 ? 0x7f80 : 0x7c00;
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, t.data + 2 * i, 2);
+        if ((b & mask) == mask) return i;
+      }
+      return -1;
+    }
+    case DType::f32:
+    case DType::f64:
+    case DType::f8_e4m3:
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(t.at(static_cast<size_t>(i)))) return i;
+      return -1;
+    default:
+      return -1;  // integer tensors cannot hold NaN
+  }
+}
+
+// Scans every tensor; throws InputError naming each tensor with NaN/Inf. Returns the count scanned.
+size_t check_weights(const Checkpoint& ckpt) {
+  std::vector<std::string> bad;
+  size_t n = 0;
+  for (const TensorView* t : ckpt.tensors()) {
+    ++n;
+    int64_t i = first_non_finite(*t);
+    if (i >= 0)
+      bad.push_back(cat(t->name, " ", shape_str(t->shape), " ", dtype_name(t->dtype), ": element ", i, " is ",
+                        t->at(static_cast<size_t>(i)), " (file ", t->file, ")"));
+  }
+  if (!bad.empty()) {
+    std::string msg = cat(ckpt.dir().string(), ": ", bad.size(), " of ", n, " tensors contain NaN or Inf:");
+    for (const auto& b : bad) msg += "\n  " + b;
+    throw InputError(msg);
+  }
+  return n;
+}
+
+struct RunArgs {
+  std::string model;
+  std::vector<std::string> prompts;
+  std::string tokens;
+  std::string config;
+  std::string system;
+  bool chat = false;
+  bool no_think = false;
+  bool check = false;
+  int max_new_tokens = 64;
+};
+
+int run_run(const RunArgs& a) {
+  if (a.model.empty()) input_error("run: --model DIR is required");
+  const bool have_prompt = !a.prompts.empty(), have_tokens = !a.tokens.empty();
+  if (have_prompt && have_tokens) input_error("run: give --prompt or --tokens, not both");
+  if (!have_prompt && !have_tokens && !a.check) input_error("run: give --prompt TEXT or --tokens IDS (or --check-weights)");
+  if (a.max_new_tokens < 0) input_error("run: --max-new-tokens must be >= 0, found ", a.max_new_tokens);
+  const RunOptions opt = parse_run_config(a.config);
+  const fs::path dir = a.model;
+  auto model = load_model(dir);
+  const ModelConfig& cfg = model->config;
+
+  if (a.check) {
+    auto t0 = std::chrono::steady_clock::now();
+    size_t n = check_weights(*model->checkpoint);
+    std::printf("check-weights: all %zu tensors finite (%.1f s)\n", n,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (!have_prompt && !have_tokens) return 0;
+  }
+
+  // Tokenizer (optional with --tokens), stop ids, padding mask.
+  std::unique_ptr<Tokenizer> tok;
+  if (fs::exists(dir / "tokenizer.json")) tok = Tokenizer::load(dir / "tokenizer.json");
+  else if (have_prompt) input_error(dir.string(), ": no tokenizer.json, so --prompt cannot be encoded (use --tokens)");
+  std::vector<uint8_t> mask;
+  std::vector<int32_t> stops;
+  if (tok) {
+    mask = tok->padding_mask(cfg.vocab_size);
+    stops = stop_token_ids(dir / "generation_config.json", *tok);
+  } else {
+    for (int64_t e : cfg.eos_token_ids) stops.push_back(static_cast<int32_t>(e));
+  }
+
+  // Cases: each --prompt, or the one --tokens list.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> names;
+  bool opened_think = false;
+  if (have_tokens) {
+    prompts.push_back(parse_ids(a.tokens));
+    names.push_back("tokens");
+  } else {
+    const ChatFamily fam = chat_family_for_model_type(cfg.model_type);
+    opened_think = a.chat && fam == ChatFamily::qwen35 && !a.no_think;
+    for (size_t i = 0; i < a.prompts.size(); ++i) {
+      std::string text = a.chat ? render_single_turn(fam, a.system, a.prompts[i], !a.no_think) : a.prompts[i];
+      prompts.push_back(tok->encode(text));
+      names.push_back(cat("prompt ", i));
+    }
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) input_error("case '", names[i], "': the prompt encodes to no tokens");
+    for (int32_t id : prompts[i])
+      if (id >= cfg.vocab_size) input_error("case '", names[i], "': token id ", id, " >= vocab_size ", cfg.vocab_size);
+    if (cfg.max_position_embeddings > 0 && static_cast<int64_t>(prompts[i].size()) > cfg.max_position_embeddings)
+      input_error("case '", names[i], "': the prompt has ", prompts[i].size(), " tokens, more than the model's maximum "
+                  "context max_position_embeddings = ", cfg.max_position_embeddings);
+  }
+
+  CpuBackend be(opt.precision);
+  Engine eng(cfg, model->weights, be, EngineOptions{opt.gdn});
+  GenerateOptions go;
+  go.max_new_tokens = a.max_new_tokens;
+  go.stop_ids = stops;
+  go.sampling = opt.sampling;
+  go.vocab_mask = mask.empty() ? nullptr : &mask;
+  // NaN/Inf logits: find the tensor responsible (check_weights throws naming it) or say so.
+  bool warned = false;
+  Trace watch;
+  watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
+    if (ev.step != Step::logits || warned) return;
+    std::vector<float> v = b.to_host_f32(t);
+    for (size_t j = 0; j < v.size(); ++j) {
+      if (std::isnan(v[j]) || (std::isinf(v[j]) && v[j] > 0) || (std::isinf(v[j]) && (mask.empty() || !mask[j % cfg.vocab_size]))) {
+        check_weights(*model->checkpoint);
+        std::fprintf(stderr, "run: warning: non-finite logits (%g at id %zu) although every weight is finite\n",
+                     double(v[j]), j % cfg.vocab_size);
+        warned = true;
+        return;
+      }
+    }
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<GenerateResult> res = generate(eng, prompts, go, &watch);
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  for (size_t i = 0; i < res.size(); ++i) {
+    const GenerateResult& r = res[i];
+    std::printf("== case '%s' (%zu prompt tokens) ==\n", names[i].c_str(), prompts[i].size());
+    if (tok) {
+      std::vector<int32_t> shown = r.tokens;
+      if (r.reason == StopReason::stop_token && !shown.empty()) shown.pop_back();
+      ThinkingSplit s = split_thinking(tok->decode(shown), opened_think);
+      if (!s.thinking.empty() || s.closed || opened_think)
+        std::printf("[thinking]\n%s\n[answer]\n", s.thinking.c_str());
+      std::printf("%s\n", s.answer.c_str());
+    }
+    std::string ids;
+    for (size_t j = 0; j < r.tokens.size(); ++j) ids += (j ? "," : "") + std::to_string(r.tokens[j]);
+    std::printf("[ids] %s\n", ids.c_str());
+    const double dec_tok = r.tokens.size() > 1 ? double(r.tokens.size() - 1) : 0.0;
+    std::printf("-- %zu tokens (%s); prefill %zu tok in %.3f s (%.1f tok/s); decode %.1f tok/s\n", r.tokens.size(),
+                stop_reason_name(r.reason), prompts[i].size(), r.prefill_seconds,
+                r.prefill_seconds > 0 ? prompts[i].size() / r.prefill_seconds : 0.0,
+                r.decode_seconds > 0 ? dec_tok / r.decode_seconds : 0.0);
+  }
+  size_t generated = 0;
+  for (const auto& r : res) generated += r.tokens.size();
+  std::printf("total: %zu generated tokens in %.3f s (%.1f tok/s), backend %s, gdn=%s\n", generated, total,
+              total > 0 ? generated / total : 0.0, be.name().c_str(), gdn_algo_name(opt.gdn));
+  return 0;
+}
+
+CommandRegistrar reg("run", "Generate with the CPU reference engine and print text, token count and tok/s", 20,
+                     [](CLI::App* sub) -> std::function<int()> {
+  auto a = std::make_shared<RunArgs>();
+  sub->add_option("--model", a->model, "Model folder (config.json, *.safetensors, tokenizer.json)");
+  sub->add_option("--prompt", a->prompts, "Prompt text (repeat for a batch)");
+  sub->add_flag("--chat", a->chat, "Render the prompt with the model's chat template (one user turn)");
+  sub->add_option("--system", a->system, "With --chat: a system message");
+  sub->add_flag("--no-think", a->no_think, "With --chat: disable thinking (empty think block)");
+  sub->add_option("--tokens", a->tokens, "Prompt as comma-separated token ids instead of text");
+  sub->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate at most (default 64)");
+  sub->add_option("--config", a->config,
+                  "Toggles: backend=cpu, precision=ref|fp64, gdn=chunked|recurrent, temp, top_p, top_k, min_p, "
+                  "rep_pen, presence_pen, seed (default: greedy)");
+  sub->add_flag("--check-weights", a->check, "Scan every tensor for NaN/Inf first (alone: scan and exit)");
+  sub->footer("Examples:\n  degenbisect run --model models/tiny-qwen35 --prompt 'Hello' --chat\n"
+              "  degenbisect run --model DIR --tokens 1,2,3 --max-new-tokens 8 --config precision=fp64\n"
+              "  degenbisect run --model DIR --check-weights");
+  return [a] { return run_run(*a); };
+});
+
+}  // namespace
+}  // namespace degen::cli

@@ -1,0 +1,38 @@
+// Generation loop over the Engine: prefill every prompt of a batch in one forward, then one
+// decode step per token for the sequences still running, until a stop token, max_new_tokens or
+// the model's maximum context. Tokens are chosen by the shared sampler (engine/sampler.h):
+// temperature 0 is greedy (argmax, lowest id on ties); otherwise the coupled Philox draw keyed by
+// (seed, case index, position), so the CPU and a GPU path draw the same numbers.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+namespace degen {
+
+struct GenerateOptions {
+  int max_new_tokens = 64;
+  std::vector<int32_t> stop_ids;                     // generation ends after emitting one of these
+  SamplingParams sampling;                           // temperature 0 = greedy
+  const std::vector<uint8_t>* vocab_mask = nullptr;  // [V] 1 = never chosen (padding ids); masked to -inf
+  uint32_t first_case = 0;                           // case index of prompt 0 (prompt i: first_case + i)
+};
+
+enum class StopReason : uint8_t { stop_token, max_tokens, max_context };
+const char* stop_reason_name(StopReason r);
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids, the stop token included when there was one
+  StopReason reason = StopReason::max_tokens;
+  double prefill_seconds = 0;   // wall time of the batch prefill (shared by the batch)
+  double decode_seconds = 0;    // wall time of the decode steps this sequence took part in
+};
+
+// Throws InputError for an empty prompt or bad sampling parameters.
+std::vector<GenerateResult> generate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                     const GenerateOptions& options, Trace* trace = nullptr);
+
+}  // namespace degen
