@@ -1,0 +1,207 @@
+// `degenbisect bench --backend cpu`: throughput of the CPU reference engine on a real or synthetic
+// checkpoint: prefill and decode tokens/s, achieved GFLOP/s of the matrix products against Eigen's own
+// fp32 GEMM peak measured in the same run (same flags, same threads), weight bytes streamed per
+// decode step against a memcpy bandwidth probe, and peak resident memory against the checkpoint's
+// fp32 size (the engine never copies the model to fp32 as a whole).
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include "cli/command.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/eigen.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "engine/engine.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "util/error.h"
+
+namespace degen::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Eigen fp32 GEMM Y[M, N] = X[M, K] Wᵀ with W [N, K] row-major already in fp32, the output rows of W
+// split evenly over the threads (each an Eigen serial GEMM): the best this build can do on the
+// shapes the engine multiplies. Best of `reps`. Returns GFLOP/s.
+double eigen_gemm_peak(int64_t M, int64_t K, int64_t N, int reps) {
+  using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  Mat X = Mat::Random(M, K), W = Mat::Random(N, K), Y(M, N);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = clock_type::now();
+#pragma omp parallel
+    {
+#ifdef _OPENMP
+      const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+      const int nt = 1, id = 0;
+#endif
+      const int64_t n0 = N * id / nt, n1 = N * (id + 1) / nt;
+      Y.middleCols(n0, n1 - n0).noalias() = X * W.middleRows(n0, n1 - n0).transpose();
+    }
+    best = std::min(best, seconds_since(t0));
+  }
+  return 2.0 * double(M) * double(K) * double(N) / best / 1e9;
+}
+
+// memcpy of `bytes` split over the threads, best of `reps`: bytes copied per second (each byte is
+// read once and written once, so the memory traffic is twice this).
+double memcpy_bandwidth(size_t bytes, int reps) {
+  std::vector<uint8_t> src(bytes, 1), dst(bytes, 0);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = clock_type::now();
+#pragma omp parallel
+    {
+#ifdef _OPENMP
+      const size_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+      const size_t nt = 1, id = 0;
+#endif
+      const size_t b0 = bytes * id / nt, b1 = bytes * (id + 1) / nt;
+      std::memcpy(dst.data() + b0, src.data() + b0, b1 - b0);
+    }
+    best = std::min(best, seconds_since(t0));
+  }
+  if (dst[bytes / 2] != 1) std::abort();  // keep the copy observable
+  return double(bytes) / best;
+}
+
+double peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) * 1024.0;  // Linux: kilobytes
+}
+
+struct BenchArgs {
+  std::string backend = "cpu";
+  std::string model;
+  std::string preset;
+  std::string precision = "ref";
+  int prefill = 128;
+  int decode = 8;
+};
+
+int run_bench(const BenchArgs& a) {
+  if (a.backend == "cuda") throw UntestableError("bench: --backend cuda is not available yet");
+  if (a.backend != "cpu") input_error("bench: --backend must be cpu or cuda, found '", a.backend, "'");
+  if (a.model.empty() == a.preset.empty()) input_error("bench: give exactly one of --model DIR or --preset NAME");
+  if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
+  CpuPrecision prec = CpuPrecision::ref;
+  if (a.precision == "fp64") prec = CpuPrecision::fp64;
+  else if (a.precision != "ref") input_error("bench: --precision must be ref or fp64, found '", a.precision, "'");
+
+  // A preset is written by a child `degenbisect synth`, so its memory does not count in our peak RSS.
+  fs::path dir = a.model, tmp;
+  if (!a.preset.empty()) {
+    find_synth_preset(a.preset);  // InputError listing the names
+    tmp = fs::temp_directory_path() / cat("degen-bench-", a.preset, "-", getpid());
+    std::string self = fs::read_symlink("/proc/self/exe").string();
+    std::string cmd = cat("'", self, "' synth --preset '", a.preset, "' --out '", tmp.string(), "' >&2");
+    std::fprintf(stderr, "bench: writing preset %s to %s ...\n", a.preset.c_str(), tmp.c_str());
+    if (std::system(cmd.c_str()) != 0) input_error("bench: could not write preset ", a.preset, " to ", tmp.string());
+    dir = tmp;
+  }
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!p.empty()) fs::remove_all(p, ec);
+    }
+  } cleanup{tmp};
+
+  auto model = load_model(dir);
+  const ModelConfig& cfg = model->config;
+  double params = 0, stored = 0;
+  for (const TensorView* t : model->checkpoint->tensors()) {
+    params += double(t->numel());
+    stored += double(t->nbytes);
+  }
+  const double fp32_bytes = params * 4;
+  std::printf("model    %s: %s, %d layers %s, H %lld, V %lld, %.1fM parameters, %.2f GB stored, %.2f GB as fp32\n",
+              dir.c_str(), arch_name(cfg.arch), cfg.num_layers, cfg.layer_map().c_str(),
+              static_cast<long long>(cfg.hidden_size), static_cast<long long>(cfg.vocab_size), params / 1e6,
+              stored / 1e9, fp32_bytes / 1e9);
+  std::printf("backend  cpu:%s, %d threads\n", cpu_precision_name(prec), CpuBackend::num_threads());
+
+  // Probes first (they allocate and free their own buffers).
+  const int64_t ffn = cfg.intermediate_size > 0 ? cfg.intermediate_size : cfg.moe_intermediate_size;
+  const double peak = eigen_gemm_peak(a.prefill, cfg.hidden_size, std::max<int64_t>(ffn, cfg.hidden_size), 3);
+  const double bw = memcpy_bandwidth(size_t(256) << 20, 3);
+  std::printf("probe    Eigen fp32 GEMM [%d x %lld] x [%lld x %lld]: %.1f GFLOP/s;  memcpy 256 MiB: %.2f GB/s copied "
+              "(%.2f GB/s read+write)\n",
+              a.prefill, static_cast<long long>(cfg.hidden_size), static_cast<long long>(cfg.hidden_size),
+              static_cast<long long>(std::max<int64_t>(ffn, cfg.hidden_size)), peak, bw / 1e9, 2 * bw / 1e9);
+
+  CpuBackend be(prec);
+  Engine eng(cfg, model->weights, be, EngineOptions{GdnAlgo::chunked});
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(std::min<int64_t>(cfg.vocab_size, 1 << 30) - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(a.prefill));
+  for (auto& t : prompt) t = pick(rng);
+
+  // Prefill.
+  SeqState st = eng.new_state();
+  be.stats().reset();
+  auto t0 = clock_type::now();
+  ForwardOutput out = eng.forward({SeqInput{&st, prompt}});
+  const double t_pre = seconds_since(t0);
+  const CpuStats pre = be.stats();
+  std::printf("prefill  %d tokens in %.2f s: %.1f tok/s; matmul %.1f GFLOP/s (%.0f%% of the Eigen peak), "
+              "%.0f%% of the time in matmul\n",
+              a.prefill, t_pre, a.prefill / t_pre, pre.matmul_flops / pre.matmul_seconds / 1e9,
+              100.0 * pre.matmul_flops / pre.matmul_seconds / 1e9 / peak, 100.0 * pre.matmul_seconds / t_pre);
+
+  // Decode (greedy on the logits, one token per step).
+  std::vector<float> lg = be.to_host_f32(out.logits);
+  be.stats().reset();
+  t0 = clock_type::now();
+  for (int s = 0; s < a.decode; ++s) {
+    int32_t next = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+    lg = be.to_host_f32(eng.forward({SeqInput{&st, {next}}}).logits);
+  }
+  const double t_dec = seconds_since(t0);
+  const CpuStats dec = be.stats();
+  const double step = t_dec / a.decode, bytes_step = dec.weight_bytes / a.decode;
+  std::printf("decode   %d tokens in %.2f s: %.2f tok/s; matmul %.2f GFLOP/s; %.3f GB of weights streamed per step "
+              "= %.2f GB/s, %.0f%% of the memcpy copy rate (%.0f%% of its read+write traffic)\n",
+              a.decode, t_dec, a.decode / t_dec, dec.matmul_flops / dec.matmul_seconds / 1e9, bytes_step / 1e9,
+              bytes_step / step / 1e9, 100.0 * bytes_step / step / bw, 50.0 * bytes_step / step / bw);
+
+  const double rss = peak_rss_bytes();
+  std::printf("memory   peak RSS %.2f GB = %.0f%% of the checkpoint's fp32 size (%.2f GB); stored weights %.2f GB "
+              "(memory-mapped, counted in RSS once touched)\n",
+              rss / 1e9, 100.0 * rss / fp32_bytes, fp32_bytes / 1e9, stored / 1e9);
+  return 0;
+}
+
+CommandRegistrar reg("bench", "Benchmark the CPU reference engine (tok/s, GFLOP/s vs Eigen peak, GB/s vs memcpy, RSS)",
+                     80, [](CLI::App* sub) -> std::function<int()> {
+  auto a = std::make_shared<BenchArgs>();
+  sub->add_option("--backend", a->backend, "cpu (cuda: later)");
+  sub->add_option("--model", a->model, "Model folder");
+  sub->add_option("--preset", a->preset, "Synthetic preset written to a temporary folder first (e.g. bench-1b)");
+  sub->add_option("--precision", a->precision, "ref or fp64");
+  sub->add_option("--prefill", a->prefill, "Prompt tokens for the prefill measurement (default 128)");
+  sub->add_option("--decode", a->decode, "Decode steps (default 8)");
+  sub->footer("Example:\n  degenbisect bench --backend cpu --preset bench-1b");
+  return [a] { return run_bench(*a); };
+});
+
+}  // namespace
+}  // namespace degen::cli
