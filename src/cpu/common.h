@@ -1,5 +1,10 @@
 // Internal helpers of the CPU backend: dtype dispatch, weight-row conversion, shape checks.
 #pragma once
+#include <bit>
+#include <type_traits>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -19,17 +24,30 @@ decltype(auto) dispatch(DType t, F&& f) {
 }
 
 // Elements [i0, i0 + n) of a weight (any float dtype) converted to T (exact for bf16/f16/f32 -> f32).
+// note: the bf16 path is a plain shift written so that the compiler vectorises it; it is the inner
+// loop of every decode step (weights are converted tile by tile as they are streamed).
 template <typename T>
-void load_weight(const TensorView& w, size_t i0, size_t n, T* out) {
+void load_weight(const TensorView& w, size_t i0, size_t n, T* __restrict out) {
   switch (w.dtype) {
     case DType::f32: {
-      const float* p = reinterpret_cast<const float*>(w.data) + i0;
+      const float* __restrict p = reinterpret_cast<const float*>(w.data) + i0;
       for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(p[i]);
       return;
     }
     case DType::bf16: {
-      const uint16_t* p = reinterpret_cast<const uint16_t*>(w.data) + i0;
-      for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(bf16_to_f32(p[i]));
+      const uint16_t* __restrict p = reinterpret_cast<const uint16_t*>(w.data) + i0;
+      size_t i = 0;
+#ifdef __SSE2__
+      if constexpr (std::is_same_v<T, float>) {  // interleave zeros below each bf16: exact fp32 bits
+        const __m128i zero = _mm_setzero_si128();
+        for (; i + 8 <= n; i += 8) {
+          const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+          _mm_storeu_ps(out + i, _mm_castsi128_ps(_mm_unpacklo_epi16(zero, h)));
+          _mm_storeu_ps(out + i + 4, _mm_castsi128_ps(_mm_unpackhi_epi16(zero, h)));
+        }
+      }
+#endif
+      for (; i < n; ++i) out[i] = static_cast<T>(std::bit_cast<float>(static_cast<uint32_t>(p[i]) << 16));
       return;
     }
     case DType::f16: {
