@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 
+#include "engine/generate.h"
 #include "engine_test_util.h"
 #include "tolerances.h"
 
@@ -141,4 +142,46 @@ TEST_CASE("engine: fp64 reference matches HF transformers") {
   for (const auto& dir : hf_fixtures()) {
     SUBCASE(dir.filename().string().c_str()) { check_fixture(dir, GdnAlgo::chunked, CpuPrecision::fp64); }
   }
+}
+
+TEST_CASE("engine: generate() reproduces HF's greedy continuation, alone and in a batch") {
+  for (const auto& dir : hf_fixtures()) {
+    SUBCASE(dir.filename().string().c_str()) {
+      auto ref = SafetensorsFile::open(dir / "reference.safetensors");
+      LoadedModel m(dir);
+      const std::vector<int32_t> ids = ref_ids(*ref, "input_ids"), gen = ref_ids(*ref, "gen_ids");
+      GenerateOptions go;
+      go.max_new_tokens = static_cast<int>(gen.size());
+      std::vector<GenerateResult> one = generate(*m.eng, {ids}, go);
+      CHECK(one[0].tokens == gen);
+      CHECK(one[0].reason == StopReason::max_tokens);
+      // batched with a shorter prompt: the fixture's sequence is unaffected
+      std::vector<int32_t> other(ids.begin(), ids.begin() + 9);
+      std::vector<GenerateResult> two = generate(*m.eng, {other, ids}, go);
+      CHECK(two[1].tokens == gen);
+      // a stop id ends that sequence after emitting it
+      go.stop_ids = {gen[2]};
+      std::vector<GenerateResult> stopped = generate(*m.eng, {ids}, go);
+      const size_t first = static_cast<size_t>(std::find(gen.begin(), gen.end(), gen[2]) - gen.begin());
+      CHECK(stopped[0].tokens == std::vector<int32_t>(gen.begin(), gen.begin() + first + 1));
+      CHECK(stopped[0].reason == StopReason::stop_token);
+    }
+  }
+}
+
+TEST_CASE("engine: sampled generation is deterministic for a seed and differs across seeds") {
+  const fs::path dir = fixtures_dir() / "hf" / "qwen35-dense";
+  auto ref = SafetensorsFile::open(dir / "reference.safetensors");
+  LoadedModel m(dir);
+  const std::vector<int32_t> ids = ref_ids(*ref, "input_ids");
+  GenerateOptions go;
+  go.max_new_tokens = 12;
+  go.sampling.temperature = 1.0;
+  go.sampling.top_p = 0.95;
+  go.sampling.seed = 7;
+  auto a = generate(*m.eng, {ids}, go), b = generate(*m.eng, {ids}, go);
+  CHECK(a[0].tokens == b[0].tokens);
+  go.sampling.seed = 8;
+  auto c = generate(*m.eng, {ids}, go);
+  CHECK(a[0].tokens != c[0].tokens);
 }
