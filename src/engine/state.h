@@ -2,6 +2,8 @@
 // window and recurrent state per Gated DeltaNet layer, and the MTP layer's own KV cache.
 // States are allocated by the backend (so they live on its device) and can be snapshotted
 // (deep copy) for MTP rollback (spec §5.4).
+// note: copying a SeqState by value shares its buffers (Tensors are reference-counted views);
+// Engine::snapshot() makes an independent copy.
 #pragma once
 #include <cstdint>
 #include <vector>
