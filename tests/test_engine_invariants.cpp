@@ -572,6 +572,23 @@ TEST_CASE("engine: MTP drafts from the target's post-norm hidden states") {
   CHECK(d.cols() == m.cfg.vocab_size);
 }
 
+TEST_CASE("engine: the MTP head runs with a MoE MTP layer (Qwen3.5-MoE, Qwen3-Next)") {
+  for (const char* preset : {"tiny-qwen35-moe", "tiny-qwen3next"}) {
+    SUBCASE(preset) {
+      SynthModel sm(preset);
+      LoadedModel& m = *sm.m;
+      REQUIRE(m.eng->has_mtp());
+      CHECK(m.w.mtp[0].layer.moe);
+      const int64_t H = m.cfg.hidden_size;
+      SeqState st = m.eng->new_state();
+      std::vector<double> d = m.be->to_host_f64(
+          m.eng->mtp({MtpInput{&st, m.be->from_host(normal(4 * H, 3), {4, H}), random_ids(4, m.cfg.vocab_size, 4)}}));
+      CHECK(d.size() == static_cast<size_t>(4 * m.cfg.vocab_size));
+      CHECK(std::all_of(d.begin(), d.end(), [](double x) { return std::isfinite(x); }));
+    }
+  }
+}
+
 // ---------------------------------------------------------------- Trace
 
 TEST_CASE("engine: trace names are unique, every layer step is offered, and an observer may replace a tensor") {
