@@ -1,0 +1,865 @@
+// Metrics of ../shared/spec/metrics.md: tensor error, noise floor, logit distribution and its
+// summary, degeneration, speculative decoding, verdicts. Definitions and edge cases: metrics.h.
+// note: plain fp64 loops on purpose (STYLE.md principle 7): these numbers decide verdicts.
+#include "diag/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace degen::metrics {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// a/b with the 0/0 = 0 and x/0 = +inf conventions of the spec's edge cases.
+double safe_ratio(double num, double den) {
+  if (den == 0) return num == 0 ? 0.0 : kInf;
+  return num / den;
+}
+
+bool same_nonfinite(double a, double r) {
+  if (std::isnan(r)) return std::isnan(a);
+  return a == r;  // same signed infinity
+}
+
+template <typename T>
+TensorError tensor_error_impl(std::span<const T> a, std::span<const T> r) {
+  if (a.size() != r.size())
+    throw std::invalid_argument(cat("tensor_error: size mismatch, tested has ", a.size(),
+                                    " elements, reference has ", r.size()));
+  TensorError e;
+  e.n = static_cast<int64_t>(a.size());
+  // Pass 1: sums over the compared elements.
+  double sum_d2 = 0, sum_r2 = 0, sum_a2 = 0, sum_ar = 0, sum_r = 0;
+  bool rtol_inf = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double ai = a[i], ri = r[i];
+    if (!std::isfinite(ri)) {
+      ++e.ref_nonfinite;
+      if (!same_nonfinite(ai, ri)) ++e.ref_nonfinite_mismatch;
+      continue;
+    }
+    if (!std::isfinite(ai)) {
+      ++e.nonfinite;
+      continue;
+    }
+    ++e.n_compared;
+    double d = ai - ri, ad = std::fabs(d);
+    sum_d2 += d * d;
+    sum_r2 += ri * ri;
+    sum_a2 += ai * ai;
+    sum_ar += ai * ri;
+    sum_r += ri;
+    if (e.argmax_abs < 0 || ad > e.max_abs) {
+      e.max_abs = ad;
+      e.argmax_abs = static_cast<int64_t>(i);
+    }
+    if (ri != 0) e.min_rtol = std::max(e.min_rtol, ad / std::fabs(ri));
+    else if (d != 0) rtol_inf = true;
+  }
+  if (rtol_inf) e.min_rtol = kInf;
+  e.min_atol = e.max_abs;
+  e.nmse = safe_ratio(sum_d2, sum_r2);
+  e.rel_l2 = std::sqrt(e.nmse);
+  e.cos_dist = sum_a2 + sum_r2 == 0 ? 0.0 : 1.0 - 2.0 * sum_ar / (sum_a2 + sum_r2);
+  if (sum_a2 == 0 && sum_r2 == 0) e.cosine = 1.0;
+  else if (sum_a2 == 0 || sum_r2 == 0) e.cosine = 0.0;
+  else e.cosine = sum_ar / (std::sqrt(sum_a2) * std::sqrt(sum_r2));
+  // Pass 2: the population variance of r (two passes: no cancellation for large means).
+  if (e.n_compared > 0) {
+    double mean_r = sum_r / static_cast<double>(e.n_compared), var = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      double ai = a[i], ri = r[i];
+      if (!std::isfinite(ri) || !std::isfinite(ai)) continue;
+      var += (ri - mean_r) * (ri - mean_r);
+    }
+    var /= static_cast<double>(e.n_compared);
+    e.nmse_var = safe_ratio(sum_d2 / static_cast<double>(e.n_compared), var);
+  }
+  return e;
+}
+
+template <typename T>
+double min_atol_impl(std::span<const T> a, std::span<const T> r, double rtol) {
+  if (a.size() != r.size())
+    throw std::invalid_argument(cat("min_atol_at_rtol: size mismatch ", a.size(), " vs ", r.size()));
+  double atol = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double ai = a[i], ri = r[i];
+    if (!std::isfinite(ai) || !std::isfinite(ri)) continue;
+    atol = std::max(atol, std::fabs(ai - ri) - rtol * std::fabs(ri));
+  }
+  return atol;
+}
+
+bool is_real(std::span<const uint8_t> excluded, size_t i) { return excluded.empty() || excluded[i] == 0; }
+
+void check_mask(std::span<const uint8_t> excluded, size_t V, const char* who) {
+  if (!excluded.empty() && excluded.size() != V)
+    throw std::invalid_argument(cat(who, ": padding mask has ", excluded.size(), " entries, logits have ", V));
+}
+
+// The k' = min(k, real ids) best real ids by logit, best first, ties by lowest id. One pass with
+// a k-element heap whose top is the worst kept id: O(V log k), no V-sized allocation.
+std::vector<int32_t> top_ids(std::span<const float> logits, std::span<const uint8_t> excluded, int k) {
+  auto better = [&](int32_t x, int32_t y) {
+    if (logits[x] != logits[y]) return logits[x] > logits[y];
+    return x < y;
+  };
+  const size_t kk = static_cast<size_t>(std::max(k, 0));
+  std::vector<int32_t> heap;
+  if (kk == 0) return heap;
+  heap.reserve(kk);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!is_real(excluded, i)) continue;
+    int32_t id = static_cast<int32_t>(i);
+    if (heap.size() < kk) {
+      heap.push_back(id);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better(id, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = id;
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort(heap.begin(), heap.end(), better);
+  return heap;
+}
+
+double overlap(std::vector<int32_t> a, std::vector<int32_t> b) {
+  if (a.empty()) return 0;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  std::vector<int32_t> both;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  return static_cast<double>(both.size()) / static_cast<double>(a.size());
+}
+
+// Count of NaN / +inf among the real ids; `all_neg_inf` set when no real logit exceeds -inf.
+int64_t undefined_logits(std::span<const float> logits, std::span<const uint8_t> excluded, bool& all_neg_inf) {
+  int64_t bad = 0;
+  all_neg_inf = true;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!is_real(excluded, i)) continue;
+    float v = logits[i];
+    if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) ++bad;
+    else if (v != -std::numeric_limits<float>::infinity()) all_neg_inf = false;
+  }
+  return bad;
+}
+
+size_t count_real(std::span<const uint8_t> excluded, size_t V) {
+  if (excluded.empty()) return V;
+  return static_cast<size_t>(std::count(excluded.begin(), excluded.end(), uint8_t{0}));
+}
+
+void check_golden_defined(std::span<const float> golden, std::span<const uint8_t> excluded, const char* who) {
+  bool all_neg_inf = false;
+  int64_t bad = undefined_logits(golden, excluded, all_neg_inf);
+  if (bad > 0) throw std::invalid_argument(cat(who, ": golden logits have ", bad, " NaN/+inf values"));
+  if (all_neg_inf) throw std::invalid_argument(cat(who, ": golden logits are all -inf"));
+}
+
+// Order for sorting summaries: NaN last.
+bool less_nan_last(double x, double y) {
+  if (std::isnan(x)) return false;
+  if (std::isnan(y)) return true;
+  return x < y;
+}
+
+// Ids of the sorted n-grams of x starting at 0..T-n, for counting unique n-grams.
+int64_t count_unique_ngrams(const std::vector<std::span<const int32_t>>& grams) {
+  std::vector<std::span<const int32_t>> g = grams;
+  auto lex_less = [](std::span<const int32_t> a, std::span<const int32_t> b) {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end());
+  };
+  std::sort(g.begin(), g.end(), lex_less);
+  int64_t unique = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (i == 0 || lex_less(g[i - 1], g[i])) ++unique;
+  return unique;
+}
+
+void check_n(int n, const char* who) {
+  if (n < 1) throw std::invalid_argument(cat(who, ": n must be >= 1, found ", n));
+}
+
+}  // namespace
+
+// ---- JSON helpers ----
+
+nlohmann::json json_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+nlohmann::json json_number(const std::optional<double>& v) {
+  return v ? json_number(*v) : nlohmann::json(nullptr);
+}
+
+double number_from_json(const nlohmann::json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (s == "inf") return kInf;
+    if (s == "-inf") return -kInf;
+    if (s == "nan") return kNaN;
+  }
+  throw std::invalid_argument(cat("number_from_json: expected a number or \"inf\"/\"-inf\"/\"nan\", found ", j.dump()));
+}
+
+// ==== §1 ====
+
+TensorError tensor_error(std::span<const float> a, std::span<const float> r) { return tensor_error_impl(a, r); }
+TensorError tensor_error(std::span<const double> a, std::span<const double> r) { return tensor_error_impl(a, r); }
+double nmse(std::span<const float> a, std::span<const float> r) { return tensor_error_impl(a, r).nmse; }
+double nmse(std::span<const double> a, std::span<const double> r) { return tensor_error_impl(a, r).nmse; }
+double min_atol_at_rtol(std::span<const double> a, std::span<const double> r, double rtol) {
+  return min_atol_impl(a, r, rtol);
+}
+
+nlohmann::json TensorError::to_json() const {
+  nlohmann::json j;
+  j["n"] = n;
+  j["n_compared"] = n_compared;
+  j["nonfinite"] = nonfinite;
+  j["ref_nonfinite"] = ref_nonfinite;
+  j["ref_nonfinite_mismatch"] = ref_nonfinite_mismatch;
+  j["nmse"] = json_number(nmse);
+  j["nmse_var"] = json_number(nmse_var);
+  j["rel_l2"] = json_number(rel_l2);
+  j["cos_dist"] = json_number(cos_dist);
+  j["cosine"] = json_number(cosine);
+  j["max_abs"] = json_number(max_abs);
+  j["argmax_abs"] = argmax_abs < 0 ? nlohmann::json(nullptr) : nlohmann::json(argmax_abs);
+  j["min_tol"] = {{"atol", json_number(min_atol)}, {"rtol", json_number(min_rtol)}};
+  return j;
+}
+
+double floor_ratio(double err, double floor) {
+  if (std::isnan(err) || std::isnan(floor)) return kNaN;
+  return safe_ratio(err, floor);
+}
+
+bool floor_pass(double err, double floor, const FloorRule& rule) {
+  return err <= rule.k * floor + rule.eps;  // false for NaN
+}
+
+std::optional<int64_t> first_floor_break(std::span<const double> err, std::span<const double> floor,
+                                         const FloorRule& rule) {
+  if (err.size() != floor.size())
+    throw std::invalid_argument(cat("first_floor_break: ", err.size(), " layer errors but ", floor.size(), " floors"));
+  for (size_t l = 0; l < err.size(); ++l)
+    if (!floor_pass(err[l], floor[l], rule)) return static_cast<int64_t>(l);
+  return std::nullopt;
+}
+
+// ==== §2 ====
+
+std::vector<double> log_softmax(std::span<const float> logits, std::span<const uint8_t> excluded) {
+  check_mask(excluded, logits.size(), "log_softmax");
+  if (count_real(excluded, logits.size()) == 0) throw std::invalid_argument("log_softmax: no real vocabulary id");
+  std::vector<double> out(logits.size(), -kInf);
+  bool all_neg_inf = false;
+  if (undefined_logits(logits, excluded, all_neg_inf) > 0 || all_neg_inf) {
+    std::fill(out.begin(), out.end(), kNaN);
+    return out;
+  }
+  double m = -kInf;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (is_real(excluded, i)) m = std::max(m, static_cast<double>(logits[i]));
+  double s = 0;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (is_real(excluded, i)) s += std::exp(static_cast<double>(logits[i]) - m);
+  double lse = m + std::log(s);
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (is_real(excluded, i)) out[i] = static_cast<double>(logits[i]) - lse;
+  return out;
+}
+
+LogitPosition compare_logits(std::span<const float> test, std::span<const float> golden, int32_t next,
+                             std::span<const uint8_t> excluded, int topk) {
+  const size_t V = golden.size();
+  if (test.size() != V)
+    throw std::invalid_argument(cat("compare_logits: test has ", test.size(), " logits, golden has ", V));
+  check_mask(excluded, V, "compare_logits");
+  if (count_real(excluded, V) == 0) throw std::invalid_argument("compare_logits: no real vocabulary id");
+  if (next >= 0 && (static_cast<size_t>(next) >= V || !is_real(excluded, static_cast<size_t>(next))))
+    throw std::invalid_argument(cat("compare_logits: next token ", next, " is not a real id of a ", V, "-id vocabulary"));
+  check_golden_defined(golden, excluded, "compare_logits");
+
+  LogitPosition out;
+  std::vector<double> lq = log_softmax(golden, excluded);
+  std::vector<int32_t> gtop = top_ids(golden, excluded, std::max(topk, 1));
+  out.golden_top1 = gtop[0];
+  gtop.resize(std::min(gtop.size(), static_cast<size_t>(std::max(topk, 0))));
+  out.topk = static_cast<int>(gtop.size());
+  double q_next = next >= 0 ? std::exp(lq[static_cast<size_t>(next)]) : 0.0;
+
+  bool all_neg_inf = false;
+  out.test_nonfinite = undefined_logits(test, excluded, all_neg_inf);
+  if (out.test_nonfinite > 0 || all_neg_inf) {
+    out.kld = kInf;
+    out.top1_agree = false;
+    out.topk_overlap = 0;
+    if (next >= 0) out.dp = -q_next;
+    out.logit_nmse = kInf;
+    return out;
+  }
+  std::vector<double> lp = log_softmax(test, excluded);
+  double kld = 0;
+  for (size_t i = 0; i < V; ++i) {
+    if (!is_real(excluded, i) || lq[i] == -kInf) continue;  // q_i = 0: contributes 0
+    kld += std::exp(lq[i]) * (lq[i] - lp[i]);               // lp_i = -inf: +inf
+  }
+  out.kld = kld;
+  std::vector<int32_t> ttop = top_ids(test, excluded, std::max(topk, 1));
+  out.test_top1 = ttop[0];
+  out.top1_agree = out.test_top1 == out.golden_top1;
+  ttop.resize(gtop.size());
+  out.topk_overlap = overlap(ttop, gtop);
+  if (next >= 0) out.dp = std::exp(lp[static_cast<size_t>(next)]) - q_next;
+  // logit_nmse over the real ids only.
+  std::vector<double> t_real, g_real;
+  for (size_t i = 0; i < V; ++i)
+    if (is_real(excluded, i)) {
+      t_real.push_back(test[i]);
+      g_real.push_back(golden[i]);
+    }
+  TensorError le = tensor_error(std::span<const double>(t_real), std::span<const double>(g_real));
+  out.logit_nmse = le.passes_nonfinite() ? le.nmse : kInf;  // a -inf test logit where the golden is finite
+  return out;
+}
+
+LogitPosition compare_logits_topk(std::span<const float> test, const GoldenTopK& golden, int32_t next,
+                                  std::span<const uint8_t> excluded, int topk) {
+  const size_t V = test.size();
+  const size_t K = golden.ids.size();
+  if (golden.logprobs.size() != K)
+    throw std::invalid_argument(cat("compare_logits_topk: ", K, " ids but ", golden.logprobs.size(), " log-probs"));
+  if (K == 0) throw std::invalid_argument("compare_logits_topk: the golden record stores no id");
+  check_mask(excluded, V, "compare_logits_topk");
+  const size_t V_real = count_real(excluded, V);
+  if (V_real == 0) throw std::invalid_argument("compare_logits_topk: no real vocabulary id");
+  if (next >= 0 && (static_cast<size_t>(next) >= V || !is_real(excluded, static_cast<size_t>(next))))
+    throw std::invalid_argument(cat("compare_logits_topk: next token ", next, " is not a real id"));
+  std::vector<uint8_t> stored(V, 0);
+  for (size_t j = 0; j < K; ++j) {
+    int32_t id = golden.ids[j];
+    if (id < 0 || static_cast<size_t>(id) >= V || !is_real(excluded, static_cast<size_t>(id)))
+      throw std::invalid_argument(cat("compare_logits_topk: stored id ", id, " is not a real id of a ", V, "-id vocabulary"));
+    if (stored[static_cast<size_t>(id)]) throw std::invalid_argument(cat("compare_logits_topk: id ", id, " stored twice"));
+    stored[static_cast<size_t>(id)] = 1;
+    float lq = golden.logprobs[j];
+    if (std::isnan(lq) || lq > 0.0f + 1e-4f)
+      throw std::invalid_argument(cat("compare_logits_topk: log-prob ", lq, " of id ", id, " is not a log-probability"));
+  }
+
+  LogitPosition out;
+  out.topk_bound = true;
+  // Golden top-k' among the stored ids (log-prob descending, lowest id on ties).
+  std::vector<size_t> order(K);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    if (golden.logprobs[x] != golden.logprobs[y]) return golden.logprobs[x] > golden.logprobs[y];
+    return golden.ids[x] < golden.ids[y];
+  });
+  out.golden_top1 = golden.ids[order[0]];
+  size_t kk = std::min({K, V_real, static_cast<size_t>(std::max(topk, 0))});
+  std::vector<int32_t> gtop;
+  for (size_t j = 0; j < kk; ++j) gtop.push_back(golden.ids[order[j]]);
+  out.topk = static_cast<int>(kk);
+  std::optional<double> q_next;
+  for (size_t j = 0; j < K; ++j)
+    if (golden.ids[j] == next) q_next = std::exp(static_cast<double>(golden.logprobs[j]));
+
+  bool all_neg_inf = false;
+  out.test_nonfinite = undefined_logits(test, excluded, all_neg_inf);
+  if (out.test_nonfinite > 0 || all_neg_inf) {
+    out.kld = kInf;
+    if (q_next) out.dp = -*q_next;
+    out.logit_nmse_topk = kInf;
+    return out;
+  }
+  std::vector<double> lp = log_softmax(test, excluded);
+  double kld = 0, q_s = 0;
+  for (size_t j = 0; j < K; ++j) {
+    double lq = golden.logprobs[j];
+    if (lq == -kInf) continue;
+    double q = std::exp(lq);
+    q_s += q;
+    kld += q * (lq - lp[static_cast<size_t>(golden.ids[j])]);
+  }
+  if (K < V_real) {
+    double p_tail = 0;  // Σ_{i∉S} p_i directly: no 1 − P_S cancellation
+    for (size_t i = 0; i < V; ++i)
+      if (is_real(excluded, i) && !stored[i]) p_tail += std::exp(lp[i]);
+    double q_tail = std::max(0.0, 1.0 - q_s);
+    if (q_tail > 0) kld += p_tail == 0 ? kInf : q_tail * (std::log(q_tail) - std::log(p_tail));
+  }
+  out.kld = kld;
+  std::vector<int32_t> ttop = top_ids(test, excluded, static_cast<int>(std::max<size_t>(kk, 1)));
+  out.test_top1 = ttop[0];
+  out.top1_agree = out.test_top1 == out.golden_top1;
+  ttop.resize(kk);
+  out.topk_overlap = overlap(ttop, gtop);
+  if (q_next) out.dp = std::exp(lp[static_cast<size_t>(next)]) - *q_next;
+  std::vector<double> t_s, g_s;
+  for (size_t j = 0; j < K; ++j) {
+    t_s.push_back(test[static_cast<size_t>(golden.ids[j])]);
+    g_s.push_back(static_cast<double>(golden.logprobs[j]) + golden.lse);
+  }
+  TensorError le = tensor_error(std::span<const double>(t_s), std::span<const double>(g_s));
+  out.logit_nmse_topk = le.passes_nonfinite() ? le.nmse : kInf;
+  return out;
+}
+
+nlohmann::json LogitPosition::to_json() const {
+  nlohmann::json j;
+  j[topk_bound ? "kld_topk" : "kld"] = json_number(kld);
+  j["top1_agree"] = top1_agree;
+  j["topk_overlap"] = json_number(topk_overlap);
+  j["topk"] = topk;
+  j["dp"] = json_number(dp);
+  if (topk_bound) j["logit_nmse_topk"] = json_number(logit_nmse_topk);
+  else j["logit_nmse"] = json_number(logit_nmse);
+  j["test_top1"] = test_top1 < 0 ? nlohmann::json(nullptr) : nlohmann::json(test_top1);
+  j["golden_top1"] = golden_top1;
+  j["test_nonfinite"] = test_nonfinite;
+  return j;
+}
+
+// ---- summaries ----
+
+double percentile(std::span<const double> sorted, double fraction) {
+  if (sorted.empty()) throw std::invalid_argument("percentile of an empty list");
+  if (!(fraction > 0)) return sorted.front();  // also NaN fraction
+  if (fraction >= 1) return sorted.back();
+  double h = fraction * static_cast<double>(sorted.size() - 1);
+  size_t i = static_cast<size_t>(h);
+  double t = h - static_cast<double>(i);
+  if (t == 0 || i + 1 >= sorted.size() || sorted[i] == sorted[i + 1]) return sorted[i];
+  return sorted[i] + t * (sorted[i + 1] - sorted[i]);
+}
+
+Percentiles percentiles(std::span<const double> values) {
+  if (values.empty()) throw std::invalid_argument("percentiles of an empty list");
+  std::vector<double> v(values.begin(), values.end());
+  std::sort(v.begin(), v.end(), less_nan_last);
+  Percentiles p;
+  p.max = percentile(v, 1.0);
+  p.p99_9 = percentile(v, 0.999);
+  p.p99 = percentile(v, 0.99);
+  p.p95 = percentile(v, 0.95);
+  p.p90 = percentile(v, 0.90);
+  p.median = percentile(v, 0.5);
+  p.p10 = percentile(v, 0.10);
+  p.p5 = percentile(v, 0.05);
+  p.p1 = percentile(v, 0.01);
+  p.p0_1 = percentile(v, 0.001);
+  p.min = percentile(v, 0.0);
+  return p;
+}
+
+nlohmann::json Percentiles::to_json() const {
+  return {{"max", json_number(max)},     {"p99_9", json_number(p99_9)}, {"p99", json_number(p99)},
+          {"p95", json_number(p95)},     {"p90", json_number(p90)},     {"median", json_number(median)},
+          {"p10", json_number(p10)},     {"p5", json_number(p5)},       {"p1", json_number(p1)},
+          {"p0_1", json_number(p0_1)},   {"min", json_number(min)}};
+}
+
+MeanErr mean_and_uncertainty(std::span<const double> values) {
+  if (values.empty()) throw std::invalid_argument("mean_and_uncertainty of an empty list");
+  const double n = static_cast<double>(values.size());
+  double sum = 0;
+  for (double v : values) sum += v;
+  MeanErr m;
+  m.value = sum / n;
+  if (!std::isfinite(m.value)) {
+    m.uncertainty = std::isnan(m.value) ? kNaN : kInf;
+    return m;
+  }
+  if (values.size() < 2) return m;
+  double ss = 0;
+  for (double v : values) ss += (v - m.value) * (v - m.value);
+  m.uncertainty = std::sqrt(ss / (n * (n - 1)));
+  return m;
+}
+
+nlohmann::json MeanErr::to_json() const {
+  return {{"value", json_number(value)}, {"uncertainty", json_number(uncertainty)}};
+}
+
+LogitSummary summarize_logits(std::span<const LogitPosition> positions) {
+  LogitSummary s;
+  s.n = static_cast<int64_t>(positions.size());
+  if (positions.empty()) return s;
+  std::vector<double> kld, dp, dp2;
+  int64_t same = 0;
+  for (const auto& p : positions) {
+    kld.push_back(p.kld);
+    s.topk_bound = s.topk_bound || p.topk_bound;
+    if (p.top1_agree) ++same;
+    if (p.dp) {
+      dp.push_back(*p.dp);
+      dp2.push_back(*p.dp * *p.dp);
+    }
+  }
+  s.kld_mean = mean_and_uncertainty(kld);
+  s.kld = percentiles(kld);
+  s.n_dp = static_cast<int64_t>(dp.size());
+  if (!dp.empty()) {
+    s.dp_mean = mean_and_uncertainty(dp);
+    s.dp = percentiles(dp);
+    MeanErr mse = mean_and_uncertainty(dp2);
+    s.dp_rms.value = std::sqrt(mse.value);
+    s.dp_rms.uncertainty = s.dp_rms.value == 0 ? 0.0 : 0.5 / s.dp_rms.value * mse.uncertainty;
+  }
+  const double n = static_cast<double>(s.n), frac = static_cast<double>(same) / n;
+  s.same_top_p.value = frac;
+  s.same_top_p.uncertainty = s.n > 1 ? std::sqrt(frac * (1 - frac) / (n - 1)) : 0.0;
+  return s;
+}
+
+nlohmann::json LogitSummary::to_json() const {
+  nlohmann::json j;
+  j["n"] = n;
+  if (n == 0) return j;
+  j[topk_bound ? "kld_topk" : "kld"] = {{"mean", kld_mean.to_json()}, {"percentiles", kld.to_json()}};
+  j["n_dp"] = n_dp;
+  if (n_dp > 0) j["dp"] = {{"mean", dp_mean.to_json()}, {"percentiles", dp.to_json()}, {"rms", dp_rms.to_json()}};
+  else j["dp"] = nullptr;
+  j["same_top_p"] = same_top_p.to_json();
+  return j;
+}
+
+// ==== §4 ====
+
+double seq_rep_n(std::span<const int32_t> x, int n) {
+  check_n(n, "seq_rep_n");
+  if (x.size() < static_cast<size_t>(n)) return 0.0;
+  std::vector<std::span<const int32_t>> grams;
+  for (size_t i = 0; i + static_cast<size_t>(n) <= x.size(); ++i) grams.push_back(x.subspan(i, static_cast<size_t>(n)));
+  return 1.0 - static_cast<double>(count_unique_ngrams(grams)) / static_cast<double>(grams.size());
+}
+
+double rep_w(std::span<const int32_t> x, int w) {
+  if (w < 1) throw std::invalid_argument(cat("rep_w: window must be >= 1, found ", w));
+  if (x.empty()) return 0.0;
+  int64_t hits = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    size_t lo = i > static_cast<size_t>(w) ? i - static_cast<size_t>(w) : 0;
+    if (std::find(x.begin() + static_cast<std::ptrdiff_t>(lo), x.begin() + static_cast<std::ptrdiff_t>(i), x[i]) !=
+        x.begin() + static_cast<std::ptrdiff_t>(i))
+      ++hits;
+  }
+  return static_cast<double>(hits) / static_cast<double>(x.size());
+}
+
+double rep_r(std::span<const int32_t> x) {
+  if (x.size() < 2) return 0.0;
+  auto key = [&](size_t i) {  // bigram (x_i, x_{i+1})
+    return (static_cast<uint64_t>(static_cast<uint32_t>(x[i])) << 32) | static_cast<uint32_t>(x[i + 1]);
+  };
+  std::unordered_map<uint64_t, int64_t> count;
+  for (size_t i = 0; i + 1 < x.size(); ++i) ++count[key(i)];
+  int64_t in_rep = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    bool rep = (i >= 1 && count[key(i - 1)] > 1) || (i + 1 < x.size() && count[key(i)] > 1);
+    if (rep) ++in_rep;
+  }
+  return static_cast<double>(in_rep) / static_cast<double>(x.size());
+}
+
+double distinct_n(std::span<const std::vector<int32_t>> outputs, int n) {
+  check_n(n, "distinct_n");
+  std::vector<std::span<const int32_t>> grams;
+  for (const auto& o : outputs) {
+    std::span<const int32_t> x(o);
+    for (size_t i = 0; i + static_cast<size_t>(n) <= x.size(); ++i) grams.push_back(x.subspan(i, static_cast<size_t>(n)));
+  }
+  if (grams.empty()) return 1.0;
+  return static_cast<double>(count_unique_ngrams(grams)) / static_cast<double>(grams.size());
+}
+
+int64_t lrs_length(std::span<const int32_t> x) {
+  const size_t T = x.size();
+  if (T < 2) return 0;
+  // Suffix array by prefix doubling: rank by the first 2^j tokens, O(T log² T).
+  std::vector<int32_t> sorted_vals(x.begin(), x.end());
+  std::sort(sorted_vals.begin(), sorted_vals.end());
+  sorted_vals.erase(std::unique(sorted_vals.begin(), sorted_vals.end()), sorted_vals.end());
+  std::vector<int64_t> rank(T), tmp(T);
+  std::vector<size_t> sa(T);
+  for (size_t i = 0; i < T; ++i) {
+    rank[i] = std::lower_bound(sorted_vals.begin(), sorted_vals.end(), x[i]) - sorted_vals.begin();
+    sa[i] = i;
+  }
+  for (size_t len = 1;; len *= 2) {
+    auto second = [&](size_t i) { return i + len < T ? rank[i + len] : int64_t{-1}; };
+    auto cmp = [&](size_t a, size_t b) {
+      if (rank[a] != rank[b]) return rank[a] < rank[b];
+      return second(a) < second(b);
+    };
+    std::sort(sa.begin(), sa.end(), cmp);
+    tmp[sa[0]] = 0;
+    for (size_t i = 1; i < T; ++i) tmp[sa[i]] = tmp[sa[i - 1]] + (cmp(sa[i - 1], sa[i]) ? 1 : 0);
+    rank = tmp;
+    if (rank[sa[T - 1]] == static_cast<int64_t>(T - 1) || len >= T) break;
+  }
+  // Kasai: LCP of adjacent suffixes; the longest repeated substring is the largest LCP.
+  int64_t best = 0;
+  size_t h = 0;
+  for (size_t i = 0; i < T; ++i) {
+    if (rank[i] > 0) {
+      size_t j = sa[static_cast<size_t>(rank[i] - 1)];
+      while (i + h < T && j + h < T && x[i + h] == x[j + h]) ++h;
+      best = std::max(best, static_cast<int64_t>(h));
+      if (h > 0) --h;
+    } else {
+      h = 0;
+    }
+  }
+  return best;
+}
+
+double lrs(std::span<const int32_t> x) {
+  if (x.empty()) return 0.0;
+  return static_cast<double>(lrs_length(x)) / static_cast<double>(x.size());
+}
+
+int64_t max_run(std::span<const int32_t> x) {
+  int64_t best = 0, run = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    run = (i > 0 && x[i] == x[i - 1]) ? run + 1 : 1;
+    best = std::max(best, run);
+  }
+  return best;
+}
+
+std::optional<TailPeriod> tail_period(std::span<const int32_t> x, int64_t min_tail_len) {
+  const int64_t T = static_cast<int64_t>(x.size());
+  if (T < 2) return std::nullopt;
+  // y = reversed x; Z[p] = longest common prefix of y and y[p:] = the count of consecutive i from
+  // T−1 down with x_i = x_{i−p}.
+  std::vector<int32_t> y(x.rbegin(), x.rend());
+  std::vector<int64_t> z(static_cast<size_t>(T), 0);
+  for (int64_t i = 1, l = 0, r = 0; i < T; ++i) {
+    int64_t zi = 0;
+    if (i < r) zi = std::min(r - i, z[static_cast<size_t>(i - l)]);
+    while (i + zi < T && y[static_cast<size_t>(zi)] == y[static_cast<size_t>(i + zi)]) ++zi;
+    z[static_cast<size_t>(i)] = zi;
+    if (i + zi > r) {
+      l = i;
+      r = i + zi;
+    }
+  }
+  for (int64_t p = 1; 2 * p <= T; ++p) {
+    int64_t L = p + z[static_cast<size_t>(p)];  // ≤ T since Z[p] ≤ T − p
+    int64_t k = L / p;
+    if (k >= 2 && k * p >= min_tail_len) return TailPeriod{p, k, T - L};
+  }
+  return std::nullopt;
+}
+
+bool empty_content(std::span<const int32_t> x, const ContentOptions& opt) {
+  auto is_in = [](const std::vector<int32_t>& set, int32_t t) { return std::find(set.begin(), set.end(), t) != set.end(); };
+  size_t end = 0;  // the generation ends at the first stop id
+  while (end < x.size() && !is_in(opt.stop_ids, x[end])) ++end;
+  size_t begin = 0;
+  if (opt.think_end) {
+    auto it = std::find(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(end), *opt.think_end);
+    if (it == x.begin() + static_cast<std::ptrdiff_t>(end)) return true;  // no </think> before the budget or a stop
+    begin = static_cast<size_t>(it - x.begin()) + 1;
+  }
+  for (size_t i = begin; i < end; ++i)
+    if (!is_in(opt.ignore_ids, x[i])) return false;
+  return true;
+}
+
+Degeneration degeneration(std::span<const int32_t> x, const DegenRules& rules, bool nonfinite_logits,
+                          const std::optional<ContentOptions>& content) {
+  Degeneration d;
+  d.T = static_cast<int64_t>(x.size());
+  for (int n = 1; n <= 4; ++n) d.seq_rep[static_cast<size_t>(n - 1)] = seq_rep_n(x, n);
+  d.rep_w = rep_w(x, rules.rep_window);
+  d.rep_r = rep_r(x);
+  d.lrs = lrs(x);
+  d.max_run = max_run(x);
+  if (auto tp = tail_period(x, rules.min_tail_len)) {
+    d.tail_period = tp->period;
+    d.tail_repeats = tp->repeats;
+    d.loop_onset = tp->onset;
+  }
+  if (content) d.empty_content = empty_content(x, *content);
+  d.nonfinite_logits = nonfinite_logits;
+
+  auto fire = [&](const char* name, std::string why) {
+    if (d.rules_fired.empty()) {
+      d.rule = name;
+      d.reason = std::move(why);
+    }
+    d.rules_fired.emplace_back(name);
+  };
+  if (nonfinite_logits) fire("nonfinite_logits", "the generation produced non-finite logits");
+  if (d.tail_period && *d.tail_repeats >= rules.min_tail_repeats && *d.tail_period <= rules.max_tail_period)
+    fire("tail_loop", cat("tail_repeats ", *d.tail_repeats, " >= ", rules.min_tail_repeats, " with tail_period ",
+                          *d.tail_period, " <= ", rules.max_tail_period, " from position ", *d.loop_onset));
+  if (d.seq_rep[3] > rules.max_seq_rep_4)
+    fire("seq_rep_4", cat("seq_rep_4 ", d.seq_rep[3], " > ", rules.max_seq_rep_4));
+  if (d.max_run >= rules.min_max_run) fire("max_run", cat("max_run ", d.max_run, " >= ", rules.min_max_run));
+  d.degenerate = !d.rules_fired.empty();
+  return d;
+}
+
+nlohmann::json Degeneration::to_json() const {
+  auto opt_int = [](const std::optional<int64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  nlohmann::json j;
+  j["T"] = T;
+  for (int n = 1; n <= 4; ++n) j[cat("seq_rep_", n)] = json_number(seq_rep[static_cast<size_t>(n - 1)]);
+  j["rep_w"] = json_number(rep_w);
+  j["rep_r"] = json_number(rep_r);
+  j["lrs"] = json_number(lrs);
+  j["max_run"] = max_run;
+  j["tail_period"] = opt_int(tail_period);
+  j["tail_repeats"] = opt_int(tail_repeats);
+  j["loop_onset"] = opt_int(loop_onset);
+  j["empty_content"] = empty_content ? nlohmann::json(*empty_content) : nlohmann::json(nullptr);
+  j["nonfinite_logits"] = nonfinite_logits;
+  j["degenerate"] = degenerate;
+  j["rule"] = rule ? nlohmann::json(*rule) : nlohmann::json(nullptr);
+  j["rules_fired"] = rules_fired;
+  j["reason"] = reason;
+  return j;
+}
+
+// ==== §5 ====
+
+SpecDecode spec_decode(std::span<const VerifyStep> steps, std::optional<int64_t> loop_onset, const SpecRules& rules) {
+  SpecDecode s;
+  int64_t emitted = 0, prop_before = 0, acc_before = 0, prop_loop = 0, acc_loop = 0;
+  for (const auto& st : steps) {
+    if (st.proposed < 0 || st.accepted < 0 || st.accepted > st.proposed)
+      throw std::invalid_argument(cat("spec_decode: step at position ", st.position, " accepted ", st.accepted,
+                                      " of ", st.proposed, " drafts"));
+    ++s.steps;
+    s.proposed += st.proposed;
+    s.accepted += st.accepted;
+    emitted += st.accepted + 1;
+    if (loop_onset) {
+      if (st.position >= *loop_onset) {
+        prop_loop += st.proposed;
+        acc_loop += st.accepted;
+      } else {
+        prop_before += st.proposed;
+        acc_before += st.accepted;
+      }
+    }
+  }
+  auto rate = [](int64_t a, int64_t p) {
+    return p > 0 ? std::optional<double>(static_cast<double>(a) / static_cast<double>(p)) : std::nullopt;
+  };
+  s.accept_rate = rate(s.accepted, s.proposed);
+  if (s.steps > 0) s.accept_len = static_cast<double>(emitted) / static_cast<double>(s.steps);
+  if (loop_onset) {
+    s.accept_rate_before = rate(acc_before, prop_before);
+    s.accept_rate_loop = rate(acc_loop, prop_loop);
+    if (s.accept_rate_before && s.accept_rate_loop) {
+      if (*s.accept_rate_loop >= rules.high && *s.accept_rate_before < rules.high) s.accept_anomaly = "accept_rate_jump";
+      else if (*s.accept_rate_loop <= rules.low && *s.accept_rate_before > rules.low)
+        s.accept_anomaly = "accept_rate_collapse";
+    }
+  }
+  return s;
+}
+
+nlohmann::json SpecDecode::to_json() const {
+  return {{"steps", steps},
+          {"proposed", proposed},
+          {"accepted", accepted},
+          {"accept_rate", json_number(accept_rate)},
+          {"accept_len", json_number(accept_len)},
+          {"accept_rate_before", json_number(accept_rate_before)},
+          {"accept_rate_loop", json_number(accept_rate_loop)},
+          {"accept_anomaly", accept_anomaly ? nlohmann::json(*accept_anomaly) : nlohmann::json(nullptr)}};
+}
+
+MtpEquiv mtp_equiv(std::span<const int32_t> mtp_on, std::span<const int32_t> mtp_off) {
+  MtpEquiv m;
+  size_t n = std::min(mtp_on.size(), mtp_off.size());
+  for (size_t i = 0; i < n; ++i)
+    if (mtp_on[i] != mtp_off[i]) {
+      m.mtp_equiv = false;
+      m.first_difference = static_cast<int64_t>(i);
+      return m;
+    }
+  if (mtp_on.size() != mtp_off.size()) {
+    m.mtp_equiv = false;
+    m.first_difference = static_cast<int64_t>(n);
+  }
+  return m;
+}
+
+nlohmann::json MtpEquiv::to_json() const {
+  return {{"mtp_equiv", mtp_equiv},
+          {"first_difference", first_difference ? nlohmann::json(*first_difference) : nlohmann::json(nullptr)}};
+}
+
+// ==== §6 ====
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::good: return "good";
+    case Verdict::bad: return "bad";
+    case Verdict::untestable: return "untestable";
+    case Verdict::model_intrinsic: return "model-intrinsic";
+  }
+  return "?";
+}
+
+ExitCode exit_code(Verdict v, bool fail_on_model_degeneration) {
+  switch (v) {
+    case Verdict::good: return ExitCode::good;
+    case Verdict::bad: return ExitCode::bad;
+    case Verdict::untestable: return ExitCode::untestable;
+    case Verdict::model_intrinsic: return fail_on_model_degeneration ? ExitCode::bad : ExitCode::good;
+  }
+  return ExitCode::bad;
+}
+
+Verdict worst(Verdict a, Verdict b) {
+  auto severity = [](Verdict v) {
+    switch (v) {
+      case Verdict::good: return 0;
+      case Verdict::model_intrinsic: return 1;
+      case Verdict::untestable: return 2;
+      case Verdict::bad: return 3;
+    }
+    return 3;
+  };
+  return severity(a) >= severity(b) ? a : b;
+}
+
+Verdict degeneration_verdict(bool tested_degenerate, std::optional<bool> golden_degenerate) {
+  if (!tested_degenerate) return Verdict::good;
+  if (golden_degenerate.value_or(false)) return Verdict::model_intrinsic;
+  return Verdict::bad;
+}
+
+const char* degeneration_cause(Verdict v) {
+  switch (v) {
+    case Verdict::bad: return "engine";
+    case Verdict::model_intrinsic: return "model-intrinsic";
+    default: return "none";
+  }
+}
+
+}  // namespace degen::metrics

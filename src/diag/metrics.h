@@ -1,0 +1,389 @@
+// Every number degenbisect reports, as defined in ../shared/spec/metrics.md (the "spec" below):
+//   §1 tensor error (TensorError) and the per-layer noise-floor rule (FloorRule),
+//   §2 logit distribution per position (LogitPosition) and its llama.cpp-style summary (LogitSummary),
+//   §4 degeneration of a generated token sequence (Degeneration) and the degenerate verdict,
+//   §5 speculative decoding (SpecDecode, MtpEquiv),
+//   §6 verdicts and exit codes (Verdict).
+// Names of functions, fields and JSON keys are the spec's names, so a user can look them up there.
+// All arithmetic is fp64, whatever the input dtype. No fast-math (the CMake build has none).
+//
+// JSON and non-finite numbers: JSON has no inf/NaN. json_number() writes a finite double as a
+// number and +inf / -inf / NaN as the STRINGS "inf" / "-inf" / "nan"; number_from_json() reads
+// both forms back. `null` is kept for "not defined here" (no tail period, no next token, ...), so
+// "inf" (a real, infinitely bad value) and null (nothing to measure) never mix.
+//
+// Invalid arguments (size mismatch, empty vocabulary, out-of-range ids) throw
+// std::invalid_argument: they are bugs in the caller, not user input errors.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace degen::metrics {
+
+// ---- JSON helpers ----
+
+// A double as JSON: a number when finite, else the string "inf", "-inf" or "nan".
+nlohmann::json json_number(double v);
+// An optional double: null when absent, else json_number(v).
+nlohmann::json json_number(const std::optional<double>& v);
+// Inverse of json_number: accepts a number or one of "inf", "-inf", "nan"; anything else throws
+// std::invalid_argument.
+double number_from_json(const nlohmann::json& j);
+
+// ==== §1 Tensor error ====
+
+// Errors of a tested tensor `a` against the reference `r` (same number of elements), fp64.
+//
+// Non-finite values:
+//  - `nonfinite` counts the i with a_i NaN/±Inf where r_i is finite. Any such element fails the
+//    comparison before every other check (passes_nonfinite() is false). The other metrics are then
+//    still computed, over the elements where both a_i and r_i are finite, to help diagnosis; they
+//    must not be read as a pass.
+//  - `ref_nonfinite` counts the i where r_i itself is not finite. Those elements are excluded from
+//    every sum; `ref_nonfinite_mismatch` counts those among them where a_i is not the same value
+//    (both NaN, or the same signed infinity), which also fails passes_nonfinite().
+//  - n_compared = n - nonfinite - ref_nonfinite: the elements the sums run over.
+//
+// Zero and empty references (sums over the compared elements; d = a - r):
+//  - nmse = Σd²/Σr²; if Σr² = 0: 0 when Σd² = 0, else +inf. rel_l2 = √nmse.
+//  - nmse_var = mean(d²)/var(r), var the population variance; if var(r) = 0: 0 when mean(d²) = 0,
+//    else +inf (a constant reference leaves no scale to normalise by).
+//  - cos_dist = 1 − 2Σar / Σ(a²+r²); 0 when Σ(a²+r²) = 0 (both all zero).
+//  - cosine = Σar / (‖a‖‖r‖); 1 when both are all zero, 0 when exactly one is.
+//  - max_abs = max|d|, argmax_abs = the first index attaining it; -1 (JSON null) when nothing was
+//    compared. An empty tensor pair is "equal": every error 0, cosine 1.
+//
+// min_tol (Polygraphy's "minimum required tolerance"). The pair (atol, rtol) is sufficient iff
+//   |d_i| ≤ atol + rtol·|r_i| for every compared i, i.e. iff atol ≥ f(rtol) := max_i max(0, |d_i| − rtol·|r_i|).
+// f is convex, piecewise linear and non-increasing, so there is no single smallest pair but a
+// frontier; we report its two ends, as Polygraphy does:
+//  - min_atol = f(0) = max|d| (the tolerance with rtol = 0, "atol-only");
+//  - min_rtol = the smallest rtol with f(rtol) = 0 = max over r_i ≠ 0 of |d_i|/|r_i| ("rtol-only"),
+//    +inf if some r_i = 0 has d_i ≠ 0 (no relative tolerance covers it).
+// min_atol_at_rtol() evaluates any other point of the frontier.
+struct TensorError {
+  int64_t n = 0;                       // elements in each tensor
+  int64_t n_compared = 0;              // elements where a and r are both finite
+  int64_t nonfinite = 0;               // a non-finite where r is finite: fails first
+  int64_t ref_nonfinite = 0;           // r non-finite (excluded from the sums)
+  int64_t ref_nonfinite_mismatch = 0;  // ... and a is not the same non-finite value
+  double nmse = 0;                     // Σ(a−r)² / Σr²
+  double nmse_var = 0;                 // mean((a−r)²) / var(r)
+  double rel_l2 = 0;                   // ‖a−r‖₂ / ‖r‖₂ = √nmse
+  double cos_dist = 0;                 // 1 − 2Σar / Σ(a²+r²)
+  double cosine = 1;                   // Σar / (‖a‖‖r‖)
+  double max_abs = 0;                  // max |a−r|
+  int64_t argmax_abs = -1;             // first index of max_abs, -1 if nothing compared
+  double min_atol = 0;                 // min_tol, atol-only = max|a−r|
+  double min_rtol = 0;                 // min_tol, rtol-only = max |a−r|/|r| over r ≠ 0 (inf if r=0, a≠r)
+
+  // False when a non-finite value appears where the reference is finite (or a non-finite reference
+  // value is not matched): the comparison fails, whatever the other metrics say.
+  bool passes_nonfinite() const { return nonfinite == 0 && ref_nonfinite_mismatch == 0; }
+  // Keys: n, n_compared, nonfinite, ref_nonfinite, ref_nonfinite_mismatch, nmse, nmse_var, rel_l2,
+  // cos_dist, cosine, max_abs, argmax_abs (null if -1), min_tol: {atol, rtol}.
+  nlohmann::json to_json() const;
+};
+
+// Throws std::invalid_argument when a.size() != r.size().
+TensorError tensor_error(std::span<const float> a, std::span<const float> r);
+TensorError tensor_error(std::span<const double> a, std::span<const double> r);
+
+// Single metrics (same definitions and edge cases as TensorError).
+double nmse(std::span<const float> a, std::span<const float> r);
+double nmse(std::span<const double> a, std::span<const double> r);
+
+// A point of the min_tol frontier: the smallest atol that suffices together with `rtol`
+// (max_i max(0, |a_i−r_i| − rtol·|r_i|) over the elements where both are finite).
+double min_atol_at_rtol(std::span<const double> a, std::span<const double> r, double rtol);
+
+// ---- Noise floor (§1, per layer) ----
+
+// A layer passes when err ≤ k·floor + eps. `err` and `floor` are the same metric (the caller picks
+// which: rel_l2 or nmse), floor from the golden record.
+struct FloorRule {
+  double k = 3.0;     // multiple of the floor allowed (PyTorch same(): 2-3x the reference's own error)
+  double eps = 1e-12; // absolute slack in err's units: keeps a zero floor from failing on fp64 round-off
+};
+
+// err / floor; 0 when both are 0, +inf when only floor is 0; NaN propagates.
+double floor_ratio(double err, double floor);
+// err ≤ k·floor + eps; false for a NaN err or floor.
+bool floor_pass(double err, double floor, const FloorRule& rule = {});
+// The first index L (layer) with floor_pass(err[L], floor[L]) false, or nullopt when every layer
+// passes. Throws std::invalid_argument when the sizes differ.
+std::optional<int64_t> first_floor_break(std::span<const double> err, std::span<const double> floor,
+                                         const FloorRule& rule = {});
+
+// ==== §2 Logit distribution (per position) ====
+
+// p = softmax(test logits), q = softmax(golden logits), both over the real vocabulary: the ids i
+// with excluded[i] == 0 (an empty `excluded` means every id is real; padding ids are excluded).
+// log-softmax is computed in fp64 with the log-sum-exp shift. -inf logits are allowed (probability
+// 0). Conventions:
+//  - kld = KL(q‖p) = Σ_{q_i>0} q_i (log q_i − log p_i) in nats: terms with q_i = 0 contribute 0; a
+//    term with q_i > 0 and p_i = 0 makes kld = +inf. Not clamped at 0: round-off may leave a tiny
+//    negative value, as in llama.cpp's report.
+//  - top-1 and top-k use the logits with ties broken by the lowest id (the sampler's rule, so greedy
+//    decoding and top1_agree agree). topk_overlap = |topk(p) ∩ topk(q)| / k' with
+//    k' = min(k, number of real ids).
+//  - dp = p(next) − q(next), next = the golden next token (teacher forcing); nullopt when there is
+//    no next token (next < 0).
+//  - logit_nmse = nmse(test logits, golden logits) over the real ids (TensorError rules: -inf/-inf
+//    pairs are excluded as a matched non-finite reference); +inf when a test logit is -inf where the
+//    golden's is finite, or the reverse.
+//  - An undefined TEST distribution (a NaN or +inf logit among the real ids, or all of them -inf)
+//    is the worst case, not an exception: test_nonfinite counts those logits, kld = +inf,
+//    top1_agree = false, topk_overlap = 0, dp = −q(next), logit_nmse = +inf, test_top1 = -1.
+//  - An undefined GOLDEN distribution (NaN or +inf, or all -inf) throws std::invalid_argument.
+struct LogitPosition {
+  double kld = 0;                      // KL(q‖p), nats; kld_topk when topk_bound
+  bool topk_bound = false;             // true: from a top-K golden record, kld is kld_topk (≤ the full KLD)
+  bool top1_agree = false;             // argmax p == argmax q
+  double topk_overlap = 0;             // |topk(p) ∩ topk(q)| / k'
+  int topk = 0;                        // k' used
+  std::optional<double> dp;            // p(next) − q(next)
+  std::optional<double> logit_nmse;    // nmse of the raw logits (full logits only)
+  std::optional<double> logit_nmse_topk;  // nmse of the raw logits over the stored top-K ids (top-K record only)
+  int32_t test_top1 = -1;              // argmax p (-1 if the test distribution is undefined)
+  int32_t golden_top1 = -1;            // argmax q
+  int64_t test_nonfinite = 0;          // NaN / +inf test logits among the real ids
+  // Keys: kld (or kld_topk when topk_bound), top1_agree, topk_overlap, topk, dp, logit_nmse or
+  // logit_nmse_topk, test_top1, golden_top1, test_nonfinite.
+  nlohmann::json to_json() const;
+};
+
+// Full logits: test and golden are [V] rows of the same length; excluded is empty or [V].
+LogitPosition compare_logits(std::span<const float> test, std::span<const float> golden, int32_t next,
+                             std::span<const uint8_t> excluded = {}, int topk = 10);
+
+// log-softmax over the real ids, fp64 (excluded ids get -inf). Throws std::invalid_argument when
+// there is no real id; returns all-NaN when the distribution is undefined (NaN/+inf or all -inf).
+std::vector<double> log_softmax(std::span<const float> logits, std::span<const uint8_t> excluded = {});
+
+// One position of a golden record that keeps only the top-K: ids, their log-probabilities
+// log q_i = logit_i − lse under the golden, and lse = log Σ exp(golden logits) over the real ids.
+struct GoldenTopK {
+  std::span<const int32_t> ids;     // [K] distinct token ids, real (not excluded)
+  std::span<const float> logprobs;  // [K] log q_i
+  double lse = 0;                   // log-sum-exp of the golden logits (recovers logit_i = log q_i + lse)
+};
+
+// kld_topk: the KL divergence with the golden tail lumped into one bucket. With S the stored ids,
+// Q_S = Σ_{i∈S} q_i, P_S = Σ_{i∈S} p_i:
+//   kld_topk = Σ_{i∈S} q_i (log q_i − log p_i) + (1 − Q_S)·(log(1 − Q_S) − log(1 − P_S)),
+// the second (tail) term taken as 0 when 1 − Q_S ≤ 0 (clamped: round-off of the stored fp32
+// log-probs) or when S covers every real id, and +inf when 1 − Q_S > 0 and the test puts no mass
+// outside S. 1 − P_S is computed directly as Σ_{i∉S} p_i from the full test logits (no cancellation).
+// By the log-sum inequality Σ_{i∉S} q_i log(q_i/p_i) ≥ (Σ q_i) log(Σ q_i / Σ p_i), so kld_topk ≤ kld
+// (a lower bound), with equality when S is the whole real vocabulary.
+// Other fields from the top-K record: golden_top1 = the stored id with the largest log-prob (lowest
+// id on ties); topk_overlap against the best k' = min(k, K, real ids) stored ids; dp only when next ∈ S
+// (nullopt otherwise: q(next) is unknown); logit_nmse_topk over S with golden logits log q_i + lse.
+LogitPosition compare_logits_topk(std::span<const float> test, const GoldenTopK& golden, int32_t next,
+                                  std::span<const uint8_t> excluded = {}, int topk = 10);
+
+// ---- Summary over positions (llama.cpp `llama-perplexity --kl-divergence`) ----
+
+// Percentile of an ascending-sorted, non-empty list, by linear interpolation between order
+// statistics (as llama.cpp's report, and numpy's default "linear" method): with h = fraction·(N−1),
+// i = ⌊h⌋, the value is x_i + (h − i)·(x_{i+1} − x_i) (x_i exactly when h = i, so an infinite
+// neighbour does not turn it into NaN). fraction is clamped to [0, 1]. The median is fraction 0.5
+// (the mean of the two middle values when N is even). Throws std::invalid_argument when empty.
+double percentile(std::span<const double> sorted, double fraction);
+
+// The percentiles llama.cpp prints, in its order. JSON keys: max, p99_9, p99, p95, p90, median, p10,
+// p5, p1, p0_1, min.
+struct Percentiles {
+  double max = 0, p99_9 = 0, p99 = 0, p95 = 0, p90 = 0, median = 0, p10 = 0, p5 = 0, p1 = 0, p0_1 = 0,
+         min = 0;
+  nlohmann::json to_json() const;
+};
+// Sorts a copy (NaN last) and takes the percentiles. Throws std::invalid_argument when empty.
+Percentiles percentiles(std::span<const double> values);
+
+// A mean with its uncertainty (standard error), printed "value ± uncertainty". JSON {value, uncertainty}.
+struct MeanErr {
+  double value = 0;
+  double uncertainty = 0;
+  nlohmann::json to_json() const;
+};
+// mean ± sqrt(Σ(x−mean)² / (N(N−1))) (llama.cpp's sqrt((Σx²/N − mean²)/(N−1)), computed in two
+// passes); uncertainty 0 when N = 1, +inf when the mean is not finite. Throws when empty.
+MeanErr mean_and_uncertainty(std::span<const double> values);
+
+// The llama.cpp KL report over N positions. Fractions are fractions (llama.cpp prints Δp and
+// "same top p" in percent: multiply by 100 to compare).
+//  - kld_mean ± standard error; kld percentiles.
+//  - dp_mean ± standard error, dp percentiles, dp_rms = sqrt(mean(dp²)) ± 0.5/rms · stderr(dp²)
+//    (llama.cpp's propagation; 0 uncertainty when rms = 0), over the n_dp positions that have a dp.
+//  - same_top_p = fraction with top1_agree ± sqrt(p(1−p)/(N−1)) (0 when N = 1).
+// JSON: {n, kld|kld_topk: {mean, percentiles}, n_dp, dp: {mean, percentiles, rms}, same_top_p};
+// with n = 0 only {"n": 0}; the dp block is null when n_dp = 0.
+struct LogitSummary {
+  int64_t n = 0;
+  bool topk_bound = false;  // any position's kld is a kld_topk lower bound
+  MeanErr kld_mean;
+  Percentiles kld;
+  int64_t n_dp = 0;
+  MeanErr dp_mean;
+  Percentiles dp;
+  MeanErr dp_rms;
+  MeanErr same_top_p;
+  nlohmann::json to_json() const;
+};
+LogitSummary summarize_logits(std::span<const LogitPosition> positions);
+
+// ==== §4 Degeneration (x = generated tokens, prompt excluded, T = |x|) ====
+
+// seq_rep_n = 1 − |unique n-grams| / |n-grams|; 0 when T < n (no n-gram, nothing repeats).
+double seq_rep_n(std::span<const int32_t> x, int n);
+// rep_w = (1/T) Σ_i 1[x_i ∈ x_{max(i−w,0)} … x_{i−1}]; 0 when T = 0.
+double rep_w(std::span<const int32_t> x, int w = 16);
+// rep_r = fraction of positions i that belong to a bigram (x_{i−1},x_i) or (x_i,x_{i+1}) occurring
+// more than once in x (occurrences may overlap); 0 when T < 2.
+double rep_r(std::span<const int32_t> x);
+// distinct_n = |unique n-grams| / |n-grams| pooled over all outputs (an n-gram never spans two
+// outputs); 1 when there is no n-gram at all (consistent with seq_rep_n = 0).
+double distinct_n(std::span<const std::vector<int32_t>> outputs, int n);
+// The length of the longest substring occurring at two different start positions (overlap allowed:
+// in [7,7,7] it is [7,7], length 2), from the suffix array and its LCP array (max LCP of adjacent
+// suffixes). lrs = lrs_length / T; 0 when T = 0.
+int64_t lrs_length(std::span<const int32_t> x);
+double lrs(std::span<const int32_t> x);
+// Longest run of one identical token; 0 when T = 0.
+int64_t max_run(std::span<const int32_t> x);
+
+// Tail periodicity. For a period p, L_p = the length of the longest suffix of x that is p-periodic
+// (x_i = x_{i−p} for every i of the suffix past its first p tokens, i.e. L_p = p + the number of
+// consecutive i counting back from T−1 with x_i = x_{i−p}, capped at T), and k_p = ⌊L_p / p⌋ the
+// whole periods in it (a loop cut mid-period by the budget still counts its full periods).
+// tail_period = the smallest p ≥ 1 with k_p ≥ 2 and k_p·p ≥ min_tail_len (8), tail_repeats = k_p;
+// loop_onset = T − L_p, the first position (0-based, in x) from which x is p-periodic to its end.
+// None of the three is reported (nullopt) when no p qualifies. Computed in O(T) with the Z-function
+// of reversed x (L_p = p + Z[p]).
+struct TailPeriod {
+  int64_t period = 0;   // tail_period
+  int64_t repeats = 0;  // tail_repeats
+  int64_t onset = 0;    // loop_onset
+};
+std::optional<TailPeriod> tail_period(std::span<const int32_t> x, int64_t min_tail_len = 8);
+
+// empty_content. x is cut at its first stop id (the generation ends there; the budget ends x).
+// With thinking (think_end set): the answer is the tokens after the FIRST think_end; empty_content
+// is true when there is no think_end before the cut (the budget or a stop came first) or the answer
+// has no token outside `ignore_ids` (e.g. whitespace-only tokens). Without thinking (think_end
+// nullopt; also when the chat template closed the think block inside the prompt): the answer is
+// all of x before the cut, empty when it has no token outside ignore_ids.
+struct ContentOptions {
+  std::optional<int32_t> think_end;  // id of </think>; nullopt for no-thinking mode
+  std::vector<int32_t> stop_ids;     // EOS / end-of-turn ids
+  std::vector<int32_t> ignore_ids;   // ids that do not count as content (whitespace-only tokens)
+};
+bool empty_content(std::span<const int32_t> x, const ContentOptions& opt);
+
+// The degenerate verdict's rules (spec §4 defaults). Rule names, in the order they are checked:
+//  "nonfinite_logits": the generation produced non-finite logits (flag passed in);
+//  "tail_loop":  tail_repeats ≥ min_tail_repeats with tail_period ≤ max_tail_period;
+//  "seq_rep_4":  seq_rep_4 > max_seq_rep_4;
+//  "max_run":    max_run ≥ min_max_run.
+struct DegenRules {
+  int64_t min_tail_repeats = 4;  // whole periods in the tail loop
+  int64_t max_tail_period = 32;  // tokens; longer loops are not flagged by this rule
+  double max_seq_rep_4 = 0.5;    // fraction of repeated 4-grams
+  int64_t min_max_run = 16;      // tokens of one identical id
+  int64_t min_tail_len = 8;      // k·p below this: no tail period reported
+  int rep_window = 16;           // w of rep_w
+};
+
+struct Degeneration {
+  int64_t T = 0;
+  std::array<double, 4> seq_rep{};  // seq_rep_1 .. seq_rep_4
+  double rep_w = 0;
+  double rep_r = 0;
+  double lrs = 0;
+  int64_t max_run = 0;
+  std::optional<int64_t> tail_period, tail_repeats, loop_onset;
+  std::optional<bool> empty_content;       // when ContentOptions were given
+  bool nonfinite_logits = false;
+  bool degenerate = false;
+  std::optional<std::string> rule;         // first rule that fired, null when none
+  std::vector<std::string> rules_fired;    // every rule that fired, in check order
+  std::string reason;                      // human text for the first rule, e.g. "tail_repeats 6 >= 4 ..."
+  // Keys: T, seq_rep_1..4, rep_w, rep_r, lrs, max_run, tail_period, tail_repeats, loop_onset,
+  // empty_content, nonfinite_logits, degenerate, rule, rules_fired, reason.
+  nlohmann::json to_json() const;
+};
+Degeneration degeneration(std::span<const int32_t> x, const DegenRules& rules = {},
+                          bool nonfinite_logits = false,
+                          const std::optional<ContentOptions>& content = std::nullopt);
+
+// ==== §5 Speculative decoding (MTP) ====
+
+// One verify step: `proposed` drafts checked, `accepted` of them accepted (0 ≤ accepted ≤ proposed);
+// the step emits accepted + 1 tokens, the first at index `position` of the generated sequence.
+struct VerifyStep {
+  int proposed = 0;
+  int accepted = 0;
+  int64_t position = 0;
+};
+// Secondary signal: inside a loop (steps with position ≥ loop_onset), an acceptance rate ≥ high
+// while it was < high before ("accept_rate_jump"), or ≤ low while it was > low before
+// ("accept_rate_collapse"). Needs steps on both sides of the onset.
+struct SpecRules {
+  double high = 0.95;
+  double low = 0.05;
+};
+struct SpecDecode {
+  int64_t steps = 0, proposed = 0, accepted = 0;
+  std::optional<double> accept_rate;         // accepted / proposed (null when nothing proposed)
+  std::optional<double> accept_len;          // mean(accepted + 1) over steps (null when no step)
+  std::optional<double> accept_rate_before;  // before loop_onset
+  std::optional<double> accept_rate_loop;    // from loop_onset on
+  std::optional<std::string> accept_anomaly; // "accept_rate_jump" / "accept_rate_collapse"
+  nlohmann::json to_json() const;
+};
+SpecDecode spec_decode(std::span<const VerifyStep> steps, std::optional<int64_t> loop_onset = std::nullopt,
+                       const SpecRules& rules = {});
+
+// mtp_equiv: greedy with MTP on equals greedy with MTP off token for token. first_difference = the
+// first index where they differ, or the shorter length when one is a strict prefix of the other;
+// nullopt when equal. JSON {mtp_equiv, first_difference}.
+struct MtpEquiv {
+  bool mtp_equiv = true;
+  std::optional<int64_t> first_difference;
+  nlohmann::json to_json() const;
+};
+MtpEquiv mtp_equiv(std::span<const int32_t> mtp_on, std::span<const int32_t> mtp_off);
+
+// ==== §6 Verdicts and exit codes ====
+
+// good: within tolerances and not degenerate. bad: divergent, or degenerate where the golden is
+// not (engine-induced). untestable: cannot be tested here. model_intrinsic: degenerate, but the
+// golden run is degenerate too under the same prompt and sampling (a warning).
+enum class Verdict { good, bad, untestable, model_intrinsic };
+
+// "good", "bad", "untestable", "model-intrinsic".
+const char* verdict_name(Verdict v);
+// good → 0, bad → 1, untestable → 125, model_intrinsic → 0 (a warning), or 1 when
+// fail_on_model_degeneration (--fail-on-model-degeneration).
+ExitCode exit_code(Verdict v, bool fail_on_model_degeneration = false);
+// Combines the verdicts of several checks or cases: bad > untestable > model_intrinsic > good
+// (a definite bad outranks an untestable cell; a warning outranks good).
+Verdict worst(Verdict a, Verdict b);
+// Model or engine: the tested run not degenerate → good; degenerate and the golden run (same
+// prompt, same sampling) degenerate too → model_intrinsic; degenerate and the golden not, or no
+// golden run to compare with (nullopt) → bad (engine-induced).
+Verdict degeneration_verdict(bool tested_degenerate, std::optional<bool> golden_degenerate);
+// "engine" for bad, "model-intrinsic" for model_intrinsic, "none" otherwise (the JSON `cause`).
+const char* degeneration_cause(Verdict v);
+
+}  // namespace degen::metrics
