@@ -1,0 +1,440 @@
+// Sweep over a toggle matrix (see sweep.h).
+#include "diag/sweep.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "model/safetensors.h"
+#include "util/error.h"
+
+namespace degen {
+
+using nlohmann::json;
+
+namespace {
+
+std::string fragment(const std::string& axis, const std::string& value) {
+  return value.find('=') == std::string::npos ? axis + "=" + value : value;
+}
+
+std::optional<double> opt_num(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (j[key].is_number()) return j[key].get<double>();
+  if (j[key].is_string()) {
+    std::string s = j[key];
+    if (s == "inf") return INFINITY;
+    if (s == "-inf") return -INFINITY;
+    if (s == "nan") return NAN;
+  }
+  return std::nullopt;
+}
+
+json num_json(std::optional<double> v) {
+  if (!v) return nullptr;
+  if (std::isnan(*v)) return "nan";
+  if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
+  return *v;
+}
+
+bool is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
+
+std::string fmt_seconds(double s) {
+  char b[32];
+  if (s < 60) std::snprintf(b, sizeof b, "%.0fs", s);
+  else if (s < 3600) std::snprintf(b, sizeof b, "%.0fm%02.0fs", std::floor(s / 60), std::fmod(s, 60));
+  else std::snprintf(b, sizeof b, "%.0fh%02.0fm", std::floor(s / 3600), std::fmod(s / 60, 60));
+  return b;
+}
+
+// Appends one line and makes it durable before returning (a SIGKILL after this loses nothing).
+void append_line(const std::filesystem::path& path, const std::string& line) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) input_error(path.string(), ": cannot open for appending: ", std::strerror(errno));
+  std::string data = line + "\n";
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    ssize_t w = ::write(fd, p, left);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      ::close(fd);
+      input_error(path.string(), ": write failed: ", std::strerror(errno));
+    }
+    p += w;
+    left -= static_cast<size_t>(w);
+  }
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Drops a partial last line (no newline) left by a kill mid-write, so the next append starts clean.
+void truncate_partial_tail(const std::filesystem::path& path) {
+  if (!std::filesystem::exists(path)) return;
+  std::string text = read_file(path);
+  size_t keep = text.rfind('\n');
+  keep = keep == std::string::npos ? 0 : keep + 1;
+  if (keep != text.size()) std::filesystem::resize_file(path, keep);
+}
+
+// Runs eval in a forked child; a crash (signal) or an exception becomes an "error" summary.
+CellSummary eval_isolated(const CellEvaluator& eval, const RunConfig& rc) {
+  int fds[2];
+  if (::pipe(fds) != 0) input_error("sweep --isolate: pipe failed: ", std::strerror(errno));
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) input_error("sweep --isolate: fork failed: ", std::strerror(errno));
+  if (pid == 0) {
+    // The child reports a crash by dying of it: drop any inherited crash handlers.
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::signal(sig, SIG_DFL);
+    ::close(fds[0]);
+    std::string out;
+    try {
+      out = cell_summary_to_json(eval(rc)).dump();
+    } catch (const std::exception& e) {
+      CellSummary s;
+      s.verdict = "error";
+      s.reason = e.what();
+      out = cell_summary_to_json(s).dump();
+    }
+    const char* p = out.data();
+    size_t left = out.size();
+    while (left > 0) {
+      ssize_t w = ::write(fds[1], p, left);
+      if (w <= 0) break;
+      p += w;
+      left -= static_cast<size_t>(w);
+    }
+    ::close(fds[1]);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string got;
+  char buf[65536];
+  ssize_t r;
+  while ((r = ::read(fds[0], buf, sizeof buf)) > 0 || (r < 0 && errno == EINTR))
+    if (r > 0) got.append(buf, static_cast<size_t>(r));
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  CellSummary s;
+  if (WIFSIGNALED(status)) {
+    s.verdict = "error";
+    s.reason = cat("cell process killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+    return s;
+  }
+  json j = json::parse(got, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    s.verdict = "error";
+    s.reason = cat("cell process exited with status ", WEXITSTATUS(status), " without a result");
+    return s;
+  }
+  return cell_summary_from_json(j);
+}
+
+}  // namespace
+
+std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
+  std::vector<Cell> out;
+  RunConfig base_rc;
+  try {
+    base_rc = parse_run_config(base);
+  } catch (const InputError& e) {
+    input_error("sweep matrix '", name, "': base: ", e.what());
+  }
+  size_t total = 1;
+  for (const auto& a : axes) {
+    if (a.values.empty()) input_error("sweep matrix '", name, "': axis '", a.name, "' has no values");
+    total *= a.values.size();
+  }
+  if (axes.empty()) total = cells_extra.empty() ? 1 : 0;
+  std::set<std::string> seen;
+  for (size_t idx = 0; idx < total; ++idx) {
+    Cell c;
+    c.config = base_rc;
+    size_t rem = idx;
+    std::vector<size_t> pick(axes.size());
+    for (size_t a = axes.size(); a-- > 0;) {
+      pick[a] = rem % axes[a].values.size();
+      rem /= axes[a].values.size();
+    }
+    for (size_t a = 0; a < axes.size(); ++a) {
+      const std::string& v = axes[a].values[pick[a]];
+      try {
+        c.config = apply_run_config(c.config, fragment(axes[a].name, v));
+      } catch (const InputError& e) {
+        input_error("sweep matrix '", name, "': axis '", axes[a].name, "' value '", v, "': ", e.what());
+      }
+      c.values.push_back(v);
+    }
+    c.name = c.config.str();
+    c.index = out.size();
+    if (!seen.insert(c.name).second) continue;  // two value combinations that mean the same config
+    out.push_back(std::move(c));
+  }
+  for (const auto& f : cells_extra) {
+    Cell c;
+    try {
+      c.config = apply_run_config(base_rc, f);
+    } catch (const InputError& e) {
+      input_error("sweep matrix '", name, "': cell '", f, "': ", e.what());
+    }
+    c.name = c.config.str();
+    c.index = out.size();
+    if (!seen.insert(c.name).second) continue;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+SweepMatrix load_sweep_matrix(const std::filesystem::path& path) {
+  json j = json::parse(read_file(path), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) input_error(path.string(), ": not a JSON object");
+  SweepMatrix m;
+  auto str_field = [&](const char* key, std::string& out) {
+    if (!j.contains(key)) return;
+    if (!j[key].is_string()) input_error(path.string(), ": field '", key, "': expected a string, found ", j[key].dump());
+    out = j[key].get<std::string>();
+  };
+  m.name = path.stem().string();
+  str_field("name", m.name);
+  str_field("base", m.base);
+  auto values_of = [&](const std::string& axis, const json& v) {
+    if (!v.is_array() || v.empty()) input_error(path.string(), ": axis '", axis, "': expected a non-empty list of strings");
+    std::vector<std::string> out;
+    for (const auto& e : v) {
+      if (e.is_string()) out.push_back(e.get<std::string>());
+      else if (e.is_number_integer()) out.push_back(std::to_string(e.get<int64_t>()));
+      else input_error(path.string(), ": axis '", axis, "': value ", e.dump(), " is not a string");
+    }
+    return out;
+  };
+  if (j.contains("axes")) {
+    const json& ax = j["axes"];
+    if (ax.is_object()) {
+      for (auto& [k, v] : ax.items()) m.axes.push_back({k, values_of(k, v)});
+    } else if (ax.is_array()) {
+      for (const auto& a : ax) {
+        if (!a.is_object() || !a.contains("name") || !a["name"].is_string() || !a.contains("values"))
+          input_error(path.string(), ": each entry of 'axes' needs \"name\" and \"values\", found ", a.dump());
+        std::string n = a["name"];
+        m.axes.push_back({n, values_of(n, a["values"])});
+      }
+    } else {
+      input_error(path.string(), ": field 'axes': expected a list or an object");
+    }
+  }
+  if (j.contains("cells")) m.cells_extra = values_of("cells", j["cells"]);
+  for (auto& [k, v] : j.items())
+    if (k != "name" && k != "base" && k != "axes" && k != "cells" && k != "description")
+      input_error(path.string(), ": unknown field '", k, "' (expected name, description, base, axes, cells)");
+  (void)m.cells();  // validate every cell now, before any work
+  return m;
+}
+
+SweepMatrix sweep_matrix_from_axes(const std::string& base, const std::vector<std::string>& axis_args) {
+  SweepMatrix m;
+  m.base = base;
+  for (const auto& a : axis_args) {
+    auto eq = a.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == a.size())
+      input_error("--axis '", a, "': expected key=v1,v2,...");
+    SweepAxis ax{a.substr(0, eq), {}};
+    std::string rest = a.substr(eq + 1), cur;
+    for (char ch : rest + ",") {
+      if (ch == ',') {
+        if (cur.empty()) input_error("--axis '", a, "': empty value");
+        ax.values.push_back(cur);
+        cur.clear();
+      } else cur += ch;
+    }
+    m.axes.push_back(ax);
+  }
+  (void)m.cells();
+  return m;
+}
+
+Shard parse_shard(const std::string& text) {
+  Shard s;
+  int i = 0, n = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%d/%d%c", &i, &n, &tail) != 2 || n < 1 || i < 1 || i > n)
+    input_error("--shard '", text, "': expected i/n with 1 <= i <= n, e.g. 2/4");
+  s.i = i;
+  s.n = n;
+  return s;
+}
+
+json cell_summary_to_json(const CellSummary& s) {
+  json j;
+  j["verdict"] = s.verdict;
+  j["reason"] = s.reason;
+  j["worst_layer"] = s.worst_layer >= 0 ? json(s.worst_layer) : json(nullptr);
+  j["kld_mean"] = num_json(s.kld_mean);
+  j["seq_rep_4"] = num_json(s.seq_rep_4);
+  j["loop_onset"] = s.loop_onset ? json(*s.loop_onset) : json(nullptr);
+  if (!s.detail.is_null()) j["detail"] = s.detail;
+  return j;
+}
+
+CellSummary cell_summary_from_json(const json& j) {
+  CellSummary s;
+  s.verdict = j.value("verdict", "error");
+  s.reason = j.value("reason", "");
+  s.worst_layer = j.contains("worst_layer") && j["worst_layer"].is_number_integer() ? j["worst_layer"].get<int>() : -1;
+  s.kld_mean = opt_num(j, "kld_mean");
+  s.seq_rep_4 = opt_num(j, "seq_rep_4");
+  if (j.contains("loop_onset") && j["loop_onset"].is_number_integer()) s.loop_onset = j["loop_onset"].get<int64_t>();
+  if (j.contains("detail")) s.detail = j["detail"];
+  return s;
+}
+
+std::vector<json> read_sweep_results(const std::filesystem::path& jsonl) {
+  std::vector<json> out;
+  if (!std::filesystem::exists(jsonl)) return out;
+  std::string text = read_file(jsonl);
+  size_t start = 0;
+  int line_no = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    ++line_no;
+    if (nl == std::string::npos) break;  // partial last line: the cell did not finish
+    std::string line = text.substr(start, nl - start);
+    start = nl + 1;
+    if (line.empty()) continue;
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("cell"))
+      input_error(jsonl.string(), ": line ", line_no, " is not a sweep result (expected a JSON object with \"cell\")");
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, const CellEvaluator& eval) {
+  namespace fs = std::filesystem;
+  std::vector<SweepMatrix::Cell> all = m.cells();
+  std::vector<const SweepMatrix::Cell*> mine;
+  for (const auto& c : all)
+    if (static_cast<int>(c.index % static_cast<size_t>(opt.shard.n)) == opt.shard.i - 1) mine.push_back(&c);
+
+  fs::create_directories(opt.out);
+  fs::path jsonl = opt.out / "results.jsonl";
+  if (fs::exists(jsonl) && !opt.resume)
+    input_error(jsonl.string(), " already exists: pass --resume to continue that sweep, or choose another --out");
+  truncate_partial_tail(jsonl);
+  std::map<std::string, json> done;
+  for (auto& j : read_sweep_results(jsonl)) done[j["cell"].get<std::string>()] = j;
+  json meta = {{"name", m.name}, {"base", m.base}, {"shard", cat(opt.shard.i, "/", opt.shard.n)}, {"cells", all.size()}};
+  json axes = json::array();
+  for (const auto& a : m.axes) axes.push_back({{"name", a.name}, {"values", a.values}});
+  meta["axes"] = axes;
+  meta["cells_extra"] = m.cells_extra;
+  write_file_atomic(opt.out / "sweep.json", meta.dump(2) + "\n");
+
+  std::vector<SweepRow> rows;
+  size_t todo = 0;
+  for (const auto* c : mine) todo += done.count(c->name) ? 0 : 1;
+  bool show = opt.progress && is_terminal();
+  auto t0 = std::chrono::steady_clock::now();
+  size_t finished = 0;
+  for (const auto* c : mine) {
+    SweepRow row;
+    row.index = c->index;
+    row.cell = c->name;
+    row.values = c->values;
+    auto it = done.find(c->name);
+    if (it != done.end()) {
+      row.summary = cell_summary_from_json(it->second);
+      row.seconds = it->second.value("seconds", 0.0);
+      rows.push_back(std::move(row));
+      continue;
+    }
+    if (show) {
+      double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::string eta = finished ? fmt_seconds(el / double(finished) * double(todo - finished)) : "?";
+      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s  (ETA %s)", finished + 1, todo, c->name.c_str(), eta.c_str());
+      std::fflush(stderr);
+    }
+    auto c0 = std::chrono::steady_clock::now();
+    if (opt.isolate) {
+      row.summary = eval_isolated(eval, c->config);
+    } else {
+      try {
+        row.summary = eval(c->config);
+      } catch (const UntestableError& e) {
+        row.summary.verdict = "untestable";
+        row.summary.reason = e.what();
+      }
+    }
+    row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+    json line = cell_summary_to_json(row.summary);
+    line["cell"] = row.cell;
+    line["index"] = row.index;
+    line["values"] = row.values;
+    line["seconds"] = row.seconds;
+    append_line(jsonl, line.dump());
+    ++finished;
+    rows.push_back(std::move(row));
+  }
+  if (show) std::fprintf(stderr, "\r\033[K");
+  return rows;
+}
+
+std::string sweep_table(const SweepMatrix& m, const std::vector<SweepRow>& rows) {
+  std::ostringstream os;
+  size_t w = 4;
+  for (const auto& r : rows) w = std::max(w, r.cell.size());
+  w = std::min<size_t>(w, 90);
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-*s  %-15s %-6s %-10s %-9s %-6s\n", int(w), "cell", "verdict", "layer", "kld_mean",
+                "seq_rep_4", "loop");
+  os << buf;
+  for (const auto& r : rows) {
+    const CellSummary& s = r.summary;
+    std::string kld = s.kld_mean ? cat(*s.kld_mean) : "-";
+    if (s.kld_mean) { std::snprintf(buf, sizeof buf, "%.3g", *s.kld_mean); kld = buf; }
+    std::string rep = "-";
+    if (s.seq_rep_4) { std::snprintf(buf, sizeof buf, "%.3f", *s.seq_rep_4); rep = buf; }
+    std::snprintf(buf, sizeof buf, "%-*s  %-15s %-6s %-10s %-9s %-6s\n", int(w), r.cell.c_str(), s.verdict.c_str(),
+                  s.worst_layer >= 0 ? std::to_string(s.worst_layer).c_str() : "-", kld.c_str(), rep.c_str(),
+                  s.loop_onset ? std::to_string(*s.loop_onset).c_str() : "-");
+    os << buf;
+  }
+  (void)m;
+  return os.str();
+}
+
+std::string sweep_main_effects(const SweepMatrix& m, const std::vector<SweepRow>& rows) {
+  std::ostringstream os;
+  size_t total = rows.size(), bad = 0;
+  for (const auto& r : rows) bad += r.summary.verdict == "bad";
+  os << "main effects (bad cells with a value / cells with it, against those without it):\n";
+  for (size_t a = 0; a < m.axes.size(); ++a) {
+    for (const auto& v : m.axes[a].values) {
+      size_t with = 0, bad_with = 0;
+      for (const auto& r : rows)
+        if (a < r.values.size() && r.values[a] == v) {
+          ++with;
+          bad_with += r.summary.verdict == "bad";
+        }
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "  %-14s %-40s bad %zu/%zu with, %zu/%zu without\n", m.axes[a].name.c_str(),
+                    v.c_str(), bad_with, with, bad - bad_with, total - with);
+      os << buf;
+    }
+  }
+  return os.str();
+}
+
+}  // namespace degen

@@ -1,0 +1,94 @@
+// Sweep: run one evaluation per cell of a toggle matrix with the model loaded once (DESIGN.md §9).
+// Results are appended as one JSON line per finished cell (flushed and fsynced), so an interrupted
+// sweep resumes where it stopped; --shard i/n takes a deterministic share of the cells; --isolate
+// runs each cell in a forked child, so a crashing cell costs one cell (recorded as "error").
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/run_config.h"
+
+namespace degen {
+
+// One axis: each value is a config fragment ("flash", or "temp=0.6,top_p=0.95" for a group axis).
+struct SweepAxis {
+  std::string name;
+  std::vector<std::string> values;
+};
+
+struct SweepMatrix {
+  std::string name = "sweep";
+  std::string base;               // fragment applied to every cell first
+  std::vector<SweepAxis> axes;    // cartesian product, last axis fastest
+  std::vector<std::string> cells_extra;  // explicit extra cells (fragments on top of base)
+
+  struct Cell {
+    size_t index = 0;
+    RunConfig config;
+    std::string name;                  // config.str()
+    std::vector<std::string> values;   // the axis values of this cell, by axis (empty for extra cells)
+  };
+  std::vector<Cell> cells() const;     // InputError on a bad fragment, naming axis and value
+};
+
+// Matrix file (JSON): {"name": ..., "base": "...", "axes": [{"name": "attn", "values": ["naive", "flash"]}, ...],
+// "cells": ["fault=rope-interleaved@3", ...]}. "axes" may also be an object {"attn": [...]} (keys sorted).
+// A value without '=' means "<axis name>=<value>".
+SweepMatrix load_sweep_matrix(const std::filesystem::path& path);
+// From --axis arguments "key=v1,v2,..." (no group values) and a base fragment.
+SweepMatrix sweep_matrix_from_axes(const std::string& base, const std::vector<std::string>& axis_args);
+
+// "i/n" with 1 <= i <= n. The shard takes the cells whose index % n == i - 1.
+struct Shard { int i = 1, n = 1; };
+Shard parse_shard(const std::string& text);
+
+// What a cell evaluation reports (the columns of the sweep table).
+struct CellSummary {
+  std::string verdict = "error";  // good | bad | untestable | model-intrinsic | error
+  std::string reason;             // one line: which rule fired, why untestable, the crash
+  int worst_layer = -1;           // the first layer that breaks its floor (isolated), -1 none
+  std::optional<double> kld_mean; // teacher-forced mean KLD
+  std::optional<double> seq_rep_4;  // worst over the cases
+  std::optional<int64_t> loop_onset;  // earliest loop onset over the cases
+  nlohmann::json detail;          // everything else (per-case metrics)
+};
+nlohmann::json cell_summary_to_json(const CellSummary& s);
+CellSummary cell_summary_from_json(const nlohmann::json& j);
+
+using CellEvaluator = std::function<CellSummary(const RunConfig&)>;
+
+struct SweepOptions {
+  std::filesystem::path out;   // folder: results.jsonl (+ sweep.json with the matrix)
+  bool resume = false;
+  Shard shard;
+  bool isolate = false;        // fork a child per cell
+  bool progress = true;        // a progress line on stderr when it is a terminal
+};
+
+struct SweepRow {
+  size_t index = 0;
+  std::string cell;
+  std::vector<std::string> values;
+  CellSummary summary;
+  double seconds = 0;
+};
+
+// Runs the cells of this shard that results.jsonl does not already hold; returns every row of the
+// shard (finished earlier or now), in cell order.
+std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, const CellEvaluator& eval);
+
+// Reads results.jsonl lines (a partial last line, as a kill mid-write leaves, is ignored).
+std::vector<nlohmann::json> read_sweep_results(const std::filesystem::path& jsonl);
+
+// The closing table (one row per cell) and the main-effects summary (for each axis value: bad
+// cells with it and without it).
+std::string sweep_table(const SweepMatrix& m, const std::vector<SweepRow>& rows);
+std::string sweep_main_effects(const SweepMatrix& m, const std::vector<SweepRow>& rows);
+
+}  // namespace degen

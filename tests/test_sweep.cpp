@@ -1,0 +1,203 @@
+// Sweep mechanics with a stand-in evaluator (the real one is compare): cell order, shards, resume
+// after SIGKILL, partial last lines, --isolate crash containment, the closing tables.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "diag/sweep.h"
+#include "helpers.h"
+#include "model/safetensors.h"
+#include "util/error.h"
+
+using namespace degen;
+
+namespace {
+SweepMatrix matrix() {
+  SweepMatrix m;
+  m.name = "t";
+  m.base = "precision=bf16";
+  m.axes = {{"attn", {"naive", "flash"}}, {"ssm_dtype", {"fp32", "bf16", "fp16"}}, {"sampling", {"temp=0", "temp=0.6,top_p=0.95"}}};
+  return m;
+}
+// Deterministic stand-in: fp16 state is "bad".
+CellSummary fake_eval(const RunConfig& rc) {
+  CellSummary s;
+  bool bad = rc.str().find("ssm_dtype=fp16") != std::string::npos;
+  s.verdict = bad ? "bad" : "good";
+  s.worst_layer = bad ? 4 : -1;
+  s.kld_mean = bad ? 0.5 : 1e-4;
+  s.seq_rep_4 = bad ? 0.8 : 0.0;
+  if (bad) s.loop_onset = 12;
+  return s;
+}
+std::map<std::string, int> cell_counts(const std::filesystem::path& jsonl) {
+  std::map<std::string, int> n;
+  for (const auto& j : read_sweep_results(jsonl)) n[j["cell"].get<std::string>()]++;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("sweep: cells are the cartesian product, last axis fastest, duplicates merged") {
+  auto cells = matrix().cells();
+  REQUIRE(cells.size() == 12);
+  CHECK(cells[0].name == "precision=bf16,ssm_dtype=fp32");
+  CHECK(cells[1].name == "precision=bf16,ssm_dtype=fp32,temp=0.6,top_p=0.95");
+  CHECK(cells[2].name == "precision=bf16,ssm_dtype=bf16");
+  CHECK(cells[11].name == "precision=bf16,attn=flash,ssm_dtype=fp16,temp=0.6,top_p=0.95");
+  CHECK(cells[11].values == std::vector<std::string>{"flash", "fp16", "temp=0.6,top_p=0.95"});
+  SweepMatrix d;
+  d.axes = {{"attn", {"naive", "naive"}}};
+  CHECK(d.cells().size() == 1);
+  SweepMatrix bad;
+  bad.axes = {{"attn", {"naive", "fastest"}}};
+  CHECK_THROWS_WITH_AS(bad.cells(), doctest::Contains("axis 'attn' value 'fastest'"), InputError);
+  CHECK_THROWS_AS(parse_shard("0/3"), InputError);
+  CHECK_THROWS_AS(parse_shard("4/3"), InputError);
+  CHECK_THROWS_AS(parse_shard("x"), InputError);
+  CHECK(parse_shard("2/3").i == 2);
+}
+
+TEST_CASE("sweep: the union of shards equals the unsharded sweep") {
+  test::TempDir dir("sweep-shard");
+  SweepOptions o;
+  o.progress = false;
+  o.out = dir / "all";
+  auto all = run_sweep(matrix(), o, fake_eval);
+  std::map<std::string, std::string> whole, merged;
+  for (const auto& r : all) whole[r.cell] = r.summary.verdict;
+  size_t total = 0;
+  for (int i = 1; i <= 3; ++i) {
+    SweepOptions s = o;
+    s.shard = {i, 3};
+    s.out = dir / ("shard" + std::to_string(i));
+    auto rows = run_sweep(matrix(), s, fake_eval);
+    total += rows.size();
+    for (const auto& r : rows) merged[r.cell] = r.summary.verdict;
+  }
+  CHECK(total == all.size());   // no cell in two shards
+  CHECK(merged == whole);       // and none missing
+}
+
+TEST_CASE("sweep: refuses to overwrite, resumes without repeating, ignores a partial last line") {
+  test::TempDir dir("sweep-resume");
+  SweepOptions o;
+  o.progress = false;
+  o.out = dir.path();
+  int calls = 0;
+  auto counting = [&](const RunConfig& rc) { ++calls; return fake_eval(rc); };
+  run_sweep(matrix(), o, counting);
+  CHECK(calls == 12);
+  CHECK_THROWS_WITH_AS(run_sweep(matrix(), o, counting), doctest::Contains("--resume"), InputError);
+  o.resume = true;
+  calls = 0;
+  auto rows = run_sweep(matrix(), o, counting);
+  CHECK(calls == 0);
+  CHECK(rows.size() == 12);
+  // Simulate a kill mid-write: drop the last two lines and leave half a line.
+  std::string text = read_file(dir / "results.jsonl");
+  size_t cut = text.rfind('\n', text.size() - 2);
+  cut = text.rfind('\n', cut - 1);
+  std::ofstream(dir / "results.jsonl", std::ios::trunc) << text.substr(0, cut + 1) << "{\"cell\": \"precision=bf16,att";
+  CHECK(read_sweep_results(dir / "results.jsonl").size() == 10);
+  calls = 0;
+  run_sweep(matrix(), o, counting);
+  CHECK(calls == 2);
+  auto counts = cell_counts(dir / "results.jsonl");
+  CHECK(counts.size() == 12);
+  for (const auto& [cell, n] : counts) CHECK_MESSAGE(n == 1, cell);
+}
+
+TEST_CASE("sweep: a sweep killed with SIGKILL mid-run and resumed loses no finished cell and repeats none") {
+  test::TempDir dir("sweep-kill");
+  SweepOptions o;
+  o.progress = false;
+  o.out = dir.path();
+  auto slow = [](const RunConfig& rc) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    return fake_eval(rc);
+  };
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    try { run_sweep(matrix(), o, slow); } catch (...) {}
+    _exit(0);
+  }
+  // Wait until at least 4 cells are finished, then kill.
+  for (int i = 0; i < 400; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (std::filesystem::exists(dir / "results.jsonl") && read_sweep_results(dir / "results.jsonl").size() >= 4) break;
+  }
+  kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFSIGNALED(st));
+  auto before = cell_counts(dir / "results.jsonl");
+  CHECK(before.size() >= 4);
+  CHECK(before.size() < 12);
+  o.resume = true;
+  int calls = 0;
+  run_sweep(matrix(), o, [&](const RunConfig& rc) { ++calls; return fake_eval(rc); });
+  CHECK(calls == int(12 - before.size()));
+  auto after = cell_counts(dir / "results.jsonl");
+  CHECK(after.size() == 12);
+  for (const auto& [cell, n] : after) CHECK_MESSAGE(n == 1, cell);
+}
+
+TEST_CASE("sweep: --isolate turns a crashing cell into an error row and goes on") {
+  test::TempDir dir("sweep-iso");
+  SweepOptions o;
+  o.progress = false;
+  o.out = dir.path();
+  o.isolate = true;
+  SweepMatrix m;
+  m.axes = {{"attn", {"naive", "flash", "splitkv"}}};
+  auto rows = run_sweep(m, o, [](const RunConfig& rc) {
+    if (rc.attn.base == AttnAlgo::flash) raise(SIGSEGV);
+    if (rc.attn.base == AttnAlgo::splitkv) throw UntestableError("no split-KV here");
+    return fake_eval(rc);
+  });
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].summary.verdict == "good");
+  CHECK(rows[1].summary.verdict == "error");
+  CHECK(rows[1].summary.reason.find("signal 11") != std::string::npos);
+  CHECK(rows[2].summary.verdict == "error");
+  CHECK(rows[2].summary.reason.find("no split-KV here") != std::string::npos);
+}
+
+TEST_CASE("sweep: closing table and main effects") {
+  test::TempDir dir("sweep-table");
+  SweepOptions o;
+  o.progress = false;
+  o.out = dir.path();
+  auto rows = run_sweep(matrix(), o, fake_eval);
+  std::string t = sweep_table(matrix(), rows);
+  CHECK(t.find("precision=bf16,attn=flash,ssm_dtype=fp16") != std::string::npos);
+  CHECK(t.find("bad") != std::string::npos);
+  std::string me = sweep_main_effects(matrix(), rows);
+  CHECK(me.find("ssm_dtype      fp16") != std::string::npos);
+  CHECK(me.find("bad 4/4 with, 0/8 without") != std::string::npos);   // every fp16 cell is bad
+  CHECK(me.find("bad 2/6 with, 2/6 without") != std::string::npos);   // attn is irrelevant
+}
+
+TEST_CASE("sweep: matrix files") {
+  test::TempDir dir("sweep-matrix");
+  std::ofstream(dir / "m.json") << R"({"name": "x", "base": "precision=bf16",
+    "axes": [{"name": "attn", "values": ["naive", "flash"]}, {"name": "mtp", "values": [0, 2]}],
+    "cells": ["fault=rope-interleaved@3"]})";
+  SweepMatrix m = load_sweep_matrix(dir / "m.json");
+  auto cells = m.cells();
+  CHECK(cells.size() == 5);
+  CHECK(cells.back().name == "precision=bf16,fault=rope-interleaved@3");
+  std::ofstream(dir / "bad.json") << R"({"axes": [{"name": "attn", "values": ["warp"]}]})";
+  CHECK_THROWS_WITH_AS(load_sweep_matrix(dir / "bad.json"), doctest::Contains("value 'warp'"), InputError);
+  std::ofstream(dir / "bad2.json") << R"({"axis": []})";
+  CHECK_THROWS_WITH_AS(load_sweep_matrix(dir / "bad2.json"), doctest::Contains("unknown field 'axis'"), InputError);
+  CHECK(load_sweep_matrix(test::source_dir() / "cases" / "matrix-default.json").cells().size() >= 24);
+}
