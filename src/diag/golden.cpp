@@ -1,0 +1,684 @@
+// Golden records: teacher-forced runs with capture and injection, the writer and the verified reader
+// (see golden.h for the record layout).
+#include "diag/golden.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <cmath>
+#include <numeric>
+#include <span>
+#include <unistd.h>
+
+#include "build_config.h"
+#include "diag/metrics.h"
+#include "engine/generate.h"
+#include "model/chat_template.h"
+#include "model/safetensors.h"
+#include "model/tokenizer.h"
+#include "util/error.h"
+#include "util/sha256.h"
+
+namespace degen {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const char* forced_mode_name(ForcedMode m) { return m == ForcedMode::prefill ? "prefill" : "decode"; }
+
+std::vector<bool> parse_layer_list(const std::string& text, const ModelConfig& cfg) {
+  std::vector<bool> out(static_cast<size_t>(cfg.num_layers), false);
+  if (text == "all") return std::vector<bool>(out.size(), true);
+  if (text == "none") return out;
+  std::string scope = text;
+  std::replace(scope.begin(), scope.end(), ',', '+');
+  LayerScope s;
+  try {
+    s = LayerScope::parse(scope, "--layers");
+  } catch (const InputError&) {
+    input_error("--layers ", text, ": expected all, none, or layers and ranges such as 0,3,5-7 (or linear, full)");
+  }
+  for (const auto& r : s.ranges)
+    if (r.b >= cfg.num_layers)
+      input_error("--layers ", text, ": layer ", r.b, " is outside the model (layers 0..", cfg.num_layers - 1, ")");
+  for (int l : s.layers(cfg.num_layers, &cfg)) out[static_cast<size_t>(l)] = true;
+  return out;
+}
+
+TopK topk_of_row(const float* row, int64_t V, const std::vector<uint8_t>* mask, int k) {
+  std::span<const float> x(row, static_cast<size_t>(V));
+  std::span<const uint8_t> ex;
+  if (mask) ex = *mask;
+  std::vector<double> lp = metrics::log_softmax(x, ex);
+  TopK t;
+  std::vector<int32_t> idx;
+  double m = -INFINITY;
+  for (int64_t i = 0; i < V; ++i) {
+    if (!ex.empty() && ex[static_cast<size_t>(i)]) continue;
+    if (std::isnan(lp[static_cast<size_t>(i)])) return t;  // undefined distribution: caller reports it
+    idx.push_back(static_cast<int32_t>(i));
+    m = std::max(m, static_cast<double>(x[static_cast<size_t>(i)]));
+  }
+  const size_t K = std::min(idx.size(), static_cast<size_t>(std::max(k, 0)));
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(K), idx.end(), [&](int32_t a, int32_t b) {
+    return lp[a] > lp[b] || (lp[a] == lp[b] && a < b);
+  });
+  for (size_t i = 0; i < K; ++i) {
+    t.ids.push_back(idx[i]);
+    t.logprobs.push_back(static_cast<float>(lp[static_cast<size_t>(idx[i])]));
+  }
+  double s = 0;
+  for (int32_t i : idx) s += std::exp(static_cast<double>(x[static_cast<size_t>(i)]) - m);
+  t.lse = m + std::log(s);
+  return t;
+}
+
+// ---- teacher-forced runs ----
+
+ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const ForcedOptions& o) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const ModelConfig& cfg = eng.config();
+  const int L = cfg.num_layers;
+  const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
+  ForcedRun r;
+  r.T = o.run_positions < 0 ? static_cast<int64_t>(tokens.size())
+                            : std::min<int64_t>(o.run_positions, static_cast<int64_t>(tokens.size()));
+  DEGEN_ASSERT(r.T > 0, "forced_run: no tokens");
+  if (o.inject) DEGEN_ASSERT(r.T <= o.inject->positions && o.inject->hidden == H, "forced_run: injection covers too few positions");
+  r.P = std::min(o.capture_positions, r.T);
+  const size_t PH = static_cast<size_t>(r.P * H);
+  r.l_out.resize(static_cast<size_t>(L));
+  for (int l = 0; l < L; ++l)
+    if (!o.capture_layers.empty() && o.capture_layers[static_cast<size_t>(l)] && r.P > 0) r.l_out[l].assign(PH, 0.f);
+  if (r.P > 0) r.embed.assign(PH, 0.f);
+  r.l_out_norm.assign(static_cast<size_t>(L * r.T), 0.f);
+
+  Trace tr;
+  tr.observer = [&](const TraceEvent& ev, Tensor& t, Backend& be) {
+    if (ev.mtp) return;
+    const TraceSeq& s = ev.seqs.at(0);
+    if (ev.step == Step::l_in && o.inject) {
+      const std::vector<float>& g = o.inject->in.at(static_cast<size_t>(ev.layer));
+      if (g.empty()) return;
+      std::vector<double> v(static_cast<size_t>(s.rows * H));
+      for (int64_t i = 0; i < s.rows; ++i)
+        for (int64_t j = 0; j < H; ++j) v[i * H + j] = g[static_cast<size_t>((s.pos0 + i) * H + j)];
+      t = be.from_host(v, t.shape, t.dtype);
+    } else if (ev.step == Step::l_out) {
+      std::vector<float> v = be.to_host_f32(t);
+      std::vector<float>& keep = r.l_out[static_cast<size_t>(ev.layer)];
+      for (int64_t i = 0; i < s.rows; ++i) {
+        const int64_t pos = s.pos0 + i;
+        double n2 = 0;
+        for (int64_t j = 0; j < H; ++j) n2 += double(v[i * H + j]) * v[i * H + j];
+        r.l_out_norm[static_cast<size_t>(ev.layer * r.T + pos)] = static_cast<float>(std::sqrt(n2));
+        if (pos < r.P && !keep.empty()) std::copy_n(v.begin() + i * H, H, keep.begin() + pos * H);
+      }
+    } else if (ev.step == Step::embed && r.P > 0) {
+      std::vector<float> v = be.to_host_f32(t);
+      for (int64_t i = 0; i < s.rows && s.pos0 + i < r.P; ++i)
+        std::copy_n(v.begin() + i * H, H, r.embed.begin() + (s.pos0 + i) * H);
+    }
+  };
+
+  SeqState st = eng.new_state();
+  ForwardOptions fo;
+  fo.vocab_mask = o.vocab_mask;
+  if (o.mode == ForcedMode::prefill) {
+    fo.logits = o.logits ? LogitsRows::all : LogitsRows::none;
+    fo.keep_hidden = o.mtp && eng.has_mtp();
+    std::vector<int32_t> ids(tokens.begin(), tokens.begin() + r.T);
+    ForwardOutput out = eng.forward({SeqInput{&st, ids}}, fo, &tr);
+    if (o.logits) r.logits = eng.backend().to_host_f32(out.logits);
+    if (fo.keep_hidden && r.T >= 2) {
+      MtpInput mi;
+      mi.state = &st;
+      mi.hidden = out.hidden.slice0(0, r.T - 1);
+      mi.next_tokens.assign(ids.begin() + 1, ids.end());
+      r.mtp_logits = eng.backend().to_host_f32(eng.mtp({mi}, o.vocab_mask));
+    }
+  } else {
+    fo.logits = o.logits ? LogitsRows::last : LogitsRows::none;
+    if (o.logits) r.logits.reserve(static_cast<size_t>(r.T * V));
+    for (int64_t i = 0; i < r.T; ++i) {
+      ForwardOutput out = eng.forward({SeqInput{&st, {tokens[static_cast<size_t>(i)]}}}, fo, &tr);
+      if (o.logits) {
+        std::vector<float> row = eng.backend().to_host_f32(out.logits);
+        r.logits.insert(r.logits.end(), row.begin(), row.end());
+      }
+    }
+  }
+  r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  return r;
+}
+
+LayerInputs make_layer_inputs(const std::vector<float>& embed, const std::vector<std::vector<float>>& l_out, int64_t P,
+                              int64_t H) {
+  LayerInputs in;
+  in.positions = P;
+  in.hidden = H;
+  in.in.resize(l_out.size());
+  if (P <= 0) return in;
+  for (size_t l = 0; l < l_out.size(); ++l) in.in[l] = l == 0 ? embed : l_out[l - 1];
+  return in;
+}
+
+std::vector<std::optional<metrics::TensorError>> layer_errors(const std::vector<std::vector<float>>& test,
+                                                              const std::vector<std::vector<float>>& golden,
+                                                              const LayerInputs* inputs) {
+  std::vector<std::optional<metrics::TensorError>> e(golden.size());
+  for (size_t l = 0; l < golden.size(); ++l) {
+    if (golden[l].empty() || l >= test.size() || test[l].size() != golden[l].size()) continue;
+    if (inputs && inputs->in.at(l).empty()) continue;  // isolated: the layer's input was not injected
+    e[l] = metrics::tensor_error(std::span<const float>(test[l]), std::span<const float>(golden[l]));
+  }
+  return e;
+}
+
+std::vector<metrics::LogitPosition> logit_positions(const std::vector<float>& logits, int64_t rows, int64_t V,
+                                                    const TopKBlock& golden, const std::vector<int32_t>& next,
+                                                    const std::vector<uint8_t>* mask) {
+  const int K = golden.K;
+  const std::vector<int32_t>& ids = golden.ids;
+  const std::vector<float>& logprobs = golden.logprobs;
+  const std::vector<float>& lse = golden.lse;
+  std::vector<metrics::LogitPosition> out;
+  std::span<const uint8_t> ex;
+  if (mask) ex = *mask;
+  for (int64_t i = 0; i < rows; ++i) {
+    metrics::GoldenTopK g;
+    g.ids = std::span<const int32_t>(ids.data() + i * K, static_cast<size_t>(K));
+    g.logprobs = std::span<const float>(logprobs.data() + i * K, static_cast<size_t>(K));
+    g.lse = lse[static_cast<size_t>(i)];
+    out.push_back(metrics::compare_logits_topk(std::span<const float>(logits.data() + i * V, static_cast<size_t>(V)), g,
+                                               next[static_cast<size_t>(i)], ex, std::min(K, 10)));
+  }
+  return out;
+}
+
+TopKBlock topk_block(const std::vector<float>& logits, int64_t rows, int64_t V, const std::vector<uint8_t>* mask, int K) {
+  TopKBlock b;
+  b.K = K;
+  for (int64_t i = 0; i < rows; ++i) {
+    TopK t = topk_of_row(logits.data() + i * V, V, mask, K);
+    if (static_cast<int>(t.ids.size()) != K) {
+      b.undefined_row = i;
+      return b;
+    }
+    b.ids.insert(b.ids.end(), t.ids.begin(), t.ids.end());
+    b.logprobs.insert(b.logprobs.end(), t.logprobs.begin(), t.logprobs.end());
+    b.lse.push_back(static_cast<float>(t.lse));
+  }
+  return b;
+}
+
+double mean_kld(const std::vector<metrics::LogitPosition>& pos) {
+  if (pos.empty()) return 0;
+  double s = 0;
+  for (const auto& p : pos) s += p.kld;
+  return s / static_cast<double>(pos.size());
+}
+
+// ---- writing ----
+
+namespace {
+
+int64_t choose_positions(const std::string& policy, int64_t T, int64_t per_position_bytes) {
+  if (policy == "all") return T;
+  if (policy == "none") return 0;
+  if (policy == "auto")
+    return per_position_bytes == 0 ? T : std::min<int64_t>(T, kAutoLayerBytesPerCase / per_position_bytes);
+  return std::min<int64_t>(T, std::stoll(policy));  // validated before
+}
+
+void validate_positions(const std::string& p) {
+  if (p == "all" || p == "none" || p == "auto") return;
+  bool digits = !p.empty() && p.size() < 10 && std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits) input_error("--positions ", p, ": expected auto, all, none or a number N (the first N positions of each case)");
+}
+
+// True when `dir` may be replaced by --force: an empty folder or a golden record.
+bool replaceable(const fs::path& dir) {
+  if (!fs::is_directory(dir)) return false;
+  if (fs::exists(dir / "manifest.json")) return true;
+  return fs::directory_iterator(dir) == fs::directory_iterator();
+}
+
+void add_i32(SafetensorsWriter& w, const std::string& name, const std::vector<int32_t>& v, std::vector<int64_t> shape) {
+  w.add(name, DType::i32, shape, v.data(), v.size() * 4);
+}
+void add_f32(SafetensorsWriter& w, const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
+  w.add(name, DType::f32, shape, v.data(), v.size() * 4);
+}
+
+}  // namespace
+
+GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const fs::path& out,
+                           const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const ModelConfig& cfg = model.config;
+  const int L = cfg.num_layers;
+  const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
+  if (opt.precision == Precision::bf16)
+    input_error("golden: --precision must be fp32 or fp64 (the reference); bf16 is what the noise floors measure");
+  if (opt.topk < 1 || opt.topk > 1000) input_error("golden: --topk must be in [1, 1000], found ", opt.topk);
+  if (opt.gen_tokens && (*opt.gen_tokens < 0 || *opt.gen_tokens > kMaxNewTokensLimit))
+    input_error("golden: --gen-tokens must be in [0, ", kMaxNewTokensLimit, "], found ", *opt.gen_tokens);
+  validate_positions(opt.positions);
+  const std::vector<bool> stored = parse_layer_list(opt.layers, cfg);
+  const int n_stored = static_cast<int>(std::count(stored.begin(), stored.end(), true));
+  if (fs::exists(out) && !opt.force)
+    input_error("golden: ", out.string(), " already exists (use --force to replace a golden record)");
+  if (fs::exists(out) && !replaceable(out))
+    input_error("golden: ", out.string(), " exists and is not a golden record or an empty folder; not replacing it");
+
+  // Reference engine, padding mask, stop ids.
+  RunConfig rc;
+  rc.precision = opt.precision;
+  std::unique_ptr<Backend> be = factory(rc, cfg);
+  Engine eng(cfg, model.weights, *be, engine_options(rc));
+  std::vector<uint8_t> mask;
+  std::vector<int32_t> stops;
+  if (tok) {
+    mask = tok->padding_mask(V);
+    stops = stop_token_ids(model.dir / "generation_config.json", *tok);
+  } else {
+    for (int64_t e : cfg.eos_token_ids) stops.push_back(static_cast<int32_t>(e));
+  }
+  const std::vector<uint8_t>* maskp = mask.empty() ? nullptr : &mask;
+  const int real_ids = static_cast<int>(V - std::count(mask.begin(), mask.end(), uint8_t(1)));
+  const int K = std::min(opt.topk, real_ids);
+
+  // Noise floors: the bf16 storage emulation, if this build has it.
+  GoldenSummary sum;
+  RunConfig rb;
+  rb.precision = Precision::bf16;
+  std::unique_ptr<Backend> bf_be;
+  if (opt.floors) {
+    try {
+      bf_be = factory(rb, cfg);
+    } catch (const UntestableError& e) {
+      sum.floors_reason = e.what();
+    }
+  } else {
+    sum.floors_reason = "not measured (--no-floors)";
+  }
+  std::unique_ptr<Engine> bf_eng;
+  if (bf_be) bf_eng = std::make_unique<Engine>(cfg, model.weights, *bf_be, engine_options(rb));
+  sum.floors = static_cast<bool>(bf_eng);
+
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  const fs::path tmp = parent / cat(".", out.filename().string(), ".tmp-", ::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+
+  json jcases = json::array(), jfiles = json::object();
+  try {
+    for (size_t ci = 0; ci < suite.cases.size(); ++ci) {
+      Case c = suite.cases[ci];
+      if (opt.gen_tokens) c.max_new_tokens = *opt.gen_tokens;
+      const CasePrompt cp = encode_case(c, tok, cfg);
+      const SamplingParams sp = case_sampling(c, SamplingParams{});
+      // 1. the continuation, through the generation loop
+      GenerateOptions go;
+      go.max_new_tokens = c.max_new_tokens;
+      if (!c.ignore_stop) go.stop_ids = stops;
+      go.sampling = sp;
+      go.vocab_mask = maskp;
+      go.first_case = static_cast<uint32_t>(ci);
+      bool nonfinite = false;
+      Trace watch;
+      watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
+        if (ev.step != Step::logits || nonfinite) return;
+        std::vector<float> v = b.to_host_f32(t);
+        for (size_t j = 0; j < v.size(); ++j)
+          if (!std::isfinite(v[j]) && !(v[j] < 0 && maskp && mask[j % V])) nonfinite = true;
+      };
+      GenerateResult gen;
+      if (c.max_new_tokens > 0) gen = generate(eng, {cp.ids}, go, &watch).at(0);
+      std::vector<int32_t> seq = cp.ids;
+      seq.insert(seq.end(), gen.tokens.begin(), gen.tokens.end());
+      const int64_t T = static_cast<int64_t>(seq.size());
+      const int64_t P = n_stored == 0 ? 0 : choose_positions(opt.positions, T, (n_stored + 1) * H * 4);
+
+      // 2. one teacher-forced prefill over prompt + continuation
+      ForcedOptions fo;
+      fo.capture_positions = P;
+      fo.capture_layers = stored;
+      fo.mtp = true;
+      fo.vocab_mask = maskp;
+      ForcedRun g = forced_run(eng, seq, fo);
+
+      SafetensorsWriter w;
+      w.set_metadata("format", kGoldenFormat);
+      w.set_metadata("case", c.id);
+      w.set_metadata("model_fingerprint", model.fingerprint);
+      add_i32(w, "prompt", cp.ids, {static_cast<int64_t>(cp.ids.size())});
+      add_i32(w, "continuation", gen.tokens, {static_cast<int64_t>(gen.tokens.size())});
+      auto topk_checked = [&](const std::vector<float>& logits, int64_t rows, bool mtp) {
+        TopKBlock b = topk_block(logits, rows, V, maskp, K);
+        if (b.undefined_row >= 0)
+          input_error("golden: case '", c.id, "': the reference's ", mtp ? "MTP " : "", "logits at position ",
+                      b.undefined_row, " are not a distribution (NaN or +inf); the checkpoint is broken "
+                      "(try `degenbisect run --check-weights`)");
+        return b;
+      };
+      const TopKBlock main_k = topk_checked(g.logits, T, false);
+      add_i32(w, "topk_ids", main_k.ids, {T, K});
+      add_f32(w, "topk_logprobs", main_k.logprobs, {T, K});
+      add_f32(w, "lse", main_k.lse, {T});
+      if (!g.embed.empty()) add_f32(w, "embed", g.embed, {P, H});
+      for (int l = 0; l < L; ++l)
+        if (!g.l_out[l].empty()) add_f32(w, trace_name(Step::l_out, l), g.l_out[l], {P, H});
+      add_f32(w, "l_out_norm", g.l_out_norm, {L, T});
+      TopKBlock mtp_k;
+      std::vector<int32_t> mtp_next;
+      if (!g.mtp_logits.empty()) {
+        mtp_k = topk_checked(g.mtp_logits, T - 1, true);
+        add_i32(w, "mtp_topk_ids", mtp_k.ids, {T - 1, K});
+        add_f32(w, "mtp_topk_logprobs", mtp_k.logprobs, {T - 1, K});
+        add_f32(w, "mtp_lse", mtp_k.lse, {T - 1});
+        for (int64_t i = 0; i + 1 < T; ++i) mtp_next.push_back(i + 2 < T ? seq[static_cast<size_t>(i + 2)] : -1);
+      }
+
+      // 3. noise floors: the bf16 emulation against this record (isolated, then teacher-forced)
+      json jfloors = nullptr;
+      if (bf_eng) {
+        LayerInputs in = make_layer_inputs(g.embed, g.l_out, P, H);
+        std::vector<int32_t> next(seq.begin() + 1, seq.end());
+        next.push_back(-1);
+        jfloors = json::object();
+        for (ForcedMode m : {ForcedMode::prefill, ForcedMode::decode}) {
+          const std::string mn = forced_mode_name(m);
+          json arr = json::array();
+          if (P > 0) {
+            ForcedOptions io;
+            io.mode = m;
+            io.run_positions = P;
+            io.capture_positions = P;
+            io.capture_layers = stored;
+            io.inject = &in;
+            io.logits = false;
+            ForcedRun iso = forced_run(*bf_eng, seq, io);
+            auto errs = layer_errors(iso.l_out, g.l_out, &in);
+            for (auto& e : errs) arr.push_back(e ? metrics::json_number(e->rel_l2) : json(nullptr));
+          } else {
+            for (int l = 0; l < L; ++l) arr.push_back(nullptr);
+          }
+          jfloors["iso_" + mn] = arr;
+          ForcedOptions to;
+          to.mode = m;
+          to.vocab_mask = maskp;
+          to.mtp = m == ForcedMode::prefill;
+          ForcedRun tf = forced_run(*bf_eng, seq, to);
+          jfloors["kld_" + mn] = metrics::json_number(mean_kld(logit_positions(tf.logits, T, V, main_k, next, maskp)));
+          if (m == ForcedMode::prefill && !tf.mtp_logits.empty()) {
+            jfloors["mtp_kld"] = metrics::json_number(
+                mean_kld(logit_positions(tf.mtp_logits, T - 1, V, mtp_k, mtp_next, maskp)));
+          } else if (m == ForcedMode::prefill) {
+            jfloors["mtp_kld"] = nullptr;
+          }
+        }
+      }
+
+      const std::string file = c.id + ".safetensors";
+      w.write(tmp / file);
+      const std::string bytes = read_file(tmp / file);
+      jfiles[file] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
+      sum.bytes += static_cast<int64_t>(bytes.size());
+
+      metrics::ContentOptions content;
+      if (tok && cp.opened_think) content.think_end = tok->token_id("</think>");
+      content.stop_ids = stops;
+      metrics::Degeneration dg = metrics::degeneration(gen.tokens, metrics::DegenRules{}, nonfinite, content);
+      json jc = {{"id", c.id},
+                 {"index", ci},
+                 {"input", case_input_name(c.input)},
+                 {"opened_think", cp.opened_think},
+                 {"max_new_tokens", c.max_new_tokens},
+                 {"ignore_stop", c.ignore_stop},
+                 {"sampling", sampling_str(sp)},
+                 {"prompt_tokens", cp.ids.size()},
+                 {"generated_tokens", gen.tokens.size()},
+                 {"stop_reason", c.max_new_tokens > 0 ? stop_reason_name(gen.reason) : "no budget"},
+                 {"nonfinite_logits", nonfinite},
+                 {"positions_stored", P},
+                 {"file", file},
+                 {"degeneration", dg.to_json()},
+                 {"floors", jfloors}};
+      jcases.push_back(jc);
+      sum.lines.push_back(cat("case ", c.id, ": ", cp.ids.size(), " prompt + ", gen.tokens.size(), " generated tokens (",
+                              jc["stop_reason"].get<std::string>(), "), ", P, " of ", T, " positions stored, ",
+                              (bytes.size() + 512) / 1024, " KiB", dg.degenerate ? cat(", degenerate (", *dg.rule, ")") : ""));
+      if (progress) std::fprintf(progress, "golden: %s\n", sum.lines.back().c_str());
+    }
+
+    std::vector<int> layer_list;
+    for (int l = 0; l < L; ++l)
+      if (stored[static_cast<size_t>(l)]) layer_list.push_back(l);
+    json manifest = {
+        {"format", kGoldenFormat},
+        {"format_version", kGoldenFormatVersion},
+        {"tool_version", kVersion},
+        {"command", opt.command},
+        {"model",
+         {{"fingerprint", model.fingerprint},
+          {"name", model.dir.filename().string()},
+          {"model_type", cfg.model_type},
+          {"num_hidden_layers", L},
+          {"hidden_size", H},
+          {"vocab_size", V},
+          {"has_mtp", eng.has_mtp()}}},
+        {"tokenizer", {{"fingerprint", tok ? json(tok->fingerprint()) : json(nullptr)}}},
+        {"suite", {{"name", suite.name}, {"sha256", suite.sha256}, {"cases", suite.cases.size()}}},
+        {"settings",
+         {{"precision", opt.precision == Precision::fp64 ? "fp64" : "fp32"},
+          {"reference_config", rc.str()},
+          {"backend", be->name()},
+          {"gdn", gdn_algo_name(engine_options(rc).gdn)},
+          {"gen_tokens", opt.gen_tokens ? json(*opt.gen_tokens) : json(nullptr)},
+          {"layers", layer_list},
+          {"positions", opt.positions},
+          {"topk", K}}},
+        {"noise_floors",
+         {{"status", sum.floors ? "measured" : "absent"},
+          {"reason", sum.floors ? json(nullptr) : json(sum.floors_reason)},
+          {"config", rb.str()},
+          {"metric", "rel_l2 of the isolated layer output (metrics.md §1, §3); kld: mean kld_topk, teacher-forced"}}},
+        {"cases", jcases},
+        {"files", jfiles}};
+    write_file_atomic(tmp / "manifest.json", manifest.dump(1) + "\n");
+    // Into place: an existing record is moved aside first, then removed.
+    if (fs::exists(out)) {
+      const fs::path old = parent / cat(".", out.filename().string(), ".old-", ::getpid());
+      fs::remove_all(old);
+      fs::rename(out, old);
+      fs::rename(tmp, out);
+      fs::remove_all(old);
+    } else {
+      fs::rename(tmp, out);
+    }
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  sum.dir = out;
+  sum.bytes += static_cast<int64_t>(fs::file_size(out / "manifest.json"));
+  sum.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  return sum;
+}
+
+// ---- reading ----
+
+std::vector<int32_t> GoldenCase::sequence() const {
+  std::vector<int32_t> s = prompt;
+  s.insert(s.end(), continuation.begin(), continuation.end());
+  return s;
+}
+
+namespace {
+
+std::optional<double> opt_from(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  return metrics::number_from_json(j);
+}
+
+}  // namespace
+
+GoldenRecord GoldenRecord::open(const fs::path& dir) {
+  GoldenRecord g;
+  g.dir_ = dir;
+  const fs::path mpath = dir / "manifest.json";
+  if (!fs::is_directory(dir)) input_error("golden record ", dir.string(), ": not a folder");
+  if (!fs::exists(mpath)) input_error("golden record ", dir.string(), ": no manifest.json (not a golden record, or an interrupted write)");
+  const std::string where = mpath.string();
+  try {
+    g.manifest_ = json::parse(read_file(mpath));
+  } catch (const json::parse_error& e) {
+    input_error(where, ": not valid JSON (edited or truncated?): ", e.what());
+  }
+  const json& m = g.manifest_;
+  try {
+    if (m.value("format", "") != kGoldenFormat)
+      input_error(where, ": expected format \"", kGoldenFormat, "\", found ", m.contains("format") ? m["format"].dump() : "none");
+    if (m.at("format_version").get<int>() != kGoldenFormatVersion)
+      input_error(where, ": format_version ", m["format_version"].dump(), ", this tool reads version ", kGoldenFormatVersion,
+                  " (regenerate the record with `degenbisect golden`)");
+    g.model_fp_ = m.at("model").at("fingerprint").get<std::string>();
+    g.layers_ = m.at("model").at("num_hidden_layers").get<int>();
+    g.hidden_ = m.at("model").at("hidden_size").get<int64_t>();
+    g.vocab_ = m.at("model").at("vocab_size").get<int64_t>();
+    const json& tf = m.at("tokenizer").at("fingerprint");
+    g.tok_fp_ = tf.is_null() ? "" : tf.get<std::string>();
+    g.suite_ = m.at("suite").at("name").get<std::string>();
+    g.stored_.assign(static_cast<size_t>(g.layers_), false);
+    for (const json& l : m.at("settings").at("layers")) {
+      int li = l.get<int>();
+      if (li < 0 || li >= g.layers_) input_error(where, ": settings.layers names layer ", li, " of a ", g.layers_, "-layer model");
+      g.stored_[static_cast<size_t>(li)] = true;
+    }
+    const json& nf = m.at("noise_floors");
+    g.floors_ = nf.at("status").get<std::string>() == "measured";
+    if (!g.floors_) g.floors_reason_ = nf.at("reason").is_null() ? "" : nf.at("reason").get<std::string>();
+
+    // Every data file: present, same size, same SHA-256.
+    const json& files = m.at("files");
+    for (const auto& [name, info] : files.items()) {
+      if (name.find('/') != std::string::npos || name.find("..") != std::string::npos)
+        input_error(where, ": file name '", name, "' leaves the record folder");
+      const fs::path p = dir / name;
+      if (!fs::exists(p)) input_error("golden record ", dir.string(), ": data file ", name, " is missing");
+      const std::string bytes = read_file(p);
+      const uint64_t want = info.at("bytes").get<uint64_t>();
+      if (bytes.size() != want)
+        input_error("golden record ", dir.string(), ": ", name, " has ", bytes.size(), " bytes, the manifest says ", want,
+                    " (truncated or replaced; regenerate the record)");
+      const std::string h = sha256_hex(bytes);
+      if (h != info.at("sha256").get<std::string>())
+        input_error("golden record ", dir.string(), ": ", name, " does not match its checksum in manifest.json (SHA-256 ",
+                    h, ", expected ", info["sha256"].get<std::string>(), "): the file was edited or corrupted");
+    }
+
+    for (const json& jc : m.at("cases")) {
+      GoldenCase c;
+      c.id = jc.at("id").get<std::string>();
+      c.index = jc.at("index").get<int>();
+      c.input = jc.at("input").get<std::string>();
+      c.opened_think = jc.at("opened_think").get<bool>();
+      c.max_new_tokens = jc.at("max_new_tokens").get<int>();
+      c.ignore_stop = jc.at("ignore_stop").get<bool>();
+      c.sampling = jc.at("sampling").get<std::string>();
+      c.stop_reason = jc.at("stop_reason").get<std::string>();
+      c.nonfinite_logits = jc.at("nonfinite_logits").get<bool>();
+      c.P = jc.at("positions_stored").get<int64_t>();
+      c.file = jc.at("file").get<std::string>();
+      if (!files.contains(c.file)) input_error(where, ": case '", c.id, "': data file ", c.file, " has no checksum in 'files'");
+      const json& fl = jc.at("floors");
+      if (!fl.is_null()) {
+        CaseFloors f;
+        for (ForcedMode md : {ForcedMode::prefill, ForcedMode::decode}) {
+          const int mi = static_cast<int>(md);
+          const std::string mn = forced_mode_name(md);
+          for (const json& v : fl.at("iso_" + mn)) f.iso[mi].push_back(opt_from(v));
+          if (static_cast<int>(f.iso[mi].size()) != g.layers_)
+            input_error(where, ": case '", c.id, "': floors.iso_", mn, " has ", f.iso[mi].size(), " entries, expected ", g.layers_);
+          f.kld[mi] = opt_from(fl.at("kld_" + mn));
+        }
+        f.mtp_kld = opt_from(fl.at("mtp_kld"));
+        c.floors = f;
+      }
+      g.cases_.push_back(std::move(c));
+    }
+  } catch (const json::exception& e) {
+    input_error(where, ": malformed manifest (edited?): ", e.what());
+  } catch (const std::invalid_argument& e) {
+    input_error(where, ": malformed manifest (edited?): ", e.what());
+  }
+  if (g.cases_.empty()) input_error(where, ": the record has no cases");
+  return g;
+}
+
+GoldenCase GoldenRecord::load_case(size_t i) const {
+  GoldenCase c = cases_.at(i);
+  auto f = SafetensorsFile::open(dir_ / c.file);
+  const std::string where = cat("golden record ", dir_.string(), ": ", c.file);
+  auto get = [&](const std::string& name, DType dt, std::vector<int64_t> shape, bool required) -> const TensorView* {
+    const TensorView* t = f->find(name);
+    if (!t) {
+      if (required) input_error(where, ": tensor '", name, "' is missing");
+      return nullptr;
+    }
+    if (t->dtype != dt) input_error(where, ": tensor '", name, "' is ", dtype_name(t->dtype), ", expected ", dtype_name(dt));
+    for (size_t k = 0; k < shape.size(); ++k)
+      if (shape[k] < 0) shape[k] = k < t->shape.size() ? t->shape[k] : -1;
+    if (t->shape != shape) input_error(where, ": tensor '", name, "' has shape ", shape_str(t->shape), ", expected ", shape_str(shape));
+    return t;
+  };
+  auto i32 = [](const TensorView* t) {
+    std::vector<int32_t> v(static_cast<size_t>(t->numel()));
+    std::memcpy(v.data(), t->data, t->nbytes);
+    return v;
+  };
+  auto f32 = [](const TensorView* t) {
+    std::vector<float> v(static_cast<size_t>(t->numel()));
+    std::memcpy(v.data(), t->data, t->nbytes);
+    return v;
+  };
+  c.prompt = i32(get("prompt", DType::i32, {-1}, true));
+  c.continuation = i32(get("continuation", DType::i32, {-1}, true));
+  const int64_t T = static_cast<int64_t>(c.prompt.size() + c.continuation.size());
+  const TensorView* ti = get("topk_ids", DType::i32, {T, -1}, true);
+  const int K = static_cast<int>(ti->shape[1]);
+  if (K < 1) input_error(where, ": topk_ids has no columns");
+  c.topk.K = K;
+  c.topk.ids = i32(ti);
+  c.topk.logprobs = f32(get("topk_logprobs", DType::f32, {T, K}, true));
+  c.topk.lse = f32(get("lse", DType::f32, {T}, true));
+  if (const TensorView* m = get("mtp_topk_ids", DType::i32, {T - 1, K}, false)) {
+    c.mtp_topk.K = K;
+    c.mtp_topk.ids = i32(m);
+    c.mtp_topk.logprobs = f32(get("mtp_topk_logprobs", DType::f32, {T - 1, K}, true));
+    c.mtp_topk.lse = f32(get("mtp_lse", DType::f32, {T - 1}, true));
+  }
+  if (c.P < 0 || c.P > T) input_error(where, ": positions_stored ", c.P, " outside [0, ", T, "]");
+  c.l_out.resize(static_cast<size_t>(layers_));
+  if (c.P > 0) {
+    if (const TensorView* e = get("embed", DType::f32, {c.P, hidden_}, false)) c.embed = f32(e);
+    for (int l = 0; l < layers_; ++l)
+      if (stored_[static_cast<size_t>(l)]) c.l_out[l] = f32(get(trace_name(Step::l_out, l), DType::f32, {c.P, hidden_}, true));
+  }
+  c.l_out_norm = f32(get("l_out_norm", DType::f32, {layers_, T}, true));
+  for (int32_t id : c.sequence())
+    if (id < 0 || id >= vocab_) input_error(where, ": token id ", id, " outside the record's vocabulary [0, ", vocab_, ")");
+  for (int32_t id : c.mtp_topk.ids)
+    if (id < 0 || id >= vocab_) input_error(where, ": MTP top-K id ", id, " outside the record's vocabulary [0, ", vocab_, ")");
+  for (int32_t id : c.topk.ids)
+    if (id < 0 || id >= vocab_) input_error(where, ": top-K id ", id, " outside the record's vocabulary [0, ", vocab_, ")");
+  return c;
+}
+
+}  // namespace degen

@@ -1,0 +1,226 @@
+// Golden records (DESIGN.md §6): what the CPU reference does on a prompt suite, kept so that any
+// other run (another backend, precision or toggle set) can be measured against it (compare.h).
+//
+// A record is a folder:
+//   manifest.json      format and tool version, model and tokenizer fingerprints, the suite (with each
+//                      case's settings), the generation and storage settings, per-layer noise floors
+//                      (metrics.md §1) or the reason they are absent, and the SHA-256 and size of
+//                      every data file; written last.
+//   <case id>.safetensors, one per case (T = prompt + continuation tokens, K = top-K, H = hidden,
+//                      P = stored positions, the first P of the sequence):
+//     prompt            I32 [Tp]     prompt ids
+//     continuation      I32 [Tc]     the reference's continuation (greedy unless the case samples)
+//     topk_ids          I32 [T, K]   per position, the K most likely next ids (descending, lowest id on ties)
+//     topk_logprobs     F32 [T, K]   their log-probabilities log q_i (fp64 log-softmax, padding masked)
+//     lse               F32 [T]      log-sum-exp of the logits over the real vocabulary
+//     embed             F32 [P, H]   token embeddings = the input of layer 0 (when layer 0 is stored)
+//     l_out-L           F32 [P, H]   output of layer L (for every stored layer)
+//     l_out_norm        F32 [L, T]   digest: L2 norm of every layer's output row at every position
+//     mtp_topk_ids      I32 [T-1, K] models with MTP: the draft for position i+2 made from the hidden
+//     mtp_topk_logprobs F32 [T-1, K] state at i and token i+1 (teacher-forced), top-K and log-sum-exp
+//     mtp_lse           F32 [T-1]
+// The layer outputs come from ONE teacher-forced prefill over the whole sequence; the continuation
+// from the generation loop (batch prefill of the prompt, then one decode step per token).
+// Records are written into a temporary sibling folder that is renamed into place at the end, so a
+// reader never sees a half-written record; every data file's checksum is in the manifest, so a
+// truncated or edited file is detected when the record is opened.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "diag/cases.h"
+#include "diag/metrics.h"
+#include "engine/backend_factory.h"
+#include "engine/engine.h"
+#include "engine/run_config.h"
+#include "model/model.h"
+
+namespace degen {
+
+class Tokenizer;
+
+constexpr const char* kGoldenFormat = "degenbisect-golden";
+constexpr int kGoldenFormatVersion = 1;
+
+// ---- teacher-forced runs (shared by golden and compare) ----
+
+// prefill: the whole sequence in one forward call (chunked GDN unless the config says otherwise);
+// decode: one token per call through the decode path (recurrent GDN, KV cache appends).
+enum class ForcedMode : uint8_t { prefill, decode };
+const char* forced_mode_name(ForcedMode m);
+
+// Golden layer inputs to inject (metrics.md §3): in[L] = the input of layer L over positions
+// [0, P) (row-major [P, H]): the embedding for L = 0, else the golden output of layer L-1; an empty
+// vector leaves layer L's input alone.
+struct LayerInputs {
+  int64_t positions = 0;  // P
+  int64_t hidden = 0;     // H
+  std::vector<std::vector<float>> in;  // [L] of [P * H] or empty
+};
+
+struct ForcedOptions {
+  ForcedMode mode = ForcedMode::prefill;
+  int64_t run_positions = -1;              // tokens to run (-1: all); injection needs <= inject->positions
+  int64_t capture_positions = 0;           // P: layer outputs kept for positions [0, P)
+  std::vector<bool> capture_layers;        // [L]; empty = none
+  const LayerInputs* inject = nullptr;     // golden inputs (isolated run), or null
+  bool logits = true;                      // keep the logits of every position
+  bool mtp = false;                        // prefill only: MTP draft logits for every position but the last
+  const std::vector<uint8_t>* vocab_mask = nullptr;
+};
+
+struct ForcedRun {
+  int64_t T = 0;                          // positions run
+  int64_t P = 0;                          // positions captured
+  std::vector<float> logits;              // [T, V] (padding ids -inf)
+  std::vector<float> embed;               // [P, H] the model's own embedding output
+  std::vector<std::vector<float>> l_out;  // [L] of [P, H] for captured layers (else empty)
+  std::vector<float> l_out_norm;          // [L, T] row L2 norms of every layer output
+  std::vector<float> mtp_logits;          // [T-1, V] when asked and the model has MTP
+  double seconds = 0;
+};
+
+// Runs `tokens` teacher-forced through `eng` from a fresh state.
+ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const ForcedOptions& opt);
+
+// Top-K of one logits row under the golden rules: log-softmax in fp64 over the real ids, K most likely
+// (descending, lowest id on ties), and the log-sum-exp.
+struct TopK {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  double lse = 0;
+};
+TopK topk_of_row(const float* logits, int64_t V, const std::vector<uint8_t>* mask, int k);
+
+// Top-K of `rows` logits rows [rows, V]. undefined_row >= 0: that row is not a distribution.
+struct TopKBlock {
+  int K = 0;
+  std::vector<int32_t> ids;      // [rows, K]
+  std::vector<float> logprobs;   // [rows, K]
+  std::vector<float> lse;        // [rows]
+  int64_t undefined_row = -1;
+};
+TopKBlock topk_block(const std::vector<float>& logits, int64_t rows, int64_t V, const std::vector<uint8_t>* mask, int K);
+
+// The golden layer inputs of a record's data: in[0] = embed, in[L] = l_out[L-1].
+LayerInputs make_layer_inputs(const std::vector<float>& embed, const std::vector<std::vector<float>>& l_out, int64_t P,
+                              int64_t H);
+// Per-layer tensor errors of test against golden outputs (nullopt where either is absent, or, with
+// `inputs`, where the layer's input was not injected).
+std::vector<std::optional<metrics::TensorError>> layer_errors(const std::vector<std::vector<float>>& test,
+                                                              const std::vector<std::vector<float>>& golden,
+                                                              const LayerInputs* inputs);
+// metrics::compare_logits_topk for every row of test logits [rows, V] against a golden top-K block;
+// next[i] = the golden next token at row i (-1: none).
+std::vector<metrics::LogitPosition> logit_positions(const std::vector<float>& logits, int64_t rows, int64_t V,
+                                                    const TopKBlock& golden, const std::vector<int32_t>& next,
+                                                    const std::vector<uint8_t>* mask);
+double mean_kld(const std::vector<metrics::LogitPosition>& pos);
+
+// ---- writing ----
+
+struct GoldenOptions {
+  Precision precision = Precision::ref;  // ref (fp32) or fp64
+  std::optional<int> gen_tokens;         // overrides every case's max_new_tokens
+  std::string layers = "all";            // all | none | LIST of layers ("0,3,5-7", "linear", "full")
+  std::string positions = "auto";        // auto | all | none | N (the first N positions of each case)
+  int topk = 20;
+  bool floors = true;                    // measure noise floors with precision=bf16
+  bool force = false;                    // replace an existing record
+  std::string command;                   // how it was made, recorded in the manifest
+};
+
+// auto: all positions while a case's layer data stays under this many bytes, else the longest prefix that fits.
+constexpr int64_t kAutoLayerBytesPerCase = 64ll << 20;
+
+struct GoldenSummary {
+  std::filesystem::path dir;
+  int64_t bytes = 0;           // all files
+  double seconds = 0;
+  bool floors = false;         // measured
+  std::string floors_reason;   // why not
+  std::vector<std::string> lines;  // one line per case for the CLI
+};
+
+// Writes the record of `suite` for `model` into `out` (atomically). `factory` builds the reference
+// backend and, for the floors, the precision=bf16 one; when that is untestable the floors are
+// recorded as absent with the reason. InputError on bad options, cases or an existing `out`
+// without `force`.
+GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const std::filesystem::path& out,
+                           const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress = nullptr);
+
+// ---- reading ----
+
+// Noise floors of one case (metrics.md §1): isolated rel_l2 of a known-good bf16 run per layer and
+// mode (nullopt where the layer is not stored), and its mean teacher-forced KLD.
+struct CaseFloors {
+  std::vector<std::optional<double>> iso[2];  // by ForcedMode
+  std::optional<double> kld[2];
+  std::optional<double> mtp_kld;
+};
+
+struct GoldenCase {
+  std::string id;
+  int index = 0;                    // position in the suite (the sampler's case index)
+  std::string input;                // prompt | raw | tokens
+  bool opened_think = false;
+  int max_new_tokens = 0;
+  bool ignore_stop = false;
+  std::string sampling;             // canonical sampling string the continuation was made with ("" greedy)
+  std::string stop_reason;
+  bool nonfinite_logits = false;    // the reference's own generation saw non-finite logits
+  std::string file;                 // data file name
+  std::optional<CaseFloors> floors;
+  // data (load_case)
+  std::vector<int32_t> prompt, continuation;
+  TopKBlock topk;                   // [T, K] per position of the sequence
+  TopKBlock mtp_topk;               // [T-1, K] MTP drafts (empty when the model has none)
+  int64_t P = 0;
+  std::vector<float> embed;                  // [P, H] or empty
+  std::vector<std::vector<float>> l_out;     // [L] of [P, H] or empty
+  std::vector<float> l_out_norm;             // [L, T]
+  std::vector<int32_t> sequence() const;     // prompt + continuation
+};
+
+class GoldenRecord {
+ public:
+  // Reads manifest.json and checks every data file against its size and SHA-256 (InputError naming
+  // the file when it is missing, truncated or edited) and the format version.
+  static GoldenRecord open(const std::filesystem::path& dir);
+
+  const std::filesystem::path& dir() const { return dir_; }
+  const nlohmann::json& manifest() const { return manifest_; }
+  const std::string& model_fingerprint() const { return model_fp_; }
+  const std::string& tokenizer_fingerprint() const { return tok_fp_; }
+  const std::string& suite() const { return suite_; }
+  int num_layers() const { return layers_; }
+  int64_t hidden() const { return hidden_; }
+  int64_t vocab() const { return vocab_; }
+  std::vector<bool> stored_layers() const { return stored_; }
+  bool floors_present() const { return floors_; }
+  const std::string& floors_reason() const { return floors_reason_; }
+  const std::vector<GoldenCase>& cases() const { return cases_; }  // metadata only
+  // The case with its data (reads and validates the safetensors file).
+  GoldenCase load_case(size_t i) const;
+
+ private:
+  std::filesystem::path dir_;
+  nlohmann::json manifest_;
+  std::string model_fp_, tok_fp_, suite_, floors_reason_;
+  int layers_ = 0;
+  int64_t hidden_ = 0, vocab_ = 0;
+  std::vector<bool> stored_;
+  bool floors_ = false;
+  std::vector<GoldenCase> cases_;
+};
+
+// "all" | "none" | LIST -> [L] flags. InputError naming the option.
+std::vector<bool> parse_layer_list(const std::string& text, const ModelConfig& cfg);
+
+}  // namespace degen
