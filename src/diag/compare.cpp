@@ -1,0 +1,643 @@
+// compare: teacher-forced, isolated and free-running runs of one configuration against a golden
+// record, the verdict, and its text / JSON / JUnit forms (see compare.h).
+#include "diag/compare.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iomanip>
+#include <set>
+#include <span>
+
+#include "engine/generate.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
+#include "util/error.h"
+
+namespace degen {
+
+namespace {
+
+using json = nlohmann::json;
+using metrics::Verdict;
+
+constexpr int kModes = 2;
+
+std::string sci(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == 0) return "0";
+  return cat(std::scientific, std::setprecision(2), v);
+}
+
+std::string fmt_pad(const std::string& s, size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
+
+json opt_json(const std::optional<double>& v) { return v ? metrics::json_number(*v) : json(nullptr); }
+
+LogitsResult logits_result(const std::vector<metrics::LogitPosition>& pos, const std::optional<double>& floor,
+                           const metrics::FloorRule& rule, double fallback) {
+  LogitsResult r;
+  r.summary = metrics::summarize_logits(pos);
+  for (const auto& p : pos) {
+    r.kld.push_back(p.kld);
+    r.top1_agree.push_back(p.top1_agree ? 1 : 0);
+    if (p.test_nonfinite > 0) ++r.nonfinite;
+  }
+  r.mean_kld = pos.empty() ? 0 : r.summary.kld_mean.value;
+  r.floor = floor;
+  r.limit = floor ? rule.k * *floor + rule.eps : fallback;
+  r.pass = r.nonfinite == 0 && r.mean_kld <= r.limit;  // NaN fails
+  return r;
+}
+
+json logits_json(const LogitsResult& l) {
+  return {{"summary", l.summary.to_json()},
+          {"mean_kld", metrics::json_number(l.mean_kld)},
+          {"limit", metrics::json_number(l.limit)},
+          {"floor", opt_json(l.floor)},
+          {"pass", l.pass},
+          {"nonfinite_positions", l.nonfinite},
+          {"kld", [&] {
+             json a = json::array();
+             for (double v : l.kld) a.push_back(metrics::json_number(v));
+             return a;
+           }()},
+          {"top1_agree", l.top1_agree}};
+}
+
+// Ids whose bytes are whitespace only (they do not count as answer content).
+std::vector<int32_t> whitespace_ids(const Tokenizer& tok) {
+  std::vector<int32_t> out;
+  for (int32_t id = 0; id < tok.vocab_end(); ++id) {
+    if (!tok.is_defined(id) || tok.is_added(id)) continue;
+    std::string b = tok.token_bytes(id);
+    if (!b.empty() && std::all_of(b.begin(), b.end(), [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }))
+      out.push_back(id);
+  }
+  return out;
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '&': o += "&amp;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&apos;"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') o += ' ';
+        else o += c;
+    }
+  }
+  return o;
+}
+
+struct GenJob {
+  size_t slot;                 // index into the results
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int max_new_tokens;
+  bool ignore_stop;
+  uint32_t case_index;
+};
+
+}  // namespace
+
+// ---- JSON ----
+
+json CaseResult::to_json() const {
+  json layers_j = json::array();
+  for (const LayerRow& l : layers) {
+    json row = {{"layer", l.layer}, {"kind", std::string(1, l.kind)}};
+    for (int m = 0; m < kModes; ++m) {
+      const std::string mn = forced_mode_name(static_cast<ForcedMode>(m));
+      row["drift_" + mn] = l.drift[m] ? l.drift[m]->to_json() : json(nullptr);
+      row["iso_" + mn] = l.iso[m] ? l.iso[m]->to_json() : json(nullptr);
+      row["floor_" + mn] = opt_json(l.floor[m]);
+      row["limit_" + mn] = opt_json(l.limit[m]);
+      row["floor_ratio_" + mn] = opt_json(l.floor_ratio[m]);
+      row["drift_norm_" + mn] = opt_json(l.drift_norm[m]);
+      row["pass_" + mn] = l.pass[m];
+    }
+    layers_j.push_back(row);
+  }
+  json j = {{"id", id},
+            {"verdict", metrics::verdict_name(verdict)},
+            {"reasons", reasons},
+            {"prompt_tokens", prompt_tokens},
+            {"positions", positions},
+            {"stored_positions", stored_positions},
+            {"layers", layers_j},
+            {"seconds", seconds}};
+  for (int m = 0; m < kModes; ++m) {
+    const std::string mn = forced_mode_name(static_cast<ForcedMode>(m));
+    j["embed_" + mn] = embed[m] ? embed[m]->to_json() : json(nullptr);
+    j["logits_" + mn] = logits[m] ? logits_json(*logits[m]) : json(nullptr);
+  }
+  j["first_floor_break"] = first_break ? json{{"mode", forced_mode_name(static_cast<ForcedMode>(first_break->first))},
+                                              {"layer", first_break->second}}
+                                       : json(nullptr);
+  j["mtp"] = mtp ? logits_json(*mtp) : json(nullptr);
+  j["generation"] = {{"tokens", gen.tokens},
+                     {"stop_reason", gen.stop_reason},
+                     {"degeneration", gen.degen.to_json()},
+                     {"golden_tokens", gen.golden_tokens},
+                     {"golden_degeneration", gen.golden_degen.to_json()},
+                     {"golden_rerun", gen.golden_rerun},
+                     {"first_divergence", gen.first_divergence ? json(*gen.first_divergence) : json(nullptr)},
+                     {"golden_margin", opt_json(gen.golden_margin)},
+                     {"cause", metrics::degeneration_cause(gen.verdict)},
+                     {"verdict", metrics::verdict_name(gen.verdict)},
+                     {"seconds", gen.seconds}};
+  return j;
+}
+
+json CompareResult::to_json() const {
+  json c = json::array();
+  for (const auto& k : cases) c.push_back(k.to_json());
+  return {{"tool", "degenbisect compare"},
+          {"golden", golden_dir},
+          {"model", model_dir},
+          {"config", config},
+          {"backend", backend},
+          {"suite", suite},
+          {"record_fingerprint", record_fingerprint},
+          {"model_fingerprint", model_fingerprint},
+          {"model_mismatch", model_mismatch},
+          {"noise_floors", floors ? "measured" : "absent"},
+          {"noise_floors_reason", floors ? json(nullptr) : json(floors_reason)},
+          {"fallback_limits", floors ? json(nullptr) : json{{"iso_rel_l2", kFallbackRelL2}, {"mean_kld", kFallbackKld}}},
+          {"cases", c},
+          {"verdict", metrics::verdict_name(verdict)},
+          {"exit_code", exit_code},
+          {"seconds", seconds}};
+}
+
+// ---- the comparison ----
+
+CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, const CompareOptions& opt,
+                             const BackendFactory& factory, std::FILE* progress) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const ModelConfig& cfg = model.config;
+  const int L = cfg.num_layers;
+  const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
+  CompareResult r;
+  r.golden_dir = rec.dir().string();
+  r.model_dir = model.dir.string();
+  r.config = opt.config.str();
+  r.suite = rec.suite();
+  r.record_fingerprint = rec.model_fingerprint();
+  r.model_fingerprint = model.fingerprint;
+  r.floors = rec.floors_present();
+  r.floors_reason = rec.floors_reason();
+
+  // 0. Is this record for this model?
+  if (rec.model_fingerprint() != model.fingerprint) {
+    const std::string made_for = rec.manifest().at("model").value("name", std::string("?"));
+    if (!opt.allow_model_mismatch)
+      input_error("golden record ", rec.dir().string(), " was made for another model ('", made_for, "', fingerprint ",
+                  rec.model_fingerprint().substr(0, 16), "...), not ", model.dir.string(), " (fingerprint ",
+                  model.fingerprint.substr(0, 16), "...); refusing to compare (use --allow-model-mismatch for a "
+                  "deliberate variant such as a quantised copy)");
+    r.model_mismatch = true;
+  }
+  if (rec.num_layers() != L || rec.hidden() != H || rec.vocab() != V)
+    input_error("golden record ", rec.dir().string(), " has ", rec.num_layers(), " layers, hidden ", rec.hidden(), ", vocabulary ",
+                rec.vocab(), "; the model has ", L, ", ", H, ", ", V, ": they cannot be compared");
+
+  std::vector<size_t> selected;
+  for (const std::string& id : opt.cases) {
+    auto it = std::find_if(rec.cases().begin(), rec.cases().end(), [&](const GoldenCase& c) { return c.id == id; });
+    if (it == rec.cases().end()) input_error("compare: case '", id, "' is not in the record (suite '", rec.suite(), "')");
+    selected.push_back(static_cast<size_t>(it - rec.cases().begin()));
+  }
+  if (opt.cases.empty())
+    for (size_t i = 0; i < rec.cases().size(); ++i) selected.push_back(i);
+
+  // 1. The tested path.
+  validate_run_config(opt.config, cfg);
+  if (opt.config.mtp > 0)
+    throw UntestableError(cat("config ", opt.config.str(), ": mtp=", opt.config.mtp,
+                              ": speculative decoding is not in the generation loop yet"));
+  std::unique_ptr<Backend> be = factory(opt.config, cfg);
+  Engine eng(cfg, model.weights, *be, engine_options(opt.config));
+  r.backend = be->name();
+
+  std::vector<uint8_t> mask;
+  std::vector<int32_t> stops, ws_ids;
+  if (tok) {
+    mask = tok->padding_mask(V);
+    stops = stop_token_ids(model.dir / "generation_config.json", *tok);
+    ws_ids = whitespace_ids(*tok);
+  } else {
+    for (int64_t e : cfg.eos_token_ids) stops.push_back(static_cast<int32_t>(e));
+  }
+  const std::vector<uint8_t>* maskp = mask.empty() ? nullptr : &mask;
+  const std::optional<int32_t> think_end = tok ? tok->token_id("</think>") : std::nullopt;
+
+  // The reference, for golden continuations under a sampling the record does not hold.
+  std::unique_ptr<Backend> ref_be;
+  std::unique_ptr<Engine> ref_eng;
+  auto reference = [&]() -> Engine& {
+    if (!ref_eng) {
+      RunConfig rc;
+      rc.precision = rec.manifest().at("settings").value("precision", std::string("fp32")) == "fp64" ? Precision::fp64 : Precision::ref;
+      ref_be = factory(rc, cfg);
+      ref_eng = std::make_unique<Engine>(cfg, model.weights, *ref_be, engine_options(rc));
+    }
+    return *ref_eng;
+  };
+
+  // 3 (first, so batch=all can batch it). Free-running generation, tested and, where needed, reference.
+  std::vector<GenerationResult> gens(selected.size());
+  std::vector<bool> gen_nonfinite(selected.size(), false);
+  {
+    std::vector<GenJob> jobs;
+    for (size_t s = 0; s < selected.size(); ++s) {
+      const GoldenCase& gc = rec.cases()[selected[s]];
+      GoldenCase full = rec.load_case(selected[s]);
+      RunConfig base;
+      base.sampling = opt.config.sampling;
+      SamplingParams sp = apply_run_config(base, gc.sampling).sampling;
+      jobs.push_back({s, full.prompt, sp, gc.max_new_tokens, gc.ignore_stop, static_cast<uint32_t>(gc.index)});
+      GenerationResult& g = gens[s];
+      if (sampling_str(sp) == gc.sampling) {
+        g.golden_tokens = full.continuation;
+      } else {
+        g.golden_rerun = true;
+        GenerateOptions go;
+        go.max_new_tokens = gc.max_new_tokens;
+        if (!gc.ignore_stop) go.stop_ids = stops;
+        go.sampling = sp;
+        go.vocab_mask = maskp;
+        go.first_case = static_cast<uint32_t>(gc.index);
+        if (gc.max_new_tokens > 0) g.golden_tokens = generate(reference(), {full.prompt}, go).at(0).tokens;
+      }
+    }
+    // Groups: one job each, or with batch=all, runs of consecutive cases with equal settings.
+    size_t i = 0;
+    while (i < jobs.size()) {
+      size_t j = i + 1;
+      if (opt.config.batch == BatchMode::all)
+        while (j < jobs.size() && sampling_str(jobs[j].sampling) == sampling_str(jobs[i].sampling) &&
+               jobs[j].max_new_tokens == jobs[i].max_new_tokens && jobs[j].ignore_stop == jobs[i].ignore_stop &&
+               jobs[j].case_index == jobs[j - 1].case_index + 1)
+          ++j;
+      GenerateOptions go;
+      go.max_new_tokens = jobs[i].max_new_tokens;
+      if (!jobs[i].ignore_stop) go.stop_ids = stops;
+      go.sampling = jobs[i].sampling;
+      go.vocab_mask = maskp;
+      go.first_case = jobs[i].case_index;
+      std::vector<std::vector<int32_t>> prompts;
+      for (size_t k = i; k < j; ++k) prompts.push_back(jobs[k].prompt);
+      bool nonfinite = false;
+      Trace watch;
+      watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
+        if (ev.step != Step::logits || ev.mtp || nonfinite) return;
+        std::vector<float> v = b.to_host_f32(t);
+        for (size_t x = 0; x < v.size(); ++x)
+          if (!std::isfinite(v[x]) && !(v[x] < 0 && maskp && mask[x % V])) nonfinite = true;
+      };
+      const auto g0 = clock::now();
+      std::vector<GenerateResult> res;
+      if (go.max_new_tokens > 0) res = generate(eng, prompts, go, &watch);
+      const double dt = std::chrono::duration<double>(clock::now() - g0).count();
+      for (size_t k = i; k < j; ++k) {
+        GenerationResult& g = gens[jobs[k].slot];
+        if (!res.empty()) {
+          g.tokens = res[k - i].tokens;
+          g.stop_reason = stop_reason_name(res[k - i].reason);
+        } else {
+          g.stop_reason = "no budget";
+        }
+        g.seconds = dt / static_cast<double>(j - i);
+        gen_nonfinite[jobs[k].slot] = nonfinite;
+      }
+      i = j;
+    }
+  }
+
+  for (size_t s = 0; s < selected.size(); ++s) {
+    const auto c0 = clock::now();
+    const GoldenCase g = rec.load_case(selected[s]);
+    CaseResult cr;
+    cr.id = g.id;
+    const std::vector<int32_t> seq = g.sequence();
+    const int64_t T = static_cast<int64_t>(seq.size());
+    cr.prompt_tokens = static_cast<int64_t>(g.prompt.size());
+    cr.positions = T;
+    cr.stored_positions = g.P;
+    for (int32_t id : seq)
+      if (id >= V) input_error("golden record: case '", g.id, "': token id ", id, " >= the model's vocab_size ", V);
+    std::vector<int32_t> next(seq.begin() + 1, seq.end());
+    next.push_back(-1);
+    std::vector<int32_t> mtp_next;
+    for (int64_t i = 0; i + 1 < T; ++i) mtp_next.push_back(i + 2 < T ? seq[static_cast<size_t>(i + 2)] : -1);
+    const LayerInputs inputs = make_layer_inputs(g.embed, g.l_out, g.P, H);
+    std::vector<bool> stored = rec.stored_layers();
+
+    cr.layers.resize(static_cast<size_t>(L));
+    for (int l = 0; l < L; ++l) {
+      cr.layers[l].layer = l;
+      cr.layers[l].kind = cfg.layer_types.empty() ? '?' : (cfg.layer_types[l] == LayerKind::full ? 'A' : 'G');
+    }
+    for (int m = 0; m < kModes; ++m) {
+      const ForcedMode mode = static_cast<ForcedMode>(m);
+      if (mode == ForcedMode::decode && !opt.decode_mode) continue;
+      // 1. teacher-forced: drift and logits
+      ForcedOptions fo;
+      fo.mode = mode;
+      fo.capture_positions = g.P;
+      fo.capture_layers = stored;
+      fo.vocab_mask = maskp;
+      fo.mtp = mode == ForcedMode::prefill && !g.mtp_topk.ids.empty() && eng.has_mtp();
+      ForcedRun tf = forced_run(eng, seq, fo);
+      if (!g.embed.empty() && tf.embed.size() == g.embed.size())
+        cr.embed[m] = metrics::tensor_error(std::span<const float>(tf.embed), std::span<const float>(g.embed));
+      auto drift = layer_errors(tf.l_out, g.l_out, nullptr);
+      for (int l = 0; l < L; ++l) {
+        cr.layers[l].drift[m] = drift[l];
+        std::span<const float> a(tf.l_out_norm.data() + l * T, static_cast<size_t>(T));
+        std::span<const float> b(g.l_out_norm.data() + l * T, static_cast<size_t>(T));
+        cr.layers[l].drift_norm[m] = metrics::tensor_error(a, b).rel_l2;
+      }
+      const std::optional<double> kfloor = g.floors ? g.floors->kld[m] : std::nullopt;
+      cr.logits[m] = logits_result(logit_positions(tf.logits, T, V, g.topk, next, maskp), kfloor, opt.rules.kld,
+                                   opt.rules.fallback_kld);
+      if (!tf.mtp_logits.empty())
+        cr.mtp = logits_result(logit_positions(tf.mtp_logits, T - 1, V, g.mtp_topk, mtp_next, maskp),
+                               g.floors ? g.floors->mtp_kld : std::nullopt, opt.rules.kld, opt.rules.fallback_kld);
+      // 2. isolated: golden inputs injected into every layer
+      if (g.P > 0) {
+        ForcedOptions io;
+        io.mode = mode;
+        io.run_positions = g.P;
+        io.capture_positions = g.P;
+        io.capture_layers = stored;
+        io.inject = &inputs;
+        io.logits = false;
+        ForcedRun iso = forced_run(eng, seq, io);
+        auto errs = layer_errors(iso.l_out, g.l_out, &inputs);
+        for (int l = 0; l < L; ++l) {
+          LayerRow& row = cr.layers[l];
+          row.iso[m] = errs[l];
+          if (!errs[l]) continue;
+          const double err = errs[l]->rel_l2;
+          row.floor[m] = g.floors ? g.floors->iso[m][l] : std::nullopt;
+          if (row.floor[m]) {
+            row.limit[m] = opt.rules.layer.k * *row.floor[m] + opt.rules.layer.eps;
+            row.floor_ratio[m] = metrics::floor_ratio(err, *row.floor[m]);
+            row.pass[m] = metrics::floor_pass(err, *row.floor[m], opt.rules.layer);
+          } else {
+            row.limit[m] = opt.rules.fallback_rel_l2;
+            row.pass[m] = err <= opt.rules.fallback_rel_l2;  // NaN fails
+          }
+          if (!errs[l]->passes_nonfinite()) row.pass[m] = false;
+        }
+      }
+    }
+
+    // Verdict.
+    std::vector<std::string> bad, warn;
+    for (int m = 0; m < kModes; ++m) {
+      const std::string mn = forced_mode_name(static_cast<ForcedMode>(m));
+      if (cr.embed[m] && !cr.embed[m]->passes_nonfinite()) bad.push_back(cat("non-finite values in the embedding (", mn, ")"));
+      for (const LayerRow& row : cr.layers)
+        if (row.drift[m] && !row.drift[m]->passes_nonfinite()) {
+          bad.push_back(cat("non-finite values in l_out-", row.layer, " (teacher-forced ", mn, ")"));
+          break;
+        }
+    }
+    for (const LayerRow& row : cr.layers) {
+      for (int m = 0; m < kModes && !cr.first_break; ++m)
+        if (!row.pass[m]) cr.first_break = std::make_pair(m, row.layer);
+      if (cr.first_break) break;
+    }
+    if (cr.first_break) {
+      const auto [m, l] = *cr.first_break;
+      const LayerRow& row = cr.layers[l];
+      bad.push_back(cat("isolated error breaks ", row.floor[m] ? "the floor rule" : "the fixed limit (no floors)",
+                        " first at layer ", l, " (", forced_mode_name(static_cast<ForcedMode>(m)), "): rel_l2 ",
+                        sci(row.iso[m]->rel_l2), " > ", sci(*row.limit[m]),
+                        row.floor_ratio[m] ? cat(" (floor_ratio ", sci(*row.floor_ratio[m]), ")") : std::string()));
+    }
+    for (int m = 0; m < kModes; ++m) {
+      if (!cr.logits[m] || cr.logits[m]->pass) continue;
+      const LogitsResult& lr = *cr.logits[m];
+      if (lr.nonfinite) bad.push_back(cat("non-finite logits at ", lr.nonfinite, " positions (", forced_mode_name(static_cast<ForcedMode>(m)), ")"));
+      else bad.push_back(cat("mean KLD ", sci(lr.mean_kld), " > ", sci(lr.limit), " (teacher-forced ",
+                             forced_mode_name(static_cast<ForcedMode>(m)), lr.floor ? "" : ", no floors: fixed limit", ")"));
+    }
+    if (cr.mtp && !cr.mtp->pass)
+      bad.push_back(cat("MTP drafts: mean KLD ", sci(cr.mtp->mean_kld), " > ", sci(cr.mtp->limit),
+                        cr.mtp->nonfinite ? " (non-finite logits)" : ""));
+
+    GenerationResult& gen = gens[s];
+    gen.stop_reason = gen.stop_reason.empty() ? "no budget" : gen.stop_reason;
+    metrics::ContentOptions content;
+    if (g.opened_think) content.think_end = think_end;
+    content.stop_ids = g.ignore_stop ? std::vector<int32_t>{} : stops;
+    content.ignore_ids = ws_ids;
+    gen.degen = metrics::degeneration(gen.tokens, opt.rules.degen, gen_nonfinite[s], content);
+    gen.golden_degen = metrics::degeneration(gen.golden_tokens, opt.rules.degen, !gen.golden_rerun && g.nonfinite_logits, content);
+    const size_t n = std::min(gen.tokens.size(), gen.golden_tokens.size());
+    for (size_t i = 0; i < n && !gen.first_divergence; ++i)
+      if (gen.tokens[i] != gen.golden_tokens[i]) gen.first_divergence = static_cast<int64_t>(i);
+    if (!gen.first_divergence && gen.tokens.size() != gen.golden_tokens.size()) gen.first_divergence = static_cast<int64_t>(n);
+    if (gen.first_divergence && !gen.golden_rerun && g.topk.K >= 2) {
+      const int64_t row = cr.prompt_tokens + *gen.first_divergence - 1;
+      if (row >= 0 && row < T)
+        gen.golden_margin = double(g.topk.logprobs[row * g.topk.K]) - double(g.topk.logprobs[row * g.topk.K + 1]);
+    }
+    gen.verdict = metrics::degeneration_verdict(gen.degen.degenerate, gen.golden_degen.degenerate);
+    if (gen.verdict == Verdict::bad)
+      bad.push_back(cat("engine-induced degeneration: ", gen.degen.reason, " (the golden run is not degenerate)"));
+    else if (gen.verdict == Verdict::model_intrinsic)
+      warn.push_back(cat("model-intrinsic degeneration: ", gen.degen.reason, " (the golden run degenerates too: ",
+                         gen.golden_degen.rule.value_or("?"), ")"));
+
+    cr.verdict = !bad.empty() ? Verdict::bad : gen.verdict == Verdict::model_intrinsic ? Verdict::model_intrinsic : Verdict::good;
+    cr.reasons = bad;
+    cr.reasons.insert(cr.reasons.end(), warn.begin(), warn.end());
+    cr.seconds = std::chrono::duration<double>(clock::now() - c0).count() + gen.seconds;
+    cr.gen = std::move(gen);
+    r.verdict = metrics::worst(r.verdict, cr.verdict);
+    if (progress)
+      std::fprintf(progress, "compare: case %s: %s (%.2f s)\n", cr.id.c_str(), metrics::verdict_name(cr.verdict), cr.seconds);
+    r.cases.push_back(std::move(cr));
+  }
+  r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, opt.fail_on_model_degeneration));
+  r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  return r;
+}
+
+// ---- text ----
+
+namespace {
+
+std::string err_cell(const std::optional<metrics::TensorError>& e, const std::optional<double>& digest) {
+  if (e) return e->passes_nonfinite() ? sci(e->rel_l2) : "NONFINITE";
+  if (digest) return "~" + sci(*digest);  // digest only: relative error of the output norms
+  return "-";
+}
+
+// Worst of a column over cases: non-finite first, then the largest rel_l2.
+std::optional<metrics::TensorError> worst_err(const std::optional<metrics::TensorError>& a,
+                                              const std::optional<metrics::TensorError>& b) {
+  if (!a) return b;
+  if (!b) return a;
+  if (!a->passes_nonfinite()) return a;
+  if (!b->passes_nonfinite()) return b;
+  return b->rel_l2 > a->rel_l2 || std::isnan(b->rel_l2) ? b : a;
+}
+
+std::optional<double> max_opt(const std::optional<double>& a, const std::optional<double>& b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::max(*a, *b);
+}
+
+std::string layer_table(const std::vector<const CaseResult*>& cases, const std::string& indent) {
+  if (cases.empty() || cases.front()->layers.empty()) return "";
+  const size_t L = cases.front()->layers.size();
+  std::string o = indent + "layer    drift:prefill  drift:decode   iso:prefill    iso:decode     limit      floor_ratio\n";
+  std::optional<metrics::TensorError> emb[2];
+  for (const CaseResult* c : cases)
+    for (int m = 0; m < kModes; ++m) emb[m] = worst_err(emb[m], c->embed[m]);
+  if (emb[0] || emb[1])
+    o += cat(indent, fmt_pad("embed", 7), "  ", fmt_pad(err_cell(emb[0], std::nullopt), 13), "  ",
+             fmt_pad(err_cell(emb[1], std::nullopt), 13), "\n");
+  for (size_t l = 0; l < L; ++l) {
+    std::optional<metrics::TensorError> drift[2], iso[2];
+    std::optional<double> dnorm[2], limit, ratio;
+    bool fails = false;
+    std::vector<std::string> first_in;
+    for (const CaseResult* c : cases) {
+      const LayerRow& row = c->layers[l];
+      for (int m = 0; m < kModes; ++m) {
+        drift[m] = worst_err(drift[m], row.drift[m]);
+        iso[m] = worst_err(iso[m], row.iso[m]);
+        dnorm[m] = max_opt(dnorm[m], row.drift_norm[m]);
+        ratio = max_opt(ratio, row.floor_ratio[m]);
+        if (row.limit[m]) limit = limit ? std::min(*limit, *row.limit[m]) : *row.limit[m];
+        fails = fails || !row.pass[m];
+      }
+      if (c->first_break && c->first_break->second == static_cast<int>(l)) first_in.push_back(c->id);
+    }
+    const LayerRow& r0 = cases.front()->layers[l];
+    std::string mark;
+    if (!first_in.empty()) {
+      mark = "  <- FIRST BREAK";
+      if (cases.size() > 1) {
+        mark += " (" + first_in.front();
+        if (first_in.size() > 1) mark += cat(" +", first_in.size() - 1);
+        mark += ")";
+      }
+    } else if (fails) {
+      mark = "  over";
+    }
+    o += cat(indent, fmt_pad(cat(r0.layer, " ", r0.kind), 7), "  ", fmt_pad(err_cell(drift[0], dnorm[0]), 13), "  ",
+             fmt_pad(err_cell(drift[1], drift[1] ? std::nullopt : dnorm[1]), 13), "  ", fmt_pad(err_cell(iso[0], std::nullopt), 13),
+             "  ", fmt_pad(err_cell(iso[1], std::nullopt), 13), "  ", fmt_pad(limit ? sci(*limit) : "-", 9), "  ",
+             fmt_pad(ratio ? sci(*ratio) : "-", 9), mark, "\n");
+  }
+  return o;
+}
+
+std::string pct(double v) { return cat(std::fixed, std::setprecision(1), 100 * v, "%"); }
+
+}  // namespace
+
+std::string format_compare(const CompareResult& r, bool per_case) {
+  std::string o;
+  o += cat("compare: ", r.golden_dir, " (suite '", r.suite, "') vs ", r.model_dir, ", config ", r.config, " on ", r.backend, "\n");
+  if (r.model_mismatch)
+    o += cat("warning: the record was made for another checkpoint (fingerprint ", r.record_fingerprint.substr(0, 16),
+             "... vs ", r.model_fingerprint.substr(0, 16), "...), compared on request (--allow-model-mismatch)\n");
+  if (!r.floors)
+    o += cat("note: the record has no noise floors (", r.floors_reason, ");\n      isolated errors are judged against rel_l2 <= ",
+             sci(kFallbackRelL2), " and mean KLD against ", sci(kFallbackKld), " nats: fixed limits for fp32-class paths only\n");
+  std::vector<const CaseResult*> all;
+  for (const CaseResult& c : r.cases) all.push_back(&c);
+  if (!per_case) {
+    o += cat("\nper layer, worst over ", r.cases.size(), " cases (rel_l2; ~ = from the output-norm digest only):\n");
+    o += layer_table(all, "  ");
+  }
+  o += cat("\n  ", fmt_pad("case", 20), "  ", fmt_pad("KLD:prefill", 11), "  ", fmt_pad("KLD:decode", 11), "  ",
+           fmt_pad("top1", 7), "  ", fmt_pad("mtp KLD", 9), "  ", fmt_pad("gen", 4), "  ", fmt_pad("diverge", 8), "  ",
+           fmt_pad("degenerate", 18), "  verdict\n");
+  for (const CaseResult& c : r.cases) {
+    if (per_case) {
+      o += cat("\ncase ", c.id, ": ", c.prompt_tokens, " prompt + ", c.positions - c.prompt_tokens,
+               " golden tokens; layer data at ", c.stored_positions, " of ", c.positions, " positions\n");
+      o += layer_table({&c}, "  ");
+    }
+    auto kld = [&](int m) { return c.logits[m] ? sci(c.logits[m]->mean_kld) + (c.logits[m]->pass ? "" : "!") : "-"; };
+    std::string top1 = c.logits[0] ? pct(c.logits[0]->summary.same_top_p.value) : "-";
+    const GenerationResult& g = c.gen;
+    std::string degen = g.degen.degenerate ? g.degen.rule.value_or("yes") : "no";
+    if (g.golden_degen.degenerate) degen += cat(" (golden ", g.golden_degen.rule.value_or("yes"), ")");
+    o += cat("  ", fmt_pad(c.id, 20), "  ", fmt_pad(kld(0), 11), "  ", fmt_pad(kld(1), 11), "  ", fmt_pad(top1, 7), "  ",
+             fmt_pad(c.mtp ? sci(c.mtp->mean_kld) + (c.mtp->pass ? "" : "!") : "-", 9), "  ",
+             fmt_pad(std::to_string(g.tokens.size()), 4), "  ",
+             fmt_pad(g.first_divergence ? std::to_string(*g.first_divergence) : "none", 8), "  ", fmt_pad(degen, 18), "  ",
+             metrics::verdict_name(c.verdict), "\n");
+    for (const std::string& why : c.reasons) o += cat("      - ", why, "\n");
+  }
+  size_t counts[4] = {0, 0, 0, 0};
+  for (const CaseResult& c : r.cases) ++counts[static_cast<int>(c.verdict)];
+  o += cat("\nverdict: ", metrics::verdict_name(r.verdict), " (exit ", r.exit_code, "): ", r.cases.size(), " cases, ",
+           counts[static_cast<int>(Verdict::good)], " good, ", counts[static_cast<int>(Verdict::bad)], " bad, ",
+           counts[static_cast<int>(Verdict::model_intrinsic)], " model-intrinsic; ", cat(std::fixed, std::setprecision(2), r.seconds),
+           " s\n");
+  return o;
+}
+
+// ---- JUnit ----
+
+std::string junit_xml(const CompareResult& r) {
+  size_t failures = 0;
+  for (const CaseResult& c : r.cases)
+    if (static_cast<int>(metrics::exit_code(c.verdict, r.exit_code == 1 && c.verdict == Verdict::model_intrinsic)) == 1) ++failures;
+  const std::string name = cat("degenbisect compare ", r.suite, " [", r.config, "]");
+  std::string o = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o += cat("<testsuites name=\"", xml_escape(name), "\" tests=\"", r.cases.size(), "\" failures=\"", failures, "\" time=\"",
+           r.seconds, "\">\n");
+  o += cat("  <testsuite name=\"", xml_escape(name), "\" tests=\"", r.cases.size(), "\" failures=\"", failures,
+           "\" errors=\"0\" skipped=\"0\" time=\"", r.seconds, "\">\n");
+  for (const CaseResult& c : r.cases) {
+    o += cat("    <testcase classname=\"degenbisect.compare.", xml_escape(r.suite), "\" name=\"", xml_escape(c.id),
+             "\" time=\"", c.seconds, "\">\n");
+    std::string details;
+    for (const std::string& why : c.reasons) details += why + "\n";
+    const bool fail = c.verdict == Verdict::bad || (c.verdict == Verdict::model_intrinsic && r.exit_code == 1);
+    if (fail)
+      o += cat("      <failure type=\"", metrics::verdict_name(c.verdict), "\" message=\"",
+               xml_escape(c.reasons.empty() ? metrics::verdict_name(c.verdict) : c.reasons.front()), "\">",
+               xml_escape(details), "</failure>\n");
+    else if (!details.empty())
+      o += cat("      <system-out>", xml_escape(details), "</system-out>\n");
+    o += "    </testcase>\n";
+  }
+  o += "  </testsuite>\n</testsuites>\n";
+  return o;
+}
+
+std::string junit_untestable(const std::string& suite, const std::vector<std::string>& ids, const std::string& reason) {
+  const std::string name = cat("degenbisect compare ", suite);
+  std::string o = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o += cat("<testsuites name=\"", xml_escape(name), "\" tests=\"", ids.size(), "\" skipped=\"", ids.size(), "\">\n");
+  o += cat("  <testsuite name=\"", xml_escape(name), "\" tests=\"", ids.size(), "\" failures=\"0\" errors=\"0\" skipped=\"",
+           ids.size(), "\">\n");
+  for (const std::string& id : ids)
+    o += cat("    <testcase classname=\"degenbisect.compare.", xml_escape(suite), "\" name=\"", xml_escape(id),
+             "\"><skipped message=\"", xml_escape(reason), "\"/></testcase>\n");
+  o += "  </testsuite>\n</testsuites>\n";
+  return o;
+}
+
+}  // namespace degen

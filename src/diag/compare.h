@@ -1,0 +1,141 @@
+// compare: measure one configuration (backend, precision, toggles) against a golden record, per case
+// (DESIGN.md §7 steps 1, 2 and 6; metrics.md):
+//  1. teacher-forced over the golden sequence (prompt + golden continuation), in prefill mode (one
+//     forward call) and in decode mode (one token per call): per-layer drift of l_out-L, per-position
+//     KLD / top-1 / Δp against the stored top-K, with the llama.cpp-style summary; MTP drafts too;
+//  2. isolated layer errors: the same runs with every layer's input replaced by the golden one
+//     (Trace replaces l_in-L), err_L = rel_l2 of l_out-L, floor_ratio = err_L / floor_L and the first
+//     layer that breaks the floor rule (the prime suspect);
+//  3. free-running generation under the configuration (and the case's sampling): repetition
+//     metrics, loop onset, the degenerate verdict, first divergence from the golden continuation,
+//     and model-or-engine (the golden run under the same prompt and sampling degenerates too?).
+// A case is bad when a value is non-finite, a layer breaks its floor rule, the mean KLD breaks its
+// rule, or the generation degenerates where the golden does not; the suite verdict is the worst case.
+//
+// Thresholds. With noise floors in the record: layer L passes when err_L <= k·floor_L + eps
+// (k = 3), and the mean KLD passes when kld <= k·kld_floor + eps. A record without floors (the bf16
+// emulation was not available when it was made) falls back to FIXED relative limits, printed as such:
+// isolated rel_l2 <= kFallbackRelL2 and mean KLD <= kFallbackKld. These suit fp32-class paths only
+// (fp32 reorderings, fp64): a bf16 path's honest error (~1e-3) fails them, so bf16 paths need a
+// record with floors.
+#pragma once
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "diag/golden.h"
+#include "diag/metrics.h"
+#include "engine/backend_factory.h"
+#include "engine/run_config.h"
+#include "model/model.h"
+
+namespace degen {
+
+class Tokenizer;
+
+// Fallback limits for records without noise floors (see above). 1e-4 rel_l2: fp32 reorderings
+// measure <= 1e-6 on the tiny models (tests/tolerances.h kFp32Reorder allows 1e-5), bf16 storage
+// rounding alone is 2^-9 ≈ 2e-3 per element. 1e-4 nats: fp32 paths give ~1e-10, a 5 % weight change
+// in one layer of a tiny model ~1e-3.
+constexpr double kFallbackRelL2 = 1e-4;
+constexpr double kFallbackKld = 1e-4;
+
+struct CompareRules {
+  metrics::FloorRule layer{3.0, 1e-12};  // isolated rel_l2 against floor_L
+  metrics::FloorRule kld{3.0, 1e-9};     // mean kld_topk against the record's kld floor
+  double fallback_rel_l2 = kFallbackRelL2;
+  double fallback_kld = kFallbackKld;
+  metrics::DegenRules degen;
+};
+
+struct CompareOptions {
+  RunConfig config;                       // the tested configuration
+  bool allow_model_mismatch = false;      // compare against a record made for another checkpoint
+  bool fail_on_model_degeneration = false;
+  bool decode_mode = true;                // also run the decode-mode (one token per call) passes
+  std::vector<std::string> cases;         // only these case ids (empty = all)
+  CompareRules rules;
+};
+
+// One layer of one case. Index [m] is the ForcedMode (0 prefill, 1 decode).
+struct LayerRow {
+  int layer = 0;
+  char kind = 'G';                                // G = Gated DeltaNet, A = attention
+  std::optional<metrics::TensorError> drift[2];   // teacher-forced l_out-L vs golden
+  std::optional<metrics::TensorError> iso[2];     // golden inputs injected
+  std::optional<double> floor[2];                 // floor_L from the record
+  std::optional<double> limit[2];                 // the rel_l2 the layer may reach (k·floor + eps, or fallback)
+  std::optional<double> floor_ratio[2];
+  std::optional<double> drift_norm[2];            // digest: rel error of the per-position output norms
+  bool pass[2] = {true, true};
+};
+
+struct LogitsResult {
+  metrics::LogitSummary summary;
+  std::vector<double> kld;             // per position
+  std::vector<uint8_t> top1_agree;     // per position
+  double mean_kld = 0;
+  double limit = 0;                    // the mean KLD may reach
+  std::optional<double> floor;
+  bool pass = true;
+  int64_t nonfinite = 0;               // positions with non-finite test logits
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;
+  std::string stop_reason;
+  metrics::Degeneration degen, golden_degen;
+  bool golden_rerun = false;                // sampling differs from the record's: reference rerun
+  std::vector<int32_t> golden_tokens;       // the continuation it is compared with
+  std::optional<int64_t> first_divergence;  // first index (in the generated tokens) that differs
+  std::optional<double> golden_margin;      // golden top-1 minus top-2 log-prob at that position
+  metrics::Verdict verdict = metrics::Verdict::good;  // model or engine (metrics §4)
+  double seconds = 0;
+};
+
+struct CaseResult {
+  std::string id;
+  int64_t prompt_tokens = 0, positions = 0, stored_positions = 0;
+  std::optional<metrics::TensorError> embed[2];
+  std::vector<LayerRow> layers;
+  std::optional<std::pair<int, int>> first_break;  // (mode, layer) of the first layer breaking its rule
+  std::optional<LogitsResult> logits[2];
+  std::optional<LogitsResult> mtp;
+  GenerationResult gen;
+  metrics::Verdict verdict = metrics::Verdict::good;
+  std::vector<std::string> reasons;   // why bad / warnings, in words
+  double seconds = 0;
+  nlohmann::json to_json() const;
+};
+
+struct CompareResult {
+  std::string golden_dir, model_dir, config, suite, backend;
+  std::string record_fingerprint, model_fingerprint;
+  bool model_mismatch = false;
+  bool floors = false;
+  std::string floors_reason;
+  std::vector<CaseResult> cases;
+  metrics::Verdict verdict = metrics::Verdict::good;
+  int exit_code = 0;
+  double seconds = 0;
+  nlohmann::json to_json() const;
+};
+
+// Runs the comparison. InputError (exit 128) for a record made for another model (unless
+// allow_model_mismatch; even then the shapes must agree), unknown case ids, or a damaged record;
+// UntestableError (exit 125) when the factory cannot build the configuration.
+CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, const CompareOptions& opt,
+                             const BackendFactory& factory, std::FILE* progress = nullptr);
+
+// The text printed on stdout: a compact per-layer table (worst over the cases; per_case: one table
+// per case), one line per case, the reasons, and the verdict.
+std::string format_compare(const CompareResult& r, bool per_case = false);
+// JUnit XML: one testsuite, one testcase per case (failure for bad, skipped for untestable).
+std::string junit_xml(const CompareResult& r);
+// JUnit / JSON for a configuration that could not be tested at all (exit 125).
+std::string junit_untestable(const std::string& suite, const std::vector<std::string>& case_ids, const std::string& reason);
+
+}  // namespace degen
