@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "diag/faults.h"
 #include "util/error.h"
 
 namespace degen {
@@ -352,6 +353,188 @@ void validate_run_config(const RunConfig& rc, const ModelConfig& cfg) {
   for (const auto& f : rc.faults) check_scope("fault", f.scope);
   if (rc.sampling.top_k > cfg.vocab_size)
     input_error("config: top_k=", rc.sampling.top_k, " exceeds the vocabulary (", cfg.vocab_size, ")");
+}
+
+}  // namespace degen
+
+// ---- toggle-level views for bisection ----
+
+namespace degen {
+
+namespace {
+
+template <typename T>
+std::string scoped_full(const char* key, const Scoped<T>& s, const std::vector<std::pair<const char*, T>>& table,
+                        bool set = true) {
+  std::vector<std::string> out;
+  if (set) out.push_back(cat(key, "=", enum_name(s.base, table)));
+  else out.push_back(cat(key, "=auto"));
+  for (const auto& e : s.overrides) out.push_back(cat(key, "=", enum_name(e.value, table), e.scope.str()));
+  std::string r;
+  for (size_t i = 0; i < out.size(); ++i) r += (i ? "," : "") + out[i];
+  return r;
+}
+
+// Every toggle key's full fragment (defaults included), for comparing two configs key by key.
+std::map<std::string, std::string> key_fragments(const RunConfig& rc) {
+  std::map<std::string, std::string> m;
+  m["backend"] = enum_name(rc.backend, kBackend);
+  m["precision"] = enum_name(rc.precision, kPrecision);
+  m["attn"] = scoped_full("attn", rc.attn, kAttn);
+  m["gdn"] = scoped_full("gdn", rc.gdn, kGdn);
+  m["ssm_dtype"] = scoped_full("ssm_dtype", rc.ssm_dtype, kSsm, rc.ssm_dtype_set);
+  m["conv_dtype"] = scoped_full("conv_dtype", rc.conv_dtype, kConv, rc.conv_dtype_set);
+  m["kv_dtype"] = scoped_full("kv_dtype", rc.kv_dtype, kKv);
+  m["mtp"] = std::to_string(rc.mtp);
+  m["graphs"] = rc.graphs ? (*rc.graphs ? "on" : "off") : "unset";
+  m["gemm"] = rc.gemm.value_or("unset");
+  m["tp"] = std::to_string(rc.tp);
+  m["batch"] = rc.batch == BatchMode::all ? "all" : "1";
+  m["temp"] = num_str(rc.sampling.temperature);
+  m["top_p"] = num_str(rc.sampling.top_p);
+  m["top_k"] = std::to_string(rc.sampling.top_k);
+  m["min_p"] = num_str(rc.sampling.min_p);
+  m["rep_pen"] = num_str(rc.sampling.repetition_penalty);
+  m["presence_pen"] = num_str(rc.sampling.presence_penalty);
+  m["seed"] = std::to_string(rc.sampling.seed);
+  return m;
+}
+
+bool fault_present(const RunConfig& rc, const FaultSpec& f) {
+  for (const auto& g : rc.faults)
+    if (g.name == f.name && g.scope.str() == f.scope.str()) return true;
+  return false;
+}
+
+std::vector<int> kind_layers(const ModelConfig& cfg, LayerKind k) {
+  std::vector<int> out;
+  for (int l = 0; l < cfg.num_layers; ++l)
+    if (cfg.layer_types[static_cast<size_t>(l)] == k) out.push_back(l);
+  return out;
+}
+
+template <typename T>
+void mix_scoped(Scoped<T>& dst, const Scoped<T>& src_good, const Scoped<T>& src_bad, const std::vector<int>& layers,
+                const ModelConfig& cfg, T (*good_at)(const Scoped<T>&, int, const ModelConfig&),
+                T (*bad_at)(const Scoped<T>&, int, const ModelConfig&)) {
+  std::vector<std::pair<T, std::vector<int>>> groups;
+  for (int l : layers) {
+    T gb = good_at(src_good, l, cfg), bb = bad_at(src_bad, l, cfg);
+    if (gb == bb) continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == bb; });
+    if (it == groups.end()) groups.push_back({bb, {l}});
+    else it->second.push_back(l);
+  }
+  for (auto& [v, ls] : groups) dst.overrides.push_back({v, LayerScope::of_layers(ls)});
+}
+
+}  // namespace
+
+bool toggle_scopable(const std::string& key) {
+  if (key.rfind("fault:", 0) == 0) return true;
+  for (const auto& t : toggle_table())
+    if (key == t.key) return t.scoped;
+  return false;
+}
+
+std::vector<int> toggle_layers(const std::string& key, const ModelConfig& cfg) {
+  if (key == "attn" || key == "kv_dtype") return kind_layers(cfg, LayerKind::full);
+  if (key == "gdn" || key == "ssm_dtype" || key == "conv_dtype") return kind_layers(cfg, LayerKind::linear);
+  if (key.rfind("fault:", 0) == 0) {
+    const FaultInfo* f = find_fault(key.substr(6));
+    if (!f) return {};
+    switch (f->site) {
+      case FaultSite::full_layer: return kind_layers(cfg, LayerKind::full);
+      case FaultSite::linear_layer: return kind_layers(cfg, LayerKind::linear);
+      case FaultSite::any_layer: {
+        std::vector<int> all(static_cast<size_t>(cfg.num_layers));
+        for (int l = 0; l < cfg.num_layers; ++l) all[static_cast<size_t>(l)] = l;
+        return all;
+      }
+      case FaultSite::moe_layer: {
+        std::vector<int> out;
+        for (int l = 0; l < cfg.num_layers; ++l)
+          if (cfg.is_moe_layer(l)) out.push_back(l);
+        return out;
+      }
+      case FaultSite::model: return {};
+    }
+  }
+  return {};
+}
+
+std::vector<std::string> differing_toggles(const RunConfig& good, const RunConfig& bad) {
+  std::vector<std::string> out;
+  auto g = key_fragments(good), b = key_fragments(bad);
+  for (const auto& t : toggle_table()) {
+    std::string k = t.key;
+    if (k == "fault") continue;
+    if (g[k] != b[k]) out.push_back(k);
+  }
+  for (const auto& f : bad.faults)
+    if (!fault_present(good, f)) out.push_back("fault:" + f.name);
+  return out;
+}
+
+RunConfig mix_configs(const RunConfig& good, const RunConfig& bad, const std::vector<std::string>& keys,
+                      const std::vector<int>* layers, const ModelConfig& cfg) {
+  RunConfig r = good;
+  auto at_attn = +[](const Scoped<AttnAlgo>& s, int l, const ModelConfig& c) { return s.at(l, &c); };
+  auto at_gdn = +[](const Scoped<GdnAlgo>& s, int l, const ModelConfig& c) { return s.at(l, &c); };
+  auto at_dt = +[](const Scoped<DType>& s, int l, const ModelConfig& c) { return s.at(l, &c); };
+  for (const std::string& k : keys) {
+    std::vector<int> where;
+    if (layers) {
+      std::vector<int> ok = toggle_layers(k, cfg);
+      for (int l : *layers)
+        if (std::find(ok.begin(), ok.end(), l) != ok.end()) where.push_back(l);
+    }
+    bool scoped = layers && toggle_scopable(k);
+    if (k == "backend") r.backend = bad.backend;
+    else if (k == "precision") r.precision = bad.precision;
+    else if (k == "attn") { if (scoped) mix_scoped(r.attn, good.attn, bad.attn, where, cfg, at_attn, at_attn); else r.attn = bad.attn; }
+    else if (k == "gdn") { if (scoped) mix_scoped(r.gdn, good.gdn, bad.gdn, where, cfg, at_gdn, at_gdn); else r.gdn = bad.gdn; }
+    else if (k == "kv_dtype") { if (scoped) mix_scoped(r.kv_dtype, good.kv_dtype, bad.kv_dtype, where, cfg, at_dt, at_dt); else r.kv_dtype = bad.kv_dtype; }
+    else if (k == "ssm_dtype") {
+      if (!scoped) { r.ssm_dtype = bad.ssm_dtype; r.ssm_dtype_set = bad.ssm_dtype_set; continue; }
+      for (int l : where) {
+        DType gv = good.ssm_dtype_at(l, cfg), bv = bad.ssm_dtype_at(l, cfg);
+        if (gv != bv) r.ssm_dtype.overrides.push_back({bv, LayerScope::of_layers({l})});
+      }
+    } else if (k == "conv_dtype") {
+      if (!scoped) { r.conv_dtype = bad.conv_dtype; r.conv_dtype_set = bad.conv_dtype_set; continue; }
+      for (int l : where) {
+        DType gv = good.conv_dtype_at(l, &cfg), bv = bad.conv_dtype_at(l, &cfg);
+        if (gv != bv) r.conv_dtype.overrides.push_back({bv, LayerScope::of_layers({l})});
+      }
+    } else if (k == "mtp") r.mtp = bad.mtp;
+    else if (k == "graphs") r.graphs = bad.graphs;
+    else if (k == "gemm") r.gemm = bad.gemm;
+    else if (k == "tp") r.tp = bad.tp;
+    else if (k == "batch") r.batch = bad.batch;
+    else if (k == "temp") r.sampling.temperature = bad.sampling.temperature;
+    else if (k == "top_p") r.sampling.top_p = bad.sampling.top_p;
+    else if (k == "top_k") r.sampling.top_k = bad.sampling.top_k;
+    else if (k == "min_p") r.sampling.min_p = bad.sampling.min_p;
+    else if (k == "rep_pen") r.sampling.repetition_penalty = bad.sampling.repetition_penalty;
+    else if (k == "presence_pen") r.sampling.presence_penalty = bad.sampling.presence_penalty;
+    else if (k == "seed") r.sampling.seed = bad.sampling.seed;
+    else if (k.rfind("fault:", 0) == 0) {
+      std::string name = k.substr(6);
+      for (const auto& f : bad.faults) {
+        if (f.name != name || fault_present(good, f)) continue;
+        if (!layers) { r.faults.push_back(f); continue; }
+        std::vector<int> sel;
+        for (int l : where)
+          if (f.scope.contains(l, &cfg)) sel.push_back(l);
+        if (!sel.empty()) r.faults.push_back({name, LayerScope::of_layers(sel)});
+        else if (toggle_layers(k, cfg).empty()) r.faults.push_back(f);  // model-level: not scopable
+      }
+    } else {
+      throw std::logic_error("mix_configs: unknown toggle key " + k);
+    }
+  }
+  return r;
 }
 
 }  // namespace degen

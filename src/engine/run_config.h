@@ -111,3 +111,23 @@ const std::vector<ToggleInfo>& toggle_table();
 const std::vector<std::string>& known_fault_names();
 
 }  // namespace degen
+
+namespace degen {
+
+// ---- toggle-level views, for bisection (DESIGN.md §7 steps 3-5) ----
+
+// Whether a toggle key can be restricted to layers.
+bool toggle_scopable(const std::string& key);
+// The toggles on which `good` and `bad` differ: keys of toggle_table() in order, then "fault:NAME"
+// for each fault of `bad` that `good` lacks (with the same scope).
+std::vector<std::string> differing_toggles(const RunConfig& good, const RunConfig& bad);
+// `good` with the toggles `keys` taken from `bad`. With `layers`, scopable toggles and faults take
+// bad's value only on those of `layers` that can host them (GDN-only toggles on GDN layers, attention
+// toggles on full-attention layers, faults per their site) and keep good's elsewhere; toggles that
+// cannot be scoped are taken whole.
+RunConfig mix_configs(const RunConfig& good, const RunConfig& bad, const std::vector<std::string>& keys,
+                      const std::vector<int>* layers, const ModelConfig& cfg);
+// The layers a toggle key (or "fault:NAME") can act on.
+std::vector<int> toggle_layers(const std::string& key, const ModelConfig& cfg);
+
+}  // namespace degen

@@ -1,0 +1,126 @@
+// Bisection logic with stand-in evaluators whose ground truth is known: the harmful toggle among
+// several, a single culprit layer in log2(L) evaluations, a two-layer interaction, replay.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "diag/bisect.h"
+#include "helpers.h"
+#include "model/safetensors.h"
+
+using namespace degen;
+
+namespace {
+ModelConfig model_27b() {  // 64 layers, GGGA x16
+  return parse_model_config(nlohmann::json::parse(read_file(test::fixtures_dir() / "configs" / "qwen36-27b.json")), "27b");
+}
+CellSummary verdict(bool bad) {
+  CellSummary s;
+  s.verdict = bad ? "bad" : "good";
+  return s;
+}
+}  // namespace
+
+TEST_CASE("bisect: ddmin finds a 1-minimal failing subset") {
+  int calls = 0;
+  std::function<bool(const std::vector<int>&)> f = [&](const std::vector<int>& s) {
+    ++calls;
+    bool has3 = std::find(s.begin(), s.end(), 3) != s.end(), has7 = std::find(s.begin(), s.end(), 7) != s.end();
+    return has3 && has7;
+  };
+  std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  CHECK(ddmin<int>(all, f) == std::vector<int>{3, 7});
+  CHECK(bisect_layers(all, f) == std::vector<int>{3, 7});
+}
+
+TEST_CASE("bisect: of three differing toggles, the one harmful toggle is found") {
+  ModelConfig cfg = model_27b();
+  RunConfig good = parse_run_config("precision=bf16");
+  RunConfig bad = parse_run_config("precision=bf16,attn=flash,ssm_dtype=fp16,kv_dtype=fp8");
+  // Ground truth: an fp16 state at layer 17 breaks the run; nothing else matters.
+  BisectOracle oracle([&](const RunConfig& rc) { return verdict(rc.ssm_dtype_at(17, cfg) == DType::f16); }, std::nullopt);
+  BisectOutcome o = bisect(good, true, bad, cfg, oracle);
+  CHECK(o.status == "found");
+  CHECK(o.differing == std::vector<std::string>{"attn", "ssm_dtype", "kv_dtype"});
+  CHECK(o.culprit_toggles == std::vector<std::string>{"ssm_dtype"});
+  CHECK(o.layer_specific);
+  CHECK(o.culprit_layers == std::vector<int>{17});
+  CHECK(o.minimal_bad.str() == "precision=bf16,ssm_dtype=fp16@17");
+  REQUIRE(o.patch_fixes.has_value());
+  CHECK(*o.patch_fixes);
+  CHECK(o.patched.str().find("@17") == std::string::npos);
+}
+
+TEST_CASE("bisect: evaluations grow with log2(layers) for a single culprit") {
+  ModelConfig cfg = model_27b();
+  for (int culprit : {0, 5, 17, 30, 62}) {
+    CAPTURE(culprit);
+    RunConfig bad = parse_run_config("fault=gdn-head-mod");
+    BisectOracle oracle([&](const RunConfig& rc) { return verdict(rc.has_fault("gdn-head-mod", culprit, &cfg)); },
+                        std::nullopt);
+    BisectOutcome o = bisect(implicit_good(bad), false, bad, cfg, oracle);
+    CHECK(o.culprit_layers == std::vector<int>{culprit});
+    // 48 GDN candidates: bad, good, the full set, <= 2 per halving (ceil(log2 48) = 6), minimal, patch.
+    int bound = 3 + 2 * int(std::ceil(std::log2(48.0))) + 2;
+    CHECK(o.evaluations <= bound);
+    MESSAGE("culprit " << culprit << ": " << o.evaluations << " evaluations (bound " << bound << ")");
+  }
+}
+
+TEST_CASE("bisect: a culprit that needs two layers is found by delta debugging") {
+  ModelConfig cfg = model_27b();
+  RunConfig bad = parse_run_config("precision=bf16,ssm_dtype=bf16");
+  auto both = [&](const RunConfig& rc) {
+    return verdict(rc.ssm_dtype_at(4, cfg) == DType::bf16 && rc.ssm_dtype_at(50, cfg) == DType::bf16);
+  };
+  BisectOracle oracle(both, std::nullopt);
+  BisectOutcome o = bisect(parse_run_config("precision=bf16,ssm_dtype=fp32"), true, bad, cfg, oracle);
+  CHECK(o.culprit_layers == std::vector<int>{4, 50});
+  CHECK(o.patch_fixes == std::optional<bool>(true));
+}
+
+TEST_CASE("bisect: the replay file resumes without repeating evaluations") {
+  ModelConfig cfg = model_27b();
+  test::TempDir dir("bisect-replay");
+  RunConfig bad = parse_run_config("fault=rope-interleaved");
+  int calls = 0;
+  auto ev = [&](const RunConfig& rc) { ++calls; return verdict(rc.has_fault("rope-interleaved", 23, &cfg)); };
+  BisectOutcome first;
+  {
+    BisectOracle oracle(ev, dir / "replay.jsonl");
+    first = bisect(implicit_good(bad), false, bad, cfg, oracle);
+  }
+  int first_calls = calls;
+  CHECK(first.culprit_layers == std::vector<int>{23});
+  // Interrupted: keep only the first half of the log plus a partial line.
+  std::string text = read_file(dir / "replay.jsonl");
+  size_t lines = size_t(std::count(text.begin(), text.end(), '\n'));
+  size_t cut = 0;
+  for (size_t i = 0; i < lines / 2; ++i) cut = text.find('\n', cut) + 1;
+  std::ofstream(dir / "replay.jsonl", std::ios::trunc) << text.substr(0, cut) << "{\"config\": \"fau";
+  calls = 0;
+  BisectOracle again(ev, dir / "replay.jsonl");
+  BisectOutcome second = bisect(implicit_good(bad), false, bad, cfg, again);
+  CHECK(second.culprit_layers == first.culprit_layers);
+  CHECK(calls == first_calls - int(lines / 2));  // only the evaluations that were lost
+  calls = 0;
+  BisectOracle third(ev, dir / "replay.jsonl");
+  bisect(implicit_good(bad), false, bad, cfg, third);
+  CHECK(calls == 0);
+}
+
+TEST_CASE("bisect: non-layer toggles and inconsistent inputs") {
+  ModelConfig cfg = model_27b();
+  BisectOracle mtp_oracle([](const RunConfig& rc) { return verdict(rc.mtp == 2); }, std::nullopt);
+  BisectOutcome o = bisect(parse_run_config("precision=bf16"), true, parse_run_config("precision=bf16,mtp=2,attn=flash"), cfg,
+                           mtp_oracle);
+  CHECK(o.culprit_toggles == std::vector<std::string>{"mtp"});
+  CHECK_FALSE(o.layer_specific);
+  BisectOracle never([](const RunConfig&) { return verdict(false); }, std::nullopt);
+  CHECK(bisect(parse_run_config(""), true, parse_run_config("attn=flash"), cfg, never).status == "bad-is-good");
+  BisectOracle always([](const RunConfig&) { return verdict(true); }, std::nullopt);
+  CHECK(bisect(parse_run_config(""), true, parse_run_config("attn=flash"), cfg, always).status == "good-is-bad");
+}
