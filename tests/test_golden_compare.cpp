@@ -1,0 +1,546 @@
+// Golden records and compare (issue 5): case-file validation, the shipped suites (chunk-boundary token
+// counts with every shipped model's tokenizer), record round trip and damage detection, the
+// reference against its own record (zero error), a planted 1.05 weight scale named by the isolated
+// error, refusal of another model's record, and the committed records under golden/ still matching
+// the shipped models.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+
+#include "diag/cases.h"
+#include "diag/compare.h"
+#include "diag/golden.h"
+#include "engine/backend_factory.h"
+#include "helpers.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/synth.h"
+#include "model/tokenizer.h"
+#include "tolerances.h"
+#include "util/dtype.h"
+#include "util/error.h"
+
+using namespace degen;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kShipped[] = {"tiny-qwen35", "tiny-qwen35-r3", "tiny-qwen35-moe", "tiny-qwen3next"};
+
+fs::path synth_tiny(const std::string& name, const fs::path& dir) {
+  const SynthPreset& p = find_synth_preset(name);
+  synth_checkpoint(p.config, p.options, dir);
+  return dir;
+}
+
+struct Loaded {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tok;
+};
+Loaded load(const fs::path& dir) {
+  Loaded l;
+  l.model = load_model(dir);
+  l.tok = Tokenizer::load(dir / "tokenizer.json");
+  return l;
+}
+
+// The smoke suite reduced to some of its cases (keeps the tests fast on two cores).
+Suite smoke(const std::set<std::string>& ids = {}) {
+  Suite s = load_suite(test::source_dir() / "cases" / "smoke.json");
+  if (!ids.empty())
+    std::erase_if(s.cases, [&](const Case& c) { return !ids.count(c.id); });
+  return s;
+}
+
+// One tiny-qwen35 checkpoint and its golden record (two smoke cases, all positions), made once.
+struct Fixture {
+  test::TempDir dir{"gc-fixture"};
+  fs::path model, record;
+  Fixture() {
+    model = synth_tiny("tiny-qwen35", dir / "model");
+    record = dir / "golden";
+    Loaded l = load(model);
+    GoldenOptions o;
+    o.positions = "all";
+    write_golden(*l.model, l.tok.get(), smoke({"two-plus-two", "repeated-pattern"}), record, o, make_backend);
+  }
+};
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+CompareResult run_compare(const fs::path& record, const fs::path& model_dir, const std::string& config = "",
+                          bool allow_mismatch = false) {
+  GoldenRecord rec = GoldenRecord::open(record);
+  Loaded l = load(model_dir);
+  CompareOptions o;
+  o.config = parse_run_config(config);
+  o.allow_model_mismatch = allow_mismatch;
+  return compare_golden(rec, *l.model, l.tok.get(), o, make_backend);
+}
+
+// A copy of a checkpoint folder with one tensor multiplied by `factor` (rounded back to its dtype).
+void write_scaled_copy(const fs::path& src, const fs::path& dst, const std::string& tensor, double factor) {
+  fs::create_directories(dst);
+  for (const auto& e : fs::directory_iterator(src))
+    if (e.path().extension() != ".safetensors") fs::copy_file(e.path(), dst / e.path().filename());
+  auto f = SafetensorsFile::open(src / "model.safetensors");
+  SafetensorsWriter w;
+  for (const auto& [k, v] : f->metadata()) w.set_metadata(k, v);
+  bool found = false;
+  for (const TensorView& t : f->tensors()) {
+    if (t.name != tensor) {
+      w.add(t.name, t.dtype, t.shape, t.data, t.nbytes);
+      continue;
+    }
+    found = true;
+    REQUIRE((t.dtype == DType::bf16 || t.dtype == DType::f32));
+    std::vector<uint8_t> bytes(t.nbytes);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const float v = static_cast<float>(t.at(static_cast<size_t>(i)) * factor);
+      if (t.dtype == DType::bf16) {
+        uint16_t h = f32_to_bf16(v);
+        std::memcpy(bytes.data() + 2 * i, &h, 2);
+      } else {
+        std::memcpy(bytes.data() + 4 * i, &v, 4);
+      }
+    }
+    w.add(t.name, t.dtype, t.shape, bytes.data(), bytes.size());
+  }
+  REQUIRE_MESSAGE(found, "no tensor " << tensor);
+  w.write(dst / "model.safetensors");
+}
+
+std::string error_of(const std::string& json_text) {
+  try {
+    parse_suite(json_text, "t.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- cases
+
+TEST_CASE("golden: case files: valid forms and defaults") {
+  Suite s = parse_suite(R"({"suite": "mini", "defaults": {"max_new_tokens": 5, "sampling": "seed=3"},
+    "cases": [
+      {"id": "a", "prompt": "Hi", "thinking": false, "system": "Be brief."},
+      {"id": "b.raw", "raw": "text", "max_new_tokens": 0},
+      {"id": "c_tok", "tokens": [1, 2, 3], "ignore_stop": true, "sampling": {"temp": 0.7, "top_p": 0.8}}
+    ]})", "t.json");
+  REQUIRE(s.cases.size() == 3);
+  CHECK(s.name == "mini");
+  CHECK(s.cases[0].input == CaseInput::prompt);
+  CHECK_FALSE(s.cases[0].thinking);
+  CHECK(s.cases[0].system == "Be brief.");
+  CHECK(s.cases[0].max_new_tokens == 5);
+  CHECK(s.cases[0].sampling == "seed=3");
+  CHECK(s.cases[1].max_new_tokens == 0);
+  CHECK(s.cases[2].tokens == std::vector<int32_t>{1, 2, 3});
+  CHECK(s.cases[2].ignore_stop);
+  CHECK(s.cases[2].sampling == "temp=0.7,top_p=0.8,seed=3");
+  SamplingParams sp = case_sampling(s.cases[2], SamplingParams{});
+  CHECK(sp.temperature == 0.7);
+  CHECK(sp.seed == 3u);
+  CHECK(s.sha256.size() == 64);
+}
+
+TEST_CASE("golden: case files: errors name the case and the field") {
+  struct Bad { const char* text; std::vector<const char*> want; };
+  const std::vector<Bad> bad = {
+      {"[1]", {"t.json", "expected a JSON object"}},
+      {"{\"suite\": \"s\", \"cases\": [", {"t.json", "not valid JSON"}},
+      {R"({"cases": []})", {"missing field 'suite'"}},
+      {R"({"suite": "s"})", {"missing field 'cases'"}},
+      {R"({"suite": "s", "cases": []})", {"no cases"}},
+      {R"({"suite": "s", "casez": []})", {"unknown field 'casez'"}},
+      {R"({"suite": "bad name", "cases": [{"id": "a", "raw": "x"}]})", {"field 'suite'"}},
+      {R"({"suite": "s", "cases": [{"raw": "x"}]})", {"case #1", "missing field 'id'"}},
+      {R"({"suite": "s", "cases": [{"id": "a/b", "raw": "x"}]})", {"case #1", "field 'id'", "[A-Za-z0-9._-]"}},
+      {R"({"suite": "s", "cases": [{"id": "a", "raw": "x"}, {"id": "a", "raw": "y"}]})", {"case 'a'", "duplicate id"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "raw": "x", "prompt": "y"}]})", {"case 'q'", "exactly one of"}},
+      {R"({"suite": "s", "cases": [{"id": "q"}]})", {"case 'q'", "exactly one of", "found 0"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "prompt": 3}]})", {"case 'q'", "field 'prompt'", "expected a string"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "prompt": ""}]})", {"case 'q'", "field 'prompt'", "empty"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "raw": "x", "max_new_tokens": -1}]})", {"case 'q'", "field 'max_new_tokens'"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "raw": "x", "max_new_tokens": "8"}]})", {"case 'q'", "field 'max_new_tokens'"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "raw": "x", "thinking": true}]})", {"case 'q'", "field 'thinking'", "only applies"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "tokens": [1, -2]}]})", {"case 'q'", "field 'tokens'", "element 1"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "tokens": []}]})", {"case 'q'", "field 'tokens'"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "raw": "x", "colour": 1}]})", {"case 'q'", "unknown field 'colour'"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "raw": "x", "sampling": "temp=-1"}]})", {"case 'q'", "field 'sampling'", "temp"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "raw": "x", "sampling": "gdn=recurrent"}]})", {"case 'q'", "not a sampling key"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "raw": "x", "sampling": {"top_p": "high"}}]})", {"case 'q'", "expected a number"}},
+      {R"({"suite": "s", "cases": [{"id": "q", "raw": "x", "ignore_stop": 1}]})", {"case 'q'", "field 'ignore_stop'"}},
+  };
+  for (const Bad& b : bad) {
+    CAPTURE(b.text);
+    const std::string msg = error_of(b.text);
+    for (const char* w : b.want) CHECK_MESSAGE(msg.find(w) != std::string::npos, msg);
+  }
+}
+
+TEST_CASE("golden: case files: invalid UTF-8 names the case, the field and the byte offset") {
+  std::string text = "{\"suite\": \"s\", \"cases\": [{\"id\": \"ok\", \"raw\": \"fine\"}, "
+                     "{\"id\": \"broken\", \"prompt\": \"caf\xC3\xA9 \xFF!\"}]}";
+  const std::string msg = error_of(text);
+  CHECK_MESSAGE(msg.find("case 'broken'") != std::string::npos, msg);
+  CHECK_MESSAGE(msg.find("field 'prompt'") != std::string::npos, msg);
+  CHECK_MESSAGE(msg.find("byte offset 6") != std::string::npos, msg);  // "caf" + 2-byte é + " " = 6
+  // A truncated multi-byte sequence in the id itself: named by its number.
+  const std::string msg2 = error_of("{\"suite\": \"s\", \"cases\": [{\"id\": \"x\xE2\x82\", \"raw\": \"y\"}]}");
+  CHECK_MESSAGE(msg2.find("case #1") != std::string::npos, msg2);
+  CHECK_MESSAGE(msg2.find("not valid UTF-8 at byte offset 1") != std::string::npos, msg2);
+}
+
+TEST_CASE("golden: shipped suites load and meet their briefs") {
+  Suite s = load_suite(test::source_dir() / "cases" / "smoke.json");
+  std::set<std::string> prompts;
+  for (const Case& c : s.cases) prompts.insert(c.text);
+  CHECK(prompts.count("What is 2+2?"));
+  CHECK(prompts.count("Write a Python function that checks if a number is prime."));
+  bool combining = false;
+  for (const Case& c : s.cases) combining = combining || c.text.find("\xCC\x81") != std::string::npos;  // U+0301
+  CHECK(combining);
+  for (const Case& c : s.cases) CHECK(c.max_new_tokens <= 16);  // smoke stays quick
+
+  Suite ld = load_suite(test::source_dir() / "cases" / "long-decode.json");
+  for (const Case& c : ld.cases) {
+    CHECK(c.max_new_tokens >= 512);
+    CHECK(c.ignore_stop);
+  }
+}
+
+TEST_CASE("golden: chunk-boundaries prompts have exactly 63, 64, 65, 127, 128, 129 tokens with every shipped model") {
+  Suite s = load_suite(test::source_dir() / "cases" / "chunk-boundaries.json");
+  std::vector<size_t> want = {63, 64, 65, 127, 128, 129};
+  REQUIRE(s.cases.size() == want.size());
+  for (const char* name : kShipped) {
+    CAPTURE(name);
+    test::TempDir dir("gc-chunk");
+    synth_tiny(name, dir.path());
+    Loaded l = load(dir.path());
+    for (size_t i = 0; i < want.size(); ++i) {
+      CAPTURE(s.cases[i].id);
+      CHECK(s.cases[i].id == "tokens-" + std::to_string(want[i]));
+      CHECK(encode_case(s.cases[i], l.tok.get(), l.model->config).ids.size() == want[i]);
+    }
+  }
+}
+
+TEST_CASE("golden: encode_case checks ids and context against the model") {
+  test::TempDir dir("gc-enc");
+  synth_tiny("tiny-qwen35", dir.path());
+  Loaded l = load(dir.path());
+  Suite s = parse_suite(R"({"suite": "s", "cases": [{"id": "big", "tokens": [1, 5000]},
+                         {"id": "long", "tokens": [1], "max_new_tokens": 1000000}]})", "t.json");
+  CHECK_THROWS_WITH_AS(encode_case(s.cases[0], l.tok.get(), l.model->config),
+                       doctest::Contains("case 'big': token 1 has id 5000, expected < vocab_size 1024"), InputError);
+  CHECK_THROWS_WITH_AS(encode_case(s.cases[1], l.tok.get(), l.model->config), doctest::Contains("case 'long'"), InputError);
+}
+
+// ---------------------------------------------------------------- golden records
+
+TEST_CASE("golden: a record round-trips and says what it holds") {
+  Fixture& f = fixture();
+  GoldenRecord rec = GoldenRecord::open(f.record);
+  Loaded l = load(f.model);
+  CHECK(rec.model_fingerprint() == l.model->fingerprint);
+  CHECK(rec.tokenizer_fingerprint() == l.tok->fingerprint());
+  CHECK(rec.suite() == "smoke");
+  CHECK(rec.num_layers() == 8);
+  REQUIRE(rec.cases().size() == 2);
+  const nlohmann::json& m = rec.manifest();
+  CHECK(m["format"] == kGoldenFormat);
+  CHECK(m["settings"]["topk"] == 20);
+  CHECK(m["files"].size() == 2);
+  // Floors: measured when the bf16 emulation exists, else absent with the reason (never faked).
+  if (rec.floors_present()) {
+    CHECK(rec.cases()[0].floors.has_value());
+  } else {
+    CHECK(m["noise_floors"]["status"] == "absent");
+    CHECK(rec.floors_reason().find("bf16") != std::string::npos);
+    CHECK_FALSE(rec.cases()[0].floors.has_value());
+  }
+  GoldenCase c = rec.load_case(0);
+  const int64_t T = static_cast<int64_t>(c.sequence().size());
+  CHECK(c.prompt.size() == static_cast<size_t>(m["cases"][0]["prompt_tokens"].get<int64_t>()));
+  CHECK(c.P == T);  // positions=all
+  CHECK(c.topk.K == 20);
+  CHECK(c.topk.ids.size() == static_cast<size_t>(T * 20));
+  CHECK(c.mtp_topk.ids.size() == static_cast<size_t>((T - 1) * 20));
+  CHECK(c.embed.size() == static_cast<size_t>(T * 128));
+  for (int lay = 0; lay < 8; ++lay) CHECK(c.l_out[lay].size() == static_cast<size_t>(T * 128));
+  // Top-K rows are log-probabilities in descending order.
+  for (int64_t i = 0; i < T; ++i) {
+    CHECK(c.topk.logprobs[i * 20] <= 0.f);
+    for (int k = 1; k < 20; ++k) CHECK(c.topk.logprobs[i * 20 + k] <= c.topk.logprobs[i * 20 + k - 1]);
+  }
+  // Writing it again over itself needs --force; a folder that is not a record is never replaced.
+  GoldenOptions o;
+  CHECK_THROWS_WITH_AS(write_golden(*l.model, l.tok.get(), smoke({"two-plus-two"}), f.record, o, make_backend),
+                       doctest::Contains("already exists"), InputError);
+  test::TempDir other("gc-other");
+  std::ofstream(other / "precious.txt") << "keep";
+  o.force = true;
+  CHECK_THROWS_WITH_AS(write_golden(*l.model, l.tok.get(), smoke({"two-plus-two"}), other.path(), o, make_backend),
+                       doctest::Contains("not a golden record"), InputError);
+  CHECK(fs::exists(other / "precious.txt"));
+}
+
+TEST_CASE("golden: layer and position options") {
+  test::TempDir dir("gc-opts");
+  synth_tiny("tiny-qwen35", dir / "m");
+  Loaded l = load(dir / "m");
+  GoldenOptions o;
+  o.layers = "0,3,5-6";
+  o.positions = "7";
+  o.gen_tokens = 3;
+  o.topk = 5;
+  o.floors = false;
+  write_golden(*l.model, l.tok.get(), smoke({"two-plus-two"}), dir / "g", o, make_backend);
+  GoldenRecord rec = GoldenRecord::open(dir / "g");
+  CHECK(rec.stored_layers() == std::vector<bool>{true, false, false, true, false, true, true, false});
+  GoldenCase c = rec.load_case(0);
+  CHECK(c.continuation.size() == 3);
+  CHECK(c.P == 7);
+  CHECK(c.topk.K == 5);
+  CHECK(c.l_out[3].size() == 7 * 128);
+  CHECK(c.l_out[1].empty());
+  CHECK(rec.manifest()["noise_floors"]["reason"] == "not measured (--no-floors)");
+  // The partial record still compares: isolated errors only where a layer's input and output are stored.
+  CompareResult r = run_compare(dir / "g", dir / "m");
+  CHECK(r.exit_code == 0);
+  CHECK(r.cases[0].layers[0].iso[0].has_value());
+  CHECK(r.cases[0].layers[6].iso[0].has_value());  // input = stored l_out-5
+  CHECK_FALSE(r.cases[0].layers[3].iso[0].has_value());  // input l_out-2 not stored
+  CHECK(r.cases[0].layers[1].drift_norm[0].value() == 0.0);  // digest covers unstored layers
+
+  for (const char* bad : {"1-99", "x"}) {
+    o.layers = bad;
+    o.force = true;
+    CHECK_THROWS_AS(write_golden(*l.model, l.tok.get(), smoke({"two-plus-two"}), dir / "g", o, make_backend), InputError);
+  }
+  o.layers = "all";
+  o.positions = "some";
+  CHECK_THROWS_WITH_AS(write_golden(*l.model, l.tok.get(), smoke({"two-plus-two"}), dir / "g", o, make_backend),
+                       doctest::Contains("--positions"), InputError);
+  o.positions = "auto";
+  o.precision = Precision::bf16;
+  CHECK_THROWS_AS(write_golden(*l.model, l.tok.get(), smoke({"two-plus-two"}), dir / "g", o, make_backend), InputError);
+  CHECK(GoldenRecord::open(dir / "g").cases().size() == 1);  // the failed writes left the record intact
+}
+
+TEST_CASE("golden: a truncated or edited record file is detected") {
+  Fixture& f = fixture();
+  test::TempDir dir("gc-damage");
+  auto copy = [&](const std::string& name) {
+    fs::copy(f.record, dir / name, fs::copy_options::recursive);
+    return dir / name;
+  };
+  const std::string data = "two-plus-two.safetensors";
+  {  // truncated
+    fs::path p = copy("trunc");
+    fs::resize_file(p / data, fs::file_size(p / data) - 100);
+    CHECK_THROWS_WITH_AS(GoldenRecord::open(p), doctest::Contains("truncated"), InputError);
+  }
+  {  // one byte edited in the data section
+    fs::path p = copy("edit");
+    std::fstream io(p / data, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(-17, std::ios::end);
+    char ch = 0;
+    io.read(&ch, 1);
+    io.seekp(-17, std::ios::end);
+    ch ^= 0x40;
+    io.write(&ch, 1);
+    io.close();
+    CHECK_THROWS_WITH_AS(GoldenRecord::open(p), doctest::Contains("does not match its checksum"), InputError);
+  }
+  {  // data file missing
+    fs::path p = copy("missing");
+    fs::remove(p / data);
+    CHECK_THROWS_WITH_AS(GoldenRecord::open(p), doctest::Contains("is missing"), InputError);
+  }
+  {  // manifest truncated / edited into something else
+    fs::path p = copy("manifest");
+    std::string text = read_file(p / "manifest.json");
+    write_file_atomic(p / "manifest.json", text.substr(0, text.size() / 2));
+    CHECK_THROWS_WITH_AS(GoldenRecord::open(p), doctest::Contains("not valid JSON"), InputError);
+    nlohmann::json j = nlohmann::json::parse(text);
+    j["cases"][0].erase("file");
+    write_file_atomic(p / "manifest.json", j.dump());
+    CHECK_THROWS_WITH_AS(GoldenRecord::open(p), doctest::Contains("malformed manifest"), InputError);
+    j = nlohmann::json::parse(text);
+    j["format_version"] = 99;
+    write_file_atomic(p / "manifest.json", j.dump());
+    CHECK_THROWS_WITH_AS(GoldenRecord::open(p), doctest::Contains("format_version"), InputError);
+  }
+  CHECK_THROWS_WITH_AS(GoldenRecord::open(dir / "nothing"), doctest::Contains("not a folder"), InputError);
+}
+
+// ---------------------------------------------------------------- compare
+
+TEST_CASE("compare: the reference against its own golden record passes with zero error") {
+  Fixture& f = fixture();
+  CompareResult r = run_compare(f.record, f.model);
+  CHECK(r.verdict == metrics::Verdict::good);
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(r.model_mismatch);
+  REQUIRE(r.cases.size() == 2);
+  for (const CaseResult& c : r.cases) {
+    CAPTURE(c.id);
+    CHECK(c.reasons.empty());
+    CHECK_FALSE(c.first_break.has_value());
+    REQUIRE(c.embed[0].has_value());
+    CHECK(c.embed[0]->max_abs == 0.0);
+    for (const LayerRow& l : c.layers) {
+      CAPTURE(l.layer);
+      // Prefill mode repeats the golden computation exactly: zero, bit for bit.
+      REQUIRE(l.drift[0].has_value());
+      REQUIRE(l.iso[0].has_value());
+      CHECK(l.drift[0]->max_abs == 0.0);
+      CHECK(l.iso[0]->max_abs == 0.0);
+      // Decode mode takes another route (recurrent GDN, one row per call): fp32 reordering only.
+      REQUIRE(l.drift[1].has_value());
+      CHECK(l.drift[1]->rel_l2 <= tol::kFp32Reorder);
+      CHECK(l.iso[1]->rel_l2 <= tol::kFp32Reorder);
+    }
+    CHECK(c.logits[0]->mean_kld <= tol::kTopkSelfKld);
+    CHECK(c.logits[0]->summary.same_top_p.value == 1.0);
+    CHECK(c.logits[1]->summary.same_top_p.value == 1.0);
+    REQUIRE(c.mtp.has_value());
+    CHECK(c.mtp->mean_kld <= tol::kTopkSelfKld);
+    CHECK(c.gen.tokens == c.gen.golden_tokens);
+    CHECK_FALSE(c.gen.first_divergence.has_value());
+    CHECK_FALSE(c.gen.golden_rerun);
+  }
+  // The text, JSON and JUnit forms.
+  const std::string text = format_compare(r);
+  CHECK(text.find("verdict: good (exit 0)") != std::string::npos);
+  nlohmann::json j = r.to_json();
+  CHECK(j["verdict"] == "good");
+  CHECK(j["cases"].size() == 2);
+  CHECK(j["cases"][0]["layers"].size() == 8);
+  const std::string xml = junit_xml(r);
+  CHECK(xml.find("<testcase classname=\"degenbisect.compare.smoke\" name=\"two-plus-two\"") != std::string::npos);
+  CHECK(xml.find("failures=\"0\"") != std::string::npos);
+}
+
+TEST_CASE("compare: other fp32-class paths pass (recurrent GDN, fp64)") {
+  Fixture& f = fixture();
+  for (const char* cfg : {"gdn=recurrent", "precision=fp64"}) {
+    CAPTURE(cfg);
+    CompareResult r = run_compare(f.record, f.model, cfg);
+    CHECK(r.exit_code == 0);
+    for (const CaseResult& c : r.cases)
+      for (const LayerRow& l : c.layers) CHECK(l.iso[0]->rel_l2 <= tol::kFp32VsFp64 * 10);
+  }
+  // A sampling the record does not hold: the reference is rerun under it for model-or-engine.
+  CompareResult s = run_compare(f.record, f.model, "temp=0.8,seed=5");
+  CHECK(s.exit_code == 0);
+  CHECK(s.cases[0].gen.golden_rerun);
+  CHECK(s.cases[0].gen.tokens == s.cases[0].gen.golden_tokens);  // same engine, same coupled draws
+}
+
+TEST_CASE("compare: one tensor of one layer scaled by 1.05 fails and the isolated error names that layer first") {
+  Fixture& f = fixture();
+  struct Plant { const char* tensor; int layer; };
+  const Plant plants[] = {
+      {"model.language_model.layers.2.linear_attn.out_proj.weight", 2},  // GDN layer
+      {"model.language_model.layers.3.self_attn.o_proj.weight", 3},      // attention layer
+      {"model.language_model.layers.6.mlp.down_proj.weight", 6},         // MLP of a GDN layer
+  };
+  for (const Plant& p : plants) {
+    CAPTURE(p.tensor);
+    test::TempDir dir("gc-scaled");
+    write_scaled_copy(f.model, dir / "m", p.tensor, 1.05);
+    // Same tensor headers, so the same fingerprint: the record is accepted as this model's.
+    CompareResult r = run_compare(f.record, dir / "m");
+    CHECK(r.verdict == metrics::Verdict::bad);
+    CHECK(r.exit_code == 1);
+    for (const CaseResult& c : r.cases) {
+      CAPTURE(c.id);
+      REQUIRE(c.first_break.has_value());
+      CHECK(c.first_break->second == p.layer);
+      for (const LayerRow& l : c.layers) {
+        CAPTURE(l.layer);
+        if (l.layer == p.layer) {
+          CHECK_FALSE(l.pass[0]);
+          CHECK_FALSE(l.pass[1]);
+          CHECK(l.iso[0]->rel_l2 > 10 * kFallbackRelL2);
+        } else {
+          // Golden inputs make every other layer's own error stay at the reference's.
+          CHECK(l.pass[0]);
+          CHECK(l.pass[1]);
+        }
+        if (l.layer > p.layer) CHECK(l.drift[0]->rel_l2 > l.iso[0]->rel_l2);  // victims: drift, not own error
+      }
+      CHECK(c.reasons.front().find(cat("first at layer ", p.layer)) != std::string::npos);
+    }
+    CHECK(junit_xml(r).find("<failure") != std::string::npos);
+  }
+}
+
+TEST_CASE("compare: a record made for another model is refused") {
+  Fixture& f = fixture();
+  test::TempDir dir("gc-other-model");
+  synth_tiny("tiny-qwen35-r3", dir / "r3");
+  CHECK_THROWS_WITH_AS(run_compare(f.record, dir / "r3"), doctest::Contains("was made for another model"), InputError);
+  try {
+    run_compare(f.record, dir / "r3");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::input);
+  }
+  // On request it runs, says so, and finds the difference.
+  CompareResult r = run_compare(f.record, dir / "r3", "", true);
+  CHECK(r.model_mismatch);
+  CHECK(r.exit_code == 1);
+  CHECK(format_compare(r).find("--allow-model-mismatch") != std::string::npos);
+  // Unknown case ids and untestable configurations.
+  GoldenRecord rec = GoldenRecord::open(f.record);
+  Loaded l = load(f.model);
+  CompareOptions o;
+  o.cases = {"nope"};
+  CHECK_THROWS_WITH_AS(compare_golden(rec, *l.model, l.tok.get(), o, make_backend), doctest::Contains("case 'nope'"), InputError);
+  o.cases.clear();
+  o.config = parse_run_config("mtp=2");
+  CHECK_THROWS_AS(compare_golden(rec, *l.model, l.tok.get(), o, make_backend), UntestableError);
+}
+
+TEST_CASE("compare: the committed golden records under golden/ still match the shipped models") {
+  // A change to the synthesizer (fingerprint) or to the reference engine (errors above fp32 noise)
+  // invalidates them; regenerate with the recipe in README.md ("golden and compare").
+  for (const char* name : kShipped) {
+    CAPTURE(name);
+    const fs::path rec_dir = test::source_dir() / "golden" / name / "smoke";
+    REQUIRE_MESSAGE(fs::exists(rec_dir / "manifest.json"), "missing committed record " << rec_dir);
+    test::TempDir dir("gc-shipped");
+    synth_tiny(name, dir.path());
+    GoldenRecord rec = GoldenRecord::open(rec_dir);
+    Loaded l = load(dir.path());
+    REQUIRE_MESSAGE(rec.model_fingerprint() == l.model->fingerprint,
+                    "the synthesizer changed: golden/" << name << "/smoke no longer belongs to the shipped model");
+    CHECK(rec.tokenizer_fingerprint() == l.tok->fingerprint());
+    CHECK(rec.manifest()["suite"]["sha256"] == load_suite(test::source_dir() / "cases" / "smoke.json").sha256);
+    CompareOptions o;
+    o.decode_mode = false;  // the prefill pass is the one that must reproduce the record
+    CompareResult r = compare_golden(rec, *l.model, l.tok.get(), o, make_backend);
+    CHECK_MESSAGE(r.exit_code == 0, format_compare(r));
+    for (const CaseResult& c : r.cases) {
+      CAPTURE(c.id);
+      for (const LayerRow& lr : c.layers) {
+        REQUIRE(lr.iso[0].has_value());
+        CHECK(lr.iso[0]->rel_l2 <= tol::kFp32Reorder);
+        CHECK(lr.drift[0]->rel_l2 <= tol::kFp32Reorder);
+      }
+      CHECK(c.logits[0]->summary.same_top_p.value == 1.0);
+      CHECK(c.gen.tokens == c.gen.golden_tokens);
+    }
+  }
+}
