@@ -1,0 +1,186 @@
+// `degenbisect bisect`: from a bad configuration (and optionally a good one) to the toggle, the
+// layer(s) and the operation that make the run bad (src/diag/bisect.h, src/diag/subop.h).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "cli/command.h"
+#include "diag/bisect.h"
+#include "diag/evaluate.h"
+#include "diag/faults.h"
+#include "diag/golden.h"
+#include "diag/subop.h"
+#include "engine/backend_factory.h"
+#include "engine/trace.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/tokenizer.h"
+#include "util/error.h"
+
+namespace degen::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct BisectArgs {
+  std::string golden, model, bad, good, replay, json_out;
+  std::vector<std::string> cases;
+  bool no_decode = false, no_subop = false, allow_mismatch = false;
+};
+
+std::string step_words(const std::string& step) {
+  for (const auto& s : trace_steps())
+    if (step == s.name) return s.what;
+  return step;
+}
+
+std::string fmt(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
+int run_bisect(const BisectArgs& a) {
+  if (a.golden.empty() || a.model.empty() || a.bad.empty())
+    input_error("bisect: --golden DIR, --model DIR and --bad CONFIG are required");
+  RunConfig bad = parse_run_config(a.bad);
+  bool good_given = !a.good.empty();
+  RunConfig good = good_given ? parse_run_config(a.good) : implicit_good(bad);
+  const GoldenRecord rec = GoldenRecord::open(a.golden);
+  auto model = load_model(a.model);
+  const ModelConfig& cfg = model->config;
+  validate_run_config(bad, cfg);
+  validate_run_config(good, cfg);
+  std::unique_ptr<Tokenizer> tok;
+  if (fs::exists(fs::path(a.model) / "tokenizer.json")) tok = Tokenizer::load(fs::path(a.model) / "tokenizer.json");
+  CompareOptions base;
+  base.allow_model_mismatch = a.allow_mismatch;
+  base.decode_mode = !a.no_decode;
+  base.cases = a.cases;
+  CellEvaluator inner = compare_evaluator(rec, *model, tok.get(), base, make_backend);
+  bool quiet = global_options().quiet;
+  CellEvaluator ev = [&](const RunConfig& rc) {
+    CellSummary s = inner(rc);
+    if (!quiet) std::fprintf(stderr, "  %-10s %s\n", s.verdict.c_str(), rc.str().c_str());
+    return s;
+  };
+  std::optional<fs::path> replay;
+  if (!a.replay.empty()) replay = a.replay;
+  BisectOracle oracle(ev, replay);
+  if (!quiet) std::fprintf(stderr, "bisect: bad %s, good %s%s\n", bad.str().c_str(), good.str().c_str(),
+                           good_given ? "" : " (implicit: the bad config's layer toggles and faults at their defaults)");
+  BisectOutcome o = bisect(good, good_given, bad, cfg, oracle);
+
+  json j = {{"tool", "degenbisect bisect"}, {"golden", a.golden}, {"model", a.model}, {"fingerprint", model->fingerprint},
+            {"bad", o.bad.str()}, {"good", o.good.str()}, {"good_given", o.good_given}, {"status", o.status},
+            {"differing", o.differing}, {"culprit_toggles", o.culprit_toggles}, {"layer_specific", o.layer_specific},
+            {"culprit_layers", o.culprit_layers}, {"minimal_bad", o.minimal_bad.str()},
+            {"evaluations", o.evaluations}, {"fresh_evaluations", o.fresh_evaluations},
+            {"bad_summary", cell_summary_to_json(o.bad_summary)}, {"log", oracle.log()}};
+  if (o.patch_fixes) j["patch"] = {{"config", o.patched.str()}, {"fixes", *o.patch_fixes}};
+
+  std::string para;
+  int code = 0;
+  if (o.status == "untestable") {
+    para = cat("The bad configuration `", o.bad.str(), "` cannot be tested here: ", o.bad_summary.reason);
+    code = static_cast<int>(ExitCode::untestable);
+  } else if (o.status == "bad-is-good") {
+    para = o.bad_summary.verdict == "model-intrinsic"
+               ? cat("`", o.bad.str(), "` degenerates only where the golden (CPU reference) run degenerates too: the ",
+                     "behaviour is model-intrinsic, not an engine fault (", o.bad_summary.reason, ").")
+               : cat("`", o.bad.str(), "` is not bad against this golden record (verdict ", o.bad_summary.verdict,
+                     "): nothing to bisect.");
+  } else if (o.status == "good-is-bad") {
+    para = cat("The good configuration `", o.good.str(), "` is itself bad against this golden record; choose a good one ",
+               "with --good (or check the record and model).");
+    code = static_cast<int>(ExitCode::bad);
+  } else if (o.status == "no-difference") {
+    para = cat("`", o.bad.str(), "` is bad (", o.bad_summary.reason, ") but has no toggle or fault to bisect: the ",
+               "fault lies in what every configuration shares (the engine build or the model).");
+    code = static_cast<int>(ExitCode::bad);
+  } else {
+    code = static_cast<int>(ExitCode::bad);
+    std::string toggles;
+    for (const auto& t : o.culprit_toggles) toggles += (toggles.empty() ? "" : ", ") + t;
+    para = cat("`", o.bad.str(), "` is bad against the golden record (", o.bad_summary.reason, "). ");
+    if (o.differing.size() > 1 || good_given)
+      para += cat("Of the ", o.differing.size(), " toggle(s) that differ from `", o.good.str(), "`, ",
+                  o.culprit_toggles.size() == 1 ? "this one alone makes" : "these together make", " the run bad: ",
+                  toggles, ". ");
+    if (o.layer_specific) {
+      std::string ls;
+      for (int l : o.culprit_layers) ls += (ls.empty() ? "" : ", ") + std::to_string(l);
+      para += cat("Applied only to layer", o.culprit_layers.size() > 1 ? "s " : " ", ls, " (`", o.minimal_bad.str(),
+                  "`) it still does");
+      if (o.patch_fixes)
+        para += *o.patch_fixes ? cat("; the bad configuration with ", o.culprit_layers.size() > 1 ? "those layers" : "that layer",
+                                     " reset to the good toggles is good again (confirmed by patching). ")
+                               : "; but resetting that layer in the bad configuration does not make it good: other layers contribute too. ";
+      if (!a.no_subop) {
+        std::vector<json> reports;
+        for (int l : o.culprit_layers) {
+          auto reps = subop_analysis(rec, *model, o.minimal_bad, l, make_backend);
+          for (const auto& r : reps) reports.push_back(r.to_json());
+          if (auto op = named_op(reps)) {
+            const SubopRow* row = nullptr;
+            for (const auto& r : reps)
+              for (const auto& rr : r.rows)
+                if (!row && rr.step == *op && !rr.pass) row = &rr;
+            para += cat("With the golden input injected at layer ", l, ", the first operation over its noise floor is `",
+                        *op, "-", l, "` (", step_words(*op), ")");
+            if (row) {
+              para += cat(": rel_l2 ", fmt(row->err.rel_l2));
+              if (row->floor) para += cat(" against a floor of ", fmt(*row->floor));
+              if (row->err.nonfinite) para += cat(", ", row->err.nonfinite, " non-finite values");
+            }
+            para += ". ";
+            j["named_ops"].push_back({{"layer", l}, {"op", *op}});
+          } else {
+            para += cat("At layer ", l, " no single operation breaks its floor with golden inputs in the first positions; ",
+                        "the error shows only over longer runs. ");
+          }
+        }
+        j["subop"] = reports;
+      }
+    } else if (!o.culprit_toggles.empty()) {
+      para += "It is not specific to layers (a model-level toggle such as MTP, sampling or precision). ";
+    }
+    para += o.bad_summary.verdict == "bad" ? "The golden run is not degenerate where this one fails, so this is an engine fault. " : "";
+    para += cat("(", o.evaluations, " evaluations", o.fresh_evaluations < o.evaluations ? cat(", ", o.evaluations - o.fresh_evaluations, " replayed") : "", ")");
+  }
+  j["verdict"] = para;
+  j["exit_code"] = code;
+  std::printf("%s\n", para.c_str());
+  if (!a.json_out.empty()) {
+    if (a.json_out == "-") std::printf("%s\n", j.dump(1).c_str());
+    else write_file_atomic(a.json_out, j.dump(1) + "\n");
+  }
+  return code;
+}
+
+CommandRegistrar reg("bisect", "Name the toggle, the layer and the operation that make a configuration bad", 60,
+                     [](CLI::App* sub) -> std::function<int()> {
+  auto a = std::make_shared<BisectArgs>();
+  sub->add_option("--golden", a->golden, "Golden record folder");
+  sub->add_option("--model", a->model, "Model folder");
+  sub->add_option("--bad", a->bad, "The configuration that degenerates (key=value,...)");
+  sub->add_option("--good", a->good, "A configuration that does not (default: bad with layer toggles and faults reset)");
+  sub->add_option("--replay", a->replay, "Log every evaluation to FILE; an existing FILE resumes without repeating them");
+  sub->add_option("--json", a->json_out, "Write the result as JSON to FILE ('-': stdout)");
+  sub->add_option("--case", a->cases, "Only this case id of the record (repeatable; fewer cases, faster)");
+  sub->add_flag("--no-decode", a->no_decode, "Skip the decode-mode passes (faster; misses decode-only faults)");
+  sub->add_flag("--no-subop", a->no_subop, "Skip the per-operation report on the culprit layers");
+  sub->add_flag("--allow-model-mismatch", a->allow_mismatch, "Accept a record made for another checkpoint");
+  sub->footer("Steps: delta-debug the toggles that differ between --good and --bad, narrow them to layers (binary\n"
+              "search, delta debugging for interactions), confirm by patching, name the first operation over its\n"
+              "noise floor on the culprit layer, and say whether the golden run degenerates too (model-intrinsic).\n"
+              "Exit: 0 the bad configuration is not bad, 1 culprit found (bad), 125 untestable, 128 input error.\n"
+              "Example:\n  degenbisect bisect --golden golden/tiny-qwen35/smoke --model models/tiny-qwen35 \\\n"
+              "      --bad fault=gdn-head-mod@5 --replay out/bisect.jsonl");
+  return [a] { return run_bisect(*a); };
+});
+
+}  // namespace
+}  // namespace degen::cli

@@ -1,0 +1,97 @@
+// `degenbisect sweep`: compare every cell of a toggle matrix against a golden record with the model
+// loaded once (src/diag/sweep.h); results.jsonl in --out, a table and main effects at the end.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "cli/command.h"
+#include "diag/cases.h"
+#include "diag/evaluate.h"
+#include "diag/golden.h"
+#include "engine/backend_factory.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/tokenizer.h"
+#include "util/error.h"
+
+namespace degen::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SweepArgs {
+  std::string golden, model, matrix, base, out, shard = "1/1", cases_file;
+  std::vector<std::string> axes, cases;
+  bool resume = false, isolate = false, no_decode = false, allow_mismatch = false;
+};
+
+int run_sweep_cmd(const SweepArgs& a) {
+  if (a.golden.empty() || a.model.empty() || a.out.empty())
+    input_error("sweep: --golden DIR, --model DIR and --out DIR are required");
+  if (a.matrix.empty() == a.axes.empty()) input_error("sweep: give either --matrix FILE or one or more --axis key=v1,v2");
+  SweepMatrix m = a.matrix.empty() ? sweep_matrix_from_axes(a.base, a.axes) : load_sweep_matrix(a.matrix);
+  if (!a.matrix.empty() && !a.base.empty()) m.base = a.base + (m.base.empty() ? "" : "," + m.base);
+  SweepOptions so;
+  so.out = a.out;
+  so.resume = a.resume;
+  so.shard = parse_shard(a.shard);
+  so.isolate = a.isolate;
+  so.progress = !global_options().quiet;
+
+  const GoldenRecord rec = GoldenRecord::open(a.golden);
+  auto model = load_model(a.model);  // once, for every cell
+  std::unique_ptr<Tokenizer> tok;
+  if (fs::exists(fs::path(a.model) / "tokenizer.json")) tok = Tokenizer::load(fs::path(a.model) / "tokenizer.json");
+  CompareOptions base;
+  base.allow_model_mismatch = a.allow_mismatch;
+  base.decode_mode = !a.no_decode;
+  base.cases = a.cases;
+  if (!a.cases_file.empty())
+    for (const auto& c : load_suite(a.cases_file).cases) base.cases.push_back(c.id);
+  for (auto& cell : m.cells()) validate_run_config(cell.config, model->config);
+
+  std::fprintf(stderr, "sweep %s: %zu cells (shard %s), model %s, golden %s, results in %s\n", m.name.c_str(),
+               m.cells().size(), a.shard.c_str(), a.model.c_str(), a.golden.c_str(), (fs::path(a.out) / "results.jsonl").c_str());
+  auto rows = run_sweep(m, so, compare_evaluator(rec, *model, tok.get(), base, make_backend));
+  std::string table = sweep_table(m, rows), effects = sweep_main_effects(m, rows);
+  std::printf("%s\n%s", table.c_str(), effects.c_str());
+  write_file_atomic(fs::path(a.out) / "table.txt", table + "\n" + effects);
+  int bad = 0, error = 0, untestable = 0;
+  for (const auto& r : rows) {
+    bad += r.summary.verdict == "bad";
+    error += r.summary.verdict == "error";
+    untestable += r.summary.verdict == "untestable";
+  }
+  std::printf("\n%zu cells: %d bad, %d error, %d untestable; results: %s\n", rows.size(), bad, error, untestable,
+              (fs::path(a.out) / "results.jsonl").c_str());
+  if (bad || error) return static_cast<int>(ExitCode::bad);
+  if (untestable == static_cast<int>(rows.size()) && !rows.empty()) return static_cast<int>(ExitCode::untestable);
+  return 0;
+}
+
+CommandRegistrar reg("sweep", "Compare every cell of a toggle matrix against a golden record, model loaded once", 50,
+                     [](CLI::App* sub) -> std::function<int()> {
+  auto a = std::make_shared<SweepArgs>();
+  sub->add_option("--golden", a->golden, "Golden record folder");
+  sub->add_option("--model", a->model, "Model folder (loaded once)");
+  sub->add_option("--matrix", a->matrix, "Matrix file (JSON: base, axes, cells; see cases/matrix-default.json)");
+  sub->add_option("--axis", a->axes, "An axis key=v1,v2,... (repeatable; instead of --matrix)");
+  sub->add_option("--base", a->base, "Toggles applied to every cell first (key=value,...)");
+  sub->add_option("--out", a->out, "Output folder: results.jsonl (one line per finished cell), sweep.json, table.txt");
+  sub->add_flag("--resume", a->resume, "Continue a sweep in --out: finished cells are not run again");
+  sub->add_option("--shard", a->shard, "Run share i of n (cells whose index % n == i - 1), e.g. 2/4");
+  sub->add_flag("--isolate", a->isolate, "Run each cell in a child process: a crash costs one cell (verdict error)");
+  sub->add_option("--case", a->cases, "Only this case id of the record (repeatable)");
+  sub->add_option("--cases", a->cases_file, "Only the case ids of this suite file");
+  sub->add_flag("--no-decode", a->no_decode, "Skip the decode-mode teacher-forced passes (faster)");
+  sub->add_flag("--allow-model-mismatch", a->allow_mismatch, "Accept a record made for another checkpoint");
+  sub->footer("Exit: 0 no cell bad, 1 some cell bad or crashed, 125 every cell untestable, 128 input error.\n"
+              "Example:\n  degenbisect sweep --golden golden/tiny-qwen35/smoke --model models/tiny-qwen35 \\\n"
+              "      --matrix cases/matrix-default.json --out out/sweep\n"
+              "  degenbisect sweep --golden G --model M --axis attn=naive,flash --axis ssm_dtype=fp32,fp16 \\\n"
+              "      --base precision=bf16 --out out/s2");
+  return [a] { return run_sweep_cmd(*a); };
+});
+
+}  // namespace
+}  // namespace degen::cli

@@ -1,0 +1,132 @@
+// Sub-op localisation on one layer (see subop.h).
+#include "diag/subop.h"
+
+#include <map>
+
+#include "engine/engine.h"
+#include "engine/trace.h"
+#include "util/error.h"
+
+namespace degen {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr double kK = 3.0, kEps = 1e-12, kFallback = 1e-4;
+
+// step name -> rows captured in position order (concatenated host copies)
+using Capture = std::map<std::string, std::vector<float>>;
+
+Capture capture_layer(const Model& model, const RunConfig& rc, const BackendFactory& factory,
+                      const std::vector<int32_t>& tokens, const std::vector<float>& golden_in, int layer, ForcedMode mode) {
+  const ModelConfig& cfg = model.config;
+  const int64_t H = cfg.hidden_size;
+  std::unique_ptr<Backend> be = factory(rc, cfg);
+  Engine eng(cfg, model.weights, *be, engine_options(rc));
+  Capture cap;
+  Trace tr;
+  tr.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
+    if (ev.mtp || ev.layer != layer) return;
+    const TraceSeq& s = ev.seqs.at(0);
+    if (ev.step == Step::l_in) {
+      std::vector<double> v(static_cast<size_t>(s.rows * H));
+      for (int64_t i = 0; i < s.rows; ++i)
+        for (int64_t j = 0; j < H; ++j) v[static_cast<size_t>(i * H + j)] = golden_in[static_cast<size_t>((s.pos0 + i) * H + j)];
+      t = b.from_host(v, t.shape, t.dtype);
+      return;
+    }
+    std::vector<float> v = b.to_host_f32(t);
+    auto& dst = cap[step_name(ev.step)];
+    dst.insert(dst.end(), v.begin(), v.end());
+  };
+  SeqState st = eng.new_state();
+  ForwardOptions fo;
+  fo.logits = LogitsRows::none;
+  if (mode == ForcedMode::prefill) {
+    eng.forward({SeqInput{&st, tokens}}, fo, &tr);
+  } else {
+    for (int32_t id : tokens) eng.forward({SeqInput{&st, {id}}}, fo, &tr);
+  }
+  return cap;
+}
+
+}  // namespace
+
+json SubopReport::to_json() const {
+  json rs = json::array();
+  for (const auto& r : rows)
+    rs.push_back({{"step", r.step}, {"rel_l2", metrics::json_number(r.err.rel_l2)}, {"nonfinite", r.err.nonfinite},
+                  {"floor", r.floor ? metrics::json_number(*r.floor) : json(nullptr)},
+                  {"limit", metrics::json_number(r.limit)}, {"pass", r.pass}});
+  return {{"layer", layer}, {"kind", std::string(1, kind)}, {"mode", forced_mode_name(mode)}, {"case", case_id},
+          {"positions", positions}, {"floor_config", floor_config}, {"rows", rs},
+          {"first_break", first_break ? json(*first_break) : json(nullptr)}};
+}
+
+std::vector<SubopReport> subop_analysis(const GoldenRecord& rec, const Model& model, const RunConfig& tested, int layer,
+                                        const BackendFactory& factory, size_t case_index, int64_t max_positions) {
+  const ModelConfig& cfg = model.config;
+  if (layer < 0 || layer >= cfg.num_layers) input_error("subop: layer ", layer, " is outside the model");
+  if (case_index >= rec.cases().size()) input_error("subop: the record has no case ", case_index);
+  GoldenCase gc = rec.load_case(case_index);
+  const int64_t H = cfg.hidden_size;
+  LayerInputs in = make_layer_inputs(gc.embed, gc.l_out, gc.P, H);
+  const std::vector<float>& golden_in = in.in.at(static_cast<size_t>(layer));
+  if (golden_in.empty())
+    input_error("subop: the golden record does not store the input of layer ", layer,
+                " (record it with --layers all, or the previous layer)");
+  int64_t P = std::min<int64_t>(gc.P, max_positions);
+  std::vector<int32_t> seq = gc.sequence();
+  std::vector<int32_t> tokens(seq.begin(), seq.begin() + P);
+
+  RunConfig ref;  // precision=ref, default toggles: the reference itself
+  RunConfig floor_rc = parse_run_config("precision=bf16");
+  std::vector<SubopReport> out;
+  for (ForcedMode mode : {ForcedMode::prefill, ForcedMode::decode}) {
+    SubopReport rep;
+    rep.layer = layer;
+    rep.kind = cfg.layer_types[static_cast<size_t>(layer)] == LayerKind::linear ? 'G' : 'A';
+    rep.mode = mode;
+    rep.case_id = gc.id;
+    rep.positions = P;
+    Capture r = capture_layer(model, ref, factory, tokens, golden_in, layer, mode);
+    Capture t = capture_layer(model, tested, factory, tokens, golden_in, layer, mode);
+    std::optional<Capture> f;
+    try {
+      f = capture_layer(model, floor_rc, factory, tokens, golden_in, layer, mode);
+      rep.floor_config = floor_rc.str();
+    } catch (const UntestableError& e) {
+      rep.floor_config = cat("none (", e.what(), "); fixed limit rel_l2 <= ", kFallback);
+    }
+    for (const StepInfo& si : trace_steps()) {
+      if (!si.per_layer || si.step == Step::l_in) continue;
+      auto rt = r.find(si.name), tt = t.find(si.name);
+      if (rt == r.end() || tt == t.end() || rt->second.size() != tt->second.size()) continue;
+      SubopRow row;
+      row.step = si.name;
+      row.err = metrics::tensor_error(std::span<const float>(tt->second), std::span<const float>(rt->second));
+      if (f) {
+        auto ft = f->find(si.name);
+        if (ft != f->end() && ft->second.size() == rt->second.size())
+          row.floor = metrics::tensor_error(std::span<const float>(ft->second), std::span<const float>(rt->second)).rel_l2;
+      }
+      row.limit = row.floor ? kK * *row.floor + kEps : kFallback;
+      row.pass = row.err.passes_nonfinite() && row.err.rel_l2 <= row.limit;
+      if (!row.pass && !rep.first_break) rep.first_break = row.step;
+      rep.rows.push_back(std::move(row));
+    }
+    out.push_back(std::move(rep));
+  }
+  return out;
+}
+
+std::optional<std::string> named_op(const std::vector<SubopReport>& reports) {
+  for (const auto& r : reports)
+    if (r.mode == ForcedMode::prefill && r.first_break) return r.first_break;
+  for (const auto& r : reports)
+    if (r.first_break) return r.first_break;
+  return std::nullopt;
+}
+
+}  // namespace degen
