@@ -10,9 +10,16 @@
 // - Ops that mix positions of one sequence (attention, conv, GDN) take the sequences' row spans
 //   and their per-sequence state, and update that state.
 // - Host-side small vectors (positions, token ids, routing) are plain std::vectors.
+// - Toggles and faults that an op's arguments do not carry come through one per-layer hook,
+//   begin_layer(LayerNumerics), never as extra parameters of individual ops.
+// - Stateful tensors carry their storage dtype: an op that updates a conv window or a GDN state
+//   stores the result rounded to that tensor's dtype, whatever the activation dtype.
 #pragma once
+#include <bitset>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/state.h"
@@ -23,6 +30,53 @@ namespace degen {
 
 enum class GdnAlgo : uint8_t { chunked, recurrent };
 const char* gdn_algo_name(GdnAlgo a);
+// Attention algorithm (DESIGN.md §5): materialised softmax; tiled online softmax (probabilities
+// rounded to bf16 before P·V); split-KV decode with a log-sum-exp merge (prefill: as flash).
+enum class AttnAlgo : uint8_t { naive, flash, splitkv };
+const char* attn_algo_name(AttnAlgo a);
+
+// The faults of the catalogue (src/diag/faults.cpp) that live in the forward pass, each a deviation
+// of one op (DESIGN.md §7). The engine decides per layer which are active (LayerNumerics::faults).
+// It implements the ones that change the layer's data flow through the ops' own parameters; the
+// backend ops read the others from LayerNumerics, and a CUDA kernel mirrors them with the same flag.
+// (mtp-no-rollback and mtp-prenorm-hidden live in engine/spec_decode; tp-skip-last-allreduce needs
+// tensor parallelism.)
+enum class Fault : uint8_t {
+  rope_interleaved,       // op rope_partial: pairs (2i, 2i+1) instead of (i, i + R/2)
+  rope_all_dims,          // engine: rope_partial with rotary_dim = head_dim
+  norm_no_plus_one,       // engine: the layer's zero-centred norms with NormKind::plain
+  gdn_norm_plus_one,      // op gated_rmsnorm: weight (1 + w)
+  qgate_split,            // engine: q_proj output split as [all queries | all gates]
+  gdn_read_before_decay,  // op gdn: error read from the state before the decay
+  gdn_skip_l2norm,        // op l2norm: x * scale, not normalised
+  gdn_head_mod,           // op gdn: value head j reads key head j mod n_k
+  gdn_out_fp16,           // op gdn: o rounded to fp16 (inf beyond 65504)
+  conv_window_stuck,      // op conv1d_causal: window not advanced by one-token calls
+  alog_no_exp,            // op gdn_gates: g = -A_log * softplus(.)
+  kv_off_by_one,          // op attention: one-token calls write their K/V row at pos + 1
+  moe_no_renorm,          // engine: moe_route without renormalisation
+  count
+};
+const char* fault_name(Fault f);                          // the catalogue name, "rope-interleaved"
+std::optional<Fault> fault_from_name(std::string_view name);  // nullopt: not a forward-pass fault
+
+// The numerics the ops of one layer run with: the toggles and faults of DESIGN.md §5 and §7
+// resolved for that layer by the engine (Engine::numerics) and handed to the backend by
+// Backend::begin_layer before the layer's ops. One struct, so a CUDA backend honours exactly what
+// the CPU backend honours.
+struct LayerNumerics {
+  int layer = -1;    // decoder layer; -1: model-level ops (embedding, final norm, LM head)
+  bool mtp = false;  // the MTP head's decoder layer
+  AttnAlgo attn = AttnAlgo::naive;
+  // Storage dtypes (a value equal to the backend's own activation / state dtype rounds nothing).
+  // The GDN state and conv window carry theirs as the dtype of their tensors (Engine::new_state
+  // allocates them from these two); ops read the KV dtype from here when they allocate the cache.
+  DType ssm_dtype = DType::f32;   // recurrent state S between steps and between chunks
+  DType conv_dtype = DType::f32;  // conv window
+  DType kv_dtype = DType::f32;    // KV cache rows (f8_e4m3: OCP e4m3fn, saturating, scale 1)
+  std::bitset<static_cast<size_t>(Fault::count)> faults;
+  bool has(Fault f) const { return faults.test(static_cast<size_t>(f)); }
+};
 
 // RMSNorm weight convention (spec §4.2): zero-centred x̂·(1+w) or plain x̂·w.
 enum class NormKind : uint8_t { zero_centred, plain };
@@ -47,6 +101,13 @@ class Backend {
   virtual std::string name() const = 0;     // "cpu:ref", "cpu:fp64", ...
   virtual DType act_dtype() const = 0;      // activations, KV cache, conv window
   virtual DType state_dtype() const = 0;    // GDN recurrent state S
+
+  // ---- per-layer numerics ----
+  // The engine calls begin_layer before the ops of each decoder layer (and of the MTP layer), and
+  // with layer -1 before the model-level ops. Ops read the toggles and faults they honour from
+  // numerics(); everything else about an op is in its arguments.
+  virtual void begin_layer(const LayerNumerics& n) { numerics_ = n; }
+  const LayerNumerics& numerics() const { return numerics_; }
 
   // ---- memory ----
   virtual Tensor zeros(std::vector<int64_t> shape, DType dtype) = 0;
@@ -79,8 +140,10 @@ class Backend {
   // RMSNorm over the last dimension (spec §4.2a/b without gate); w has cols() elements.
   virtual Tensor rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) = 0;
   // Gated RMSNorm, norm before gate (spec §4.2b): w ⊙ x̂ ⊙ silu(z); x, z [rows, d].
+  // numerics(): fault gdn_norm_plus_one.
   virtual Tensor gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) = 0;
   // x / sqrt(sum x² + eps) * scale over the last dimension (GDN q/k, spec §4.7.3).
+  // numerics(): fault gdn_skip_l2norm.
   virtual Tensor l2norm(const Tensor& x, double eps, double scale) = 0;
 
   // ---- products ----
@@ -89,24 +152,32 @@ class Backend {
 
   // ---- attention (spec §4.4-4.5) ----
   // Rotate-half RoPE on dims [0, rotary_dim) of every head; x [N, heads, D], pos [N] (may be < 0).
+  // numerics(): fault rope_interleaved.
   virtual void rope_partial(Tensor& x, const std::vector<int64_t>& pos, int rotary_dim, double theta) = 0;
   // Appends k, v [N, n_kv, D] to each sequence's cache (cache len must equal span.pos0), then
   // causal GQA softmax attention of q [N, n_q, D] over the cache, scale D^-1/2 -> [N, n_q * D].
+  // numerics(): attn (the algorithm), kv_dtype (cache storage, used when the cache is allocated
+  // and checked against an existing one), fault kv_off_by_one.
   virtual Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
                            const std::vector<KvCache*>& caches) = 0;
 
   // ---- Gated DeltaNet (spec §4.7) ----
   // Depthwise causal conv + SiLU over x [N, C] with w [C, 1, K]; each sequence starts from its
-  // window [K-1, C] (the previous pre-conv rows) and leaves the last K-1 rows in it.
+  // window [K-1, C] (the previous pre-conv rows) and leaves the last K-1 rows in it, rounded to the
+  // window's dtype. numerics(): fault conv_window_stuck.
   virtual Tensor conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
                                const std::vector<Tensor*>& windows) = 0;
   // g = -exp(A_log)·softplus(a + dt_bias), beta = sigmoid(b); a, b [N, n_v] -> g, beta [N, n_v].
+  // note: g is returned in the backend's compute dtype (fp32 on the GPU path, spec §4.10), beta in
+  // the activation dtype. numerics(): fault alog_no_exp.
   virtual void gdn_gates(const Tensor& a, const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
                          Tensor& g, Tensor& beta) = 0;
   // Gated delta rule: q, k [N, n_k, d_k] (normalised, q scaled), v [N, n_v, d_v], g, beta [N, n_v];
   // value head j reads key head j / r. Each sequence starts from and updates its state S
-  // [n_v, d_k, d_v]. Returns o [N, n_v, d_v]. chunked (C = 64, §4.7.6) and recurrent (§4.7.5)
-  // are the same function up to rounding.
+  // [n_v, d_k, d_v], stored in S's dtype after every token (recurrent) or chunk (chunked), with
+  // compute-dtype arithmetic in between. Returns o [N, n_v, d_v]. chunked (C = 64, §4.7.6) and
+  // recurrent (§4.7.5) are the same function up to rounding.
+  // numerics(): faults gdn_read_before_decay, gdn_head_mod, gdn_out_fp16.
   virtual Tensor gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const std::vector<SeqSpan>& spans, const std::vector<Tensor*>& states, GdnAlgo algo) = 0;
 
@@ -117,6 +188,9 @@ class Backend {
   // ---- logits ----
   // logits [rows, V]: entries whose mask byte is 1 become -inf (mask has V entries).
   virtual void mask_logits(Tensor& logits, const std::vector<uint8_t>& mask) = 0;
+
+ protected:
+  LayerNumerics numerics_;  // set by begin_layer; a backend initialises its storage dtypes to its own
 };
 
 }  // namespace degen

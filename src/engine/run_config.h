@@ -19,7 +19,7 @@ namespace degen {
 enum class BackendKind : uint8_t { cpu, cuda };
 // cpu only: ref = golden fp32 (fp64 reductions); fp64 = everything double; bf16 = GPU storage emulation.
 enum class Precision : uint8_t { ref, fp64, bf16 };
-enum class AttnAlgo : uint8_t { naive, flash, splitkv };
+// AttnAlgo lives in engine/backend.h (the backend honours it).
 enum class BatchMode : uint8_t { one, all };
 
 // A set of layers. Empty `parts` with all=true means every layer.
