@@ -1,0 +1,180 @@
+// selftest: inject each catalogue fault, bisect, check the named layer and op (see selftest.h).
+#include "diag/selftest.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "diag/bisect.h"
+#include "diag/evaluate.h"
+#include "diag/faults.h"
+#include "diag/subop.h"
+#include "util/error.h"
+
+namespace degen {
+
+using nlohmann::json;
+
+Suite selftest_suite() {
+  return parse_suite(R"({
+    "suite": "selftest",
+    "description": "built-in suite of degenbisect selftest: one chat turn and one raw text, short generations",
+    "defaults": {"max_new_tokens": 6},
+    "cases": [
+      {"id": "chat", "prompt": "What is 2+2? Answer briefly.", "thinking": false},
+      {"id": "raw", "raw": "The quick brown fox jumps over the lazy dog. The quick brown fox"}
+    ]})",
+                     "built-in selftest suite");
+}
+
+namespace {
+
+// Up to n layers spread over `ls` (first, last, then the middle ones).
+std::vector<int> pick_layers(const std::vector<int>& ls, int n) {
+  if (static_cast<int>(ls.size()) <= n) return ls;
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i) out.push_back(ls[static_cast<size_t>((ls.size() - 1) * i / std::max(1, n - 1))]);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<int> kind_layers(const ModelConfig& cfg, LayerKind k) {
+  std::vector<int> out;
+  for (int l = 0; l < cfg.num_layers; ++l)
+    if (cfg.layer_types[static_cast<size_t>(l)] == k) out.push_back(l);
+  return out;
+}
+
+}  // namespace
+
+std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& model, const Tokenizer* tok,
+                                      const SelftestOptions& opt, const BackendFactory& factory, std::FILE* progress) {
+  const ModelConfig& cfg = model.config;
+  CompareOptions base;
+  base.cases = opt.cases;
+  CellEvaluator ev = compare_evaluator(rec, model, tok, base, factory);
+  RunConfig base_rc = parse_run_config(opt.base);
+
+  // The work list: (fault, layer), layer -1 for model-level faults.
+  std::vector<std::pair<const FaultInfo*, int>> work;
+  for (const FaultInfo& f : fault_catalogue()) {
+    if (!opt.faults.empty() && std::find(opt.faults.begin(), opt.faults.end(), f.name) == opt.faults.end()) continue;
+    std::vector<int> layers;
+    switch (f.site) {
+      case FaultSite::full_layer: layers = pick_layers(kind_layers(cfg, LayerKind::full), opt.layers_per_kind); break;
+      case FaultSite::linear_layer: layers = pick_layers(kind_layers(cfg, LayerKind::linear), opt.layers_per_kind); break;
+      case FaultSite::any_layer: {
+        layers = pick_layers(kind_layers(cfg, LayerKind::linear), opt.layers_per_kind);
+        auto full = pick_layers(kind_layers(cfg, LayerKind::full), opt.layers_per_kind);
+        layers.insert(layers.end(), full.begin(), full.end());
+        std::sort(layers.begin(), layers.end());
+        break;
+      }
+      case FaultSite::moe_layer: {
+        std::vector<int> moe;
+        for (int l = 0; l < cfg.num_layers; ++l)
+          if (cfg.is_moe_layer(l)) moe.push_back(l);
+        layers = pick_layers(moe, opt.layers_per_kind);
+        if (layers.empty()) work.push_back({&f, -2});  // not applicable: reported as skipped
+        break;
+      }
+      case FaultSite::model: work.push_back({&f, -1}); break;
+    }
+    for (int l : layers) work.push_back({&f, l});
+  }
+
+  std::vector<SelftestRow> rows;
+  size_t k = 0;
+  for (const auto& [f, layer] : work) {
+    ++k;
+    SelftestRow row;
+    row.fault = f->name;
+    row.site = fault_site_name(f->site);
+    row.layer = layer < 0 ? -1 : layer;
+    row.expected_op = f->op;
+    auto t0 = std::chrono::steady_clock::now();
+    if (layer == -2) {
+      row.status = "skip";
+      row.note = "no layer of this model can host it (dense model)";
+      rows.push_back(row);
+      continue;
+    }
+    std::string frag = layer >= 0 ? cat("fault=", f->name, "@", layer) : cat("fault=", f->name);
+    if (std::string(f->name).rfind("mtp-", 0) == 0) frag = "mtp=2," + frag;
+    if (progress) std::fprintf(progress, "[%zu/%zu] %s\n", k, work.size(), frag.c_str());
+    try {
+      RunConfig bad = apply_run_config(base_rc, frag);
+      validate_run_config(bad, cfg);
+      std::string why = bad.untestable_reason(true);
+      BisectOracle oracle(ev, std::nullopt);
+      BisectOutcome o = bisect(implicit_good(bad), false, bad, cfg, oracle);
+      row.evaluations = o.evaluations;
+      row.found_toggles = o.culprit_toggles;
+      row.found_layers = o.culprit_layers;
+      if (o.status == "untestable") {
+        row.status = "skip";
+        row.note = o.bad_summary.reason;
+      } else if (o.status != "found") {
+        row.status = "fail";
+        row.note = cat("bisect status ", o.status, " (the injected fault did not make the run bad: ",
+                       o.bad_summary.verdict, ")");
+      } else if (layer < 0) {
+        bool ok = o.culprit_toggles == std::vector<std::string>{std::string("fault:") + f->name};
+        row.status = ok ? "pass" : "fail";
+        if (!ok) row.note = "wrong toggle named";
+      } else {
+        if (o.culprit_layers.size() == 1) {
+          auto reps = subop_analysis(rec, model, o.minimal_bad, o.culprit_layers[0], factory);
+          if (auto op = named_op(reps)) row.found_op = *op;
+        }
+        bool ok_layer = o.culprit_layers == std::vector<int>{layer};
+        bool ok_op = row.found_op == f->op;
+        row.status = ok_layer && ok_op ? "pass" : "fail";
+        if (!ok_layer) row.note = "wrong layer";
+        else if (!ok_op) row.note = row.found_op.empty() ? "no op over its floor" : "wrong op";
+        (void)why;
+      }
+    } catch (const UntestableError& e) {
+      row.status = "skip";
+      row.note = e.what();
+    }
+    row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string selftest_table(const std::vector<SelftestRow>& rows) {
+  std::string s;
+  char b[512];
+  std::snprintf(b, sizeof b, "%-24s %-6s %-13s %-12s %-12s %-5s %-6s %s\n", "fault", "layer", "found layers",
+                "expected op", "found op", "evals", "result", "note");
+  s += b;
+  int pass = 0, fail = 0, skip = 0;
+  for (const auto& r : rows) {
+    std::string fl;
+    for (int l : r.found_layers) fl += (fl.empty() ? "" : ",") + std::to_string(l);
+    if (fl.empty()) fl = r.layer < 0 && !r.found_toggles.empty() ? "(model)" : "-";
+    std::snprintf(b, sizeof b, "%-24s %-6s %-13s %-12s %-12s %-5d %-6s %s\n", r.fault.c_str(),
+                  r.layer < 0 ? "model" : std::to_string(r.layer).c_str(), fl.c_str(), r.expected_op.c_str(),
+                  r.found_op.empty() ? "-" : r.found_op.c_str(), r.evaluations, r.status.c_str(), r.note.c_str());
+    s += b;
+    pass += r.status == "pass";
+    fail += r.status == "fail";
+    skip += r.status == "skip";
+  }
+  s += cat("selftest: ", pass, " pass, ", fail, " fail, ", skip, " skip\n");
+  return s;
+}
+
+json selftest_json(const std::vector<SelftestRow>& rows) {
+  json a = json::array();
+  for (const auto& r : rows)
+    a.push_back({{"fault", r.fault}, {"site", r.site}, {"layer", r.layer}, {"expected_op", r.expected_op},
+                 {"found_layers", r.found_layers}, {"found_op", r.found_op}, {"found_toggles", r.found_toggles},
+                 {"evaluations", r.evaluations}, {"seconds", r.seconds}, {"status", r.status}, {"note", r.note}});
+  return a;
+}
+
+}  // namespace degen
