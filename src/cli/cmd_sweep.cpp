@@ -56,6 +56,12 @@ int run_sweep_cmd(const SweepArgs& a) {
   std::string table = sweep_table(m, rows), effects = sweep_main_effects(m, rows);
   std::printf("%s\n%s", table.c_str(), effects.c_str());
   write_file_atomic(fs::path(a.out) / "table.txt", table + "\n" + effects);
+  // The worst bad cell (largest mean KLD), for scripts that bisect it next (make demo does).
+  const SweepRow* worst = nullptr;
+  for (const auto& r : rows)
+    if (r.summary.verdict == "bad" && (!worst || r.summary.kld_mean.value_or(0) > worst->summary.kld_mean.value_or(0)))
+      worst = &r;
+  write_file_atomic(fs::path(a.out) / "worst_cell.txt", worst ? worst->cell + "\n" : std::string());
   int bad = 0, error = 0, untestable = 0;
   for (const auto& r : rows) {
     bad += r.summary.verdict == "bad";
@@ -77,7 +83,8 @@ CommandRegistrar reg("sweep", "Compare every cell of a toggle matrix against a g
   sub->add_option("--matrix", a->matrix, "Matrix file (JSON: base, axes, cells; see cases/matrix-default.json)");
   sub->add_option("--axis", a->axes, "An axis key=v1,v2,... (repeatable; instead of --matrix)");
   sub->add_option("--base", a->base, "Toggles applied to every cell first (key=value,...)");
-  sub->add_option("--out", a->out, "Output folder: results.jsonl (one line per finished cell), sweep.json, table.txt");
+  sub->add_option("--out", a->out,
+                  "Output folder: results.jsonl (one line per finished cell), sweep.json, table.txt, worst_cell.txt");
   sub->add_flag("--resume", a->resume, "Continue a sweep in --out: finished cells are not run again");
   sub->add_option("--shard", a->shard, "Run share i of n (cells whose index % n == i - 1), e.g. 2/4");
   sub->add_flag("--isolate", a->isolate, "Run each cell in a child process: a crash costs one cell (verdict error)");
