@@ -392,6 +392,7 @@ TEST_CASE("compare: the reference against its own golden record passes with zero
   CHECK(r.verdict == metrics::Verdict::good);
   CHECK(r.exit_code == 0);
   CHECK_FALSE(r.model_mismatch);
+  CHECK_FALSE(r.weights_differ);
   REQUIRE(r.cases.size() == 2);
   for (const CaseResult& c : r.cases) {
     CAPTURE(c.id);
@@ -462,6 +463,8 @@ TEST_CASE("compare: one tensor of one layer scaled by 1.05 fails and the isolate
     write_scaled_copy(f.model, dir / "m", p.tensor, 1.05);
     // Same tensor headers, so the same fingerprint: the record is accepted as this model's.
     CompareResult r = run_compare(f.record, dir / "m");
+    CHECK_FALSE(r.model_mismatch);
+    CHECK(r.weights_differ);  // ... but the weight-value sample tells
     CHECK(r.verdict == metrics::Verdict::bad);
     CHECK(r.exit_code == 1);
     for (const CaseResult& c : r.cases) {

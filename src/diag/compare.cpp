@@ -166,6 +166,7 @@ json CompareResult::to_json() const {
           {"record_fingerprint", record_fingerprint},
           {"model_fingerprint", model_fingerprint},
           {"model_mismatch", model_mismatch},
+          {"weights_differ", weights_differ},
           {"noise_floors", floors ? "measured" : "absent"},
           {"noise_floors_reason", floors ? json(nullptr) : json(floors_reason)},
           {"fallback_limits", floors ? json(nullptr) : json{{"iso_rel_l2", kFallbackRelL2}, {"mean_kld", kFallbackKld}}},
@@ -203,6 +204,8 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
                   model.fingerprint.substr(0, 16), "...); refusing to compare (use --allow-model-mismatch for a "
                   "deliberate variant such as a quantised copy)");
     r.model_mismatch = true;
+  } else if (!rec.weights_sample().empty() && rec.weights_sample() != weights_sample_digest(*model.checkpoint)) {
+    r.weights_differ = true;
   }
   if (rec.num_layers() != L || rec.hidden() != H || rec.vocab() != V)
     input_error("golden record ", rec.dir().string(), " has ", rec.num_layers(), " layers, hidden ", rec.hidden(), ", vocabulary ",
@@ -558,6 +561,9 @@ std::string format_compare(const CompareResult& r, bool per_case) {
   if (r.model_mismatch)
     o += cat("warning: the record was made for another checkpoint (fingerprint ", r.record_fingerprint.substr(0, 16),
              "... vs ", r.model_fingerprint.substr(0, 16), "...), compared on request (--allow-model-mismatch)\n");
+  if (r.weights_differ)
+    o += "warning: same architecture and fingerprint as the record's model, but other weight values (another seed, a "
+         "fine-tune or a modified copy?)\n";
   if (!r.floors)
     o += cat("note: the record has no noise floors (", r.floors_reason, ");\n      isolated errors are judged against rel_l2 <= ",
              sci(kFallbackRelL2), " and mean KLD against ", sci(kFallbackKld), " nats: fixed limits for fp32-class paths only\n");

@@ -115,6 +115,7 @@ struct CompareResult {
   std::string golden_dir, model_dir, config, suite, backend;
   std::string record_fingerprint, model_fingerprint;
   bool model_mismatch = false;
+  bool weights_differ = false;  // same fingerprint, but the weight-value sample differs (a modified copy?)
   bool floors = false;
   std::string floors_reason;
   std::vector<CaseResult> cases;

@@ -73,6 +73,18 @@ TopK topk_of_row(const float* row, int64_t V, const std::vector<uint8_t>* mask, 
   return t;
 }
 
+std::string weights_sample_digest(const Checkpoint& ckpt) {
+  Sha256 h;
+  for (const TensorView* t : ckpt.tensors()) {
+    h.update(t->name);
+    h.update("\n", 1);
+    const size_t n = std::min<size_t>(64, t->nbytes);
+    h.update(t->data, n);
+    h.update(t->data + t->nbytes - n, n);
+  }
+  return h.hex();
+}
+
 // ---- teacher-forced runs ----
 
 ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const ForcedOptions& o) {
@@ -466,6 +478,7 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
         {"command", opt.command},
         {"model",
          {{"fingerprint", model.fingerprint},
+          {"weights_sample", weights_sample_digest(*model.checkpoint)},
           {"name", model.dir.filename().string()},
           {"model_type", cfg.model_type},
           {"num_hidden_layers", L},
@@ -549,6 +562,7 @@ GoldenRecord GoldenRecord::open(const fs::path& dir) {
       input_error(where, ": format_version ", m["format_version"].dump(), ", this tool reads version ", kGoldenFormatVersion,
                   " (regenerate the record with `degenbisect golden`)");
     g.model_fp_ = m.at("model").at("fingerprint").get<std::string>();
+    g.weights_sample_ = m.at("model").value("weights_sample", std::string());
     g.layers_ = m.at("model").at("num_hidden_layers").get<int>();
     g.hidden_ = m.at("model").at("hidden_size").get<int64_t>();
     g.vocab_ = m.at("model").at("vocab_size").get<int64_t>();

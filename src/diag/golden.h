@@ -197,6 +197,7 @@ class GoldenRecord {
   const std::filesystem::path& dir() const { return dir_; }
   const nlohmann::json& manifest() const { return manifest_; }
   const std::string& model_fingerprint() const { return model_fp_; }
+  const std::string& weights_sample() const { return weights_sample_; }  // "" in records without one
   const std::string& tokenizer_fingerprint() const { return tok_fp_; }
   const std::string& suite() const { return suite_; }
   int num_layers() const { return layers_; }
@@ -212,13 +213,19 @@ class GoldenRecord {
  private:
   std::filesystem::path dir_;
   nlohmann::json manifest_;
-  std::string model_fp_, tok_fp_, suite_, floors_reason_;
+  std::string model_fp_, tok_fp_, suite_, floors_reason_, weights_sample_;
   int layers_ = 0;
   int64_t hidden_ = 0, vocab_ = 0;
   std::vector<bool> stored_;
   bool floors_ = false;
   std::vector<GoldenCase> cases_;
 };
+
+// A cheap digest of the weight VALUES: SHA-256 over, for every tensor sorted by name, its name and
+// its first and last 64 bytes. The model fingerprint covers config and tensor headers only, so two
+// checkpoints of one architecture (another seed, a fine-tune, a modified copy) share it; this sample
+// tells them apart without reading the whole checkpoint (compare warns, it does not refuse).
+std::string weights_sample_digest(const Checkpoint& ckpt);
 
 // "all" | "none" | LIST -> [L] flags. InputError naming the option.
 std::vector<bool> parse_layer_list(const std::string& text, const ModelConfig& cfg);

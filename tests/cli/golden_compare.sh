@@ -1,0 +1,86 @@
+# `golden` and `compare` through the real CLI: a record of a synthetic model, compare of the model
+# with itself (0), with fp32-class variants (0), with a planted weight change (1, the layer named),
+# with another model (128 unless --allow-model-mismatch), an untestable configuration (125), a damaged
+# record (128), bad flags and case files (128); JSON and JUnit outputs; the committed records under
+# golden/ against freshly synthesized shipped models (0).
+source "$(dirname "$0")/lib.bash"
+m="$WORK/tiny"
+g="$WORK/golden"
+expect_exit 0 "$BIN" synth --preset tiny-qwen35 --out "$m"
+cat >"$WORK/cases.json" <<'EOF'
+{"suite": "cli", "defaults": {"max_new_tokens": 6},
+ "cases": [{"id": "sum", "prompt": "What is 2+2?"}, {"id": "raw", "raw": "red green blue, red green blue,"}]}
+EOF
+
+# golden: writes the record, refuses to overwrite without --force.
+expect_exit 0 "$BIN" golden --model "$m" --cases "$WORK/cases.json" --out "$g"
+expect_out "suite 'cli', 2 cases"
+expect_out "noise floors"
+[ -f "$g/manifest.json" ] && [ -f "$g/sum.safetensors" ] || fail "record files missing"
+expect_exit 128 "$BIN" golden --model "$m" --cases "$WORK/cases.json" --out "$g"
+expect_out "already exists"
+expect_exit 0 "$BIN" golden --model "$m" --cases "$WORK/cases.json" --out "$g" --force --positions all
+
+# compare: the reference against its own record, JSON on stdout, JUnit file.
+expect_exit 0 "$BIN" compare --golden "$g" --model "$m"
+expect_out "verdict: good (exit 0)"
+expect_out "iso:prefill"
+set +e; "$BIN" -q compare --golden "$g" --model "$m" --json - --junit "$WORK/junit.xml" >"$WORK/j.json" 2>/dev/null; rc=$?; set -e
+[ "$rc" = 0 ] || fail "compare --json - exited $rc"
+grep -q '"verdict": "good"' "$WORK/j.json" || fail "JSON lacks the verdict"
+[ "$(grep -c '<testcase ' "$WORK/junit.xml")" = 2 ] || fail "JUnit should have one testcase per case"
+expect_exit 0 "$BIN" compare --golden "$g" --model "$m" --config gdn=recurrent --case raw
+expect_exit 0 "$BIN" compare --golden "$g" --model "$m" --config precision=fp64 --no-decode --per-case
+expect_out "case raw:"
+
+# Another seed of the same architecture: same fingerprint (config + tensor headers), other weight
+# values: compared, with a warning, and found bad from layer 0 on. (A single planted tensor change
+# named by its layer is tests/test_golden_compare.cpp's job.)
+expect_exit 0 "$BIN" synth --preset tiny-qwen35 --out "$WORK/seed1" --seed 1
+expect_exit 1 "$BIN" compare --golden "$g" --model "$WORK/seed1" --junit "$WORK/junit-bad.xml"
+expect_out "other weight values"
+expect_out "FIRST BREAK"
+expect_out "verdict: bad (exit 1)"
+grep -q '<failure' "$WORK/junit-bad.xml" || fail "JUnit lacks the failure"
+# Another model (other config): refused, 128, unless --allow-model-mismatch.
+expect_exit 0 "$BIN" synth --preset tiny-qwen35-r3 --out "$WORK/r3"
+expect_exit 128 "$BIN" compare --golden "$g" --model "$WORK/r3"
+expect_out "made for another model"
+expect_exit 1 "$BIN" compare --golden "$g" --model "$WORK/r3" --allow-model-mismatch
+expect_out "--allow-model-mismatch"
+
+# Untestable configuration: 125, with JSON and JUnit saying so.
+expect_exit 125 "$BIN" compare --golden "$g" --model "$m" --config backend=cuda --json "$WORK/u.json" --junit "$WORK/u.xml"
+expect_out "untestable"
+grep -q '"verdict": "untestable"' "$WORK/u.json" || fail "untestable JSON"
+grep -q '<skipped' "$WORK/u.xml" || fail "untestable JUnit"
+
+# Bad input: 128.
+expect_exit 128 "$BIN" compare --golden "$g" --model "$m" --config colour=blue
+expect_exit 128 "$BIN" compare --golden "$WORK/nothing" --model "$m"
+expect_exit 128 "$BIN" compare --golden "$g" --model "$m" --case nope
+expect_out "case 'nope'"
+expect_exit 128 "$BIN" golden --model "$m" --cases "$WORK/cases.json" --out "$WORK/g2" --layers 9
+expect_exit 128 "$BIN" golden --model "$m" --cases "$WORK/cases.json" --out "$WORK/g2" --precision bf16
+printf '{"suite": "x", "cases": [{"id": "a", "raw": "y", "max_new_tokens": "many"}]}' >"$WORK/bad.json"
+expect_exit 128 "$BIN" golden --model "$m" --cases "$WORK/bad.json" --out "$WORK/g2"
+expect_out "case 'a': field 'max_new_tokens'"
+[ ! -e "$WORK/g2" ] || fail "a failed golden left $WORK/g2 behind"
+
+# A damaged record: truncated data file, edited byte.
+cp -r "$g" "$WORK/trunc"
+truncate -s -64 "$WORK/trunc/sum.safetensors"
+expect_exit 128 "$BIN" compare --golden "$WORK/trunc" --model "$m"
+expect_out "truncated"
+cp -r "$g" "$WORK/edit"
+printf 'X' | dd of="$WORK/edit/raw.safetensors" bs=1 seek=200 conv=notrunc status=none
+expect_exit 128 "$BIN" compare --golden "$WORK/edit" --model "$m"
+expect_out "does not match its checksum"
+
+# The committed records against the shipped models, synthesized here.
+for name in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
+  expect_exit 0 "$BIN" synth --preset "$name" --out "$WORK/shipped/$name"
+  expect_exit 0 "$BIN" compare --golden "$SRC/golden/$name/smoke" --model "$WORK/shipped/$name" --no-decode
+  expect_out "verdict: "
+done
+echo "golden_compare: ok"
