@@ -1,7 +1,22 @@
 // CPU gated-attention core (spec §4.4 steps 5-6): append post-RoPE K and V to each sequence's
 // cache, then causal GQA softmax attention, query head h reading KV head h / (n_q / n_kv),
-// scale D^-1/2. Materialised softmax (the "naive" algorithm of DESIGN.md §5).
-// note: q·k dot products, the softmax sum and the P·V sums are accumulated in double.
+// scale D^-1/2. Three algorithms (numerics().attn, DESIGN.md §5), each with its own rounding:
+//   naive  : materialised scores, softmax, P·V. Dot products, the softmax and the P·V sums in
+//            double. Under precision=bf16 the scores and the probabilities are materialised in
+//            bf16 around an fp32 softmax, as HF eager does (matmul, softmax(dtype=fp32).to(bf16)).
+//   flash  : FlashAttention-2 style: keys in tiles of kFlashTile, a running max and sum in the
+//            compute dtype (fp32), the tile's probabilities exp(s - m) summed unrounded and rounded
+//            to bf16 before P·V (the 16-bit operand of the tensor-core product), one division by
+//            the sum at the end. P is rounded to bf16 under every precision: that rounding is part
+//            of the algorithm, not of the storage.
+//   splitkv: split-KV decode (flash-decoding): a one-row call splits the keys into kSplits
+//            contiguous parts, each reduced as flash to a partial output (fp32) and its
+//            log-sum-exp; the partials are merged with weights exp(lse_s - lse). Multi-row calls
+//            (prefill) run flash, as FlashAttention's split-KV path is for decode only.
+// The cache stores K and V in numerics().kv_dtype (bf16; f8_e4m3 = OCP e4m3fn with scale 1 and
+// saturation at ±448, vLLM's uncalibrated default; fp32/fp64 in the reference).
+// Fault kv-off-by-one (numerics()): a one-row call (decode) writes its K/V row at pos + 1; the
+// attention still reads rows 0..pos, so it sees the previous step's row (or zeros) at pos.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -13,78 +28,174 @@ namespace degen {
 
 namespace {
 
-// Makes room for `extra` more rows, growing geometrically; keeps the rows in use.
-void kv_reserve(CpuBackend& be, KvCache& c, int64_t extra, int64_t n_kv, int64_t D, DType dtype) {
-  const int64_t need = c.len + extra;
+constexpr int64_t kFlashTile = 64;  // keys per tile (FlashAttention-2's kBlockN for head_dim <= 128)
+constexpr int64_t kSplits = 4;      // split-KV parts of a decode step (capped at the context length)
+
+// Makes room for rows [0, need), growing geometrically; keeps every row it had (also a row written
+// past len by the kv-off-by-one fault).
+void kv_reserve(CpuBackend& be, KvCache& c, int64_t need, int64_t n_kv, int64_t D, DType dtype) {
+  if (!c.k.empty() && c.k.dtype != dtype)
+    input_error("KV cache holds ", dtype_name(c.k.dtype), " rows but this layer stores ", dtype_name(dtype),
+                ": a state must be used with the toggles it was made with");
   if (need <= c.capacity()) return;
   int64_t cap = std::max<int64_t>({need, 2 * c.capacity(), 16});
   Tensor k = be.zeros({cap, n_kv, D}, dtype), v = be.zeros({cap, n_kv, D}, dtype);
-  if (c.len) {
-    size_t bytes = static_cast<size_t>(c.len * n_kv * D) * dtype_size(dtype);
-    std::memcpy(k.raw(), c.k.raw(), bytes);
-    std::memcpy(v.raw(), c.v.raw(), bytes);
+  if (c.capacity()) {
+    std::memcpy(k.raw(), c.k.raw(), c.k.nbytes());
+    std::memcpy(v.raw(), c.v.raw(), c.v.nbytes());
   }
   c.k = std::move(k);
   c.v = std::move(v);
 }
 
+// Rows [r0, r0 + n) of x ([*, n_kv, D], any float dtype) into rows [c0, c0 + n) of the cache tensor.
+void kv_write(Tensor& cache, int64_t c0, const Tensor& x, int64_t r0, int64_t n) {
+  const int64_t row = x.numel() / x.shape[0];
+  if (cache.dtype == x.dtype) {
+    const size_t es = dtype_size(x.dtype);
+    std::memcpy(static_cast<uint8_t*>(cache.raw()) + c0 * row * es, static_cast<const uint8_t*>(x.raw()) + r0 * row * es,
+                static_cast<size_t>(n * row) * es);
+    return;
+  }
+  for (int64_t i = 0; i < n * row; ++i)
+    cpu::store_elem(cache.raw(), cache.dtype, static_cast<size_t>(c0 * row + i),
+                    cpu::load_f64(x.raw(), x.dtype, static_cast<size_t>(r0 * row + i)));
+}
+
+// One query row against keys/values [u0, u1) with the flash recurrence: running max m, running
+// sum l of the unrounded probabilities, acc = Σ bf16(p) v (all in A). Leaves m, l, acc.
+template <typename T, typename A>
+void flash_range(const T* qv, const T* K, const T* V, int64_t n_kv, int64_t j, int64_t D, int64_t u0, int64_t u1,
+                 A scale, A& m, A& l, std::vector<A>& acc, std::vector<A>& s) {
+  m = -std::numeric_limits<A>::infinity();
+  l = 0;
+  std::fill(acc.begin(), acc.end(), A(0));
+  for (int64_t t0 = u0; t0 < u1; t0 += kFlashTile) {
+    const int64_t t1 = std::min(u1, t0 + kFlashTile);
+    A mt = m;
+    for (int64_t u = t0; u < t1; ++u) {
+      const T* kv = K + (u * n_kv + j) * D;
+      A dot = 0;
+      for (int64_t e = 0; e < D; ++e) dot += A(qv[e]) * A(kv[e]);
+      s[u - t0] = dot * scale;
+      mt = std::max(mt, s[u - t0]);
+    }
+    const A corr = std::exp(m - mt);  // 0 on the first tile (m = -inf)
+    l *= corr;
+    for (int64_t e = 0; e < D; ++e) acc[e] *= corr;
+    for (int64_t u = t0; u < t1; ++u) {
+      const A p = std::exp(s[u - t0] - mt);
+      l += p;                                          // the row sum takes the fp32 probabilities
+      const A pb = round_bf16(static_cast<float>(p));  // P·V takes them in bf16
+      const T* vv = V + (u * n_kv + j) * D;
+      for (int64_t e = 0; e < D; ++e) acc[e] += pb * A(vv[e]);
+    }
+    m = mt;
+  }
+}
+
 }  // namespace
 
-Tensor CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+Tensor CpuBackend::attention(const Tensor& q0, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
                              const std::vector<KvCache*>& caches) {
-  DEGEN_ASSERT(q.shape.size() == 3 && k.shape.size() == 3 && k.shape == v.shape, "attention shapes ",
-               shape_str(q.shape), shape_str(k.shape), shape_str(v.shape));
-  const int64_t N = q.shape[0], n_q = q.shape[1], D = q.shape[2], n_kv = k.shape[1];
+  DEGEN_ASSERT(q0.shape.size() == 3 && k.shape.size() == 3 && k.shape == v.shape, "attention shapes ",
+               shape_str(q0.shape), shape_str(k.shape), shape_str(v.shape));
+  const int64_t N = q0.shape[0], n_q = q0.shape[1], D = q0.shape[2], n_kv = k.shape[1];
   DEGEN_ASSERT(k.shape[0] == N && k.shape[2] == D && n_q % n_kv == 0, "attention head layout");
   DEGEN_ASSERT(spans.size() == caches.size(), "attention: one cache per sequence");
+  const Tensor q = wide(q0);
   const int64_t group = n_q / n_kv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const AttnAlgo algo = numerics_.attn;
+  const DType kv_dtype = numerics_.kv_dtype;
+  // naive under precision=bf16: scores and probabilities materialised in the activation dtype
+  const bool materialise_narrow = act_dtype() != compute_dtype();
+  const DType act = act_dtype();
   Tensor out = zeros({N, n_q * D}, q.dtype);
   cpu::dispatch(q.dtype, [&](auto zero) {
     using T = decltype(zero);
+    using A = T;  // flash / split-KV accumulators: fp32 (fp64 under precision=fp64)
     for (size_t s = 0; s < spans.size(); ++s) {
       const SeqSpan& sp = spans[s];
       KvCache& c = *caches[s];
       DEGEN_ASSERT(c.len == sp.pos0, "KV cache holds ", c.len, " rows but the sequence is at position ", sp.pos0);
-      kv_reserve(*this, c, sp.rows, n_kv, D, q.dtype);
-      const size_t row_bytes = static_cast<size_t>(n_kv * D) * sizeof(T);
-      std::memcpy(c.k.data<T>() + c.len * n_kv * D, k.data<T>() + sp.row0 * n_kv * D, sp.rows * row_bytes);
-      std::memcpy(c.v.data<T>() + c.len * n_kv * D, v.data<T>() + sp.row0 * n_kv * D, sp.rows * row_bytes);
+      const bool decode = sp.rows == 1;
+      const int64_t off = decode && numerics_.has(Fault::kv_off_by_one) ? 1 : 0;  // fault: row written at pos + 1
+      kv_reserve(*this, c, c.len + sp.rows + off, n_kv, D, kv_dtype);
+      kv_write(c.k, c.len + off, k, sp.row0, sp.rows);
+      kv_write(c.v, c.len + off, v, sp.row0, sp.rows);
       c.len += sp.rows;
-      const T* K = c.k.data<T>();
-      const T* V = c.v.data<T>();
+      // K and V rows [0, len) in T (the cache itself when it stores T)
+      Tensor Kt = c.k.slice0(0, c.len), Vt = c.v.slice0(0, c.len);
+      if (Kt.dtype != q.dtype) {
+        Kt = convert(Kt, q.dtype);
+        Vt = convert(Vt, q.dtype);
+      }
+      const T* K = Kt.data<T>();
+      const T* V = Vt.data<T>();
       const int64_t work = sp.rows * n_q;
+      const AttnAlgo run = (algo == AttnAlgo::splitkv && !decode) ? AttnAlgo::flash : algo;
 #pragma omp parallel if (double(work) * double(c.len) * double(D) >= cpu::kParallelMinWork)
       {
         std::vector<double> score(static_cast<size_t>(c.len)), acc(static_cast<size_t>(D));
+        std::vector<A> s_tile(static_cast<size_t>(kFlashTile)), acc_a(static_cast<size_t>(D)),
+            part(static_cast<size_t>(kSplits * D)), lse(kSplits);
 #pragma omp for schedule(static)
         for (int64_t w = 0; w < work; ++w) {
           const int64_t t = w / n_q, h = w % n_q, j = h / group;
           const int64_t ctx = sp.pos0 + t + 1;  // causal: keys 0..pos
           const T* qv = q.data<T>() + ((sp.row0 + t) * n_q + h) * D;
-          double mx = -std::numeric_limits<double>::infinity();
-          for (int64_t u = 0; u < ctx; ++u) {
-            const T* kv = K + (u * n_kv + j) * D;
-            double d = 0;
-            for (int64_t e = 0; e < D; ++e) d += double(qv[e]) * double(kv[e]);
-            score[u] = d * scale;
-            mx = std::max(mx, score[u]);
-          }
-          double sum = 0;
-          for (int64_t u = 0; u < ctx; ++u) sum += (score[u] = std::exp(score[u] - mx));
-          std::fill(acc.begin(), acc.end(), 0.0);
-          for (int64_t u = 0; u < ctx; ++u) {
-            const double p = score[u] / sum;
-            const T* vv = V + (u * n_kv + j) * D;
-            for (int64_t e = 0; e < D; ++e) acc[e] += p * double(vv[e]);
-          }
           T* o = out.data<T>() + (sp.row0 + t) * n_q * D + h * D;
-          for (int64_t e = 0; e < D; ++e) o[e] = static_cast<T>(acc[e]);
+          if (run == AttnAlgo::naive) {
+            // materialised in act dtype under precision=bf16, else in double as computed
+            auto mat = [&](double x) { return materialise_narrow ? cpu::round_to(x, act) : x; };
+            double mx = -std::numeric_limits<double>::infinity();
+            for (int64_t u = 0; u < ctx; ++u) {
+              const T* kv = K + (u * n_kv + j) * D;
+              double d = 0;
+              for (int64_t e = 0; e < D; ++e) d += double(qv[e]) * double(kv[e]);
+              score[u] = mat(d * scale);
+              mx = std::max(mx, score[u]);
+            }
+            double sum = 0;
+            for (int64_t u = 0; u < ctx; ++u) sum += (score[u] = std::exp(score[u] - mx));
+            std::fill(acc.begin(), acc.end(), 0.0);
+            for (int64_t u = 0; u < ctx; ++u) {
+              const double p = mat(score[u] / sum);
+              const T* vv = V + (u * n_kv + j) * D;
+              for (int64_t e = 0; e < D; ++e) acc[e] += p * double(vv[e]);
+            }
+            for (int64_t e = 0; e < D; ++e) o[e] = static_cast<T>(acc[e]);
+          } else if (run == AttnAlgo::flash) {
+            A m, l;
+            flash_range<T, A>(qv, K, V, n_kv, j, D, 0, ctx, A(scale), m, l, acc_a, s_tile);
+            for (int64_t e = 0; e < D; ++e) o[e] = static_cast<T>(acc_a[e] / l);
+          } else {  // split-KV decode
+            const int64_t splits = std::min(kSplits, ctx), len = (ctx + splits - 1) / splits;
+            int64_t ns = 0;
+            for (int64_t u0 = 0; u0 < ctx; u0 += len, ++ns) {
+              A m, l;
+              flash_range<T, A>(qv, K, V, n_kv, j, D, u0, std::min(ctx, u0 + len), A(scale), m, l, acc_a, s_tile);
+              for (int64_t e = 0; e < D; ++e) part[ns * D + e] = acc_a[e] / l;  // partial output (fp32)
+              lse[ns] = m + std::log(l);
+            }
+            A lmax = -std::numeric_limits<A>::infinity();
+            for (int64_t i = 0; i < ns; ++i) lmax = std::max(lmax, lse[i]);
+            A sum = 0;
+            for (int64_t i = 0; i < ns; ++i) sum += std::exp(lse[i] - lmax);
+            const A lse_all = lmax + std::log(sum);
+            std::fill(acc_a.begin(), acc_a.end(), A(0));
+            for (int64_t i = 0; i < ns; ++i) {
+              const A wgt = std::exp(lse[i] - lse_all);
+              for (int64_t e = 0; e < D; ++e) acc_a[e] += wgt * part[i * D + e];
+            }
+            for (int64_t e = 0; e < D; ++e) o[e] = static_cast<T>(acc_a[e]);
+          }
         }
       }
     }
   });
-  return out;
+  return store(out);
 }
 
 }  // namespace degen

@@ -1,4 +1,5 @@
-// Internal helpers of the CPU backend: dtype dispatch, weight-row conversion, shape checks.
+// Internal helpers of the CPU backend: dtype dispatch, storage rounding, weight-row conversion,
+// shape checks.
 #pragma once
 #include <bit>
 #include <type_traits>
@@ -21,6 +22,37 @@ decltype(auto) dispatch(DType t, F&& f) {
   if (t == DType::f32) return f(float{});
   if (t == DType::f64) return f(double{});
   throw std::logic_error(cat("cpu backend: activation dtype ", dtype_name(t), " is not f32/f64"));
+}
+
+// The value x takes when stored as dtype d (round to nearest even as the CUDA intrinsics do; e4m3
+// saturating at 448), back in double. note: from a double, narrow dtypes round through fp32 first
+// (only precision=fp64 with an explicit narrow storage toggle sees the double rounding).
+inline double round_to(double x, DType d) {
+  switch (d) {
+    case DType::f64: return x;
+    case DType::f32: return static_cast<float>(x);
+    case DType::bf16: return round_bf16(static_cast<float>(x));
+    case DType::f16: return round_f16(static_cast<float>(x));
+    case DType::f8_e4m3: return round_e4m3(static_cast<float>(x));
+    default: throw std::logic_error(cat("round_to: ", dtype_name(d), " is not a float dtype"));
+  }
+}
+
+// Element i of a float buffer of dtype d, exactly, as double.
+inline double load_f64(const void* p, DType d, size_t i) {
+  return d == DType::f64 ? static_cast<const double*>(p)[i] : static_cast<double>(load_as_f32(p, d, i));
+}
+
+// Stores x into element i of a float buffer of dtype d, rounded as round_to does.
+inline void store_elem(void* p, DType d, size_t i, double x) {
+  switch (d) {
+    case DType::f64: static_cast<double*>(p)[i] = x; return;
+    case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(x); return;
+    case DType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(x)); return;
+    case DType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(x)); return;
+    case DType::f8_e4m3: static_cast<uint8_t*>(p)[i] = f32_to_e4m3(static_cast<float>(x)); return;
+    default: throw std::logic_error(cat("store_elem: ", dtype_name(d), " is not a float dtype"));
+  }
 }
 
 // Elements [i0, i0 + n) of a weight (any float dtype) converted to T (exact for bf16/f16/f32 -> f32).
@@ -60,11 +92,20 @@ void load_weight(const TensorView& w, size_t i0, size_t n, T* __restrict out) {
   }
 }
 
-// A whole small weight (norm weights, conv taps, gates) as T.
+// As load_weight, then each value rounded to bf16 when `to_bf16` and the weight is stored in
+// another dtype (the GPU path holds every weight in bf16; spec §4.10).
 template <typename T>
-std::vector<T> weight_vector(const TensorView& w) {
+void load_weight(const TensorView& w, size_t i0, size_t n, T* __restrict out, bool to_bf16) {
+  load_weight(w, i0, n, out);
+  if (to_bf16 && w.dtype != DType::bf16)
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(round_bf16(static_cast<float>(out[i])));
+}
+
+// A whole small weight (norm weights, conv taps, gates) as T, optionally rounded to bf16.
+template <typename T>
+std::vector<T> weight_vector(const TensorView& w, bool to_bf16 = false) {
   std::vector<T> v(static_cast<size_t>(w.numel()));
-  load_weight(w, 0, v.size(), v.data());
+  load_weight(w, 0, v.size(), v.data(), to_bf16);
   return v;
 }
 

@@ -12,10 +12,44 @@ namespace degen {
 
 using cpu::dispatch;
 
-const char* cpu_precision_name(CpuPrecision p) { return p == CpuPrecision::fp64 ? "fp64" : "ref"; }
+const char* cpu_precision_name(CpuPrecision p) {
+  switch (p) {
+    case CpuPrecision::ref: return "ref";
+    case CpuPrecision::fp64: return "fp64";
+    case CpuPrecision::bf16: return "bf16";
+  }
+  return "?";
+}
 const char* gdn_algo_name(GdnAlgo a) { return a == GdnAlgo::chunked ? "chunked" : "recurrent"; }
 
+CpuBackend::CpuBackend(CpuPrecision precision) : precision_(precision) {
+  // Until the engine says otherwise, every storage dtype is this backend's own.
+  numerics_.ssm_dtype = state_dtype();
+  numerics_.conv_dtype = act_dtype();
+  numerics_.kv_dtype = act_dtype();
+}
+
 std::string CpuBackend::name() const { return std::string("cpu:") + cpu_precision_name(precision_); }
+
+DType CpuBackend::act_dtype() const {
+  switch (precision_) {
+    case CpuPrecision::ref: return DType::f32;
+    case CpuPrecision::fp64: return DType::f64;
+    case CpuPrecision::bf16: return DType::bf16;
+  }
+  return DType::f32;
+}
+
+Tensor CpuBackend::convert(const Tensor& t, DType to) {
+  Tensor out = host_tensor(t.shape, to);
+  const size_t n = static_cast<size_t>(t.numel());
+  for (size_t i = 0; i < n; ++i) cpu::store_elem(out.raw(), to, i, cpu::load_f64(t.raw(), t.dtype, i));
+  return out;
+}
+
+Tensor CpuBackend::wide(const Tensor& x) { return x.dtype == compute_dtype() ? x : convert(x, compute_dtype()); }
+
+Tensor CpuBackend::store(const Tensor& t) { return t.dtype == act_dtype() ? t : convert(t, act_dtype()); }
 
 int CpuBackend::num_threads() {
 #ifdef _OPENMP
@@ -52,11 +86,7 @@ std::vector<double> CpuBackend::to_host_f64(const Tensor& t) {
 Tensor CpuBackend::from_host(const std::vector<double>& v, std::vector<int64_t> shape, DType dtype) {
   Tensor t = host_tensor(std::move(shape), dtype);
   DEGEN_ASSERT(static_cast<int64_t>(v.size()) == t.numel(), "from_host: ", v.size(), " values for ", shape_str(t.shape));
-  dispatch(dtype, [&](auto zero) {
-    using T = decltype(zero);
-    T* p = t.data<T>();
-    for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<T>(v[i]);
-  });
+  for (size_t i = 0; i < v.size(); ++i) cpu::store_elem(t.raw(), dtype, i, v[i]);
   return t;
 }
 
@@ -74,16 +104,12 @@ Tensor CpuBackend::slice_cols(const Tensor& x, int64_t c0, int64_t n) {
 Tensor CpuBackend::gather_cols(const Tensor& x, const std::vector<int64_t>& cols) {
   const int64_t R = x.rows(), C = x.cols(), n = static_cast<int64_t>(cols.size());
   Tensor out = host_tensor({R, n}, x.dtype);
-  dispatch(x.dtype, [&](auto zero) {
-    using T = decltype(zero);
-    const T* src = x.data<T>();
-    T* dst = out.data<T>();
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t j = 0; j < n; ++j) {
-        DEGEN_ASSERT(cols[j] >= 0 && cols[j] < C, "gather_cols index ", cols[j], " of ", C);
-        dst[r * n + j] = src[r * C + cols[j]];
-      }
-  });
+  const size_t es = dtype_size(x.dtype);
+  const uint8_t* src = static_cast<const uint8_t*>(x.raw());
+  uint8_t* dst = static_cast<uint8_t*>(out.raw());
+  for (int64_t j = 0; j < n; ++j) DEGEN_ASSERT(cols[j] >= 0 && cols[j] < C, "gather_cols index ", cols[j], " of ", C);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < n; ++j) std::memcpy(dst + (r * n + j) * es, src + (r * C + cols[j]) * es, es);
   return out;
 }
 
@@ -135,12 +161,23 @@ void CpuBackend::scatter_add_rows(Tensor& out, const Tensor& y, const std::vecto
   const int64_t C = out.cols();
   DEGEN_ASSERT(y.cols() == C && y.rows() == static_cast<int64_t>(rows.size()) && w.size() == rows.size() &&
                    y.dtype == out.dtype, "scatter_add_rows shapes");
+  for (size_t i = 0; i < rows.size(); ++i) DEGEN_ASSERT(rows[i] >= 0 && rows[i] < out.rows(), "scatter_add_rows index");
+  if (out.dtype != compute_dtype()) {
+    // Narrow storage: each weighted expert output and each running sum rounded to out's dtype.
+    const DType d = out.dtype;
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (int64_t c = 0; c < C; ++c) {
+        const size_t o = static_cast<size_t>(rows[i] * C + c), s = i * static_cast<size_t>(C) + c;
+        const double wy = cpu::round_to(w[i] * cpu::load_f64(y.raw(), d, s), d);
+        cpu::store_elem(out.raw(), d, o, cpu::load_f64(out.raw(), d, o) + wy);
+      }
+    return;
+  }
   dispatch(out.dtype, [&](auto zero) {
     using T = decltype(zero);
     T* o = out.data<T>();
     const T* s = y.data<T>();
     for (size_t i = 0; i < rows.size(); ++i) {
-      DEGEN_ASSERT(rows[i] >= 0 && rows[i] < out.rows(), "scatter_add_rows index");
       T* orow = o + rows[i] * C;
       const T* srow = s + static_cast<int64_t>(i) * C;
       // note: the weighted expert output is rounded to T before the add, as HF does (weights * out, index_add_).

@@ -1,10 +1,31 @@
-// CpuBackend: the reference implementation of every Backend op (DESIGN.md §8).
+// CpuBackend: the reference implementation of every Backend op (DESIGN.md §8), and the CPU
+// stand-in for the GPU path.
 //   precision=ref : activations, caches and the GDN state in fp32; norms, softmax, attention and
 //                   recurrence dot products accumulated in fp64; matrix products are Eigen fp32
 //                   GEMM/GEMV on weight tiles converted from the memory map (never a whole-model copy).
 //   precision=fp64: everything in double (weights upcast exactly), the noise-floor reference.
-// Compiled without fast-math. Matrix products, attention, conv and GDN use all cores (OpenMP);
-// results do not depend on the number of threads (fixed tiling, one thread per output element).
+//   precision=bf16: GPU storage emulation. Every op computes in fp32 (the ref code, fed fp32 copies
+//                   of its inputs) and stores its output as a real bf16 tensor, rounded once, where
+//                   a CUDA kernel stores it (spec model.md §4.10):
+//                     - weights: bf16 (a weight stored wider is rounded on load), except A_log and
+//                       dt_bias, which the decay uses as stored (SGLang keeps A_log fp32, spec §8.3);
+//                     - activations, residual stream, projections, norm outputs (computed in fp32),
+//                       q/k L2 norm, beta, conv output, attention and GDN outputs: bf16;
+//                     - g (log decay) and MoE routing weights: fp32;
+//                     - RoPE: cos/sin rounded to bf16 (the cos/sin caches of HF and vLLM hold the
+//                       model dtype), rotation in fp32, one rounding;
+//                     - naive attention materialises scores and probabilities in bf16 around an
+//                       fp32 softmax (HF eager);
+//                     - MoE: each weighted expert output and the running sum rounded to bf16 (HF
+//                       index_add_ in the model dtype);
+//                     - logits: bf16, the LM head's matmul output (HF, vLLM and SGLang compute logits
+//                       in the model dtype and upcast for sampling);
+//                     - GDN state, conv window and KV cache: the dtypes of LayerNumerics (defaults
+//                       fp32 state or the checkpoint's mamba_ssm_dtype, bf16 window, bf16 KV).
+// Storage toggles and algorithms come through begin_layer (LayerNumerics); they apply under every
+// precision (see Engine::numerics for the defaults). Compiled without fast-math. Matrix products,
+// attention, conv and GDN use all cores (OpenMP); results do not depend on the number of threads
+// (fixed tiling, one thread per output element).
 // One op family per file: rmsnorm.cpp, rope.cpp, attention.cpp, conv1d.cpp, gdn.cpp, moe.cpp,
 // matmul.cpp, elementwise.cpp.
 #pragma once
@@ -16,7 +37,7 @@
 
 namespace degen {
 
-enum class CpuPrecision : uint8_t { ref, fp64 };
+enum class CpuPrecision : uint8_t { ref, fp64, bf16 };
 const char* cpu_precision_name(CpuPrecision p);
 
 // Counters for `bench` (matrix products only).
@@ -30,10 +51,13 @@ struct CpuStats {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(CpuPrecision precision = CpuPrecision::ref) : precision_(precision) {}
+  explicit CpuBackend(CpuPrecision precision = CpuPrecision::ref);
   std::string name() const override;
-  DType act_dtype() const override { return precision_ == CpuPrecision::fp64 ? DType::f64 : DType::f32; }
-  DType state_dtype() const override { return act_dtype(); }
+  DType act_dtype() const override;
+  DType state_dtype() const override { return compute_dtype(); }
+  // The dtype every op computes in: fp64 under precision=fp64, else fp32.
+  DType compute_dtype() const { return precision_ == CpuPrecision::fp64 ? DType::f64 : DType::f32; }
+  bool gpu_storage() const { return precision_ == CpuPrecision::bf16; }
   CpuPrecision precision() const { return precision_; }
   CpuStats& stats() { return stats_; }
   static int num_threads();
@@ -79,6 +103,13 @@ class CpuBackend final : public Backend {
   void mask_logits(Tensor& logits, const std::vector<uint8_t>& mask) override;
 
  private:
+  // x in the compute dtype: x itself when it already is (no copy), else an exact widened copy.
+  Tensor wide(const Tensor& x);
+  // t (compute dtype) stored in the activation dtype: t itself when equal, else a rounded copy.
+  Tensor store(const Tensor& t);
+  // An element-wise copy of t in dtype `to`, rounded to nearest (e4m3 saturating).
+  Tensor convert(const Tensor& t, DType to);
+
   CpuPrecision precision_;
   CpuStats stats_;
 };

@@ -4,10 +4,22 @@
 //     S ← α S;  δ = β (v − Sᵀk);  S ← S + k δᵀ;  o = Sᵀq
 //   chunked (§4.7.6), C = 64: WY/UT form per chunk, solved by forward substitution; a last
 //     partial chunk is processed at its real length (identical to zero padding).
-// note: the state S is stored in T (fp32 under precision=ref, between tokens and between calls);
-// every dot product is accumulated in double; the chunked form keeps its per-chunk intermediates
-// (U, W, V_new, cumulative log-decay) in double.
+// note: the arithmetic is in T (fp32, or fp64 under precision=fp64): every dot product is
+// accumulated in double, and the chunked form keeps its per-chunk intermediates (U, W, V_new,
+// cumulative log-decay) in double. The state S is stored in its tensor's dtype (ssm_dtype): rounded
+// after every token by the recurrent form and after every chunk by the chunked form (where a
+// kernel writes it back); the output o is computed from the state before that rounding.
+// TODO: FLA's chunked kernel also stores w, u and the per-chunk states used for the output in bf16
+// (spec §4.7.6); that is not emulated (the chunked intermediates stay in double).
+//
+// Faults (numerics()), in both forms:
+//   gdn-read-before-decay: δ_t = β (v − S_{t-1}ᵀk) from the undecayed state, then S ← αS + kδᵀ.
+//     In the chunked form this is the correct algebra with the read key k_i e^{-g_i}: row i of M
+//     and of W take a factor e^{-g_i} (the write keys are unchanged);
+//   gdn-head-mod: value head j reads key head j mod n_k instead of j / r;
+//   gdn-out-fp16: o rounded to fp16 (inf beyond ±65504) before it is stored.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "cpu/common.h"
@@ -23,11 +35,31 @@ struct GdnDims {
   int64_t n_k, d_k, n_v, d_v, r;
 };
 
+struct GdnFlags {
+  bool read_before_decay = false;  // fault gdn-read-before-decay
+  bool head_mod = false;           // fault gdn-head-mod
+  bool out_fp16 = false;           // fault gdn-out-fp16
+  bool round_state = false;        // S is stored narrower than T: round it where it is stored
+  DType state = DType::f32;        // S's storage dtype
+  int64_t key_head(const GdnDims& d, int64_t j) const { return head_mod ? j % d.n_k : j / d.r; }
+};
+
+template <typename T>
+void round_state(const GdnFlags& f, T* S, int64_t n) {
+  if (!f.round_state) return;
+  for (int64_t i = 0; i < n; ++i) S[i] = static_cast<T>(cpu::round_to(double(S[i]), f.state));
+}
+
+template <typename T>
+T out_value(const GdnFlags& f, double x) {
+  return f.out_fp16 ? static_cast<T>(round_f16(static_cast<float>(x))) : static_cast<T>(x);
+}
+
 // One value head of one sequence, token by token.
 template <typename T>
-void gdn_recurrent_head(const GdnDims& d, const T* q, const T* k, const T* v, const T* g, const T* beta, int64_t row0,
-                        int64_t rows, int64_t j, T* S, T* o) {
-  const int64_t kh = j / d.r, dk = d.d_k, dv = d.d_v;
+void gdn_recurrent_head(const GdnDims& d, const GdnFlags& f, const T* q, const T* k, const T* v, const T* g,
+                        const T* beta, int64_t row0, int64_t rows, int64_t j, T* S, T* o) {
+  const int64_t kh = f.key_head(d, j), dk = d.d_k, dv = d.d_v;
   std::vector<double> acc(static_cast<size_t>(dv));
   std::vector<T> delta(static_cast<size_t>(dv));
   for (int64_t t = row0; t < row0 + rows; ++t) {
@@ -36,13 +68,17 @@ void gdn_recurrent_head(const GdnDims& d, const T* q, const T* k, const T* v, co
     const T* vt = v + (t * d.n_v + j) * dv;
     const T alpha = static_cast<T>(std::exp(double(g[t * d.n_v + j])));
     const double b = beta[t * d.n_v + j];
+    auto read_k = [&] {  // acc = Sᵀk
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t a = 0; a < dk; ++a) {
+        const double ka = kt[a];
+        const T* Sa = S + a * dv;
+        for (int64_t c = 0; c < dv; ++c) acc[c] += double(Sa[c]) * ka;
+      }
+    };
+    if (f.read_before_decay) read_k();  // fault: from the undecayed state
     for (int64_t i = 0; i < dk * dv; ++i) S[i] = S[i] * alpha;  // decay first
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t a = 0; a < dk; ++a) {  // Sᵀk from the decayed state
-      const double ka = kt[a];
-      const T* Sa = S + a * dv;
-      for (int64_t c = 0; c < dv; ++c) acc[c] += double(Sa[c]) * ka;
-    }
+    if (!f.read_before_decay) read_k();  // Sᵀk from the decayed state
     for (int64_t c = 0; c < dv; ++c) delta[c] = static_cast<T>(b * (double(vt[c]) - acc[c]));
     for (int64_t a = 0; a < dk; ++a) {  // write
       const T ka = kt[a];
@@ -56,15 +92,16 @@ void gdn_recurrent_head(const GdnDims& d, const T* q, const T* k, const T* v, co
       for (int64_t c = 0; c < dv; ++c) acc[c] += double(Sa[c]) * qa;
     }
     T* ot = o + (t * d.n_v + j) * dv;
-    for (int64_t c = 0; c < dv; ++c) ot[c] = static_cast<T>(acc[c]);
+    for (int64_t c = 0; c < dv; ++c) ot[c] = out_value<T>(f, acc[c]);
+    round_state(f, S, dk * dv);  // stored between steps
   }
 }
 
 // One value head of one sequence, chunk by chunk.
 template <typename T>
-void gdn_chunked_head(const GdnDims& d, const T* q, const T* k, const T* v, const T* g, const T* beta, int64_t row0,
-                      int64_t rows, int64_t j, T* S, T* o) {
-  const int64_t kh = j / d.r, dk = d.d_k, dv = d.d_v, C = kChunk;
+void gdn_chunked_head(const GdnDims& d, const GdnFlags& f, const T* q, const T* k, const T* v, const T* g,
+                      const T* beta, int64_t row0, int64_t rows, int64_t j, T* S, T* o) {
+  const int64_t kh = f.key_head(d, j), dk = d.d_k, dv = d.d_v, C = kChunk;
   std::vector<double> G(C), M(C * C), U(C * dv), W(C * dk), Vn(C * dv), Snew(dk * dv), acc(dv);
   auto K = [&](int64_t t) { return k + (t * d.n_k + kh) * dk; };
   auto Q = [&](int64_t t) { return q + (t * d.n_k + kh) * dk; };
@@ -81,6 +118,7 @@ void gdn_chunked_head(const GdnDims& d, const T* q, const T* k, const T* v, cons
         const T *ki = K(c0 + i), *kl = K(c0 + l);
         for (int64_t a = 0; a < dk; ++a) dot += double(ki[a]) * double(kl[a]);
         M[i * C + l] = bi * std::exp(G[i] - G[l]) * dot;
+        if (f.read_before_decay) M[i * C + l] *= std::exp(-double(g[(c0 + i) * d.n_v + j]));
       }
     }
     // (I + M) U = B V  and  (I + M) W = B diag(e^G) K, by forward substitution
@@ -90,6 +128,8 @@ void gdn_chunked_head(const GdnDims& d, const T* q, const T* k, const T* v, cons
       const T* ki = K(c0 + i);
       for (int64_t c = 0; c < dv; ++c) U[i * dv + c] = bi * double(vi[c]);
       for (int64_t a = 0; a < dk; ++a) W[i * dk + a] = bi * eg * double(ki[a]);
+      if (f.read_before_decay)
+        for (int64_t a = 0; a < dk; ++a) W[i * dk + a] *= std::exp(-double(g[(c0 + i) * d.n_v + j]));
       for (int64_t l = 0; l < i; ++l) {
         const double m = M[i * C + l];
         for (int64_t c = 0; c < dv; ++c) U[i * dv + c] -= m * U[l * dv + c];
@@ -125,7 +165,7 @@ void gdn_chunked_head(const GdnDims& d, const T* q, const T* k, const T* v, cons
         for (int64_t c = 0; c < dv; ++c) acc[c] += f * Vn[l * dv + c];
       }
       T* oi = o + ((c0 + i) * d.n_v + j) * dv;
-      for (int64_t c = 0; c < dv; ++c) oi[c] = static_cast<T>(acc[c]);
+      for (int64_t c = 0; c < dv; ++c) oi[c] = out_value<T>(f, acc[c]);
     }
     // S ← e^{G_L} S + Σ_i e^{G_L - G_i} k_i V_new_iᵀ
     const double eL = std::exp(G[L - 1]);
@@ -139,61 +179,79 @@ void gdn_chunked_head(const GdnDims& d, const T* q, const T* k, const T* v, cons
       }
     }
     for (int64_t x = 0; x < dk * dv; ++x) S[x] = static_cast<T>(Snew[x]);
+    round_state(f, S, dk * dv);  // stored between chunks
   }
 }
 
 }  // namespace
 
-void CpuBackend::gdn_gates(const Tensor& a, const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
+void CpuBackend::gdn_gates(const Tensor& a0, const Tensor& b0, const TensorView& A_log, const TensorView& dt_bias,
                            Tensor& g, Tensor& beta) {
-  cpu::check_same_shape(a, b, "gdn_gates");
+  cpu::check_same_shape(a0, b0, "gdn_gates");
+  const Tensor a = wide(a0), b = wide(b0);
   const int64_t R = a.rows(), nv = a.cols();
   DEGEN_ASSERT(A_log.numel() == nv && dt_bias.numel() == nv, "gdn_gates: A_log/dt_bias size vs ", nv, " heads");
+  const bool no_exp = numerics_.has(Fault::alog_no_exp);
   g = zeros(a.shape, a.dtype);
   beta = zeros(a.shape, a.dtype);
   cpu::dispatch(a.dtype, [&](auto zero) {
     using T = decltype(zero);
-    // note: A_log may be bf16 or fp32; it is upcast before exp (spec §8.3).
+    // note: A_log may be bf16 or fp32; it is upcast before exp (spec §8.3) and, like dt_bias, used
+    // as stored under every precision.
     std::vector<double> A = cpu::weight_vector<double>(A_log), dt = cpu::weight_vector<double>(dt_bias);
     for (int64_t r = 0; r < R; ++r)
       for (int64_t j = 0; j < nv; ++j) {
         const int64_t i = r * nv + j;
-        g.data<T>()[i] = static_cast<T>(-std::exp(A[j]) * cpu::softplus(double(a.data<T>()[i]) + dt[j]));
+        const double decay_rate = no_exp ? A[j] : std::exp(A[j]);  // fault alog-no-exp: A_log taken as A
+        g.data<T>()[i] = static_cast<T>(-decay_rate * cpu::softplus(double(a.data<T>()[i]) + dt[j]));
         beta.data<T>()[i] = static_cast<T>(cpu::sigmoid(b.data<T>()[i]));
       }
   });
+  beta = store(beta);  // g stays in the compute dtype (fp32 on the GPU path, spec §4.10)
 }
 
-Tensor CpuBackend::gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+Tensor CpuBackend::gdn(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& g0, const Tensor& beta0,
                        const std::vector<SeqSpan>& spans, const std::vector<Tensor*>& states, GdnAlgo algo) {
-  DEGEN_ASSERT(q.shape.size() == 3 && q.shape == k.shape && v.shape.size() == 3, "gdn shapes");
+  DEGEN_ASSERT(q0.shape.size() == 3 && q0.shape == k0.shape && v0.shape.size() == 3, "gdn shapes");
+  const Tensor q = wide(q0), k = wide(k0), v = wide(v0), g = wide(g0), beta = wide(beta0);
   GdnDims d{q.shape[1], q.shape[2], v.shape[1], v.shape[2], 0};
   DEGEN_ASSERT(d.n_v % d.n_k == 0, "gdn: n_v ", d.n_v, " not a multiple of n_k ", d.n_k);
   d.r = d.n_v / d.n_k;
   const int64_t N = q.shape[0];
   DEGEN_ASSERT(v.shape[0] == N && g.rows() == N && g.cols() == d.n_v && beta.shape == g.shape, "gdn gate shapes");
   DEGEN_ASSERT(spans.size() == states.size(), "gdn: one state per sequence");
+  GdnFlags f;
+  f.read_before_decay = numerics_.has(Fault::gdn_read_before_decay);
+  f.head_mod = numerics_.has(Fault::gdn_head_mod);
+  f.out_fp16 = numerics_.has(Fault::gdn_out_fp16);
   Tensor o = zeros({N, d.n_v, d.d_v}, q.dtype);
   cpu::dispatch(q.dtype, [&](auto zero) {
     using T = decltype(zero);
     for (size_t s = 0; s < spans.size(); ++s) {
       Tensor& St = *states[s];
-      DEGEN_ASSERT(St.dtype == q.dtype && St.shape == (std::vector<int64_t>{d.n_v, d.d_k, d.d_v}), "gdn state ",
-                   shape_str(St.shape));
+      DEGEN_ASSERT(St.shape == (std::vector<int64_t>{d.n_v, d.d_k, d.d_v}), "gdn state ", shape_str(St.shape));
+      GdnFlags fs = f;
+      fs.state = St.dtype;
+      fs.round_state = St.dtype != q.dtype;
+      Tensor Sw = wide(St);  // St itself when stored in T, else a working copy
       const SeqSpan& sp = spans[s];
 #pragma omp parallel for schedule(static) if (double(sp.rows) * double(d.d_k * d.d_v) * double(d.n_v) >= cpu::kParallelMinWork)
       for (int64_t j = 0; j < d.n_v; ++j) {
-        T* Sj = St.data<T>() + j * d.d_k * d.d_v;
+        T* Sj = Sw.data<T>() + j * d.d_k * d.d_v;
         if (algo == GdnAlgo::chunked)
-          gdn_chunked_head<T>(d, q.data<T>(), k.data<T>(), v.data<T>(), g.data<T>(), beta.data<T>(), sp.row0, sp.rows,
-                              j, Sj, o.data<T>());
+          gdn_chunked_head<T>(d, fs, q.data<T>(), k.data<T>(), v.data<T>(), g.data<T>(), beta.data<T>(), sp.row0,
+                              sp.rows, j, Sj, o.data<T>());
         else
-          gdn_recurrent_head<T>(d, q.data<T>(), k.data<T>(), v.data<T>(), g.data<T>(), beta.data<T>(), sp.row0,
+          gdn_recurrent_head<T>(d, fs, q.data<T>(), k.data<T>(), v.data<T>(), g.data<T>(), beta.data<T>(), sp.row0,
                                 sp.rows, j, Sj, o.data<T>());
+      }
+      if (Sw.raw() != St.raw()) {  // exact: the values were rounded to St's dtype already
+        const Tensor r = convert(Sw, St.dtype);
+        std::memcpy(St.raw(), r.raw(), r.nbytes());
       }
     }
   });
-  return o;
+  return store(o);
 }
 
 }  // namespace degen

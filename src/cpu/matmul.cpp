@@ -4,6 +4,9 @@
 // x has one row). Tiles are spread over the threads; the tiling does not depend on the thread
 // count, so results are identical with any number of threads. An fp32 weight under precision=ref
 // is used in place. No full fp32 copy of a matrix or of the model is ever made.
+// Under precision=bf16: x holds bf16 values (widened exactly), a weight stored wider than bf16 is
+// rounded to bf16 tile by tile, products accumulate in fp32 (as cuBLAS with fp32 compute), and the
+// output is rounded to bf16 once.
 #include "cpu/eigen.h"
 #include <chrono>
 #include <vector>
@@ -18,13 +21,13 @@ namespace {
 constexpr size_t kTileBytes = 512 * 1024;  // converted weight tile: fits in L2 next to the activations
 
 template <typename T>
-void matmul_tiles(const T* x, int64_t N, int64_t in, const TensorView& w, T* y) {
+void matmul_tiles(const T* x, int64_t N, int64_t in, const TensorView& w, T* y, bool w_bf16) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const int64_t out = w.shape[0];
   int64_t tile = static_cast<int64_t>(kTileBytes / (sizeof(T) * static_cast<size_t>(in)));
   tile = std::max<int64_t>(8, std::min<int64_t>(tile / 8 * 8, out));
   const int64_t ntiles = (out + tile - 1) / tile;
-  const bool direct = w.dtype == DType::f32 && std::is_same_v<T, float>;
+  const bool direct = w.dtype == DType::f32 && std::is_same_v<T, float> && !w_bf16;
   Eigen::Map<const Mat> X(x, N, in);
 #pragma omp parallel if (ntiles > 1 && double(N) * double(in) * double(out) >= cpu::kParallelMinWork)
   {
@@ -36,7 +39,7 @@ void matmul_tiles(const T* x, int64_t N, int64_t in, const TensorView& w, T* y) 
       if (direct) {
         wp = reinterpret_cast<const T*>(w.data) + r0 * in;
       } else {
-        cpu::load_weight(w, static_cast<size_t>(r0 * in), static_cast<size_t>(n * in), buf.data());
+        cpu::load_weight(w, static_cast<size_t>(r0 * in), static_cast<size_t>(n * in), buf.data(), w_bf16);
         wp = buf.data();
       }
       Eigen::Map<const Mat> W(wp, n, in);
@@ -48,24 +51,25 @@ void matmul_tiles(const T* x, int64_t N, int64_t in, const TensorView& w, T* y) 
 
 }  // namespace
 
-Tensor CpuBackend::matmul(const Tensor& x, const TensorView& w) {
-  if (w.shape.size() != 2 || w.shape[1] != x.cols())
-    input_error("matmul: weight ", w.name, " has shape ", shape_str(w.shape), ", expected [out, ", x.cols(), "]");
+Tensor CpuBackend::matmul(const Tensor& x0, const TensorView& w) {
+  if (w.shape.size() != 2 || w.shape[1] != x0.cols())
+    input_error("matmul: weight ", w.name, " has shape ", shape_str(w.shape), ", expected [out, ", x0.cols(), "]");
+  const Tensor x = wide(x0);
   const int64_t N = x.rows(), in = x.cols(), out = w.shape[0];
   std::vector<int64_t> shape = x.shape;
   shape.back() = out;
   Tensor y = zeros(shape, x.dtype);
-  if (N == 0 || out == 0) return y;
+  if (N == 0 || out == 0) return store(y);
   auto t0 = std::chrono::steady_clock::now();
   cpu::dispatch(x.dtype, [&](auto zero) {
     using T = decltype(zero);
-    matmul_tiles<T>(x.data<T>(), N, in, w, y.data<T>());
+    matmul_tiles<T>(x.data<T>(), N, in, w, y.data<T>(), gpu_storage());
   });
   stats_.matmul_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats_.matmul_flops += 2.0 * double(N) * double(in) * double(out);
   stats_.weight_bytes += static_cast<double>(w.nbytes);
   stats_.matmul_calls++;
-  return y;
+  return store(y);
 }
 
 }  // namespace degen

@@ -1,6 +1,8 @@
 // CPU MoE routing (spec §4.8): softmax over all experts (in double), top-k by probability
 // (ties: lower expert id first), optional renormalisation of the k weights to sum 1.
 // The experts themselves are matmul + swiglu, driven by the engine.
+// Under precision=bf16 the router logits are bf16 (a matmul output) and the routing weights are
+// handed out as fp32 values (HF v5 keeps them fp32; spec §4.8).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -33,6 +35,7 @@ MoeRouting CpuBackend::moe_route(const Tensor& logits, int k, bool renormalise) 
     for (int i = 0; i < k; ++i) {
       out.experts[r * k + i] = idx[i];
       out.weights[r * k + i] = renormalise ? p[idx[i]] / top : p[idx[i]];
+      if (gpu_storage()) out.weights[r * k + i] = static_cast<float>(out.weights[r * k + i]);
     }
   }
   return out;

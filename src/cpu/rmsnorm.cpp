@@ -1,6 +1,8 @@
 // CPU norms (spec §4.2): zero-centred RMSNorm x̂(1+w), plain RMSNorm x̂w, the GDN gated RMSNorm
 // w ⊙ x̂ ⊙ silu(z) (norm before gate), and the GDN q/k L2 norm x / sqrt(Σx² + eps).
-// note: sums of squares are accumulated in double; each output is rounded to T once.
+// note: sums of squares are accumulated in double; each output is rounded to T once (and under
+// precision=bf16 to bf16 from there: computed in fp32, rounded once on output, spec §4.10).
+// Faults (numerics()): gdn-norm-plus-one (the gated norm uses 1 + w), gdn-skip-l2norm (x * scale).
 #include <cmath>
 
 #include "cpu/common.h"
@@ -19,13 +21,14 @@ double inv_rms(const T* x, int64_t n, double eps) {
 }
 }  // namespace
 
-Tensor CpuBackend::rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) {
+Tensor CpuBackend::rmsnorm(const Tensor& x0, const TensorView& w, double eps, NormKind kind) {
+  const Tensor x = wide(x0);
   const int64_t R = x.rows(), C = x.cols();
   DEGEN_ASSERT(w.numel() == C, "rmsnorm weight ", w.name, " has ", w.numel(), " elements, rows have ", C);
   Tensor out = zeros(x.shape, x.dtype);
   dispatch(x.dtype, [&](auto zero) {
     using T = decltype(zero);
-    std::vector<double> wv = cpu::weight_vector<double>(w);
+    std::vector<double> wv = cpu::weight_vector<double>(w, gpu_storage());
     if (kind == NormKind::zero_centred)
       for (double& v : wv) v += 1.0;
     const T* px = x.data<T>();
@@ -36,17 +39,20 @@ Tensor CpuBackend::rmsnorm(const Tensor& x, const TensorView& w, double eps, Nor
       for (int64_t c = 0; c < C; ++c) po[r * C + c] = static_cast<T>(double(xr[c]) * s * wv[c]);
     }
   });
-  return out;
+  return store(out);
 }
 
-Tensor CpuBackend::gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) {
-  cpu::check_same_shape(x, z, "gated_rmsnorm");
+Tensor CpuBackend::gated_rmsnorm(const Tensor& x0, const Tensor& z0, const TensorView& w, double eps) {
+  cpu::check_same_shape(x0, z0, "gated_rmsnorm");
+  const Tensor x = wide(x0), z = wide(z0);
   const int64_t R = x.rows(), C = x.cols();
   DEGEN_ASSERT(w.numel() == C, "gated norm weight ", w.name, " has ", w.numel(), " elements, rows have ", C);
   Tensor out = zeros(x.shape, x.dtype);
   dispatch(x.dtype, [&](auto zero) {
     using T = decltype(zero);
-    std::vector<double> wv = cpu::weight_vector<double>(w);
+    std::vector<double> wv = cpu::weight_vector<double>(w, gpu_storage());
+    if (numerics_.has(Fault::gdn_norm_plus_one))  // fault: the plain weight taken as zero-centred
+      for (double& v : wv) v += 1.0;
     const T *px = x.data<T>(), *pz = z.data<T>();
     T* po = out.data<T>();
     for (int64_t r = 0; r < R; ++r) {
@@ -55,11 +61,13 @@ Tensor CpuBackend::gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorV
         po[r * C + c] = static_cast<T>(wv[c] * (double(px[r * C + c]) * s) * cpu::silu(pz[r * C + c]));
     }
   });
-  return out;
+  return store(out);
 }
 
-Tensor CpuBackend::l2norm(const Tensor& x, double eps, double scale) {
+Tensor CpuBackend::l2norm(const Tensor& x0, double eps, double scale) {
+  const Tensor x = wide(x0);
   const int64_t R = x.rows(), C = x.cols();
+  const bool skip = numerics_.has(Fault::gdn_skip_l2norm);  // fault: scale only, no normalisation
   Tensor out = zeros(x.shape, x.dtype);
   dispatch(x.dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -68,11 +76,11 @@ Tensor CpuBackend::l2norm(const Tensor& x, double eps, double scale) {
     for (int64_t r = 0; r < R; ++r) {
       double ss = 0;
       for (int64_t c = 0; c < C; ++c) ss += double(px[r * C + c]) * double(px[r * C + c]);
-      double s = scale / std::sqrt(ss + eps);
+      double s = skip ? scale : scale / std::sqrt(ss + eps);
       for (int64_t c = 0; c < C; ++c) po[r * C + c] = static_cast<T>(double(px[r * C + c]) * s);
     }
   });
-  return out;
+  return store(out);
 }
 
 }  // namespace degen

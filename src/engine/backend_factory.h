@@ -1,4 +1,5 @@
-// Builds the Backend and EngineOptions a RunConfig asks for. A configuration this build or machine
+// Builds the Backend and EngineOptions a RunConfig asks for (the backend from backend, precision
+// and tp; the engine options carry the per-layer toggles and faults). A configuration this build or machine
 // cannot run throws UntestableError (exit 125) with the reason; it never falls back silently.
 // note: make_backend is defined with the backends (src/cpu/backend_factory.cpp), not in degen_core:
 // diagnostic code in degen_core takes a BackendFactory argument instead of calling it, so the core

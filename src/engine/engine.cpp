@@ -1,12 +1,115 @@
 // The forward pass (spec model.md §4.3-4.9) and the MTP head (§6), written once against Backend.
 // Each function reads as the numbered stages of its spec section.
+// The RunConfig's toggles and faults are resolved per layer by numerics() and handed to the
+// backend by begin_layer(). Four faults are deviations of the layer's data flow and live here,
+// each changing the arguments of one op: qgate-split (the q_proj split), norm-no-plus-one (the
+// layer's zero-centred norms called as plain), rope-all-dims (rope_partial over head_dim),
+// moe-no-renorm (moe_route without renormalisation). The others are flags the ops read.
 #include "engine/engine.h"
 
 #include <cmath>
 
+#include "diag/faults.h"
 #include "util/error.h"
 
 namespace degen {
+
+namespace {
+
+constexpr std::pair<Fault, const char*> kFaultNames[] = {
+    {Fault::rope_interleaved, "rope-interleaved"},
+    {Fault::rope_all_dims, "rope-all-dims"},
+    {Fault::norm_no_plus_one, "norm-no-plus-one"},
+    {Fault::gdn_norm_plus_one, "gdn-norm-plus-one"},
+    {Fault::qgate_split, "qgate-split"},
+    {Fault::gdn_read_before_decay, "gdn-read-before-decay"},
+    {Fault::gdn_skip_l2norm, "gdn-skip-l2norm"},
+    {Fault::gdn_head_mod, "gdn-head-mod"},
+    {Fault::gdn_out_fp16, "gdn-out-fp16"},
+    {Fault::conv_window_stuck, "conv-window-stuck"},
+    {Fault::alog_no_exp, "alog-no-exp"},
+    {Fault::kv_off_by_one, "kv-off-by-one"},
+    {Fault::moe_no_renorm, "moe-no-renorm"},
+};
+static_assert(std::size(kFaultNames) == static_cast<size_t>(Fault::count), "a Fault without a catalogue name");
+
+// Whether decoder layer l (or the MTP layer) can host a fault of this site.
+bool site_hosts(FaultSite site, const ModelConfig& cfg, int l, bool mtp) {
+  if (!mtp && (l < 0 || l >= cfg.num_layers)) return false;
+  const bool full = mtp || cfg.layer_types[static_cast<size_t>(l)] == LayerKind::full;
+  switch (site) {
+    case FaultSite::full_layer: return full;
+    case FaultSite::linear_layer: return !full;
+    case FaultSite::any_layer: return true;
+    case FaultSite::moe_layer: return mtp ? cfg.is_moe() : cfg.is_moe_layer(l);
+    case FaultSite::model: return false;
+  }
+  return false;
+}
+
+// "layer 0 is a GDN (linear_attention) layer" / "layers 0, 1, 2 are dense-MLP layers"
+std::string layers_are(const std::vector<int>& layers, const char* kind) {
+  std::string list;
+  for (int l : layers) list += (list.empty() ? "" : ", ") + std::to_string(l);
+  return layers.size() == 1 ? cat("layer ", list, " is a ", kind, " layer") : cat("layers ", list, " are ", kind, " layers");
+}
+
+}  // namespace
+
+const char* attn_algo_name(AttnAlgo a) {
+  switch (a) {
+    case AttnAlgo::naive: return "naive";
+    case AttnAlgo::flash: return "flash";
+    case AttnAlgo::splitkv: return "splitkv";
+  }
+  return "?";
+}
+
+const char* fault_name(Fault f) {
+  for (const auto& [id, name] : kFaultNames)
+    if (id == f) return name;
+  return "?";
+}
+
+std::optional<Fault> fault_from_name(std::string_view name) {
+  for (const auto& [id, n] : kFaultNames)
+    if (name == n) return id;
+  return std::nullopt;
+}
+
+void check_faults(const RunConfig& rc, const ModelConfig& cfg) {
+  for (const FaultSpec& fs : rc.faults) {
+    const FaultInfo* info = find_fault(fs.name);
+    if (!info) input_error("unknown fault '", fs.name, "' (see `degenbisect faults`)");
+    const std::string label = fs.name + fs.scope.str();
+    if (info->site == FaultSite::model) {
+      if (!fs.scope.all) input_error("fault ", label, ": a model-level fault takes no layer scope");
+      // TODO(tensor parallelism issue): implement tp-skip-last-allreduce once a backend runs tp > 1.
+      if (fs.name == "tp-skip-last-allreduce")
+        throw UntestableError(cat("fault ", label, ": needs tp > 1 (it skips the last tensor-parallel all-reduce); ",
+                                  "no backend runs tensor parallelism yet"));
+      continue;  // mtp-no-rollback, mtp-prenorm-hidden: engine/spec_decode
+    }
+    const std::vector<int> layers = fs.scope.layers(cfg.num_layers, &cfg);
+    bool hosted = false;
+    for (int l : layers) hosted = hosted || site_hosts(info->site, cfg, l, false);
+    if (!hosted) {
+      const char* kind = info->site == FaultSite::full_layer     ? "GDN (linear_attention)"
+                         : info->site == FaultSite::linear_layer ? "full-attention"
+                                                                 : "dense-MLP";
+      if (layers.empty()) input_error("fault ", label, ": the scope selects no layer of this model");
+      input_error("fault ", label, ": ", layers_are(layers, kind), "; ", fs.name, " acts on ",
+                  fault_site_name(info->site), " only");
+    }
+    // Faults that cannot change anything on this model: untestable here, not silently clean.
+    std::string why;
+    if (fs.name == "gdn-head-mod" && cfg.n_v == cfg.n_k) why = "n_v = n_k, so j mod n_k = j / r";
+    if (fs.name == "qgate-split" && cfg.n_q == 1) why = "one query head: both splits are the same";
+    if (fs.name == "rope-all-dims" && cfg.rotary_dim == cfg.head_dim) why = "RoPE already rotates every dim";
+    if (fs.name == "moe-no-renorm" && !cfg.norm_topk_prob) why = "this model does not renormalise (norm_topk_prob false)";
+    if (!why.empty()) throw UntestableError(cat("fault ", label, " changes nothing on ", cfg.origin, ": ", why));
+  }
+}
 
 struct Engine::Batch {
   std::vector<SeqSpan> spans;     // per sequence
@@ -14,16 +117,50 @@ struct Engine::Batch {
   std::vector<SeqState*> states;  // per sequence
   std::vector<int64_t> pos;       // [N] absolute position of every row
   int64_t N = 0;
-  GdnAlgo gdn = GdnAlgo::chunked;
+  bool one_token = false;         // every sequence brings one token: GDN runs recurrent (as HF's cached decode)
 };
 
 Engine::Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, EngineOptions opt)
-    : cfg_(cfg), w_(w), be_(backend), opt_(opt) {
+    : cfg_(cfg), w_(w), be_(backend), opt_(std::move(opt)) {
   DEGEN_ASSERT(static_cast<int>(w.layers.size()) == cfg.num_layers, "weights bound for another config");
+  validate_run_config(opt_.run, cfg);
+  check_faults(opt_.run, cfg);
+  for (const FaultSpec& fs : opt_.run.faults)
+    if (std::optional<Fault> f = fault_from_name(fs.name)) faults_.emplace_back(*f, fs);
   if (cfg.arch == Arch::qwen3_next) {
     qkvz_rows_ = gdn_qkvz_rows(cfg);
     ba_rows_ = gdn_ba_rows(cfg);
   }
+}
+
+LayerNumerics Engine::numerics(int l, bool mtp) const {
+  const RunConfig& rc = opt_.run;
+  LayerNumerics n;
+  n.layer = l;
+  n.mtp = mtp;
+  const bool in_layer = !mtp && l >= 0 && l < cfg_.num_layers;
+  auto value = [&](const auto& s) { return in_layer ? s.at(l, &cfg_) : s.base; };
+  auto scoped_here = [&](const auto& s) {  // a scoped override covers this layer
+    if (in_layer)
+      for (const auto& e : s.overrides)
+        if (e.scope.contains(l, &cfg_)) return true;
+    return false;
+  };
+  n.attn = value(rc.attn);
+  // Storage dtypes: explicit toggles always; unset ones are the backend's own (a backend with
+  // 16-bit activations is the GPU path, whose defaults RunConfig resolves).
+  const DType act = be_.act_dtype();
+  const bool gpu = act == DType::bf16 || act == DType::f16;
+  n.ssm_dtype = (in_layer && (gpu || rc.ssm_dtype_set || scoped_here(rc.ssm_dtype))) ? rc.ssm_dtype_at(l, cfg_)
+                                                                                   : be_.state_dtype();
+  n.conv_dtype = (rc.conv_dtype_set || scoped_here(rc.conv_dtype)) ? value(rc.conv_dtype) : act;
+  n.kv_dtype = (rc.kv_dtype.base != DType::bf16 || scoped_here(rc.kv_dtype)) ? value(rc.kv_dtype) : act;
+  for (const auto& [f, spec] : faults_) {
+    const FaultSite site = find_fault(spec.name)->site;
+    const bool selected = spec.scope.all || (in_layer && spec.scope.contains(l, &cfg_));
+    if (selected && site_hosts(site, cfg_, l, mtp)) n.faults.set(static_cast<size_t>(f));
+  }
+  return n;
 }
 
 SeqState Engine::new_state() {
@@ -32,8 +169,9 @@ SeqState Engine::new_state() {
   s.gdn.resize(static_cast<size_t>(cfg_.num_layers));
   for (int l = 0; l < cfg_.num_layers; ++l) {
     if (cfg_.layer_types[l] != LayerKind::linear) continue;
-    s.gdn[l].conv = be_.zeros({cfg_.conv_kernel - 1, cfg_.d_conv()});
-    s.gdn[l].S = be_.zeros({cfg_.n_v, cfg_.d_k, cfg_.d_v}, be_.state_dtype());
+    const LayerNumerics n = numerics(l, false);
+    s.gdn[l].conv = be_.zeros({cfg_.conv_kernel - 1, cfg_.d_conv()}, n.conv_dtype);
+    s.gdn[l].S = be_.zeros({cfg_.n_v, cfg_.d_k, cfg_.d_v}, n.ssm_dtype);
   }
   return s;
 }
@@ -75,20 +213,30 @@ void Engine::tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool m
 }
 
 // ---- §4.4 gated full attention ----
-Tensor Engine::attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp) {
+Tensor Engine::attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp,
+                               const LayerNumerics& n) {
   const int64_t N = b.N, nq = cfg_.n_q, nkv = cfg_.n_kv, D = cfg_.head_dim;
+  const NormKind zc = n.has(Fault::norm_no_plus_one) ? NormKind::plain : NormKind::zero_centred;
+  const int rotary = n.has(Fault::rope_all_dims) ? static_cast<int>(D) : cfg_.rotary_dim;
   // 1. q_proj -> per head [query (D) | gate (D)], interleaved per head
-  Tensor qg = be_.matmul(x, *aw.q_proj).reshape({N * nq, 2 * D});
-  Tensor q = be_.slice_cols(qg, 0, D);
-  Tensor gate = be_.slice_cols(qg, D, D).reshape({N, nq * D});
+  Tensor qg = be_.matmul(x, *aw.q_proj);
+  Tensor q, gate;
+  if (n.has(Fault::qgate_split)) {  // fault: read as [all queries | all gates]
+    q = be_.slice_cols(qg, 0, nq * D).reshape({N * nq, D});
+    gate = be_.slice_cols(qg, nq * D, nq * D);
+  } else {
+    qg = qg.reshape({N * nq, 2 * D});
+    q = be_.slice_cols(qg, 0, D);
+    gate = be_.slice_cols(qg, D, D).reshape({N, nq * D});
+  }
   // 2. k, v
   Tensor k = be_.matmul(x, *aw.k_proj).reshape({N * nkv, D});
   Tensor v = be_.matmul(x, *aw.v_proj).reshape({N, nkv, D});
   // 3. QK-norm (zero-centred, per head), 4. partial RoPE
-  q = be_.rmsnorm(q, *aw.q_norm, cfg_.rms_norm_eps, NormKind::zero_centred).reshape({N, nq, D});
-  k = be_.rmsnorm(k, *aw.k_norm, cfg_.rms_norm_eps, NormKind::zero_centred).reshape({N, nkv, D});
-  be_.rope_partial(q, b.pos, cfg_.rotary_dim, cfg_.rope_theta);
-  be_.rope_partial(k, b.pos, cfg_.rotary_dim, cfg_.rope_theta);
+  q = be_.rmsnorm(q, *aw.q_norm, cfg_.rms_norm_eps, zc).reshape({N, nq, D});
+  k = be_.rmsnorm(k, *aw.k_norm, cfg_.rms_norm_eps, zc).reshape({N, nkv, D});
+  be_.rope_partial(q, b.pos, rotary, cfg_.rope_theta);
+  be_.rope_partial(k, b.pos, rotary, cfg_.rope_theta);
   tap(tr, Step::attn_q, l, q, b, mtp);
   tap(tr, Step::attn_gate, l, gate, b, mtp);
   tap(tr, Step::attn_k, l, k, b, mtp);
@@ -106,7 +254,7 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Ba
 }
 
 // ---- §4.7 Gated DeltaNet ----
-Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b, Trace* tr) {
+Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b, Trace* tr, const LayerNumerics& n) {
   const int64_t N = b.N, dkey = cfg_.d_key(), dval = cfg_.d_val(), dconv = cfg_.d_conv();
   const int64_t nk = cfg_.n_k, nv = cfg_.n_v, dk = cfg_.d_k, dv = cfg_.d_v;
   // 1. projections, in the split layout [q | k | v], z, b, a (§4.7.1)
@@ -148,7 +296,8 @@ Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b,
   tap(tr, Step::gdn_g, l, g, b);
   tap(tr, Step::gdn_beta, l, beta, b);
   // 5. the gated delta rule (§4.7.5 / §4.7.6)
-  Tensor o = be_.gdn(q, k, v, g, beta, b.spans, states, b.gdn);
+  const GdnAlgo algo = b.one_token ? GdnAlgo::recurrent : Scoped<GdnAlgo>{opt_.gdn, opt_.run.gdn.overrides}.at(l, &cfg_);
+  Tensor o = be_.gdn(q, k, v, g, beta, b.spans, states, algo);
   tap(tr, Step::gdn_core, l, o, b);
   // 6. gated RMSNorm per value head (plain weight), out_proj (§4.7.7)
   Tensor y = be_.gated_rmsnorm(o.reshape({N * nv, dv}), z.reshape({N * nv, dv}), *gw.norm, cfg_.rms_norm_eps)
@@ -163,13 +312,14 @@ Tensor Engine::mlp(const MlpWeights& mw, const Tensor& x) {
 }
 
 // ---- §4.8 dense MLP or sparse MoE block ----
-Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Trace* tr, bool mtp) {
+Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Trace* tr, bool mtp,
+                   const LayerNumerics& n) {
   if (!lw.moe) return mlp(lw.mlp, x);
   const MoeWeights& m = lw.moe_w;
   // 1-4. router logits, softmax over all experts, top-k, renormalisation
   Tensor logits = be_.matmul(x, *m.router);
   tap(tr, Step::moe_router, l, logits, b, mtp);
-  MoeRouting route = be_.moe_route(logits, cfg_.experts_per_tok, cfg_.norm_topk_prob);
+  MoeRouting route = be_.moe_route(logits, cfg_.experts_per_tok, cfg_.norm_topk_prob && !n.has(Fault::moe_no_renorm));
   // 5. routed experts: gather each expert's tokens, SwiGLU MLP, weighted scatter-add (in expert order)
   const int E = cfg_.num_experts, k = route.k;
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(E));
@@ -197,16 +347,20 @@ Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Tra
 
 // ---- §4.3 decoder layer ----
 Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp) {
+  const LayerNumerics n = numerics(l, mtp);
+  be_.begin_layer(n);
+  const NormKind zc = n.has(Fault::norm_no_plus_one) ? NormKind::plain : NormKind::zero_centred;
   tap(tr, Step::l_in, l, h, b, mtp);
-  Tensor x = be_.rmsnorm(h, *lw.input_norm, cfg_.rms_norm_eps, NormKind::zero_centred);
+  Tensor x = be_.rmsnorm(h, *lw.input_norm, cfg_.rms_norm_eps, zc);
   tap(tr, Step::attn_norm, l, x, b, mtp);
-  Tensor m = lw.kind == LayerKind::full ? attention_mixer(l, lw.attn, x, b, tr, mtp) : gdn_mixer(l, lw.gdn, x, b, tr);
+  Tensor m = lw.kind == LayerKind::full ? attention_mixer(l, lw.attn, x, b, tr, mtp, n)
+                                        : gdn_mixer(l, lw.gdn, x, b, tr, n);
   tap(tr, Step::mixer_out, l, m, b, mtp);
   Tensor u = be_.add(h, m);
   tap(tr, Step::h_mid, l, u, b, mtp);
-  Tensor y = be_.rmsnorm(u, *lw.post_norm, cfg_.rms_norm_eps, NormKind::zero_centred);
+  Tensor y = be_.rmsnorm(u, *lw.post_norm, cfg_.rms_norm_eps, zc);
   tap(tr, Step::ffn_norm, l, y, b, mtp);
-  Tensor f = ffn(l, lw, y, b, tr, mtp);
+  Tensor f = ffn(l, lw, y, b, tr, mtp, n);
   tap(tr, Step::ffn_out, l, f, b, mtp);
   Tensor out = be_.add(u, f);
   tap(tr, Step::l_out, l, out, b, mtp);
@@ -248,12 +402,15 @@ ForwardOutput Engine::forward(const std::vector<SeqInput>& inputs, const Forward
     max_rows = std::max(max_rows, n);
   }
   // note: one-token calls always use the recurrent form, as HF does for cached decode.
-  b.gdn = max_rows == 1 ? GdnAlgo::recurrent : opt_.gdn;
+  b.one_token = max_rows == 1;
 
   // §4.1 embedding, §4.3 layers, final norm
+  const LayerNumerics model_level = numerics(-1, false);
+  be_.begin_layer(model_level);
   Tensor h = be_.embed(*w_.embed, ids);
   tap(tr, Step::embed, -1, h, b);
   for (int l = 0; l < cfg_.num_layers; ++l) h = layer(l, w_.layers[l], std::move(h), b, tr, false);
+  be_.begin_layer(model_level);
   Tensor hn = be_.rmsnorm(h, *w_.final_norm, cfg_.rms_norm_eps, NormKind::zero_centred);
   tap(tr, Step::final_norm, -1, hn, b);
   for (size_t i = 0; i < b.states.size(); ++i) b.states[i]->pos += b.spans[i].rows;
@@ -301,6 +458,8 @@ Tensor Engine::mtp(const std::vector<MtpInput>& inputs, const std::vector<uint8_
     b.N += n;
   }
   const double eps = cfg_.rms_norm_eps;
+  const LayerNumerics model_level = numerics(-1, false);
+  be_.begin_layer(model_level);
   // 1. embedding of the next token (shared table)
   Tensor e = be_.embed(*w_.embed, ids);
   // 2. u = [norm_emb(e) ; norm_hidden(ĥ)] W_fcᵀ  (embedding first)
@@ -310,6 +469,7 @@ Tensor Engine::mtp(const std::vector<MtpInput>& inputs, const std::vector<uint8_
   tap(tr, Step::mtp_in, -1, u, b, true);
   // 3. one full-attention decoder layer with its own KV cache
   u = layer(0, mw.layer, std::move(u), b, tr, true);
+  be_.begin_layer(model_level);
   tap(tr, Step::mtp_out, -1, u, b, true);
   // 4. mtp.norm, 5. shared lm_head
   Tensor hm = be_.rmsnorm(u, *mw.norm, eps, NormKind::zero_centred);

@@ -2,11 +2,14 @@
 // against Backend. One call runs a batch of sequences, each continuing from its own SeqState:
 // a prefill (fresh state, many tokens), a decode step (one token), or a continued prefill (many
 // tokens on top of existing state) are the same call. Every intermediate goes through Trace.
+// The toggles and faults of a RunConfig (DESIGN.md §5, §7) are resolved per layer here
+// (numerics()) and handed to the backend before each layer (Backend::begin_layer).
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/run_config.h"
 #include "engine/state.h"
 #include "engine/trace.h"
 #include "model/config.h"
@@ -15,7 +18,15 @@
 namespace degen {
 
 struct EngineOptions {
-  GdnAlgo gdn = GdnAlgo::chunked;  // GDN algorithm for multi-token calls (one token is always recurrent)
+  EngineOptions() = default;
+  EngineOptions(GdnAlgo g, RunConfig r = {}) : gdn(g), run(std::move(r)) {}  // NOLINT: implicit on purpose
+  // GDN algorithm for multi-token calls (one token is always recurrent); run.gdn's scoped
+  // overrides apply on top of it (engine_options(rc) sets it to rc.gdn.base).
+  GdnAlgo gdn = GdnAlgo::chunked;
+  // Toggles and faults (attn, gdn overrides, ssm_dtype, conv_dtype, kv_dtype, fault); the other
+  // fields (backend, precision, mtp, sampling, ...) are read by whoever builds the backend and runs
+  // generation. The default reproduces the reference exactly.
+  RunConfig run;
 };
 
 // Which rows get logits.
@@ -47,21 +58,38 @@ struct MtpInput {
   std::vector<int32_t> next_tokens;  // [n]
 };
 
+// Checks the RunConfig's faults against the model: InputError for a fault whose scope selects no
+// layer that can host it (naming the layers' kind), UntestableError for one that cannot change
+// anything on this model (e.g. gdn-head-mod when n_v = n_k) or needs what this run lacks
+// (tp-skip-last-allreduce without tensor parallelism).
+void check_faults(const RunConfig& rc, const ModelConfig& cfg);
+
 class Engine {
  public:
+  // Throws as check_faults() for the faults of opt.run.
   Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, EngineOptions opt = {});
 
   const ModelConfig& config() const { return cfg_; }
   Backend& backend() { return be_; }
   EngineOptions& options() { return opt_; }
 
-  SeqState new_state();                        // empty caches, zero conv windows and S
+  SeqState new_state();                        // empty caches, zero conv windows and S (in their storage dtypes)
   SeqState snapshot(const SeqState& s);        // deep copy (MTP rollback)
 
   // Runs every input's tokens through the model, updating the states.
   ForwardOutput forward(const std::vector<SeqInput>& inputs, const ForwardOptions& fo = {}, Trace* trace = nullptr);
 
   bool has_mtp() const { return !w_.mtp.empty(); }
+
+  // The numerics of decoder layer `layer` (-1: the model-level ops; mtp: the MTP head's layer).
+  // Scoped toggles and scoped faults apply to decoder layers only; the MTP layer takes the
+  // unscoped values. Storage dtypes left unset in the RunConfig are the backend's own: the GPU
+  // path's defaults (state: the checkpoint's mamba_ssm_dtype, else fp32; conv window and KV: bf16)
+  // on a backend with 16-bit activations, the reference's fp32 / fp64 otherwise. A storage toggle
+  // set explicitly applies under every precision (precision=ref,ssm_dtype=bf16 rounds the
+  // reference's state). note: kv_dtype=bf16 unscoped is the default and cannot be told from an
+  // unset one: on the reference it keeps fp32 KV; write kv_dtype=bf16@LAYERS to round there.
+  LayerNumerics numerics(int layer, bool mtp) const;
   // MTP head (spec §6): draft logits [Σn, V] for the token after next; updates the MTP KV cache.
   Tensor mtp(const std::vector<MtpInput>& inputs, const std::vector<uint8_t>* vocab_mask = nullptr,
              Trace* trace = nullptr);
@@ -69,9 +97,10 @@ class Engine {
  private:
   struct Batch;
   Tensor layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp);
-  Tensor attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp);
-  Tensor gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b, Trace* tr);
-  Tensor ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Trace* tr, bool mtp);
+  Tensor attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp,
+                         const LayerNumerics& n);
+  Tensor gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b, Trace* tr, const LayerNumerics& n);
+  Tensor ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Trace* tr, bool mtp, const LayerNumerics& n);
   Tensor mlp(const MlpWeights& mw, const Tensor& x);
   Tensor lm_head(const Tensor& hn, const std::vector<int64_t>& rows, const std::vector<uint8_t>* mask);
   void tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp = false);
@@ -80,6 +109,7 @@ class Engine {
   const ModelWeights& w_;
   Backend& be_;
   EngineOptions opt_;
+  std::vector<std::pair<Fault, FaultSpec>> faults_;  // the RunConfig's forward-pass faults, checked
   std::vector<int64_t> qkvz_rows_, ba_rows_;  // Qwen3-Next de-interleave permutation (spec §4.7.1)
 };
 
