@@ -22,7 +22,9 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
                                      const GenerateOptions& opt, Trace* trace) {
   using clock = std::chrono::steady_clock;
   validate(opt.sampling);
+  check_mtp_supported(eng, opt.mtp);
   const ModelConfig& cfg = eng.config();
+  const bool mtp = opt.mtp.draft_tokens > 0;
   const size_t n = prompts.size();
   std::vector<GenerateResult> res(n);
   if (n == 0 || opt.max_new_tokens <= 0) return res;
@@ -38,6 +40,21 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
   if (opt.vocab_mask) banned = *opt.vocab_mask;
   const int64_t V = cfg.vocab_size;
 
+  // Appends a token to sequence i; false when the sequence stops. pos: tokens the target had
+  // consumed when the token's logits were computed.
+  auto push = [&](size_t i, int32_t tok, int64_t pos) {
+    res[i].tokens.push_back(tok);
+    if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), tok) != opt.stop_ids.end())
+      res[i].reason = StopReason::stop_token;
+    else if (static_cast<int>(res[i].tokens.size()) >= opt.max_new_tokens)
+      res[i].reason = StopReason::max_tokens;
+    else if (cfg.max_position_embeddings > 0 && pos >= cfg.max_position_embeddings)
+      res[i].reason = StopReason::max_context;
+    else
+      return true;
+    return false;
+  };
+
   // Chooses the next token of every active sequence from its logits row.
   std::vector<size_t> active;
   auto choose = [&](const Tensor& logits) {
@@ -49,15 +66,7 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
       const uint32_t position = static_cast<uint32_t>(prompts[i].size() + res[i].tokens.size());
       int32_t tok = sample(opt.sampling, row, banned, prompts[i], res[i].tokens,
                            opt.first_case + static_cast<uint32_t>(i), position);
-      res[i].tokens.push_back(tok);
-      if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), tok) != opt.stop_ids.end())
-        res[i].reason = StopReason::stop_token;
-      else if (static_cast<int>(res[i].tokens.size()) >= opt.max_new_tokens)
-        res[i].reason = StopReason::max_tokens;
-      else if (cfg.max_position_embeddings > 0 && states[i].pos >= cfg.max_position_embeddings)
-        res[i].reason = StopReason::max_context;
-      else
-        still.push_back(i);
+      if (push(i, tok, states[i].pos)) still.push_back(i);
     }
     active = std::move(still);
   };
@@ -68,11 +77,40 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
     in.push_back({&states[i], prompts[i]});
     active.push_back(i);
   }
+  // MTP needs the prompt's hidden rows: post-norm, or the last layer's output under mtp-prenorm-hidden.
+  TraceCapture prenorm(trace, Step::l_out, cfg.num_layers - 1, false);
+  const bool capture = mtp && opt.mtp.prenorm_hidden;
+  fo.keep_hidden = mtp && !capture;
   auto t0 = clock::now();
-  ForwardOutput out = eng.forward(in, fo, trace);
+  ForwardOutput out = eng.forward(in, fo, capture ? &prenorm.trace : trace);
   const double prefill = std::chrono::duration<double>(clock::now() - t0).count();
   for (auto& r : res) r.prefill_seconds = prefill;
   choose(out.logits);
+  fo.keep_hidden = false;
+
+  if (mtp) {
+    // Speculative rounds, one sequence at a time (each verify step is a one-row call, as plain decode).
+    const Tensor& hidden = capture ? prenorm.got : out.hidden;
+    for (size_t i = 0; i < n; ++i) {
+      const bool running = std::find(active.begin(), active.end(), i) != active.end();
+      if (running) {
+        std::vector<int64_t> rows(static_cast<size_t>(out.seqs[i].rows));
+        for (size_t t = 0; t < rows.size(); ++t) rows[t] = out.seqs[i].row0 + static_cast<int64_t>(t);
+        MtpDecodeArgs a;
+        a.sampling = opt.sampling;
+        a.vocab_mask = opt.vocab_mask;
+        a.case_index = opt.first_case + static_cast<uint32_t>(i);
+        a.max_new_tokens = opt.max_new_tokens;
+        a.mtp = opt.mtp;
+        a.trace = trace;
+        res[i].verify_steps = mtp_decode(eng, states[i], prompts[i], eng.backend().gather_rows(hidden, rows),
+                                         res[i].tokens, a, [&](int32_t tok, int64_t pos) { return push(i, tok, pos); },
+                                         &res[i].decode_seconds);
+      }
+      res[i].spec = metrics::spec_decode(res[i].verify_steps);
+    }
+    return res;
+  }
 
   // Decode the running sequences together, one token each per step.
   while (!active.empty()) {

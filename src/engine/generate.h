@@ -3,13 +3,19 @@
 // the model's maximum context. Tokens are chosen by the shared sampler (engine/sampler.h):
 // temperature 0 is greedy (argmax, lowest id on ties); otherwise the coupled Philox draw keyed by
 // (seed, case index, position), so the CPU and a GPU path draw the same numbers.
+// With MTP (options.mtp.draft_tokens = k > 0) every sequence continues after the shared prefill
+// with speculative rounds of its own (engine/spec_decode.h): greedy output is then token for token,
+// and bit for bit in its logits, that of plain decode of the sequence alone.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "diag/metrics.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/spec_decode.h"
 
 namespace degen {
 
@@ -19,6 +25,7 @@ struct GenerateOptions {
   SamplingParams sampling;                           // temperature 0 = greedy
   const std::vector<uint8_t>* vocab_mask = nullptr;  // [V] 1 = never chosen (padding ids); masked to -inf
   uint32_t first_case = 0;                           // case index of prompt 0 (prompt i: first_case + i)
+  MtpOptions mtp;                                    // MTP drafts per step and MTP faults (mtp_options(RunConfig))
 };
 
 enum class StopReason : uint8_t { stop_token, max_tokens, max_context };
@@ -29,9 +36,14 @@ struct GenerateResult {
   StopReason reason = StopReason::max_tokens;
   double prefill_seconds = 0;   // wall time of the batch prefill (shared by the batch)
   double decode_seconds = 0;    // wall time of the decode steps this sequence took part in
+  // MTP (options.mtp.draft_tokens > 0): one entry per verify step, and their summary
+  // (accept_rate, accept_len; metrics.md §5). Empty / nullopt without MTP.
+  std::vector<metrics::VerifyStep> verify_steps;
+  std::optional<metrics::SpecDecode> spec;
 };
 
-// Throws InputError for an empty prompt or bad sampling parameters.
+// Throws InputError for an empty prompt or bad sampling parameters, UntestableError for MTP drafts
+// on a checkpoint without MTP weights.
 std::vector<GenerateResult> generate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
                                      const GenerateOptions& options, Trace* trace = nullptr);
 
