@@ -1,0 +1,155 @@
+// Finding, reading and merging the inputs of a report (see inputs.h).
+#include "report/inputs.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "diag/sweep.h"
+#include "model/safetensors.h"
+#include "report/escape.h"
+#include "util/error.h"
+
+namespace degen::report {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json parse_json_file(const fs::path& p) {
+  // note: JSON syntax is ASCII, so replacing invalid UTF-8 only touches string contents.
+  json j = json::parse(sanitize_utf8(read_file(p)), nullptr, false);
+  if (j.is_discarded()) input_error("report: ", p.string(), ": not valid JSON");
+  return j;
+}
+
+std::string tool_of(const json& j) { return j.is_object() && j.contains("tool") && j["tool"].is_string() ? j["tool"].get<std::string>() : ""; }
+
+bool is_sweep_folder(const fs::path& dir) {
+  return fs::is_regular_file(dir / "results.jsonl") || fs::is_regular_file(dir / "sweep.json");
+}
+
+// The identity of a sweep: what every shard's sweep.json shares.
+std::string sweep_key(const json& meta) {
+  json k = meta;
+  k.erase("shard");
+  return k.dump();
+}
+
+void add_file(const fs::path& p, ReportInputs& in, std::vector<SweepInput>& sweeps, bool from_folder) {
+  const std::string name = p.filename().string();
+  if (name == "results.jsonl" || name == "sweep.json") {
+    sweeps.push_back(read_sweep_folder(p.parent_path()));
+    return;
+  }
+  if (from_folder && p.extension() != ".json") return;
+  json j;
+  if (from_folder) {
+    j = json::parse(sanitize_utf8(read_file(p)), nullptr, false);
+    if (j.is_discarded()) return;  // some other file that happens to end in .json
+  } else {
+    j = parse_json_file(p);
+  }
+  const std::string tool = tool_of(j);
+  if (tool == "degenbisect compare") in.compares.push_back({p.string(), std::move(j)});
+  else if (tool == "degenbisect bisect") in.bisects.push_back({p.string(), std::move(j)});
+  else if (!from_folder)
+    input_error("report: ", p.string(), ": not a compare or bisect result (expected \"tool\": \"degenbisect compare\" or ",
+                "\"degenbisect bisect\", found ", tool.empty() ? "no \"tool\" field" : "\"" + tool + "\"",
+                "); a sweep is given by its --out folder");
+}
+
+}  // namespace
+
+SweepInput read_sweep_folder(const fs::path& dir) {
+  SweepInput s;
+  s.folders.push_back(dir.string());
+  const fs::path meta = dir / "sweep.json";
+  if (fs::is_regular_file(meta)) {
+    s.meta = parse_json_file(meta);
+    if (!s.meta.is_object()) input_error("report: ", meta.string(), ": expected a JSON object");
+    s.shards.push_back(s.meta.value("shard", std::string("1/1")));
+    s.meta.erase("shard");
+  } else {
+    s.meta = {{"name", dir.filename().string()}};
+    s.shards.push_back("?");
+    s.warnings.push_back(cat(dir.string(), " has no sweep.json: the matrix (axes, cell count) is unknown"));
+  }
+  s.rows = read_sweep_results(dir / "results.jsonl");  // a partial last line (a cell still running) is left out
+  return s;
+}
+
+std::vector<SweepInput> merge_sweeps(std::vector<SweepInput> parts) {
+  std::vector<SweepInput> out;
+  std::map<std::string, size_t> group;
+  for (SweepInput& p : parts) {
+    const std::string key = sweep_key(p.meta);
+    auto it = group.find(key);
+    if (it == group.end()) {
+      group[key] = out.size();
+      out.push_back(std::move(p));
+      continue;
+    }
+    SweepInput& m = out[it->second];
+    m.folders.insert(m.folders.end(), p.folders.begin(), p.folders.end());
+    m.shards.insert(m.shards.end(), p.shards.begin(), p.shards.end());
+    m.warnings.insert(m.warnings.end(), p.warnings.begin(), p.warnings.end());
+    m.rows.insert(m.rows.end(), p.rows.begin(), p.rows.end());
+  }
+  for (SweepInput& m : out) {
+    // One row per cell: the first folder's, in the order given; a conflicting duplicate is named.
+    std::map<std::string, size_t> seen;
+    std::vector<json> rows;
+    for (json& r : m.rows) {
+      const std::string cell = r.value("cell", std::string());
+      auto it = seen.find(cell);
+      if (it == seen.end()) {
+        seen[cell] = rows.size();
+        rows.push_back(std::move(r));
+      } else if (rows[it->second].value("verdict", std::string()) != r.value("verdict", std::string())) {
+        m.warnings.push_back(cat("cell ", cell, " has two results (", rows[it->second].value("verdict", std::string("?")), " and ",
+                                 r.value("verdict", std::string("?")), "); the first folder's is shown"));
+      }
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const json& a, const json& b) {
+      const auto ia = a.contains("index") && a["index"].is_number() ? a["index"].get<int64_t>() : INT64_MAX;
+      const auto ib = b.contains("index") && b["index"].is_number() ? b["index"].get<int64_t>() : INT64_MAX;
+      return ia < ib;
+    });
+    m.rows = std::move(rows);
+  }
+  return out;
+}
+
+ReportInputs load_report_inputs(const std::vector<fs::path>& paths) {
+  if (paths.empty()) input_error("report: give at least one input: a compare or bisect JSON file, or a sweep folder");
+  ReportInputs in;
+  std::vector<SweepInput> sweeps;
+  for (const fs::path& p : paths) {
+    if (!fs::exists(p)) input_error("report: ", p.string(), ": no such file or folder");
+    if (fs::is_regular_file(p)) {
+      add_file(p, in, sweeps, false);
+      continue;
+    }
+    if (!fs::is_directory(p)) input_error("report: ", p.string(), ": not a file or a folder");
+    if (is_sweep_folder(p)) {
+      sweeps.push_back(read_sweep_folder(p));
+      continue;
+    }
+    std::vector<fs::path> entries;
+    for (const auto& e : fs::directory_iterator(p)) entries.push_back(e.path());
+    std::sort(entries.begin(), entries.end());
+    const size_t before = in.compares.size() + in.bisects.size() + sweeps.size();
+    for (const fs::path& e : entries) {
+      if (fs::is_directory(e) && is_sweep_folder(e)) sweeps.push_back(read_sweep_folder(e));
+      else if (fs::is_regular_file(e)) add_file(e, in, sweeps, true);
+    }
+    if (in.compares.size() + in.bisects.size() + sweeps.size() == before)
+      input_error("report: ", p.string(), ": no compare JSON, bisect JSON or sweep folder (results.jsonl) in this folder");
+  }
+  in.sweeps = merge_sweeps(std::move(sweeps));
+  return in;
+}
+
+}  // namespace degen::report
