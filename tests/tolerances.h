@@ -30,4 +30,38 @@ constexpr double kTopkSelfKld = 1e-12;
 // "Unchanged" in the head-mapping test: exactly zero difference is expected (no cross-talk at all).
 constexpr double kExact = 0.0;
 
+// precision=bf16 (GPU storage emulation) against precision=ref, logits of a 150-token prefill and
+// 8 decode steps (tests/test_emulation.cpp): every stored activation rounded to bf16 (unit
+// round-off 2^-9), grown through 4-8 layers. Measured 0.020-0.056 on the dense tiny presets and
+// HF fixtures (largest: hf/qwen35-dense 0.056); 1.5x margin.
+constexpr double kBf16Logits = 0.08;
+// The same for MoE models, whose router top-k gaps lie below the bf16 noise so that some tokens
+// take other experts: measured 0.059 (hf/qwen3next) to 0.17 (tiny-qwen3next); 1.5x margin.
+constexpr double kBf16LogitsMoe = 0.25;
+// attn=flash / splitkv against naive with fp32 activations: the probabilities enter P·V rounded to
+// bf16 (relative error <= 2^-9 each), so the attention output moves by about 2^-9 / sqrt(3) ~ 1e-3
+// (measured 0.9e-3 - 1.2e-3 on attn_core, 2e-4 on the logits); bound 3e-3.
+constexpr double kBf16Probabilities = 3e-3;
+// One op computed by two fp32 algorithms that agree to reordering (chunked vs recurrent GDN) and
+// rounded to bf16: an element differs by at most one bf16 step, 2^-8 relative (measured 1.3e-5).
+constexpr double kBf16Op = 0x1p-8;
+
+}  // namespace degen::tol
+
+namespace degen::tol {
+
+// ---- CUDA backend (tests/cuda/test_cuda_ops.cpp) ----
+// NMSE = Σ(a - b)² / Σ b² of one op's output: CudaBackend against CpuBackend precision=bf16 (the same
+// storage points, the GPU-storage emulation) on identical bf16-exact inputs. The CUDA kernels compute
+// in fp32 where the emulation accumulates in double, so an element whose value sits at a bf16
+// rounding boundary can round the other way: one bf16 ulp (2^-8 relative) on a few elements,
+// NMSE ~ (fraction flipped) · 2^-16 ≈ 1e-7..1e-6 when every storage point matches. A wrong pairing,
+// head mapping, weight convention or missing scale gives NMSE ~ 1e-2..1.
+// bf16 outputs: llama.cpp test-backend-ops allows 5e-4 for its matrix products with 16-bit operands
+// (test_mul_mat::max_nmse_err); the same bound here, for every op with bf16 output.
+constexpr double kCudaNmseBf16 = 5e-4;
+// fp32 outputs (the GDN log decay g, MoE routing weights): llama.cpp's default for fp32 ops, 1e-7
+// (fp32 expf/log1pf against double: relative 1e-7, NMSE ~1e-14).
+constexpr double kCudaNmseF32 = 1e-7;
+
 }  // namespace degen::tol
