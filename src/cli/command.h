@@ -31,6 +31,7 @@ struct CommandRegistrar {
 struct GlobalOptions {
   bool quiet = false;
   bool sync_debug = false;  // synchronise after each CUDA op (STYLE.md principle 4)
+  int device = 0;           // CUDA device of backend=cuda (--device N)
 };
 GlobalOptions& global_options();
 

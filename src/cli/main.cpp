@@ -9,6 +9,7 @@
 #include "util/error.h"
 #if DEGEN_WITH_CUDA
 #include "cuda/check.h"
+#include "cuda/context.h"
 #endif
 
 namespace degen::cli {
@@ -38,6 +39,8 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", g.quiet, "Print less progress information");
   app.add_flag("--sync-debug", g.sync_debug,
                "Synchronise after every GPU op so an asynchronous fault is reported where it happened");
+  app.add_option("--device", g.device, "CUDA device index that backend=cuda runs on (default 0; see `devices`)")
+      ->check(CLI::NonNegativeNumber);
 
   auto& registry = command_registry();
   std::stable_sort(registry.begin(), registry.end(),
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
 
 #if DEGEN_WITH_CUDA
   cuda::set_sync_debug(g.sync_debug);
+  cuda::set_default_device(g.device);
 #endif
   try {
     for (auto& [sub, act] : actions)

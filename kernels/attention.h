@@ -1,0 +1,48 @@
+// Launchers of the attention kernels (kernels/attention_naive.cu, attention_flash.cu,
+// attention_splitkv.cu): causal GQA softmax attention of bf16 queries over each sequence's KV cache
+// (spec model.md §4.4 step 6), mirroring src/cpu/attention.cpp. Device pointers, caller's stream.
+// The cache append itself is a dtype cast (layout.h convert_cuda) done by the host code.
+#pragma once
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "util/dtype.h"
+
+namespace degen::cuda {
+
+// One sequence of the batch as the kernels see it.
+struct AttnSeq {
+  const void* k = nullptr;  // cache [capacity, n_kv, D] of kv_dtype
+  const void* v = nullptr;
+  int64_t row0 = 0;         // first query row in the batch
+  int64_t pos0 = 0;         // absolute position of that row: row row0 + t attends keys [0, pos0 + t]
+};
+
+struct AttnArgs {
+  const __nv_bfloat16* q = nullptr;  // [N, n_q, D]
+  __nv_bfloat16* out = nullptr;      // [N, n_q * D]
+  const AttnSeq* seqs = nullptr;     // device [S]
+  const int32_t* rows = nullptr;     // device [M]: the batch rows this launch computes
+  const int32_t* row_seq = nullptr;  // device [M]: their sequence index into seqs
+  int64_t M = 0;                     // rows in this launch
+  int n_q = 0, n_kv = 0, D = 0;
+  float scale = 0;                   // D^-1/2
+  DType kv_dtype = DType::bf16;      // bf16, f8_e4m3 or f32
+  int64_t max_ctx = 0;               // the longest context of these rows (scratch sizing)
+};
+
+constexpr int kAttnMaxHeadDim = 512;  // every kernel keeps a query row and its output in registers/shared
+constexpr int kFlashTile = 64;        // keys per tile (src/cpu/attention.cpp kFlashTile)
+constexpr int kSplits = 4;            // split-KV parts of a decode row (src/cpu/attention.cpp kSplits)
+
+// naive: scores materialised in bf16 into `scratch` (bf16 [M * n_q, max_ctx]), fp32 softmax,
+// probabilities materialised in bf16, P·V in fp32.
+void attention_naive_cuda(const AttnArgs& a, __nv_bfloat16* scratch, cudaStream_t stream);
+// flash: tiles of kFlashTile keys, running max/sum in fp32, probabilities rounded to bf16 for P·V.
+void attention_flash_cuda(const AttnArgs& a, cudaStream_t stream);
+// splitkv: each row's keys in min(kSplits, ctx) parts, each reduced as flash to a partial output
+// and log-sum-exp (fp32 scratch: part [M * n_q, kSplits, D], lse [M * n_q, kSplits]), then merged.
+void attention_splitkv_cuda(const AttnArgs& a, float* part, float* lse, cudaStream_t stream);
+
+}  // namespace degen::cuda

@@ -1,0 +1,136 @@
+// CudaBackend gated-attention core (spec §4.4 steps 5-6; src/cpu/attention.cpp is the reference):
+// append post-RoPE K and V to each sequence's cache in numerics().kv_dtype (bf16, or fp8 e4m3 with
+// scale 1 and saturation), then causal GQA attention with numerics().attn:
+//   naive   -> kernels/attention_naive.cu   (every row)
+//   flash   -> kernels/attention_flash.cu   (every row)
+//   splitkv -> kernels/attention_splitkv.cu for one-row sequences (decode), flash for the others.
+// Fault kv-off-by-one (numerics()): a one-row call writes its K/V row at pos + 1 and still attends
+// rows 0..pos, so it reads the previous step's row (or zeros) at pos.
+#include "attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cuda/check.h"
+#include "cuda/context.h"
+#include "cuda/cuda_backend.h"
+#include "layout.h"
+
+namespace degen {
+
+namespace {
+
+// Makes room for rows [0, need), growing geometrically; keeps every row it had (also a row written
+// past len by the kv-off-by-one fault); new rows are zero.
+void kv_reserve(CudaBackend& be, KvCache& c, int64_t need, int64_t n_kv, int64_t D, DType dtype) {
+  if (!c.k.empty() && c.k.dtype != dtype)
+    input_error("KV cache holds ", dtype_name(c.k.dtype), " rows but this layer stores ", dtype_name(dtype),
+                ": a state must be used with the toggles it was made with");
+  if (!c.k.empty() && c.k.device != Device::cuda)
+    throw std::logic_error("cuda backend: attention was given a KV cache made by another backend");
+  if (need <= c.capacity()) return;
+  const int64_t cap = std::max<int64_t>({need, 2 * c.capacity(), 16});
+  Tensor k = be.zeros({cap, n_kv, D}, dtype), v = be.zeros({cap, n_kv, D}, dtype);
+  cudaStream_t st = be.context()->stream();
+  if (c.capacity()) {
+    CUDA_CHECK(cudaMemcpyAsync(k.raw(), c.k.raw(), c.k.nbytes(), cudaMemcpyDeviceToDevice, st));
+    CUDA_CHECK(cudaMemcpyAsync(v.raw(), c.v.raw(), c.v.nbytes(), cudaMemcpyDeviceToDevice, st));
+  }
+  c.k = std::move(k);
+  c.v = std::move(v);
+}
+
+}  // namespace
+
+Tensor CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                              const std::vector<KvCache*>& caches) {
+  require_device(q, "attention");
+  require_device(k, "attention");
+  require_device(v, "attention");
+  DEGEN_ASSERT(q.shape.size() == 3 && k.shape.size() == 3 && k.shape == v.shape, "attention shapes ",
+               shape_str(q.shape), shape_str(k.shape), shape_str(v.shape));
+  const int64_t N = q.shape[0], n_q = q.shape[1], D = q.shape[2], n_kv = k.shape[1];
+  DEGEN_ASSERT(k.shape[0] == N && k.shape[2] == D && n_q % n_kv == 0, "attention head layout");
+  DEGEN_ASSERT(spans.size() == caches.size(), "attention: one cache per sequence");
+  DEGEN_ASSERT(q.dtype == DType::bf16 && k.dtype == DType::bf16 && v.dtype == DType::bf16, "attention: bf16 q/k/v");
+  if (D > cuda::kAttnMaxHeadDim)
+    throw UntestableError(cat("attention: head_dim ", D, " exceeds the CUDA kernels' limit ", cuda::kAttnMaxHeadDim));
+  const AttnAlgo algo = numerics_.attn;
+  const DType kv_dtype = numerics_.kv_dtype;
+  cudaStream_t st = context()->stream();
+
+  // 1. append each sequence's K and V rows to its cache
+  const int64_t row_elems = n_kv * D;
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const SeqSpan& sp = spans[s];
+    KvCache& c = *caches[s];
+    DEGEN_ASSERT(c.len == sp.pos0, "KV cache holds ", c.len, " rows but the sequence is at position ", sp.pos0);
+    const int64_t off = sp.rows == 1 && numerics_.has(Fault::kv_off_by_one) ? 1 : 0;  // fault: row at pos + 1
+    kv_reserve(*this, c, c.len + sp.rows + off, n_kv, D, kv_dtype);
+    const size_t es = dtype_size(kv_dtype);
+    cuda::convert_cuda(static_cast<const uint8_t*>(k.raw()) + sp.row0 * row_elems * 2, DType::bf16,
+                       static_cast<uint8_t*>(c.k.raw()) + (c.len + off) * row_elems * es, kv_dtype, sp.rows * row_elems, st);
+    cuda::convert_cuda(static_cast<const uint8_t*>(v.raw()) + sp.row0 * row_elems * 2, DType::bf16,
+                       static_cast<uint8_t*>(c.v.raw()) + (c.len + off) * row_elems * es, kv_dtype, sp.rows * row_elems, st);
+    c.len += sp.rows;
+  }
+
+  // 2. the rows of each algorithm (splitkv: one-row sequences only; the others run flash)
+  std::vector<cuda::AttnSeq> seqs(spans.size());
+  std::vector<int32_t> rows[3], row_seq[3];
+  int64_t max_ctx[3] = {0, 0, 0};
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const SeqSpan& sp = spans[s];
+    seqs[s] = cuda::AttnSeq{caches[s]->k.raw(), caches[s]->v.raw(), sp.row0, sp.pos0};
+    AttnAlgo run = algo;
+    if (algo == AttnAlgo::splitkv && sp.rows != 1) run = AttnAlgo::flash;
+    const int a = static_cast<int>(run);
+    for (int64_t t = 0; t < sp.rows; ++t) {
+      rows[a].push_back(static_cast<int32_t>(sp.row0 + t));
+      row_seq[a].push_back(static_cast<int32_t>(s));
+    }
+    max_ctx[a] = std::max(max_ctx[a], sp.pos0 + sp.rows);
+  }
+  Tensor out = device_tensor({N, n_q * D}, DType::bf16, "attention");
+  std::vector<uint8_t> seq_bytes(seqs.size() * sizeof(cuda::AttnSeq));
+  if (!seqs.empty()) std::memcpy(seq_bytes.data(), seqs.data(), seq_bytes.size());
+  Tensor dseqs = upload(seq_bytes, DType::u8, "attention sequences");
+
+  // 3. one launch per algorithm
+  for (int a = 0; a < 3; ++a) {
+    if (rows[a].empty()) continue;
+    Tensor drows = upload(rows[a], DType::i32, "attention rows");
+    Tensor dseq = upload(row_seq[a], DType::i32, "attention row sequences");
+    cuda::AttnArgs args;
+    args.q = static_cast<const __nv_bfloat16*>(q.raw());
+    args.out = static_cast<__nv_bfloat16*>(out.raw());
+    args.seqs = reinterpret_cast<const cuda::AttnSeq*>(dseqs.raw());
+    args.rows = drows.data<int32_t>();
+    args.row_seq = dseq.data<int32_t>();
+    args.M = static_cast<int64_t>(rows[a].size());
+    args.n_q = static_cast<int>(n_q);
+    args.n_kv = static_cast<int>(n_kv);
+    args.D = static_cast<int>(D);
+    args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    args.kv_dtype = kv_dtype;
+    args.max_ctx = max_ctx[a];
+    switch (static_cast<AttnAlgo>(a)) {
+      case AttnAlgo::naive: {
+        Tensor scratch = device_tensor({args.M * n_q, args.max_ctx}, DType::bf16, "attention scores");
+        cuda::attention_naive_cuda(args, static_cast<__nv_bfloat16*>(scratch.raw()), st);
+        break;
+      }
+      case AttnAlgo::flash: cuda::attention_flash_cuda(args, st); break;
+      case AttnAlgo::splitkv: {
+        Tensor part = device_tensor({args.M * n_q, cuda::kSplits, D}, DType::f32, "attention partials");
+        Tensor lse = device_tensor({args.M * n_q, cuda::kSplits}, DType::f32, "attention lse");
+        cuda::attention_splitkv_cuda(args, part.data<float>(), lse.data<float>(), st);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace degen

@@ -1,0 +1,98 @@
+// CudaContext (see context.h).
+#include "cuda/context.h"
+
+#include <cstdio>
+
+#include "cuda/check.h"
+#include "util/error.h"
+
+namespace degen::cuda {
+
+namespace {
+int g_default_device = 0;
+}
+
+void set_default_device(int index) { g_default_device = index; }
+int default_device() { return g_default_device; }
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / 1073741824.0);
+  return buf;
+}
+
+std::string device_unusable_reason(int index) {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error state
+    return cat("no usable CUDA device: ", cudaGetErrorString(err));
+  }
+  if (n == 0) return "no CUDA device is visible";
+  if (index < 0 || index >= n) return cat("--device ", index, " does not exist: ", n, " CUDA device(s) visible (0..", n - 1, ")");
+  return "";
+}
+
+std::shared_ptr<CudaContext> CudaContext::open(int index) {
+  std::string why = device_unusable_reason(index);
+  if (!why.empty()) throw UntestableError(why);
+  std::shared_ptr<CudaContext> c(new CudaContext());
+  c->device_ = index;
+  CUDA_CHECK(cudaSetDevice(index));
+  CUDA_CHECK(cudaGetDeviceProperties(&c->props_, index));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasCreate(&c->cublas_));
+  CUBLAS_CHECK(cublasSetStream(c->cublas_, c->stream_));
+  // note: the stream-ordered pool keeps freed memory for reuse instead of returning it at every
+  // synchronisation (the default threshold 0 would make each decode step re-map its scratch).
+  cudaMemPool_t pool;
+  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, index));
+  uint64_t threshold = UINT64_MAX;
+  CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  return c;
+}
+
+CudaContext::~CudaContext() {
+  // note: errors are ignored here (the runtime may already be unloading at process exit).
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+void CudaContext::mem_info(int64_t* free_bytes, int64_t* total_bytes) const {
+  size_t f = 0, t = 0;
+  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(cudaMemGetInfo(&f, &t));
+  if (free_bytes) *free_bytes = static_cast<int64_t>(f);
+  if (total_bytes) *total_bytes = static_cast<int64_t>(t);
+}
+
+void CudaContext::sync() const { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+std::shared_ptr<uint8_t> CudaContext::alloc(const std::shared_ptr<CudaContext>& self, size_t bytes, const char* what) {
+  // note: at least 256 bytes, so an empty tensor still has a non-null buffer (Tensor::empty()).
+  const size_t n = bytes < 256 ? 256 : bytes;
+  void* p = nullptr;
+  cudaError_t err = cudaMallocAsync(&p, n, self->stream_);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    int64_t f = 0, t = 0;
+    size_t fs = 0, ts = 0;
+    if (cudaMemGetInfo(&fs, &ts) == cudaSuccess) { f = int64_t(fs); t = int64_t(ts); }
+    throw UntestableError(cat("CUDA device ", self->device_, " out of memory: ", what, " needs ", gib(int64_t(n)),
+                              "; this backend holds ", gib(self->live_bytes()), ", the device has ", gib(f), " free of ",
+                              gib(t), " (", cudaGetErrorString(err), ")"));
+  }
+  const int64_t live = self->live_.fetch_add(int64_t(n)) + int64_t(n);
+  int64_t peak = self->peak_.load();
+  while (live > peak && !self->peak_.compare_exchange_weak(peak, live)) {}
+  std::shared_ptr<CudaContext> keep = self;
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [keep, n](uint8_t* q) {
+    cudaFreeAsync(q, keep->stream_);  // note: errors ignored (deleters must not throw)
+    keep->live_.fetch_sub(int64_t(n));
+  });
+}
+
+}  // namespace degen::cuda

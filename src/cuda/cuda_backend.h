@@ -1,0 +1,156 @@
+// CudaBackend: the Backend ops on one CUDA device (DESIGN.md §4), the GPU inference path the tool
+// tests. The forward pass is the engine's (src/engine); this class only implements ops, mirroring
+// CpuBackend op for op (src/cpu/<family>.cpp <-> src/cuda/<family>.cpp + kernels/<family>.cu).
+// Numerics (spec model.md §4.10, the storage points CpuBackend precision=bf16 emulates):
+//   - weights: uploaded once as bf16 (a wider weight is rounded), cached per TensorView; A_log and
+//     dt_bias stay as stored (fp32 or bf16), as the decay uses them;
+//   - activations, residual stream, projections, norm outputs, attention outputs: bf16, every
+//     kernel computing in fp32 and rounding once on output;
+//   - matrix products: cuBLAS bf16 x bf16 with fp32 accumulation (gemm=cublas) or a plain tiled
+//     kernel (gemm=simple), both rounding the fp32 sums to bf16 once;
+//   - g (log decay) and MoE routing weights fp32; KV cache bf16 or fp8 e4m3 (numerics().kv_dtype);
+//   - attention per numerics().attn: naive (scores and probabilities materialised in bf16 around an
+//     fp32 softmax), flash (tiles of 64 keys, online softmax, probabilities rounded to bf16 before
+//     P·V), splitkv (decode: 4 key splits merged by log-sum-exp; prefill as flash).
+// Faults of the catalogue honoured by the kernels (numerics().faults): rope-interleaved,
+// kv-off-by-one, gdn-norm-plus-one, gdn-skip-l2norm, alog-no-exp; the engine-level ones
+// (rope-all-dims, norm-no-plus-one, qgate-split, moe-no-renorm) reach the kernels as arguments.
+//
+// GDN CPU FALLBACK (until the CUDA GDN core lands, next issue): conv1d_causal and gdn run through an
+// internal CpuBackend(precision=bf16) with explicit device->host->device copies of their inputs,
+// outputs, conv windows and recurrent states; it honours the same numerics and faults. name() says
+// "cuda:N+gdn-cpu-fallback" so every report shows it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/backend.h"
+
+namespace degen {
+
+class CpuBackend;
+namespace cuda { class CudaContext; }
+
+enum class GemmKind : uint8_t { cublas, simple };
+
+// Counters for `bench` (host-side wall time of the fallback, bytes of weights the products read).
+struct CudaStats {
+  double weight_bytes = 0;        // weight bytes read by matmul() and embed()
+  double matmul_flops = 0;        // 2 * N * in * out summed
+  double fallback_seconds = 0;    // wall time in the GDN CPU fallback (copies included)
+  int64_t fallback_calls = 0;
+  void reset() { *this = CudaStats{}; }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Opens `device` (UntestableError with the reason when it cannot).
+  explicit CudaBackend(int device = 0, GemmKind gemm = GemmKind::cublas);
+  ~CudaBackend() override;
+
+  std::string name() const override;
+  DType act_dtype() const override { return DType::bf16; }
+  DType state_dtype() const override { return DType::f32; }
+
+  const std::shared_ptr<cuda::CudaContext>& context() const { return ctx_; }
+  GemmKind gemm() const { return gemm_; }
+  CudaStats& stats() { return stats_; }
+  void sync();  // wait for every queued op (timing, tests)
+
+  // ---- weights ----
+  // The device copy of a weight (bf16, or as stored for A_log / dt_bias: keep_dtype), uploaded on
+  // first use. A view without host data (synthetic bench weights) must have been registered.
+  const Tensor& weight(const TensorView& w, bool keep_dtype = false);
+  // Registers a device tensor as the copy of `w` (bench: weights generated on the device).
+  void register_weight(const TensorView& w, Tensor device_copy);
+  int64_t weight_bytes_on_device() const { return weight_bytes_; }
+
+  void begin_layer(const LayerNumerics& n) override;
+
+  Tensor zeros(std::vector<int64_t> shape, DType dtype) override;
+  using Backend::zeros;
+  Tensor clone(const Tensor& t) override;
+  std::vector<float> to_host_f32(const Tensor& t) override;
+  std::vector<double> to_host_f64(const Tensor& t) override;
+  Tensor from_host(const std::vector<double>& v, std::vector<int64_t> shape, DType dtype) override;
+  using Backend::from_host;
+
+  Tensor slice_cols(const Tensor& x, int64_t c0, int64_t n) override;
+  Tensor gather_cols(const Tensor& x, const std::vector<int64_t>& cols) override;
+  Tensor concat_cols(const Tensor& a, const Tensor& b) override;
+  Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows) override;
+  Tensor concat_rows(const std::vector<Tensor>& parts) override;
+  void scatter_add_rows(Tensor& out, const Tensor& y, const std::vector<int64_t>& rows,
+                        const std::vector<double>& w) override;
+
+  Tensor embed(const TensorView& table, const std::vector<int32_t>& ids) override;
+  Tensor add(const Tensor& a, const Tensor& b) override;
+  Tensor sigmoid_mul(const Tensor& x, const Tensor& gate) override;
+  Tensor swiglu(const Tensor& gate, const Tensor& up) override;
+  Tensor rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) override;
+  Tensor gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) override;
+  Tensor l2norm(const Tensor& x, double eps, double scale) override;
+
+  Tensor matmul(const Tensor& x, const TensorView& w) override;
+
+  void rope_partial(Tensor& x, const std::vector<int64_t>& pos, int rotary_dim, double theta) override;
+  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                   const std::vector<KvCache*>& caches) override;
+
+  Tensor conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
+                       const std::vector<Tensor*>& windows) override;
+  void gdn_gates(const Tensor& a, const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
+                 Tensor& g, Tensor& beta) override;
+  Tensor gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+             const std::vector<SeqSpan>& spans, const std::vector<Tensor*>& states, GdnAlgo algo) override;
+
+  MoeRouting moe_route(const Tensor& router_logits, int k, bool renormalise) override;
+  void mask_logits(Tensor& logits, const std::vector<uint8_t>& mask) override;
+
+  // ---- helpers shared by the op files ----
+  Tensor device_tensor(std::vector<int64_t> shape, DType dtype, const char* what);  // uninitialised
+  // A host vector copied to a fresh device buffer (indices, positions, masks).
+  template <typename T>
+  Tensor upload(const std::vector<T>& v, DType dtype, const char* what);
+  Tensor to_device(const Tensor& host);  // host tensor -> device copy (same dtype)
+  Tensor to_host(const Tensor& dev);     // device tensor -> host copy (same dtype), synchronises
+
+  // ---- tests: sentinel guards (test-backend-ops style) ----
+  // While on, every buffer the backend allocates gets kGuardBytes before and after it filled with
+  // kGuardByte, and its body poisoned with 0xFF bytes (NaN in bf16, f16 and f32), so an element a
+  // kernel forgot to write shows up as NaN and a write out of bounds changes a guard.
+  static constexpr size_t kGuardBytes = 1024;
+  static constexpr uint8_t kGuardByte = 0xA5;
+  void set_guard_check(bool on) { guard_ = on; }
+  // "what: N bytes changed before/after" for every live guarded buffer whose guards changed (synchronises).
+  std::vector<std::string> check_guards();
+
+ private:
+  void require_device(const Tensor& t, const char* op) const;
+  CpuBackend& fallback();
+
+  struct CachedWeight {
+    Tensor t;
+    const uint8_t* data = nullptr;
+    size_t nbytes = 0;
+    std::string name;
+  };
+  std::shared_ptr<cuda::CudaContext> ctx_;
+  GemmKind gemm_;
+  CudaStats stats_;
+  std::unordered_map<const TensorView*, CachedWeight> weights_[2];  // [keep_dtype]
+  int64_t weight_bytes_ = 0;
+  std::unique_ptr<CpuBackend> cpu_;  // the GDN fallback (see the header comment)
+  struct Guarded {
+    std::weak_ptr<uint8_t> storage;
+    size_t nbytes = 0;
+    std::string what;
+  };
+  bool guard_ = false;
+  std::vector<Guarded> guarded_;
+};
+
+}  // namespace degen

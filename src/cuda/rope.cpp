@@ -1,0 +1,29 @@
+// CudaBackend partial RoPE (kernels/rope.cu; src/cpu/rope.cpp is the reference).
+// note: ω_i = 1 / θ^(2i/R) is computed here in fp32 with the CPU's expression, so both backends
+// rotate by the same fp32 angles. Fault rope-interleaved (numerics()) reaches the kernel as a flag.
+#include <cmath>
+
+#include "cuda/context.h"
+#include "cuda/cuda_backend.h"
+#include "rope.h"
+
+namespace degen {
+
+void CudaBackend::rope_partial(Tensor& x, const std::vector<int64_t>& pos, int rotary_dim, double theta) {
+  require_device(x, "rope_partial");
+  DEGEN_ASSERT(x.shape.size() == 3, "rope_partial expects [N, heads, D], got ", shape_str(x.shape));
+  DEGEN_ASSERT(x.dtype == DType::bf16, "rope_partial: bf16 activations, got ", dtype_name(x.dtype));
+  const int64_t N = x.shape[0], heads = x.shape[1], D = x.shape[2];
+  DEGEN_ASSERT(static_cast<int64_t>(pos.size()) == N, "rope_partial: ", pos.size(), " positions for ", N, " rows");
+  DEGEN_ASSERT(rotary_dim % 2 == 0 && rotary_dim <= D, "rotary_dim ", rotary_dim, " for head dim ", D);
+  const int m = rotary_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(m));
+  for (int i = 0; i < m; ++i)
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+  Tensor p = upload(pos, DType::i64, "rope positions");
+  Tensor f = upload(inv_freq, DType::f32, "rope frequencies");
+  cuda::rope_partial_cuda(static_cast<__nv_bfloat16*>(x.raw()), p.data<int64_t>(), f.data<float>(), N, heads, D,
+                          rotary_dim, numerics_.has(Fault::rope_interleaved), context()->stream());
+}
+
+}  // namespace degen
