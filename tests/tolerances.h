@@ -46,10 +46,6 @@ constexpr double kBf16Probabilities = 3e-3;
 // rounded to bf16: an element differs by at most one bf16 step, 2^-8 relative (measured 1.3e-5).
 constexpr double kBf16Op = 0x1p-8;
 
-}  // namespace degen::tol
-
-namespace degen::tol {
-
 // ---- CUDA backend (tests/cuda/test_cuda_ops.cpp) ----
 // NMSE = Σ(a - b)² / Σ b² of one op's output: CudaBackend against CpuBackend precision=bf16 (the same
 // storage points, the GPU-storage emulation) on identical bf16-exact inputs. The CUDA kernels compute
@@ -63,5 +59,11 @@ constexpr double kCudaNmseBf16 = 5e-4;
 // fp32 outputs (the GDN log decay g, MoE routing weights): llama.cpp's default for fp32 ops, 1e-7
 // (fp32 expf/log1pf against double: relative 1e-7, NMSE ~1e-14).
 constexpr double kCudaNmseF32 = 1e-7;
+
+// An injected fault (tests/test_faults.cpp) must move its catalogue op and the logits by more than
+// ten times the fp32 reordering noise (kFp32Reorder). The smallest measured: gdn-out-fp16 without
+// overflow, 2e-4 (an fp16 rounding of o); kv-off-by-one's logits, 8e-4 (3 decode rows of 93);
+// the others 5e-3 to 2.9.
+constexpr double kFaultVisible = 10 * kFp32Reorder;
 
 }  // namespace degen::tol

@@ -1,0 +1,402 @@
+// GPU: every CudaBackend op against CpuBackend (test-backend-ops style). Inputs are seeded, scaled
+// like real activations and bf16-exact, so the three backends see the same values:
+//   cpu:bf16 — the GPU-storage emulation (the same rounding points): the NMSE limit of
+//              tests/tolerances.h (CUDA section) applies to this comparison;
+//   cpu:ref  — the fp32 reference: its NMSE is reported, not judged (bf16 storage costs ~1e-6).
+// Each check counts NaN/Inf first, then NMSE; odd shapes (not multiples of 32) throughout; every
+// buffer the CUDA backend allocates carries sentinel guards (CudaBackend::set_guard_check) and a
+// poisoned body, so out-of-bounds writes and unwritten elements fail the test. Faults of the
+// catalogue that live in these ops are checked the same way (both backends with the fault on).
+// Skips without a device (tests/cuda/main.cpp).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "../tolerances.h"
+#include "cpu/cpu_backend.h"
+#include "cuda/cuda_backend.h"
+#include "cuda_test_util.h"
+
+using namespace degen;
+using namespace degen::test;
+
+namespace {
+
+// The backend under test and its two CPU references, with the same numerics.
+struct Trio {
+  CudaBackend gpu{0};
+  CpuBackend emu{CpuPrecision::bf16};
+  CpuBackend ref{CpuPrecision::ref};
+  Trio() { gpu.set_guard_check(true); numerics(LayerNumerics{}); }
+  void numerics(LayerNumerics n) {
+    n.layer = 0;
+    n.ssm_dtype = DType::f32;
+    n.conv_dtype = DType::bf16;
+    if (n.kv_dtype == DType::f32) n.kv_dtype = DType::bf16;
+    gpu.begin_layer(n);
+    emu.begin_layer(n);
+    LayerNumerics r = n;  // the reference keeps its own fp32 storage
+    r.conv_dtype = DType::f32;
+    r.kv_dtype = DType::f32;
+    ref.begin_layer(r);
+  }
+  // The same values as a tensor of each backend's activation dtype.
+  struct Inputs { Tensor g, e, r; };
+  Inputs in(const std::vector<double>& v, std::vector<int64_t> shape) {
+    return {gpu.from_host(v, shape, DType::bf16), emu.from_host(v, shape, DType::bf16), ref.from_host(v, shape, DType::f32)};
+  }
+};
+
+LayerNumerics with_fault(Fault f) {
+  LayerNumerics n;
+  n.faults.set(static_cast<size_t>(f));
+  return n;
+}
+
+std::string shape_of(const Tensor& t) { return shape_str(t.shape); }
+
+// NaN/Inf first, then NMSE against the emulation (judged) and the reference (reported).
+void check_op(const std::string& op, Trio& t, const Tensor& g, const Tensor& e, const Tensor& r, double limit) {
+  const std::vector<float> gv = t.gpu.to_host_f32(g), ev = t.emu.to_host_f32(e), rv = t.ref.to_host_f32(r);
+  REQUIRE(gv.size() == ev.size());
+  const size_t bad = count_nonfinite(gv);
+  CHECK_MESSAGE(bad == 0, op << ": " << bad << " non-finite values in the CUDA output " << shape_of(g));
+  CHECK(count_nonfinite(ev) == 0);
+  const double ne = nmse(gv, ev), nr = nmse(gv, rv), ex = bf16_exact_fraction(gv, ev);
+  const bool pass = bad == 0 && ne <= limit;
+  report_op(op, shape_of(g), ne, nr, ex, limit, pass);
+  CHECK_MESSAGE(ne <= limit, op << " " << shape_of(g) << ": NMSE vs cpu:bf16 " << ne << " > " << limit);
+}
+
+void check_guards(Trio& t, const std::string& op) {
+  const std::vector<std::string> bad = t.gpu.check_guards();
+  for (const std::string& b : bad) MESSAGE(op << ": guard changed: " << b);
+  CHECK_MESSAGE(bad.empty(), op << ": a kernel wrote outside its buffer");
+}
+
+// Exact equality of two float vectors (layout ops).
+void check_exact(const std::string& op, Trio& t, const Tensor& g, const Tensor& e) {
+  const std::vector<float> gv = t.gpu.to_host_f32(g), ev = t.emu.to_host_f32(e);
+  REQUIRE(gv.size() == ev.size());
+  size_t diff = 0;
+  for (size_t i = 0; i < gv.size(); ++i) diff += std::memcmp(&gv[i], &ev[i], 4) != 0;
+  report_op(op, shape_of(g), diff ? 1.0 : 0.0, diff ? 1.0 : 0.0, 1.0 - double(diff) / std::max<size_t>(1, gv.size()),
+            tol::kExact, diff == 0);
+  CHECK_MESSAGE(diff == 0, op << ": " << diff << " elements differ from cpu:bf16");
+}
+
+}  // namespace
+
+TEST_CASE("cuda ops: memory, transfers and layout ops equal the CPU bit for bit") {
+  Trio t;
+  const std::vector<double> v = randn_bf16(37 * 45, 1.0, 1);
+  auto x = t.in(v, {37, 45});
+  check_exact("from_host/to_host", t, x.g, x.e);
+  check_exact("clone", t, t.gpu.clone(x.g), t.emu.clone(x.e));
+  check_exact("slice_cols", t, t.gpu.slice_cols(x.g, 7, 29), t.emu.slice_cols(x.e, 7, 29));
+  const std::vector<int64_t> cols = {44, 0, 3, 3, 17, 31, 8};
+  check_exact("gather_cols", t, t.gpu.gather_cols(x.g, cols), t.emu.gather_cols(x.e, cols));
+  auto y = t.in(randn_bf16(37 * 13, 1.0, 2), {37, 13});
+  check_exact("concat_cols", t, t.gpu.concat_cols(x.g, y.g), t.emu.concat_cols(x.e, y.e));
+  const std::vector<int64_t> rows = {36, 0, 5, 5, 19};
+  check_exact("gather_rows", t, t.gpu.gather_rows(x.g, rows), t.emu.gather_rows(x.e, rows));
+  check_exact("concat_rows", t, t.gpu.concat_rows({x.g.slice0(3, 5), x.g, x.g.slice0(36, 1)}),
+              t.emu.concat_rows({x.e.slice0(3, 5), x.e, x.e.slice0(36, 1)}));
+  // other dtypes travel unchanged
+  const Tensor f = t.gpu.from_host(v, {37, 45}, DType::f32);
+  const std::vector<float> fv = t.gpu.to_host_f32(t.gpu.slice_cols(f, 1, 40));
+  CHECK(fv[0] == static_cast<float>(v[1]));
+  check_guards(t, "layout");
+}
+
+TEST_CASE("cuda ops: elementwise (embed, add, sigmoid gate, SwiGLU, logits mask)") {
+  Trio t;
+  SUBCASE("embed") {
+    HostWeight table("embed_tokens.weight", {257, 200}, randn_bf16(257 * 200, 0.02, 3));
+    std::vector<int32_t> ids = {0, 256, 5, 5, 100, 17, 3, 250, 1, 99, 42};
+    check_op("embed", t, t.gpu.embed(table.view, ids), t.emu.embed(table.view, ids), t.ref.embed(table.view, ids),
+             tol::kCudaNmseBf16);
+    CHECK_THROWS_AS(t.gpu.embed(table.view, {257}), InputError);
+  }
+  SUBCASE("add") {
+    auto a = t.in(randn_bf16(37 * 200, 3.0, 4), {37, 200});
+    auto b = t.in(randn_bf16(37 * 200, 0.5, 5), {37, 200});
+    check_op("add", t, t.gpu.add(a.g, b.g), t.emu.add(a.e, b.e), t.ref.add(a.r, b.r), tol::kCudaNmseBf16);
+  }
+  SUBCASE("sigmoid_mul") {
+    auto x = t.in(randn_bf16(37 * 200, 1.0, 6), {37, 200});
+    auto g = t.in(randn_bf16(37 * 200, 2.0, 7), {37, 200});
+    check_op("sigmoid_mul", t, t.gpu.sigmoid_mul(x.g, g.g), t.emu.sigmoid_mul(x.e, g.e), t.ref.sigmoid_mul(x.r, g.r),
+             tol::kCudaNmseBf16);
+    auto s = t.in(randn_bf16(37, 2.0, 8), {37, 1});
+    check_op("sigmoid_mul[broadcast]", t, t.gpu.sigmoid_mul(x.g, s.g), t.emu.sigmoid_mul(x.e, s.e),
+             t.ref.sigmoid_mul(x.r, s.r), tol::kCudaNmseBf16);
+  }
+  SUBCASE("swiglu") {
+    auto g = t.in(randn_bf16(37 * 333, 2.0, 9), {37, 333});
+    auto u = t.in(randn_bf16(37 * 333, 1.0, 10), {37, 333});
+    check_op("swiglu", t, t.gpu.swiglu(g.g, u.g), t.emu.swiglu(g.e, u.e), t.ref.swiglu(g.r, u.r), tol::kCudaNmseBf16);
+  }
+  SUBCASE("mask_logits") {
+    const int64_t V = 1000;
+    std::vector<uint8_t> mask(V, 0);
+    for (int64_t i = 900; i < V; ++i) mask[i] = 1;
+    mask[3] = 1;
+    auto l = t.in(randn_bf16(3 * V, 4.0, 11), {3, V});
+    Tensor g = l.g;
+    t.gpu.mask_logits(g, mask);
+    t.emu.mask_logits(l.e, mask);
+    const std::vector<float> gv = t.gpu.to_host_f32(g), ev = t.emu.to_host_f32(l.e);
+    size_t diff = 0, masked = 0;
+    for (size_t i = 0; i < gv.size(); ++i) {
+      diff += std::memcmp(&gv[i], &ev[i], 4) != 0;
+      masked += std::isinf(gv[i]) && gv[i] < 0;
+    }
+    CHECK(diff == 0);
+    CHECK(masked == 3 * 101);
+    report_op("mask_logits", "[3, 1000]", 0, 0, 1.0 - double(diff) / gv.size(), tol::kExact, diff == 0 && masked == 303);
+    CHECK_THROWS_AS(t.gpu.mask_logits(g, std::vector<uint8_t>(V - 1, 0)), InputError);
+  }
+  check_guards(t, "elementwise");
+}
+
+TEST_CASE("cuda ops: RMSNorm (zero-centred, plain), gated RMSNorm, L2 norm, with their faults") {
+  Trio t;
+  for (auto [R, C] : {std::pair<int64_t, int64_t>{37, 200}, {7, 5120}, {33, 129}}) {
+    HostWeight w("norm.weight", {C}, randn_bf16(size_t(C), 0.05, 12));
+    auto x = t.in(randn_bf16(size_t(R * C), 2.0, 13), {R, C});
+    const std::string sh = cat("[", R, ", ", C, "]");
+    for (NormKind k : {NormKind::zero_centred, NormKind::plain})
+      check_op(cat("rmsnorm[", k == NormKind::zero_centred ? "1+w" : "w", "] ", sh), t, t.gpu.rmsnorm(x.g, w.view, 1e-6, k),
+               t.emu.rmsnorm(x.e, w.view, 1e-6, k), t.ref.rmsnorm(x.r, w.view, 1e-6, k), tol::kCudaNmseBf16);
+  }
+  // gated norm per value head (d_v = 96), weight around 1; and the fault gdn-norm-plus-one
+  HostWeight gw("linear_attn.norm.weight", {96}, [] {
+    std::vector<double> v = randn_bf16(96, 0.05, 14);
+    for (double& x : v) x += 1.0;
+    return v;
+  }());
+  auto o = t.in(randn_bf16(111 * 96, 0.3, 15), {111, 96});
+  auto z = t.in(randn_bf16(111 * 96, 1.5, 16), {111, 96});
+  check_op("gated_rmsnorm", t, t.gpu.gated_rmsnorm(o.g, z.g, gw.view, 1e-6), t.emu.gated_rmsnorm(o.e, z.e, gw.view, 1e-6),
+           t.ref.gated_rmsnorm(o.r, z.r, gw.view, 1e-6), tol::kCudaNmseBf16);
+  const Tensor clean = t.gpu.gated_rmsnorm(o.g, z.g, gw.view, 1e-6);
+  t.numerics(with_fault(Fault::gdn_norm_plus_one));
+  const Tensor faulty = t.gpu.gated_rmsnorm(o.g, z.g, gw.view, 1e-6);
+  check_op("gated_rmsnorm[fault gdn-norm-plus-one]", t, faulty, t.emu.gated_rmsnorm(o.e, z.e, gw.view, 1e-6),
+           t.ref.gated_rmsnorm(o.r, z.r, gw.view, 1e-6), tol::kCudaNmseBf16);
+  CHECK(nmse(t.gpu.to_host_f32(faulty), t.gpu.to_host_f32(clean)) > 0.1);  // the fault changes the output
+  // L2 norm of q/k heads (d_k = 96, scale d_k^-1/2), and the fault gdn-skip-l2norm
+  t.numerics(LayerNumerics{});
+  auto q = t.in(randn_bf16(37 * 3 * 96, 1.0, 17), {37, 3, 96});
+  const double sc = 1.0 / std::sqrt(96.0);
+  check_op("l2norm", t, t.gpu.l2norm(q.g, 1e-6, sc), t.emu.l2norm(q.e, 1e-6, sc), t.ref.l2norm(q.r, 1e-6, sc),
+           tol::kCudaNmseBf16);
+  t.numerics(with_fault(Fault::gdn_skip_l2norm));
+  check_op("l2norm[fault gdn-skip-l2norm]", t, t.gpu.l2norm(q.g, 1e-6, sc), t.emu.l2norm(q.e, 1e-6, sc),
+           t.ref.l2norm(q.r, 1e-6, sc), tol::kCudaNmseBf16);
+  check_guards(t, "norms");
+}
+
+TEST_CASE("cuda ops: matmul (cuBLAS and the simple tiled kernel)") {
+  for (GemmKind gk : {GemmKind::cublas, GemmKind::simple}) {
+    Trio t;
+    CudaBackend gpu(0, gk);
+    gpu.set_guard_check(true);
+    const char* name = gk == GemmKind::cublas ? "matmul[cublas]" : "matmul[simple]";
+    for (auto [N, in, out] : {std::tuple<int64_t, int64_t, int64_t>{37, 200, 333}, {1, 1000, 515}, {17, 1000, 515},
+                              {64, 256, 64}}) {
+      HostWeight w("w", {out, in}, randn_bf16(size_t(out * in), 1.0 / std::sqrt(double(in)), 18));
+      const std::vector<double> xv = randn_bf16(size_t(N * in), 1.0, 19);
+      const Tensor g = gpu.matmul(gpu.from_host(xv, {N, in}, DType::bf16), w.view);
+      const Tensor e = t.emu.matmul(t.emu.from_host(xv, {N, in}, DType::bf16), w.view);
+      const Tensor r = t.ref.matmul(t.ref.from_host(xv, {N, in}, DType::f32), w.view);
+      const std::vector<float> gv = gpu.to_host_f32(g), ev = t.emu.to_host_f32(e), rv = t.ref.to_host_f32(r);
+      CHECK(count_nonfinite(gv) == 0);
+      const double ne = nmse(gv, ev);
+      report_op(name, shape_str(g.shape), ne, nmse(gv, rv), bf16_exact_fraction(gv, ev), tol::kCudaNmseBf16,
+                ne <= tol::kCudaNmseBf16);
+      CHECK_MESSAGE(ne <= tol::kCudaNmseBf16, name << " " << shape_str(g.shape) << ": NMSE " << ne);
+    }
+    // an f32 weight is rounded to bf16 on upload (the GPU path holds every matrix in bf16)
+    HostWeight wf("w32", {21, 40}, randn_bf16(21 * 40, 0.1, 20), DType::f32);
+    const std::vector<double> xv = randn_bf16(3 * 40, 1.0, 21);
+    check_op(cat(name, " f32 weight"), t, gpu.matmul(gpu.from_host(xv, {3, 40}, DType::bf16), wf.view),
+             t.emu.matmul(t.emu.from_host(xv, {3, 40}, DType::bf16), wf.view),
+             t.ref.matmul(t.ref.from_host(xv, {3, 40}, DType::f32), wf.view), tol::kCudaNmseBf16);
+    const std::vector<std::string> bad = gpu.check_guards();
+    CHECK_MESSAGE(bad.empty(), name << ": a kernel wrote outside its buffer");
+  }
+}
+
+TEST_CASE("cuda ops: partial rotate-half RoPE, and the fault rope-interleaved") {
+  for (bool fault : {false, true}) {
+    Trio t;
+    if (fault) t.numerics(with_fault(Fault::rope_interleaved));
+    for (auto [N, H, D, R] : {std::tuple<int64_t, int64_t, int64_t, int>{37, 5, 64, 16}, {3, 24, 256, 64}}) {
+      std::vector<int64_t> pos(static_cast<size_t>(N));
+      for (int64_t i = 0; i < N; ++i) pos[i] = i * 977 % 131071;  // up to large angles
+      const std::vector<double> v = randn_bf16(size_t(N * H * D), 1.0, 22);
+      auto x = t.in(v, {N, H, D});
+      t.gpu.rope_partial(x.g, pos, R, 1e7);
+      t.emu.rope_partial(x.e, pos, R, 1e7);
+      t.ref.rope_partial(x.r, pos, R, 1e7);
+      check_op(cat("rope_partial", fault ? "[fault rope-interleaved]" : "", " R=", R), t, x.g, x.e, x.r,
+               tol::kCudaNmseBf16);
+    }
+    check_guards(t, "rope");
+  }
+}
+
+namespace {
+
+// One attention scenario run identically on every backend: call 1 prefills sequences B (20 rows)
+// and C (50 rows); call 2 mixes a fresh prefill A (37 rows), a continued prefill B (5 rows at 20)
+// and a decode row C (at 50); call 3 decodes B and C once more.
+void attention_case(AttnAlgo algo, DType kv, int n_q, int n_kv, int D, bool off_by_one) {
+  Trio t;
+  LayerNumerics n;
+  n.attn = algo;
+  n.kv_dtype = kv;
+  if (off_by_one) n.faults.set(static_cast<size_t>(Fault::kv_off_by_one));
+  t.numerics(n);
+  KvCache cg[3], ce[3], cr[3];
+  uint32_t seed = 100;
+  auto run = [&](const std::vector<SeqSpan>& spans, const std::vector<int>& which, const char* label) {
+    int64_t N = 0;
+    for (const SeqSpan& s : spans) N += s.rows;
+    // q/k post-norm-and-RoPE scale (~1 per element, scores of a few units), v ~ 1
+    auto q = t.in(randn_bf16(size_t(N * n_q * D), 1.0, seed++), {N, n_q, D});
+    auto k = t.in(randn_bf16(size_t(N * n_kv * D), 1.0, seed++), {N, n_kv, D});
+    auto v = t.in(randn_bf16(size_t(N * n_kv * D), 1.0, seed++), {N, n_kv, D});
+    std::vector<KvCache*> pg, pe, pr;
+    for (int w : which) {
+      pg.push_back(&cg[w]);
+      pe.push_back(&ce[w]);
+      pr.push_back(&cr[w]);
+    }
+    const Tensor g = t.gpu.attention(q.g, k.g, v.g, spans, pg);
+    const Tensor e = t.emu.attention(q.e, k.e, v.e, spans, pe);
+    const Tensor r = t.ref.attention(q.r, k.r, v.r, spans, pr);
+    const char* an = algo == AttnAlgo::naive ? "naive" : algo == AttnAlgo::flash ? "flash" : "splitkv";
+    check_op(cat("attention[", an, ",kv=", dtype_name(kv), off_by_one ? ",fault kv-off-by-one" : "", "] ", label, " D=", D),
+             t, g, e, r, tol::kCudaNmseBf16);
+  };
+  run({{0, 20, 0}, {20, 50, 0}}, {1, 2}, "prefill");
+  run({{0, 37, 0}, {37, 5, 20}, {42, 1, 50}}, {0, 1, 2}, "mixed");
+  run({{0, 1, 25}, {1, 1, 51}}, {1, 2}, "decode");
+  for (int s = 0; s < 3; ++s) {  // the caches themselves (every row, also one written past len by the fault)
+    CHECK(cg[s].len == ce[s].len);
+    if (cg[s].k.empty()) continue;
+    const int64_t rows = std::min(cg[s].capacity(), ce[s].capacity());
+    const std::vector<float> gk = t.gpu.to_host_f32(cg[s].k.slice0(0, rows)), ek = t.emu.to_host_f32(ce[s].k.slice0(0, rows));
+    size_t diff = 0;
+    for (size_t i = 0; i < gk.size(); ++i) diff += std::memcmp(&gk[i], &ek[i], 4) != 0;
+    CHECK_MESSAGE(diff == 0, "KV cache of sequence " << s << ": " << diff << " elements differ from cpu:bf16");
+  }
+  check_guards(t, "attention");
+}
+
+}  // namespace
+
+TEST_CASE("cuda ops: attention naive / flash / splitkv, KV cache bf16 and fp8, fault kv-off-by-one") {
+  for (AttnAlgo a : {AttnAlgo::naive, AttnAlgo::flash, AttnAlgo::splitkv})
+    for (DType kv : {DType::bf16, DType::f8_e4m3}) {
+      attention_case(a, kv, 6, 2, 64, false);
+      attention_case(a, kv, 6, 3, 80, false);
+    }
+  attention_case(AttnAlgo::naive, DType::bf16, 24, 4, 256, false);  // the 27B's head layout
+  attention_case(AttnAlgo::naive, DType::bf16, 6, 2, 64, true);
+  attention_case(AttnAlgo::splitkv, DType::bf16, 6, 2, 64, true);
+}
+
+TEST_CASE("cuda ops: MoE routing (fp32 softmax over all experts, top-k, renormalisation) and scatter-add") {
+  Trio t;
+  for (bool renorm : {true, false})
+    for (auto [R, E, k] : {std::tuple<int64_t, int, int>{37, 11, 3}, {5, 512, 10}, {64, 8, 2}}) {
+      auto l = t.in(randn_bf16(size_t(R * E), 2.0, 30), {R, E});
+      const MoeRouting g = t.gpu.moe_route(l.g, k, renorm), e = t.emu.moe_route(l.e, k, renorm);
+      size_t id_diff = 0;
+      double num = 0, den = 0;
+      for (size_t i = 0; i < g.experts.size(); ++i) {
+        id_diff += g.experts[i] != e.experts[i];
+        num += (g.weights[i] - e.weights[i]) * (g.weights[i] - e.weights[i]);
+        den += e.weights[i] * e.weights[i];
+      }
+      const double ne = num / den;
+      report_op(cat("moe_route[k=", k, renorm ? ",renorm" : ",no-renorm", "]"), cat("[", R, ", ", E, "]"), ne, ne,
+                1.0 - double(id_diff) / g.experts.size(), tol::kCudaNmseF32, id_diff == 0 && ne <= tol::kCudaNmseF32);
+      CHECK_MESSAGE(id_diff == 0, "moe_route: " << id_diff << " expert ids differ from cpu:bf16");
+      CHECK(ne <= tol::kCudaNmseF32);
+    }
+  // scatter-add of weighted expert outputs: unique rows (parallel) and repeated rows (in order)
+  for (bool unique : {true, false}) {
+    auto out = t.in(randn_bf16(37 * 200, 1.0, 31), {37, 200});
+    auto y = t.in(randn_bf16(20 * 200, 1.0, 32), {20, 200});
+    std::vector<int64_t> rows(20);
+    for (int i = 0; i < 20; ++i) rows[i] = unique ? (i * 7) % 37 : (i * 3) % 11;
+    std::vector<double> w(20);
+    for (int i = 0; i < 20; ++i) w[i] = static_cast<float>(0.05 + 0.04 * i);
+    t.gpu.scatter_add_rows(out.g, y.g, rows, w);
+    t.emu.scatter_add_rows(out.e, y.e, rows, w);
+    t.ref.scatter_add_rows(out.r, y.r, rows, w);
+    check_op(unique ? "scatter_add_rows[unique]" : "scatter_add_rows[repeated]", t, out.g, out.e, out.r, tol::kCudaNmseBf16);
+  }
+  check_guards(t, "moe");
+}
+
+TEST_CASE("cuda ops: GDN gates on the device (A_log fp32 / bf16, fault alog-no-exp)") {
+  for (DType ad : {DType::f32, DType::bf16})
+    for (bool fault : {false, true}) {
+      Trio t;
+      if (fault) t.numerics(with_fault(Fault::alog_no_exp));
+      std::vector<double> A = randn_bf16(6, 0.5, 40), dt = randn_bf16(6, 0.5, 41);
+      for (double& x : A) x = round_bf16(static_cast<float>(std::log(1.0 + std::abs(x) * 8)));
+      HostWeight Aw("A_log", {6}, A, ad), dtw("dt_bias", {6}, dt, ad);
+      auto a = t.in(randn_bf16(37 * 6, 2.0, 42), {37, 6});
+      auto b = t.in(randn_bf16(37 * 6, 2.0, 43), {37, 6});
+      Tensor gg, gb, eg, eb, rg, rb;
+      t.gpu.gdn_gates(a.g, b.g, Aw.view, dtw.view, gg, gb);
+      t.emu.gdn_gates(a.e, b.e, Aw.view, dtw.view, eg, eb);
+      t.ref.gdn_gates(a.r, b.r, Aw.view, dtw.view, rg, rb);
+      CHECK(gg.dtype == DType::f32);
+      const std::string tag = cat("[A_log ", dtype_name(ad), fault ? ",fault alog-no-exp" : "", "]");
+      check_op("gdn_gates g" + tag, t, gg, eg, rg, tol::kCudaNmseF32);
+      check_op("gdn_gates beta" + tag, t, gb, eb, rb, tol::kCudaNmseBf16);
+      check_guards(t, "gdn_gates");
+    }
+}
+
+TEST_CASE("cuda ops: conv1d and the gated delta rule through the CPU fallback keep windows and states") {
+  // note: these two ops run on the host until the CUDA GDN core lands; the check is that the copies
+  // to and from the device lose nothing (outputs, conv windows and states equal cpu:bf16 exactly).
+  Trio t;
+  const int64_t C = 3 * 64 + 2 * 48, K = 4, nk = 2, nv = 4, dk = 32, dv = 48;
+  HostWeight w("conv1d.weight", {C, 1, K}, randn_bf16(size_t(C * K), 0.3, 50));
+  Tensor wg = t.gpu.zeros({K - 1, C}, DType::bf16), we = t.emu.zeros({K - 1, C}, DType::bf16);
+  Tensor sg = t.gpu.zeros({nv, dk, dv}, DType::f32), se = t.emu.zeros({nv, dk, dv}, DType::f32);
+  for (int64_t rows : {int64_t(37), int64_t(1)}) {
+    const int64_t pos0 = rows == 1 ? 37 : 0;
+    const std::vector<SeqSpan> spans = {{0, rows, pos0}};
+    const std::vector<double> xv = randn_bf16(size_t(rows * C), 1.0, 51 + uint32_t(rows));
+    const Tensor xg = t.gpu.from_host(xv, {rows, C}, DType::bf16), xe = t.emu.from_host(xv, {rows, C}, DType::bf16);
+    check_exact(cat("conv1d_causal[cpu fallback] rows=", rows), t, t.gpu.conv1d_causal(xg, w.view, spans, {&wg}),
+                t.emu.conv1d_causal(xe, w.view, spans, {&we}));
+    check_exact("conv window", t, wg, we);
+    auto q = t.in(randn_bf16(size_t(rows * nk * dk), 0.18, 60), {rows, nk, dk});
+    auto k = t.in(randn_bf16(size_t(rows * nk * dk), 0.18, 61), {rows, nk, dk});
+    auto v = t.in(randn_bf16(size_t(rows * nv * dv), 1.0, 62), {rows, nv, dv});
+    auto b = t.in(randn_bf16(size_t(rows * nv), 1.0, 63), {rows, nv});
+    std::vector<double> gv = randn_bf16(size_t(rows * nv), 0.1, 64);
+    for (double& x : gv) x = -std::abs(x);
+    const Tensor gg = t.gpu.from_host(gv, {rows, nv}, DType::f32), ge = t.emu.from_host(gv, {rows, nv}, DType::f32);
+    const GdnAlgo algo = rows == 1 ? GdnAlgo::recurrent : GdnAlgo::chunked;
+    check_exact(cat("gdn[cpu fallback] rows=", rows), t, t.gpu.gdn(q.g, k.g, v.g, gg, b.g, spans, {&sg}, algo),
+                t.emu.gdn(q.e, k.e, v.e, ge, b.e, spans, {&se}, algo));
+    check_exact("gdn state", t, sg, se);
+  }
+  CHECK(t.gpu.name().find("gdn-cpu-fallback") != std::string::npos);
+  check_guards(t, "gdn fallback");
+}
