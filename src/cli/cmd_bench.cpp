@@ -15,6 +15,8 @@
 #include <random>
 #include <vector>
 
+#include "build_config.h"
+#include "cli/bench_cuda.h"
 #include "cli/command.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/eigen.h"
@@ -124,13 +126,33 @@ struct BenchArgs {
   std::string backend = "cpu";
   std::string model;
   std::string preset;
+  std::string synthetic;  // cuda: a preset's config, weights generated on the device
   std::string precision = "ref";
   int prefill = 128;
   int decode = 8;
+  int layers = 0;                 // cuda --synthetic: the first N decoder layers only
+  std::vector<int> batches{1, 16};  // cuda: batch sizes
 };
 
 int run_bench(const BenchArgs& a) {
-  if (a.backend == "cuda") throw UntestableError("bench: --backend cuda is not available yet");
+  if (a.backend == "cuda") {
+#if DEGEN_WITH_CUDA
+    if (!a.preset.empty()) input_error("bench --backend cuda: use --synthetic PRESET (weights made on the device)");
+    if (a.precision != "ref") input_error("bench --backend cuda: --precision is a CPU option");
+    BenchCudaArgs c;
+    c.model = a.model;
+    c.synthetic = a.synthetic;
+    c.layers = a.layers;
+    c.prefill = a.prefill;
+    c.decode = a.decode;
+    c.batches = a.batches;
+    c.device = global_options().device;
+    return run_bench_cuda(c);
+#else
+    throw UntestableError("bench: this build has no CUDA backend (rebuild with nvcc and -DDEGEN_CUDA=ON)");
+#endif
+  }
+  if (!a.synthetic.empty() || a.layers) input_error("bench: --synthetic and --layers are options of --backend cuda");
   if (a.backend != "cpu") input_error("bench: --backend must be cpu or cuda, found '", a.backend, "'");
   if (a.model.empty() == a.preset.empty()) input_error("bench: give exactly one of --model DIR or --preset NAME");
   if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
@@ -232,16 +254,21 @@ int run_bench(const BenchArgs& a) {
   return 0;
 }
 
-CommandRegistrar reg("bench", "Benchmark the CPU reference engine (tok/s, GFLOP/s vs Eigen peak, GB/s vs memcpy, RSS)",
+CommandRegistrar reg("bench", "Benchmark the CPU reference engine or the GPU path (tok/s, GEMM rate, GB/s vs copy bandwidth)",
                      80, [](CLI::App* sub) -> std::function<int()> {
   auto a = std::make_shared<BenchArgs>();
-  sub->add_option("--backend", a->backend, "cpu (cuda: later)");
+  sub->add_option("--backend", a->backend, "cpu or cuda");
   sub->add_option("--model", a->model, "Model folder");
   sub->add_option("--preset", a->preset, "Synthetic preset written to a temporary folder first (e.g. bench-1b)");
   sub->add_option("--precision", a->precision, "ref or fp64");
   sub->add_option("--prefill", a->prefill, "Prompt tokens for the prefill measurement (default 128)");
   sub->add_option("--decode", a->decode, "Decode steps (default 8)");
-  sub->footer("Example:\n  degenbisect bench --backend cpu --preset bench-1b");
+  sub->add_option("--synthetic", a->synthetic,
+                  "cuda: a preset's config (e.g. qwen36-27b) with random weights generated on the device");
+  sub->add_option("--layers", a->layers, "cuda --synthetic: keep only the first N decoder layers");
+  sub->add_option("--batch", a->batches, "cuda: batch sizes to measure (default 1 16)")->delimiter(',');
+  sub->footer("Examples:\n  degenbisect bench --backend cpu --preset bench-1b\n"
+              "  degenbisect bench --backend cuda --synthetic qwen36-27b --layers 8 --prefill 256");
   return [a] { return run_bench(*a); };
 });
 

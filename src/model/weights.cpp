@@ -186,10 +186,18 @@ void validate_against(const std::vector<WeightSpec>& table, const Checkpoint& ck
 ModelWeights bind_weights(const ModelConfig& c, const Checkpoint& ckpt) {
   CheckpointLayout lay = detect_layout(c, ckpt);
   validate_against(weight_table(c, lay), ckpt, c);
+  return bind_weight_views(c, lay, [&](const std::string& name) { return &ckpt.get(name); });
+}
 
+ModelWeights bind_weight_views(const ModelConfig& c, const CheckpointLayout& lay,
+                               const std::function<const TensorView*(const std::string&)>& find) {
   ModelWeights w;
   w.experts_fused = lay.experts_fused;
-  auto get = [&](const std::string& name) { return &ckpt.get(name); };
+  auto get = [&](const std::string& name) {
+    const TensorView* v = find(name);
+    if (!v) input_error("weight ", name, " is missing");
+    return v;
+  };
   const std::string& P = c.tensor_prefix;
   w.embed = get(P + "embed_tokens.weight");
   w.lm_head = c.tie_word_embeddings ? w.embed : get("lm_head.weight");

@@ -4,6 +4,7 @@
 // missing, unexpected and mismatched tensor in one InputError, then returns typed per-layer views.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,6 +105,10 @@ std::vector<WeightSpec> weight_table(const ModelConfig& cfg, const CheckpointLay
 // Validates every tensor against the table and binds the views. Throws one InputError listing every
 // missing, unexpected, wrong-shape and wrong-dtype tensor. Vision tensors (model.visual.*) are ignored.
 ModelWeights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt);
+// The binding step alone, over views found by name (nullptr: absent -> InputError), unvalidated:
+// for weights that live outside a checkpoint (bench --synthetic: views of device-generated tensors).
+ModelWeights bind_weight_views(const ModelConfig& cfg, const CheckpointLayout& layout,
+                               const std::function<const TensorView*(const std::string&)>& find);
 
 // Qwen3-Next fused GDN layout -> split layout: for each row of the split [qkv | z] (length
 // 2 d_key + 2 d_val) the row of in_proj_qkvz it comes from, and for each row of [b | a] (2 n_v)

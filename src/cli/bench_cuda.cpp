@@ -1,0 +1,248 @@
+// `degenbisect bench --backend cuda`: throughput of the GPU path (CudaBackend) on a real checkpoint
+// or, with --synthetic PRESET, on random weights generated on the device from the preset's config
+// alone (nothing is read from disk, so a 27B-shaped model needs no 54 GB file). Prints:
+//   probe    device-to-device copy bandwidth (bytes read + written per second) and a cuBLAS bf16 GEMM
+//            at the model's MLP shape, both measured in this run;
+//   prefill  tokens/s at each batch size (B sequences of --prefill tokens in one forward call);
+//   decode   tokens/s at each batch size (one token per sequence per step, median step), the weight
+//            bytes a step reads, and the achieved fraction of the memory-bandwidth floor:
+//            floor = weight bytes per step / copy bandwidth, fraction = floor / step time;
+//            the same with the GDN CPU-fallback time taken out (until the CUDA GDN core lands,
+//            conv1d and the delta rule run on the host, which dominates a step).
+// note: decode feeds random token ids rather than the argmax of the logits (the step's cost does not
+// depend on the ids, and copying [B, V] logits to the host every step would be measured too).
+#include "build_config.h"
+#if DEGEN_WITH_CUDA
+#include "cli/bench_cuda.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include "cuda/check.h"
+#include "cuda/context.h"
+#include "cuda/cuda_backend.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "model/weights.h"
+#include "synth_weights.h"
+#include "util/error.h"
+
+namespace degen::cli {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
+// Best device-to-device copy of `bytes` over `reps`: bytes read + written per second.
+double copy_bandwidth(CudaBackend& be, size_t bytes, int reps) {
+  Tensor a = be.zeros({static_cast<int64_t>(bytes)}, DType::u8), b = be.zeros({static_cast<int64_t>(bytes)}, DType::u8);
+  cudaStream_t st = be.context()->stream();
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  float best = 1e30f;
+  for (int r = 0; r < reps + 1; ++r) {  // the first copy warms up
+    CUDA_CHECK(cudaEventRecord(e0, st));
+    CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), bytes, cudaMemcpyDeviceToDevice, st));
+    CUDA_CHECK(cudaEventRecord(e1, st));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r > 0) best = std::min(best, ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 2.0 * double(bytes) / (best * 1e-3);
+}
+
+// The config of a synth preset, optionally cut to its first `layers` decoder layers.
+ModelConfig preset_config(const std::string& name, int layers) {
+  nlohmann::json j = find_synth_preset(name).config;
+  nlohmann::json& t = j.contains("text_config") ? j["text_config"] : j;
+  if (layers > 0) {
+    const int L = t.at("num_hidden_layers").get<int>();
+    if (layers > L) input_error("bench: --layers ", layers, " but ", name, " has ", L);
+    t["num_hidden_layers"] = layers;
+    if (t.contains("layer_types")) {
+      nlohmann::json lt = nlohmann::json::array();
+      for (int i = 0; i < layers; ++i) lt.push_back(t["layer_types"][i]);
+      t["layer_types"] = lt;
+    }
+  }
+  return parse_model_config(j, "synthetic:" + name);
+}
+
+// Views (no host data) of every weight of the table, and their device tensors: random values
+// scaled like trained weights (matrices ~ N(0, 1/in), zero-centred norms ~ 0, the GDN norm ~ 1,
+// A_log and dt_bias as a decay would need; A_log kept fp32).
+struct SyntheticWeights {
+  std::map<std::string, std::unique_ptr<TensorView>> views;
+  ModelWeights weights;
+};
+std::unique_ptr<SyntheticWeights> synthetic_weights(const ModelConfig& cfg, CudaBackend& be) {
+  auto s = std::make_unique<SyntheticWeights>();
+  CheckpointLayout lay;  // per-expert tensors, no MTP layer: the bench runs the main model only
+  uint64_t key = 1;
+  for (const WeightSpec& w : weight_table(cfg, lay)) {
+    auto v = std::make_unique<TensorView>();
+    v->name = w.name;
+    v->shape = w.shape;
+    const bool a_log = w.name.size() >= 5 && w.name.compare(w.name.size() - 5, 5, "A_log") == 0;
+    v->dtype = a_log ? DType::f32 : DType::bf16;
+    v->nbytes = static_cast<size_t>(v->numel()) * dtype_size(v->dtype);
+    float offset = 0.0f, scale = 0.02f;
+    const auto ends = [&](const char* suf) {
+      const std::string x(suf);
+      return w.name.size() >= x.size() && w.name.compare(w.name.size() - x.size(), x.size(), x) == 0;
+    };
+    if (ends("linear_attn.norm.weight")) { offset = 1.0f; scale = 0.05f; }
+    else if (ends("norm.weight") || ends("layernorm.weight")) { scale = 0.05f; }
+    else if (a_log) { offset = 0.5f; scale = 0.3f; }
+    else if (ends("dt_bias")) { scale = 0.5f; }
+    else if (ends("conv1d.weight")) { scale = 0.3f; }
+    else if (w.shape.size() == 2) { scale = static_cast<float>(1.0 / std::sqrt(double(w.shape[1]))); }
+    Tensor t = be.device_tensor(w.shape, v->dtype, "synthetic weight");
+    cuda::fill_random_cuda(t.raw(), v->dtype, t.numel(), 1234, key++, offset, scale, be.context()->stream());
+    be.register_weight(*v, std::move(t));
+    s->views[w.name] = std::move(v);
+  }
+  s->weights = bind_weight_views(cfg, lay, [&](const std::string& n) -> const TensorView* {
+    auto it = s->views.find(n);
+    return it == s->views.end() ? nullptr : it->second.get();
+  });
+  be.sync();
+  return s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int run_bench_cuda(const BenchCudaArgs& a) {
+  if (a.model.empty() == a.synthetic.empty())
+    input_error("bench --backend cuda: give exactly one of --model DIR or --synthetic PRESET");
+  if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
+  CudaBackend be(a.device);
+  const cuda::CudaContext& ctx = *be.context();
+  std::unique_ptr<Model> model;
+  std::unique_ptr<SyntheticWeights> synth;
+  ModelConfig cfg;
+  const ModelWeights* weights = nullptr;
+  std::string what;
+  auto t_load = clock_type::now();
+  if (!a.synthetic.empty()) {
+    cfg = preset_config(a.synthetic, a.layers);
+    synth = synthetic_weights(cfg, be);
+    weights = &synth->weights;
+    what = cat(a.synthetic, " (synthetic weights generated on the device)");
+  } else {
+    if (a.layers > 0) input_error("bench: --layers applies to --synthetic only");
+    model = load_model(a.model);
+    cfg = model->config;
+    weights = &model->weights;
+    what = a.model;
+  }
+  const double load_s = seconds_since(t_load);
+  int64_t free_b = 0, total_b = 0;
+  ctx.mem_info(&free_b, &total_b);
+  std::printf("model    %s: %s, %d layers %s, H %lld, V %lld\n", what.c_str(), arch_name(cfg.arch), cfg.num_layers,
+              cfg.layer_map().c_str(), static_cast<long long>(cfg.hidden_size), static_cast<long long>(cfg.vocab_size));
+  std::printf("backend  %s on %s (%d SMs), %s free of %s; weights on device %s (%.1f s)\n", be.name().c_str(),
+              ctx.props().name, ctx.props().multiProcessorCount, cuda::gib(free_b).c_str(), cuda::gib(total_b).c_str(),
+              cuda::gib(be.weight_bytes_on_device()).c_str(), load_s);
+
+  // Probes: device-to-device copy, and a cuBLAS product at the MLP's shape.
+  const double bw = copy_bandwidth(be, size_t(2) << 30, 5);
+  double gemm_tflops = 0;
+  {
+    const int64_t M = 2048, K = cfg.hidden_size;
+    const TensorView* wv = nullptr;
+    for (const LayerWeights& lw : weights->layers)
+      if (!lw.moe && lw.mlp.up) { wv = lw.mlp.up; break; }
+    if (wv) {
+      Tensor x = be.device_tensor({M, K}, DType::bf16, "gemm probe");
+      cuda::fill_random_cuda(x.raw(), DType::bf16, x.numel(), 7, 7, 0.0f, 1.0f, ctx.stream());
+      be.matmul(x, *wv);
+      be.sync();
+      double best = 1e30;
+      for (int r = 0; r < 5; ++r) {
+        const auto t0 = clock_type::now();
+        be.matmul(x, *wv);
+        be.sync();
+        best = std::min(best, seconds_since(t0));
+      }
+      gemm_tflops = 2.0 * double(M) * double(K) * double(wv->shape[0]) / best / 1e12;
+      std::printf("probe    device-to-device copy 2 GiB: %.0f GB/s (read + write);  cuBLAS bf16 GEMM [%lld x %lld] x "
+                  "[%lld x %lld]^T: %.0f TFLOP/s\n",
+                  bw / 1e9, static_cast<long long>(M), static_cast<long long>(K),
+                  static_cast<long long>(wv->shape[0]), static_cast<long long>(K), gemm_tflops);
+    } else {
+      std::printf("probe    device-to-device copy 2 GiB: %.0f GB/s (read + write)\n", bw / 1e9);
+    }
+  }
+
+  Engine eng(cfg, *weights, be, EngineOptions{GdnAlgo::chunked});
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(std::min<int64_t>(cfg.vocab_size, 1 << 30) - 1));
+  auto tokens = [&](int n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = pick(rng);
+    return t;
+  };
+  {  // warm-up: cuBLAS heuristics, the memory pool, first-use uploads of a real checkpoint
+    SeqState st = eng.new_state();
+    eng.forward({SeqInput{&st, tokens(8)}});
+    eng.forward({SeqInput{&st, tokens(1)}});
+    be.sync();
+  }
+
+  std::printf("%-8s %5s %9s %12s %12s %12s %12s %14s %10s %12s\n", "phase", "batch", "tokens", "seconds", "tok/s",
+              "step ms", "gdn-cpu ms", "weights GB/st", "of floor", "w/o gdn-cpu");
+  for (int B : a.batches) {
+    std::vector<SeqState> states;
+    for (int i = 0; i < B; ++i) states.push_back(eng.new_state());
+    std::vector<SeqInput> in;
+    for (int i = 0; i < B; ++i) in.push_back(SeqInput{&states[i], tokens(a.prefill)});
+    be.stats().reset();
+    auto t0 = clock_type::now();
+    eng.forward(in);
+    be.sync();
+    const double t_pre = seconds_since(t0);
+    std::printf("%-8s %5d %9lld %12.3f %12.1f %12s %12.1f %14s %10s %12s\n", "prefill", B,
+                static_cast<long long>(B) * a.prefill, t_pre, B * a.prefill / t_pre, "-",
+                1e3 * be.stats().fallback_seconds, "-", "-", "-");
+    std::vector<double> steps, fb;
+    double bytes = 0;
+    for (int s = 0; s < a.decode; ++s) {
+      in.clear();
+      for (int i = 0; i < B; ++i) in.push_back(SeqInput{&states[i], tokens(1)});
+      be.stats().reset();
+      t0 = clock_type::now();
+      eng.forward(in);
+      be.sync();
+      steps.push_back(seconds_since(t0));
+      fb.push_back(be.stats().fallback_seconds);
+      bytes = be.stats().weight_bytes;
+    }
+    const double step = median(steps), fbs = median(fb);
+    const double floor_s = bytes / bw;  // every weight byte read once at the copy rate
+    std::printf("%-8s %5d %9lld %12.3f %12.1f %12.2f %12.2f %14.3f %9.1f%% %11.1f%%\n", "decode", B,
+                static_cast<long long>(B) * a.decode, step * a.decode, B / step, 1e3 * step, 1e3 * fbs, bytes / 1e9,
+                100.0 * floor_s / step, 100.0 * floor_s / std::max(step - fbs, 1e-9));
+  }
+  std::printf("note     floor = weight bytes per decode step / copy bandwidth; 'w/o gdn-cpu' takes the GDN CPU-fallback "
+              "time out of the step; peak device memory %s\n",
+              cuda::gib(ctx.peak_bytes()).c_str());
+  return 0;
+}
+
+}  // namespace degen::cli
+#endif  // DEGEN_WITH_CUDA

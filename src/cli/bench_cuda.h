@@ -1,0 +1,20 @@
+// `degenbisect bench --backend cuda` (src/cli/bench_cuda.cpp; built with the CUDA backend only).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace degen::cli {
+
+struct BenchCudaArgs {
+  std::string model;      // checkpoint folder (weights uploaded from the memory map), or
+  std::string synthetic;  // a synth preset: config only, random weights generated on the device
+  int layers = 0;         // > 0: keep only the first N decoder layers of the config (time budget)
+  int prefill = 256;      // prompt tokens per sequence
+  int decode = 8;         // decode steps measured
+  std::vector<int> batches{1, 16};
+  int device = 0;
+};
+
+int run_bench_cuda(const BenchCudaArgs& a);
+
+}  // namespace degen::cli
