@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The GPU check of the CUDA backend, in one run on a machine with the CUDA toolkit and a GPU:
+#   1. configure and build degenbisect and the GPU tests for the local GPU (compute capability read
+#      with nvidia-smi, else "native");
+#   2. run the GPU tests (tests/cuda: every op against the CPU, end to end compare of the tiny models);
+#   3. `compare` of the four shipped tiny models on backend=cuda against golden/<model>/smoke (a
+#      committed record without noise floors is first regenerated with floors into the work folder),
+#      plus attn=flash and attn=splitkv,kv_dtype=fp8 on one model, and a planted fault that must be caught;
+#   4. `bench --backend cuda --synthetic qwen36-27b` (random weights made on the device; the first
+#      $BENCH_LAYERS layers, see below);
+#   5. a short summary table, printed LAST.
+# Usage: scripts/gpu-check.sh [LOGDIR]   full logs (build.log, cuda-tests.log, compare.log, bench.log,
+#        summary.txt) go to LOGDIR when given, else to a temporary folder.
+# Needs nothing beyond a CUDA toolkit, CMake and a C++ compiler: when the system lacks Eigen, CLI11,
+# nlohmann-json, doctest or utf8proc, stage them first on a machine that has them
+# (scripts/stage-device-deps.sh writes .devdeps/, which this script uses when present).
+# Environment: BENCH_LAYERS (default 8: 2 attention + 6 GDN layers of the 27B; the GDN layers run
+# through the CPU fallback until the CUDA GDN core lands, which bounds the time), JOBS, DEADLINE
+# (seconds, default 450: a step that would start after it is skipped and each step's timeout is cut
+# so that the summary is printed in time).
+# Designed to finish in under 8 minutes on one H200.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+logdir="${1:-$(mktemp -d /tmp/gpu-check.XXXXXX)}"
+mkdir -p "$logdir"
+logdir="$(cd "$logdir" && pwd)"
+work="$(mktemp -d /tmp/gpu-check-work.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+t_start=$(date +%s)
+jobs="${JOBS:-$(nproc)}"
+bench_layers="${BENCH_LAYERS:-8}"
+deadline=$(( t_start + ${DEADLINE:-450} ))
+# seconds a step may take: its own limit, cut to what is left before the deadline (minus a reserve)
+budget() { local left=$(( deadline - $(date +%s) - 15 )); [ "$left" -lt "$1" ] && echo "$left" || echo "$1"; }
+summary="$logdir/summary.txt"
+: > "$summary"
+row() { printf '%-44s %s\n' "$1" "$2" >> "$summary"; }
+elapsed() { echo $(( $(date +%s) - $1 )); }
+finish() {
+  row "total" "$(elapsed "$t_start") s"
+  echo
+  echo "== gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)) — logs in $logdir =="
+  cat "$summary"
+  exit "${1:-0}"
+}
+
+# ---- dependencies staged for a bare machine ----
+cmake_extra=()
+if [ -d .devdeps/usr ]; then
+  arch_dir="$(ls -d .devdeps/usr/lib/*-linux-gnu 2>/dev/null | head -1)"
+  cmake_extra+=("-DCMAKE_PREFIX_PATH=$root/.devdeps/usr")
+  export PKG_CONFIG_PATH="$root/$arch_dir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  export LD_LIBRARY_PATH="$root/$arch_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+command -v ninja >/dev/null && cmake_extra+=(-G Ninja)
+cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')"
+[ -n "$cc" ] || cc=native
+command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
+
+# ---- 1. build ----
+t0=$(date +%s)
+build=build-gpu
+if cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDEGEN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cc" \
+     "${cmake_extra[@]}" > "$logdir/build.log" 2>&1 &&
+   cmake --build "$build" -j"$jobs" --target degenbisect degen_cuda_tests >> "$logdir/build.log" 2>&1; then
+  row "build (sm_$cc, $jobs jobs)" "ok ($(elapsed "$t0") s)"
+else
+  row "build (sm_$cc)" "FAILED ($(elapsed "$t0") s): see build.log"
+  tail -30 "$logdir/build.log"
+  finish 1
+fi
+bin="$root/$build/degenbisect"
+"$bin" devices > "$logdir/devices.txt" 2>&1
+row "device" "$(head -1 "$logdir/devices.txt")"
+rm -f "$logdir/devices.txt"
+
+# ---- 2. GPU tests ----
+t0=$(date +%s)
+# the op tests first, then the end-to-end ones (slower), each under its own time limit
+(cd "$build/tests" && timeout "$(budget 90)" ./degen_cuda_tests -tce='cuda e2e*') > "$logdir/cuda-tests.log" 2>&1
+rc=$?
+cases="$(grep -E '^\[doctest\] test cases:' "$logdir/cuda-tests.log" | tail -1 | sed 's/\[doctest\] //')"
+row "GPU op tests (degen_cuda_tests)" "exit $rc; ${cases:-no summary}; $(elapsed "$t0") s"
+t0=$(date +%s)
+(cd "$build/tests" && timeout "$(budget 150)" ./degen_cuda_tests -tc='cuda e2e*') >> "$logdir/cuda-tests.log" 2>&1
+rc=$?
+cases="$(grep -E '^\[doctest\] test cases:' "$logdir/cuda-tests.log" | tail -1 | sed 's/\[doctest\] //')"
+row "GPU e2e tests (degen_cuda_tests)" "exit $rc; ${cases:-no summary}; $(elapsed "$t0") s"
+ops_ok=$(grep -c '^op-check .* ok$' "$logdir/cuda-tests.log")
+ops_bad=$(grep -c '^op-check .* FAIL$' "$logdir/cuda-tests.log")
+row "  op checks vs cpu:bf16 (NMSE within limit)" "$ops_ok ok, $ops_bad FAIL"
+worst="$(grep '^op-check' "$logdir/cuda-tests.log" | awk '{for(i=1;i<=NF;i++) if($i=="nmse(vs") {v=$(i+2); print v, $0; break}}' \
+  | sort -g -r | head -1 | cut -d' ' -f1)"
+row "  largest op NMSE vs cpu:bf16" "${worst:-n/a}"
+grep '^e2e-check' "$logdir/cuda-tests.log" | while read -r _ m rest; do row "  e2e $m" "$(echo "$rest" | cut -c1-90)"; done
+
+# ---- 3. compare of the shipped models on backend=cuda ----
+t0=$(date +%s)
+: > "$logdir/compare.log"
+for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
+  "$bin" -q synth --preset "$m" --out "$work/$m" >> "$logdir/compare.log" 2>&1
+  rec="golden/$m/smoke"
+  if grep -q '"status": *"absent"' "$rec/manifest.json" 2>/dev/null; then
+    echo "== $m: the committed record has no noise floors; regenerating it with floors" >> "$logdir/compare.log"
+    timeout "$(budget 60)" "$bin" -q golden --model "$work/$m" --cases cases/smoke.json --out "$work/golden-$m" --positions 32 \
+      >> "$logdir/compare.log" 2>&1
+    rec="$work/golden-$m"
+    note=" (record regenerated with floors)"
+  else
+    note=""
+  fi
+  run_compare() {  # CONFIG LABEL EXPECT [compare options]
+    local lim; lim=$(budget 60)
+    if [ "$lim" -le 5 ]; then row "compare $m $2" "skipped: DEADLINE reached"; return; fi
+    echo "== compare $m --config $1 ${*:4}" >> "$logdir/compare.log"
+    timeout "$lim" "$bin" -q compare --golden "$rec" --model "$work/$m" --config "$1" "${@:4}" >> "$logdir/compare.log" 2>&1
+    local rc=$?
+    local v; v="$(grep -E '^verdict' "$logdir/compare.log" | tail -1 | cut -c1-60)"
+    local mark=""; [ "$rc" = "$3" ] || mark="  <-- expected exit $3"
+    row "compare $m $2" "exit $rc: ${v:-?}$note$mark"
+  }
+  run_compare backend=cuda "backend=cuda" 0
+  if [ "$m" = tiny-qwen35 ]; then
+    run_compare backend=cuda,attn=flash "attn=flash (prefill passes)" 0 --no-decode
+    run_compare backend=cuda,attn=splitkv "attn=splitkv" 0
+    run_compare backend=cuda,gemm=simple "gemm=simple (prefill passes)" 0 --no-decode
+    run_compare backend=cuda,fault=rope-interleaved@3 "fault=rope-interleaved@3" 1 --no-decode
+  fi
+done
+row "  compare time" "$(elapsed "$t0") s"
+
+# ---- 4. benchmark ----
+t0=$(date +%s)
+timeout "$(budget 150)" "$bin" bench --backend cuda --synthetic qwen36-27b --layers "$bench_layers" --prefill 128 --decode 8 \
+  --batch 1,16 > "$logdir/bench.log" 2>&1
+rc=$?
+row "bench qwen36-27b, first $bench_layers layers" "exit $rc ($(elapsed "$t0") s)"
+grep -E '^probe' "$logdir/bench.log" | cut -c10-150 | while read -r l; do row "  probe" "$l"; done
+grep -E '^(prefill|decode) ' "$logdir/bench.log" | while read -r ph b tok s tps step fb gb floor wo; do
+  if [ "$ph" = prefill ]; then
+    row "  prefill batch $b ($tok tok)" "$tps tok/s (gdn-cpu ${fb} ms)"
+  else
+    row "  decode batch $b" "$tps tok/s, step $step ms (gdn-cpu $fb ms), $gb GB/step, $floor of floor ($wo w/o gdn-cpu)"
+  fi
+done
+finish 0
