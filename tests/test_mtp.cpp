@@ -1,8 +1,8 @@
 // MTP speculative decoding (issue 6; spec model.md §5.4, §6, §9; metrics.md §5), on the shipped
 // tiny models under the CPU reference: verify logits and hidden rows bit-identical to plain decode,
 // the rollback invariant (state after verify + rollback to m == state of plain decode of m+1
-// tokens, bit for bit, target and MTP cache), greedy output with mtp=1..4 == mtp=0, stop and
-// context limits, the coupled acceptance rule keeping the target distribution, the two MTP faults,
+// tokens, bit for bit, target and MTP cache), greedy output with mtp=1..4 == mtp=0 (also under
+// precision=bf16 with storage toggles), drafts accepted at every length, stop and context limits, the coupled acceptance rule keeping the target distribution, the two MTP faults,
 // and a checkpoint without MTP weights being untestable.
 #include <doctest/doctest.h>
 
@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 
+#include "engine/backend_factory.h"
 #include "engine/generate.h"
 #include "engine/spec_decode.h"
 #include "engine_test_util.h"
@@ -187,43 +188,56 @@ TEST_CASE("mtp: verify logits and hidden rows are bit-identical to plain decode"
   }
 }
 
+// Verify k+1 tokens, roll back to m, for every m: the state (target and MTP cache) must equal plain
+// decoding of the m+1 tokens bit for bit, and both must go on identically.
+void check_rollback(Engine& eng, Backend& be, const ModelConfig& cfg) {
+  const int64_t V = cfg.vocab_size, H = cfg.hidden_size;
+  const int k = 4;
+  SeqState base = eng.new_state();
+  const std::vector<int32_t> prompt = random_ids(9, V, 3);
+  ForwardOptions fo;
+  fo.keep_hidden = true;
+  ForwardOutput pre = eng.forward({SeqInput{&base, prompt}}, fo);
+  const std::vector<int32_t> toks = random_ids(k + 1, V, 4);
+  // MTP cache over the prompt rows (ĥ_i, x_{i+1}), x_9 = toks[0]
+  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+  next.push_back(toks[0]);
+  eng.mtp({MtpInput{&base, pre.hidden, next}});
+  for (int mm = 0; mm <= k; ++mm) {
+    CAPTURE(mm);
+    // speculative: k-1 chained MTP draft rows, verify k+1 tokens, roll both back
+    SeqState spec = eng.snapshot(base);
+    eng.mtp({MtpInput{&spec, be.from_host(std::vector<double>(static_cast<size_t>((k - 1) * H), 0.1), {k - 1, H}),
+                      std::vector<int32_t>(toks.begin() + 1, toks.begin() + k)}});
+    VerifyPass vp = verify_tokens(eng, spec, toks, nullptr, false);
+    rollback_target(spec, vp, mm);
+    rollback_mtp(spec, base.mtp_pos);
+    // plain: decode toks[0..mm] one at a time
+    SeqState plain = eng.snapshot(base);
+    for (int j = 0; j <= mm; ++j) eng.forward({SeqInput{&plain, {toks[static_cast<size_t>(j)]}}});
+    check_same_state(spec, plain);
+    // and both go on identically, target and MTP head
+    const int32_t after = toks[static_cast<size_t>(k)] ^ 1;
+    ForwardOutput a = eng.forward({SeqInput{&spec, {after}}}, fo), b = eng.forward({SeqInput{&plain, {after}}}, fo);
+    CHECK(same_bits(be.to_host_f32(a.logits), be.to_host_f32(b.logits)));
+    CHECK(same_bits(be.to_host_f32(eng.mtp({MtpInput{&spec, a.hidden, {after}}})),
+                    be.to_host_f32(eng.mtp({MtpInput{&plain, b.hidden, {after}}}))));
+  }
+}
+
 TEST_CASE("mtp: rollback to m accepted drafts leaves the state of plain decoding of m+1 tokens, bit for bit") {
   for (const std::string& preset : kPresets) {
     SUBCASE(preset.c_str()) {
       SynthModel m(preset);
-      Engine& eng = *m->eng;
-      Backend& be = *m->be;
-      const int64_t V = m->cfg.vocab_size, H = m->cfg.hidden_size;
-      const int k = 4;
-      SeqState base = eng.new_state();
-      const std::vector<int32_t> prompt = random_ids(9, V, 3);
-      ForwardOptions fo;
-      fo.keep_hidden = true;
-      ForwardOutput pre = eng.forward({SeqInput{&base, prompt}}, fo);
-      const std::vector<int32_t> toks = random_ids(k + 1, V, 4);
-      // MTP cache over the prompt rows (ĥ_i, x_{i+1}), x_9 = toks[0]
-      std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
-      next.push_back(toks[0]);
-      eng.mtp({MtpInput{&base, pre.hidden, next}});
-      for (int mm = 0; mm <= k; ++mm) {
-        CAPTURE(mm);
-        // speculative: k chained MTP draft rows, verify k+1 tokens, roll both back
-        SeqState spec = eng.snapshot(base);
-        eng.mtp({MtpInput{&spec, be.from_host(std::vector<double>(static_cast<size_t>((k - 1) * H), 0.1), {k - 1, H}),
-                          std::vector<int32_t>(toks.begin() + 1, toks.begin() + k)}});
-        VerifyPass vp = verify_tokens(eng, spec, toks, nullptr, false);
-        rollback_target(spec, vp, mm);
-        rollback_mtp(spec, base.mtp_pos);
-        // plain: decode toks[0..mm] one at a time
-        SeqState plain = eng.snapshot(base);
-        for (int j = 0; j <= mm; ++j) eng.forward({SeqInput{&plain, {toks[static_cast<size_t>(j)]}}});
-        check_same_state(spec, plain);
-        // and both go on identically
-        const int32_t after = toks[static_cast<size_t>(k)] ^ 1;
-        ForwardOutput a = eng.forward({SeqInput{&spec, {after}}}), b = eng.forward({SeqInput{&plain, {after}}});
-        CHECK(same_bits(be.to_host_f32(a.logits), be.to_host_f32(b.logits)));
-      }
+      check_rollback(*m->eng, *m->be, m->cfg);
     }
+  }
+  SUBCASE("tiny-qwen3next under GPU storage emulation") {
+    SynthModel m("tiny-qwen3next");
+    const RunConfig rc = parse_run_config("precision=bf16,attn=flash,ssm_dtype=bf16,kv_dtype=fp8");
+    std::unique_ptr<Backend> be = make_backend(rc, m->cfg);
+    Engine eng(m->cfg, m->w, *be, engine_options(rc));
+    check_rollback(eng, *be, m->cfg);
   }
 }
 
@@ -315,6 +329,25 @@ TEST_CASE("mtp: drafts the target agrees with are accepted, at every accepted le
           if (every > 0) CHECK(lengths.size() == static_cast<size_t>(k + 1));  // every m in 0..k occurs
         }
       }
+    }
+  }
+}
+
+TEST_CASE("mtp: greedy mtp=1..4 equals mtp=0 under GPU storage emulation and the storage toggles") {
+  // One-row verify steps are plain decode's calls, and checkpoints copy the stored (rounded) state,
+  // so equivalence holds bit for bit whatever the storage dtypes.
+  SynthModel m("tiny-qwen3next");
+  const std::vector<int32_t> prompt = random_ids(12, m->cfg.vocab_size, 13);
+  for (const char* text : {"precision=bf16", "precision=bf16,attn=flash,ssm_dtype=bf16,kv_dtype=fp8",
+                           "precision=bf16,attn=splitkv,gdn=recurrent,conv_dtype=bf16"}) {
+    CAPTURE(text);
+    const RunConfig rc = parse_run_config(text);
+    std::unique_ptr<Backend> be = make_backend(rc, m->cfg);
+    Engine eng(m->cfg, m->w, *be, engine_options(rc));
+    const std::vector<int32_t> ref = generate(eng, {prompt}, greedy(32, 0))[0].tokens;
+    for (int k = 1; k <= 4; ++k) {
+      CAPTURE(k);
+      CHECK(generate(eng, {prompt}, greedy(32, k))[0].tokens == ref);
     }
   }
 }
