@@ -2,8 +2,9 @@
 // tiny models under the CPU reference: verify logits and hidden rows bit-identical to plain decode,
 // the rollback invariant (state after verify + rollback to m == state of plain decode of m+1
 // tokens, bit for bit, target and MTP cache), greedy output with mtp=1..4 == mtp=0 (also under
-// precision=bf16 with storage toggles), drafts accepted at every length, stop and context limits, the coupled acceptance rule keeping the target distribution, the two MTP faults,
-// and a checkpoint without MTP weights being untestable.
+// precision=bf16 with storage toggles), drafts accepted at every length, stop and context limits,
+// the coupled acceptance rule keeping the target distribution, the two MTP faults, and a
+// checkpoint without MTP weights being untestable.
 #include <doctest/doctest.h>
 
 #include <cstring>
