@@ -1,8 +1,9 @@
 // `degenbisect run`: generate with the CPU reference engine from a prompt (plain, or rendered with the
 // model's chat template) or from token ids, and print the text (thinking part separated from the
 // answer), the token count and tokens/s. `--check-weights` scans every tensor for NaN/Inf.
-// The --config parsing here is deliberately small (backend, precision, gdn, sampling); a later issue
-// replaces it with the full RunConfig (DESIGN.md §5).
+// --config is a full RunConfig (DESIGN.md §5): the backend comes from make_backend, the per-layer
+// toggles and faults from engine_options, MTP drafting from mtp_options, batch=1|all decides
+// whether the prompts are generated one at a time or as one batch.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,9 +12,10 @@
 #include <sstream>
 
 #include "cli/command.h"
-#include "cpu/cpu_backend.h"
+#include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/spec_decode.h"
 #include "model/chat_template.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -23,74 +25,6 @@ namespace degen::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The toggles `run` understands for now.
-struct RunOptions {
-  CpuPrecision precision = CpuPrecision::ref;
-  GdnAlgo gdn = GdnAlgo::chunked;
-  SamplingParams sampling;  // temperature 0 = greedy
-};
-
-double parse_number(const std::string& key, const std::string& v) {
-  size_t used = 0;
-  double d = 0;
-  try {
-    d = std::stod(v, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty() || !std::isfinite(d)) input_error("--config ", key, "=", v, ": expected a number");
-  return d;
-}
-
-// "backend=cpu,precision=ref,gdn=chunked,temp=0.7,top_p=0.8,top_k=20,min_p=0,rep_pen=1,presence_pen=0,seed=1"
-RunOptions parse_run_config(const std::string& text) {
-  RunOptions o;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos) input_error("--config: expected key=value, found '", item, "'");
-    const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
-    if (k == "backend") {
-      if (v == "cuda") throw UntestableError("run: backend=cuda is not available in `run` yet (CPU reference only)");
-      if (v != "cpu") input_error("--config backend=", v, ": expected cpu or cuda");
-    } else if (k == "precision") {
-      if (v == "ref") o.precision = CpuPrecision::ref;
-      else if (v == "fp64") o.precision = CpuPrecision::fp64;
-      else if (v == "bf16") throw UntestableError("run: precision=bf16 (GPU storage emulation) is not implemented yet");
-      else input_error("--config precision=", v, ": expected ref, fp64 or bf16");
-    } else if (k == "gdn") {
-      if (v == "chunked") o.gdn = GdnAlgo::chunked;
-      else if (v == "recurrent") o.gdn = GdnAlgo::recurrent;
-      else input_error("--config gdn=", v, ": expected chunked or recurrent");
-    } else if (k == "temp") {
-      o.sampling.temperature = parse_number(k, v);
-    } else if (k == "top_p") {
-      o.sampling.top_p = parse_number(k, v);
-    } else if (k == "top_k") {
-      double d = parse_number(k, v);
-      if (d != std::floor(d)) input_error("--config top_k=", v, ": expected an integer");
-      o.sampling.top_k = static_cast<int>(d);
-    } else if (k == "min_p") {
-      o.sampling.min_p = parse_number(k, v);
-    } else if (k == "rep_pen") {
-      o.sampling.repetition_penalty = parse_number(k, v);
-    } else if (k == "presence_pen") {
-      o.sampling.presence_penalty = parse_number(k, v);
-    } else if (k == "seed") {
-      double d = parse_number(k, v);
-      if (d < 0 || d != std::floor(d)) input_error("--config seed=", v, ": expected a non-negative integer");
-      o.sampling.seed = static_cast<uint64_t>(d);
-    } else {
-      input_error("--config: unknown key '", k, "' (run understands backend, precision, gdn, temp, top_p, top_k, "
-                  "min_p, rep_pen, presence_pen, seed)");
-    }
-  }
-  validate(o.sampling);
-  return o;
-}
 
 std::vector<int32_t> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;
@@ -174,7 +108,8 @@ int run_run(const RunArgs& a) {
   if (have_prompt && have_tokens) input_error("run: give --prompt or --tokens, not both");
   if (!have_prompt && !have_tokens && !a.check) input_error("run: give --prompt TEXT or --tokens IDS (or --check-weights)");
   if (a.max_new_tokens < 0) input_error("run: --max-new-tokens must be >= 0, found ", a.max_new_tokens);
-  const RunOptions opt = parse_run_config(a.config);
+  const RunConfig rc = degen::parse_run_config(a.config);
+  validate(rc.sampling);
   const fs::path dir = a.model;
   auto model = load_model(dir);
   const ModelConfig& cfg = model->config;
@@ -225,12 +160,14 @@ int run_run(const RunArgs& a) {
                   "context max_position_embeddings = ", cfg.max_position_embeddings);
   }
 
-  CpuBackend be(opt.precision);
-  Engine eng(cfg, model->weights, be, EngineOptions{opt.gdn});
+  std::unique_ptr<Backend> be = make_backend(rc, cfg);
+  Engine eng(cfg, model->weights, *be, engine_options(rc));
   GenerateOptions go;
   go.max_new_tokens = a.max_new_tokens;
   go.stop_ids = stops;
-  go.sampling = opt.sampling;
+  go.sampling = rc.sampling;
+  go.mtp = mtp_options(rc, cfg);
+  check_mtp_supported(eng, go.mtp);
   go.vocab_mask = mask.empty() ? nullptr : &mask;
   // NaN/Inf logits: find the tensor responsible (check_weights throws naming it) or say so.
   bool warned = false;
@@ -249,7 +186,15 @@ int run_run(const RunArgs& a) {
     }
   };
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<GenerateResult> res = generate(eng, prompts, go, &watch);
+  std::vector<GenerateResult> res;
+  if (rc.batch == BatchMode::all) {
+    res = generate(eng, prompts, go, &watch);
+  } else {  // one prompt at a time, each keeping its case index for the coupled sampler
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      go.first_case = static_cast<uint32_t>(i);
+      res.push_back(generate(eng, {prompts[i]}, go, &watch).at(0));
+    }
+  }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   for (size_t i = 0; i < res.size(); ++i) {
@@ -274,8 +219,8 @@ int run_run(const RunArgs& a) {
   }
   size_t generated = 0;
   for (const auto& r : res) generated += r.tokens.size();
-  std::printf("total: %zu generated tokens in %.3f s (%.1f tok/s), backend %s, gdn=%s\n", generated, total,
-              total > 0 ? generated / total : 0.0, be.name().c_str(), gdn_algo_name(opt.gdn));
+  std::printf("total: %zu generated tokens in %.3f s (%.1f tok/s), backend %s, config %s\n", generated, total,
+              total > 0 ? generated / total : 0.0, be->name().c_str(), rc.str().c_str());
   return 0;
 }
 
@@ -290,11 +235,13 @@ CommandRegistrar reg("run", "Generate with the CPU reference engine and print te
   sub->add_option("--tokens", a->tokens, "Prompt as comma-separated token ids instead of text");
   sub->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate at most (default 64)");
   sub->add_option("--config", a->config,
-                  "Toggles: backend=cpu, precision=ref|fp64, gdn=chunked|recurrent, temp, top_p, top_k, min_p, "
-                  "rep_pen, presence_pen, seed (default: greedy)");
+                  "Toggles key=value,... (DESIGN.md §5): precision=ref|fp64|bf16, attn, gdn, ssm_dtype, conv_dtype, "
+                  "kv_dtype, mtp, batch, fault=NAME[@layers], temp, top_p, top_k, min_p, rep_pen, presence_pen, seed "
+                  "(default: the greedy fp32 reference)");
   sub->add_flag("--check-weights", a->check, "Scan every tensor for NaN/Inf first (alone: scan and exit)");
   sub->footer("Examples:\n  degenbisect run --model models/tiny-qwen35 --prompt 'Hello' --chat\n"
               "  degenbisect run --model DIR --tokens 1,2,3 --max-new-tokens 8 --config precision=fp64\n"
+              "  degenbisect run --model DIR --prompt 'Hi' --config precision=bf16,attn=flash,ssm_dtype=bf16@4\n"
               "  degenbisect run --model DIR --check-weights");
   return [a] { return run_run(*a); };
 });

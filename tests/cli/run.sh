@@ -18,7 +18,7 @@ done
 expect_exit 128 "$BIN" run --model "$fx" --tokens 1,2 --config colour=blue
 expect_out "unknown key 'colour'"
 expect_exit 128 "$BIN" run --model "$fx" --tokens 1,2 --config gdn=fast
-expect_out "expected chunked or recurrent"
+expect_out "expected one of chunked, recurrent"
 expect_exit 128 "$BIN" run --model "$fx" --tokens 1,2 --config temp=-1
 expect_exit 125 "$BIN" run --model "$fx" --tokens 1,2 --config backend=cuda
 expect_exit 128 "$BIN" run --model "$fx" --tokens 1,x
