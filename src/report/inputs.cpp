@@ -34,7 +34,7 @@ bool is_sweep_folder(const fs::path& dir) {
 std::string sweep_key(const json& meta) {
   json k = meta;
   k.erase("shard");
-  return k.dump();
+  return k.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 void add_file(const fs::path& p, ReportInputs& in, std::vector<SweepInput>& sweeps, bool from_folder) {

@@ -230,6 +230,9 @@ json compare_section(const json& c, Tokenizers& toks, const ReportOptions& opt) 
   o["weights_differ"] = opt_bool(c, "weights_differ");
   o["verdict"] = opt_str(c, "verdict", "?");
   o["exit_code"] = int_or_null(opt_int(c, "exit_code"));
+  o["fail_on_model_degeneration"] = c.contains("fail_on_model_degeneration") && c["fail_on_model_degeneration"].is_boolean()
+                                        ? c["fail_on_model_degeneration"]
+                                        : json(o["verdict"] == "model-intrinsic" && o["exit_code"] == 1);
   o["seconds"] = num_or_null(opt_num(c, "seconds"));
   o["reason"] = o["verdict"] == "untestable" ? str_or_null(c, "reason") : json(nullptr);
   const json cases = array_or_empty(c, "cases");

@@ -32,6 +32,8 @@
 //   "compares": [{ "config", "backend", "suite", "golden", "model", "model_fingerprint",
 //                  "record_fingerprint", "model_mismatch", "weights_differ", "noise_floors",
 //                  "noise_floors_reason", "verdict", "exit_code", "seconds",
+//                  "fail_on_model_degeneration" (model-intrinsic counts as a failure: the result's own
+//                  key, or, for results without it, verdict model-intrinsic with exit code 1),
 //                  "reason" (why untestable, else null),
 //                  "first_break": {"layer", "mode", "cases": [ids]} | null (the earliest layer over
 //                                 the cases whose isolated error breaks its rule: the prime suspect),

@@ -3,6 +3,7 @@
 #include "report/markdown.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "report/common.h"
 #include "report/escape.h"
@@ -15,10 +16,15 @@ using nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxSweepRows = 200;
-constexpr size_t kMaxLayerRows = 96;
-constexpr size_t kMaxCaseRows = 40;
-constexpr size_t kMaxSubopRows = 40;
+// Rows each table may show; a section that does not fit the remaining budget is written again
+// with smaller caps (scaled()) before it is dropped.
+struct Caps {
+  size_t sweep = 200, layers = 96, cases = 40, subop = 40, reasons = 10;
+  Caps scaled(double f) const {
+    auto k = [f](size_t n) { return std::max<size_t>(3, static_cast<size_t>(static_cast<double>(n) * f)); };
+    return {k(sweep), k(layers), k(cases), k(subop), k(reasons)};
+  }
+};
 
 std::string md_inline(const std::string& text) {
   std::string o;
@@ -67,7 +73,7 @@ std::string cut_note(size_t shown, size_t total, const std::string& what) {
   return cat("\n_", total - shown, " of ", total, " ", what, " left out to fit a comment; the HTML and JSON reports have them all._\n");
 }
 
-std::string bisect_md(const json& b) {
+std::string bisect_md(const json& b, const Caps& caps) {
   // note: its paragraph opens the report (the summary), so the section holds the details only.
   std::string o = cat("## Bisect: ", md_escape(s(b["status"])), "\n\n");
   o += header({"", ""});
@@ -95,7 +101,7 @@ std::string bisect_md(const json& b) {
              " mode, case ", md_code(s(r["case"])), ", golden input injected; floor: ", md_code(s(r["floor_config"])), "):\n\n");
     o += header({"op", "rel_l2", "floor", "limit", ""}, "lrrrl");
     const json& rows = r["rows"];
-    const auto pick = pick_rows(rows.size(), kMaxSubopRows, std::nullopt);
+    const auto pick = pick_rows(rows.size(), caps.subop, std::nullopt);
     for (size_t i : pick) {
       const json& x = rows[i];
       const bool first = r["first_break"].is_string() && r["first_break"] == x["step"];
@@ -108,7 +114,7 @@ std::string bisect_md(const json& b) {
   return o;
 }
 
-std::string sweep_md(const json& sw) {
+std::string sweep_md(const json& sw, const Caps& caps) {
   std::string o = cat("## Sweep ", md_code(s(sw["name"])), ": ", sw["results"].dump());
   if (sw["cells"].is_number()) o += cat(" of ", sw["cells"].dump());
   o += " cells\n\n";
@@ -119,7 +125,7 @@ std::string sweep_md(const json& sw) {
   o += cat("Verdicts: ", counts.empty() ? "none" : counts, ".\n\n");
   const json& rows = sw["rows"];
   o += header({"#", "cell", "verdict", "worst layer", "kld_mean", "seq_rep_4", "loop onset", "s", "reason"}, "rllrrrrrl");
-  const auto pick = pick_rows(rows.size(), kMaxSweepRows, std::nullopt);
+  const auto pick = pick_rows(rows.size(), caps.sweep, std::nullopt);
   for (size_t i : pick) {
     const json& r = rows[i];
     o += row({opt_int_str(r["index"]), md_code(s(r["cell"])), verdict_cell(s(r["verdict"])), opt_int_str(r["worst_layer"]),
@@ -144,7 +150,7 @@ std::string sweep_md(const json& sw) {
   return o + "\n";
 }
 
-std::string layers_md(const json& c) {
+std::string layers_md(const json& c, const Caps& caps) {
   const json& layers = c["layers"];
   if (layers.empty()) return "";
   std::optional<size_t> focus;
@@ -153,7 +159,7 @@ std::string layers_md(const json& c) {
                       " cases (rel_l2; drift: teacher-forced, iso: golden input injected; limit: what iso may reach):\n\n");
   o += header({"layer", "drift prefill", "drift decode", "iso prefill", "iso decode", "floor", "limit", "floor_ratio", ""},
               "lrrrrrrrl");
-  const auto pick = pick_rows(layers.size(), kMaxLayerRows, focus);
+  const auto pick = pick_rows(layers.size(), caps.layers, focus);
   for (size_t i : pick) {
     const json& l = layers[i];
     std::string mark;
@@ -171,11 +177,11 @@ std::string layers_md(const json& c) {
   return o + cut_note(pick.size(), layers.size(), "layers") + "\n";
 }
 
-std::string cases_md(const json& c) {
+std::string cases_md(const json& c, const Caps& caps) {
   const json& cases = c["cases"];
   if (cases.empty()) return "";
   std::string o = header({"case", "verdict", "KLD prefill", "KLD decode", "top-1", "diverges at", "loop onset", "degenerate"}, "llrrrrrl");
-  const auto pick = pick_rows(cases.size(), kMaxCaseRows, std::nullopt);
+  const auto pick = pick_rows(cases.size(), caps.cases, std::nullopt);
   for (size_t i : pick) {
     const json& k = cases[i];
     const json& g = k["generation"];
@@ -190,7 +196,7 @@ std::string cases_md(const json& c) {
   std::string reasons;
   size_t listed = 0;
   for (const json& k : cases) {
-    if (k["reasons"].empty() || listed >= 10) continue;
+    if (k["reasons"].empty() || listed >= caps.reasons) continue;
     ++listed;
     reasons += cat("- ", md_code(s(k["id"])), ": ");
     for (size_t i = 0; i < k["reasons"].size() && i < 4; ++i) reasons += cat(i ? "; " : "", md_escape(s(k["reasons"][i])));
@@ -218,10 +224,10 @@ std::string config_md(const json& c) {
   return o + "\n";
 }
 
-std::string compare_md(const json& c) {
+std::string compare_md(const json& c, const Caps& caps) {
   std::string o = cat("## Compare ", md_code(s(c["config"])), ": ", verdict_cell(s(c["verdict"])), "\n\n");
   if (c["verdict"] == "untestable") return o + cat("Untestable: ", md_escape(s(c["reason"])), "\n\n") + config_md(c);
-  return o + layers_md(c) + cases_md(c) + config_md(c);
+  return o + layers_md(c, caps) + cases_md(c, caps) + config_md(c);
 }
 
 }  // namespace
@@ -231,15 +237,24 @@ std::string render_markdown(const json& doc) {
                                  doc["schema_version"].dump(), "</sub>\n");
   std::string o = cat("# degenbisect report: ", verdict_cell(s(doc["verdict"])), "\n\n");
   for (const json& p : doc["summary"]) o += md_inline(s(p)) + "\n\n";
-  std::vector<std::string> sections;
-  for (const json& b : doc["bisects"]) sections.push_back(bisect_md(b));
-  for (const json& sw : doc["sweeps"]) sections.push_back(sweep_md(sw));
-  for (const json& c : doc["compares"]) sections.push_back(compare_md(c));
+  std::vector<std::function<std::string(const Caps&)>> sections;
+  for (const json& b : doc["bisects"]) sections.push_back([&b](const Caps& c) { return bisect_md(b, c); });
+  for (const json& sw : doc["sweeps"]) sections.push_back([&sw](const Caps& c) { return sweep_md(sw, c); });
+  for (const json& c : doc["compares"]) sections.push_back([&c](const Caps& k) { return compare_md(c, k); });
   size_t dropped = 0;
   const size_t reserve = footer.size() + 200;
-  for (const std::string& sec : sections) {
-    if (dropped == 0 && o.size() + sec.size() + reserve <= kMarkdownBudget) o += sec;
-    else ++dropped;
+  for (const auto& section : sections) {
+    bool added = false;
+    for (double f : {1.0, 0.5, 0.25, 0.1, 0.03}) {
+      if (dropped > 0) break;  // keep the order: nothing after a dropped section
+      const std::string sec = section(Caps{}.scaled(f));
+      if (o.size() + sec.size() + reserve <= kMarkdownBudget) {
+        o += sec;
+        added = true;
+        break;
+      }
+    }
+    if (!added) ++dropped;
   }
   if (o.size() + reserve > kMarkdownBudget) {  // the summary alone is too long
     o = utf8_truncate(o, kMarkdownBudget - reserve);
