@@ -124,8 +124,11 @@ std::string bisect_html(const json& b, size_t idx) {
   row("evaluations", h(opt_int_str(b["evaluations"])));
   if (b["model_fingerprint"].is_string()) row("model fingerprint", code(s(b["model_fingerprint"])));
   o += "</tbody></table>";
+  size_t shown = 0;
   for (const json& r : b["subop"]) {
-    // The sub-op errors as a plot (log scale, one point per op in forward order) and a table.
+    // The sub-op errors as a plot (log scale, one point per op in forward order) and a table; the
+    // first report open, the others (other mode, other layers) folded.
+    const bool open = shown++ == 0;
     const json& rows = r["rows"];
     std::vector<double> x;
     std::vector<std::optional<double>> err, floor, limit, all;
@@ -137,7 +140,9 @@ std::string bisect_html(const json& b, size_t idx) {
       all.insert(all.end(), {err.back(), floor.back(), limit.back()});
     }
     const std::string title = cat("Layer ", opt_int_str(r["layer"]), " sub-operations, ", s(r["mode"]), " mode (case ", s(r["case"]), ")");
-    o += "<h3>" + h(title) + "</h3>";
+    o += std::string("<details") + (open ? " open" : "") + "><summary>" + h(title) +
+         (r["first_break"].is_string() ? ": first over its floor " + code(s(r["first_break"])) : std::string(": no op over its floor")) +
+         "</summary>";
     if (!rows.empty()) {
       svg::Plot p(640, 260, title);
       p.x_axis({-0.5, static_cast<double>(rows.size()) - 0.5, false, true, "operation, in forward order"});
@@ -152,7 +157,7 @@ std::string bisect_html(const json& b, size_t idx) {
           p.vrule(static_cast<double>(i), svg::kBad, "", "first over its floor: " + s(rows[i]["step"]));
       o += p.render();
     }
-    o += "<table class=\"sortable\">" + th_row({"#", "op", "rel_l2", "floor", "limit", ""}) + "<tbody>";
+    o += "<details><summary>Table</summary><table class=\"sortable\">" + th_row({"#", "op", "rel_l2", "floor", "limit", ""}) + "<tbody>";
     for (size_t i = 0; i < rows.size(); ++i) {
       const json& x2 = rows[i];
       const bool first = r["first_break"].is_string() && r["first_break"] == x2["step"];
@@ -162,7 +167,7 @@ std::string bisect_html(const json& b, size_t idx) {
            h(num(x2["floor"])) + "</td><td class=\"n\">" + h(num(x2["limit"])) + "</td><td>" +
            (first ? "first over its floor" : pass ? "" : "over") + "</td></tr>";
     }
-    o += "</tbody></table><p class=\"note\">Floor: " + code(s(r["floor_config"])) + ", golden input injected at the layer.</p>";
+    o += "</tbody></table></details><p class=\"note\">Floor: " + code(s(r["floor_config"])) + ", golden input injected at the layer.</p></details>";
   }
   return o + "</section>";
 }
@@ -438,7 +443,9 @@ std::string cases_html(const json& c) {
          h(opt_int_str(g["first_divergence"])) + "</td><td class=\"n\">" + h(opt_int_str(g["loop_onset"])) + "</td><td>" + h(degen) +
          "</td><td>" + reasons + "</td></tr>";
   }
-  o += "</tbody></table>";
+  o += "</tbody></table><p class=\"note\">Per case below: the KLD of the teacher-forced run at each position of the golden "
+       "sequence (prompt and golden continuation); the first divergence and the loop onset are tokens of the free-running "
+       "output, drawn at the position that predicts them.</p>";
   // Per case: KLD along the sequence and the two texts side by side.
   size_t plotted = 0;
   for (const json& k : c["cases"]) {
