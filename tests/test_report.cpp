@@ -450,6 +450,12 @@ TEST_CASE("report: JUnit has one testcase per (cell, case) and the JUnit schema'
   CHECK(k.failures == 2);
   CHECK(one.find("<testcase classname=\"degenbisect.compare.report-fixture\" name=\"two-plus-two\"") != std::string::npos);
   CHECK(check_junit(junit_untestable_compare("smoke", {"a", "b<"}, "no GPU & no CUDA")).skipped == 2);
+  // The form `compare --json` writes for an untestable configuration: no cases, one skipped test.
+  const json untestable = {{"tool", "degenbisect compare"}, {"config", "backend=cuda"}, {"suite", "smoke"},
+                           {"verdict", "untestable"}, {"reason", "this build has no CUDA backend"}, {"exit_code", 125}};
+  const JunitCounts u = check_junit(junit_for_compare(untestable));
+  CHECK(u.tests == 1);
+  CHECK(u.skipped == 1);
 
   // A crashed cell is an <error>; model-intrinsic passes unless the run was told to fail on it.
   json row = {{"cell", "attn=flash"}, {"index", 0}, {"values", json::array()}, {"verdict", "error"},

@@ -466,8 +466,8 @@ std::string config_html(const json& c) {
   row("config", code(s(c["config"])));
   if (c["backend"].is_string()) row("backend", code(s(c["backend"])));
   row("golden record", code(s(c["golden"])) + (c["suite"].is_string() ? " (suite " + code(s(c["suite"])) + ")" : ""));
-  row("model", code(s(c["model"])));
-  row("model fingerprint", code(s(c["model_fingerprint"])));
+  if (!s(c["model"]).empty()) row("model", code(s(c["model"])));
+  if (!s(c["model_fingerprint"]).empty()) row("model fingerprint", code(s(c["model_fingerprint"])));
   if (c["record_fingerprint"].is_string() && c["record_fingerprint"] != c["model_fingerprint"])
     row("record made for", code(s(c["record_fingerprint"])) + " (compared with --allow-model-mismatch)");
   if (c["weights_differ"].get<bool>()) row("weights", "differ from the record's model (same fingerprint)");

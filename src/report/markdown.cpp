@@ -212,8 +212,8 @@ std::string config_md(const json& c) {
   add("config", md_code(s(c["config"])));
   if (c["backend"].is_string()) add("backend", md_code(s(c["backend"])));
   add("golden record", md_code(s(c["golden"])) + (c["suite"].is_string() ? cat(" (suite ", md_code(s(c["suite"])), ")") : ""));
-  add("model", md_code(s(c["model"])));
-  add("model fingerprint", md_code(s(c["model_fingerprint"])));
+  if (!s(c["model"]).empty()) add("model", md_code(s(c["model"])));
+  if (!s(c["model_fingerprint"]).empty()) add("model fingerprint", md_code(s(c["model_fingerprint"])));
   if (c["record_fingerprint"].is_string() && c["record_fingerprint"] != c["model_fingerprint"])
     add("record made for", md_code(s(c["record_fingerprint"])) + " (compared with --allow-model-mismatch)");
   if (c["weights_differ"].get<bool>()) add("weights", "differ from the record's model (same fingerprint)");
