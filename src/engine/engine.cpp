@@ -86,8 +86,9 @@ void check_faults(const RunConfig& rc, const ModelConfig& cfg) {
       if (!fs.scope.all) input_error("fault ", label, ": a model-level fault takes no layer scope");
       // TODO(tensor parallelism issue): implement tp-skip-last-allreduce once a backend runs tp > 1.
       if (fs.name == "tp-skip-last-allreduce")
-        throw UntestableError(cat("fault ", label, ": needs tp > 1 (it skips the last tensor-parallel all-reduce); ",
-                                  "no backend runs tensor parallelism yet"));
+        throw UntestableError(cat("fault ", label, ": ",
+                                  rc.tp <= 1 ? "needs tp > 1 (it skips the last tensor-parallel all-reduce)"
+                                             : "no backend runs tensor parallelism (tp > 1) yet"));
       continue;  // mtp-no-rollback, mtp-prenorm-hidden: engine/spec_decode
     }
     const std::vector<int> layers = fs.scope.layers(cfg.num_layers, &cfg);
