@@ -260,13 +260,19 @@ TEST_CASE("golden: a record round-trips and says what it holds") {
   CHECK(m["format"] == kGoldenFormat);
   CHECK(m["settings"]["topk"] == 20);
   CHECK(m["files"].size() == 2);
-  // Floors: measured when the bf16 emulation exists, else absent with the reason (never faked).
-  if (rec.floors_present()) {
-    CHECK(rec.cases()[0].floors.has_value());
+  // Floors: fp32 class always (fp64 on the CPU); bf16 class when the bf16 emulation exists, else
+  // absent with the reason (never faked).
+  CHECK(rec.floors_present(FloorClass::fp32));
+  REQUIRE(rec.cases()[0].floors[1].has_value());
+  for (const auto& f : rec.cases()[0].floors[1]->iso[0]) CHECK((f.has_value() && *f > 0 && *f < tol::kFp32VsFp64));
+  if (rec.floors_present(FloorClass::bf16)) {
+    REQUIRE(rec.cases()[0].floors[0].has_value());
+    for (const auto& f : rec.cases()[0].floors[0]->iso[0]) CHECK((f.has_value() && *f > 1e-4 && *f < 0.1));
+    CHECK(*rec.cases()[0].floors[0]->kld[0] > *rec.cases()[0].floors[1]->kld[0]);
   } else {
-    CHECK(m["noise_floors"]["status"] == "absent");
+    CHECK(m["noise_floors"]["status"] == "partial");
     CHECK(rec.floors_reason().find("bf16") != std::string::npos);
-    CHECK_FALSE(rec.cases()[0].floors.has_value());
+    CHECK_FALSE(rec.cases()[0].floors[0].has_value());
   }
   GoldenCase c = rec.load_case(0);
   const int64_t T = static_cast<int64_t>(c.sequence().size());
@@ -449,6 +455,32 @@ TEST_CASE("compare: other fp32-class paths pass (recurrent GDN, fp64)") {
   CHECK(s.cases[0].gen.tokens == s.cases[0].gen.golden_tokens);  // same engine, same coupled draws
 }
 
+TEST_CASE("compare: the floor class follows the configuration; a bf16 path is judged by the bf16 floors") {
+  CHECK(floor_class_for(parse_run_config("")) == FloorClass::fp32);
+  CHECK(floor_class_for(parse_run_config("precision=fp64,gdn=recurrent,temp=0.7,batch=all")) == FloorClass::fp32);
+  CHECK(floor_class_for(parse_run_config("fault=rope-interleaved@3")) == FloorClass::fp32);
+  CHECK(floor_class_for(parse_run_config("precision=bf16")) == FloorClass::bf16);
+  CHECK(floor_class_for(parse_run_config("ssm_dtype=fp16")) == FloorClass::bf16);
+  CHECK(floor_class_for(parse_run_config("attn=flash")) == FloorClass::bf16);
+  CHECK(floor_class_for(parse_run_config("backend=cuda")) == FloorClass::bf16);
+
+  Fixture& f = fixture();
+  GoldenRecord rec = GoldenRecord::open(f.record);
+  CompareResult r = run_compare(f.record, f.model, "precision=bf16");
+  CHECK(r.floor_class == "bf16");
+  if (rec.floors_present(FloorClass::bf16)) {
+    // The emulation is the floor run itself: every floor_ratio is 1 and the verdict good.
+    CHECK(r.floors);
+    CHECK(r.exit_code == 0);
+    for (const CaseResult& c : r.cases)
+      for (const LayerRow& l : c.layers) CHECK(l.floor_ratio[0].value() == doctest::Approx(1.0));
+  } else {
+    // Without bf16 floors the fixed fp32-class limits apply, which an honest bf16 path breaks.
+    CHECK_FALSE(r.floors);
+    CHECK(r.exit_code == 1);
+  }
+}
+
 TEST_CASE("compare: one tensor of one layer scaled by 1.05 fails and the isolated error names that layer first") {
   Fixture& f = fixture();
   struct Plant { const char* tensor; int layer; };
@@ -546,4 +578,28 @@ TEST_CASE("compare: the committed golden records under golden/ still match the s
       CHECK(c.gen.tokens == c.gen.golden_tokens);
     }
   }
+}
+
+TEST_CASE("compare: degeneration that the golden run shares is model-intrinsic, a warning unless asked to fail") {
+  Fixture& f = fixture();
+  GoldenRecord rec = GoldenRecord::open(f.record);
+  Loaded l = load(f.model);
+  CompareOptions o;
+  o.decode_mode = false;
+  o.rules.degen.max_seq_rep_4 = -1;  // a rule every output breaks: tested and golden are both "degenerate"
+  CompareResult r = compare_golden(rec, *l.model, l.tok.get(), o, make_backend);
+  CHECK(r.verdict == metrics::Verdict::model_intrinsic);
+  CHECK(r.exit_code == 0);
+  for (const CaseResult& c : r.cases) {
+    CHECK(c.gen.verdict == metrics::Verdict::model_intrinsic);
+    CHECK(c.gen.degen.rule == std::optional<std::string>("seq_rep_4"));
+    REQUIRE(c.reasons.size() == 1);
+    CHECK(c.reasons[0].find("model-intrinsic") != std::string::npos);
+  }
+  CHECK(r.to_json()["cases"][0]["generation"]["cause"] == "model-intrinsic");
+  CHECK(junit_xml(r).find("<failure") == std::string::npos);
+  o.fail_on_model_degeneration = true;
+  CompareResult r2 = compare_golden(rec, *l.model, l.tok.get(), o, make_backend);
+  CHECK(r2.exit_code == 1);
+  CHECK(junit_xml(r2).find("<failure") != std::string::npos);
 }

@@ -91,8 +91,9 @@ CommandRegistrar reg("compare", "Measure a configuration against a golden record
   sub->footer(
       "Per case: teacher-forced drift and KLD (prefill and decode mode), isolated layer errors with golden inputs\n"
       "injected and the first layer over its noise floor (k = 3), free-running generation with the degeneration\n"
-      "metrics and model-or-engine. Records without noise floors use fixed limits (isolated rel_l2 <= 1e-4,\n"
-      "mean KLD <= 1e-4 nats), which suit fp32-class paths only.\n"
+      "metrics and model-or-engine. The floors are the record's fp32 class for the CPU at precision=ref/fp64\n"
+      "without storage or attention toggles, its bf16 class otherwise. Without floors of that class the limits\n"
+      "are fixed (isolated rel_l2 <= 1e-4, mean KLD <= 1e-4 nats), which suit fp32-class paths only.\n"
       "Exit: 0 good (or model-intrinsic degeneration), 1 bad, 125 untestable, 128 input error.\n"
       "Examples:\n"
       "  degenbisect compare --golden golden/tiny-qwen35/smoke --model models/tiny-qwen35 --config gdn=recurrent\n"

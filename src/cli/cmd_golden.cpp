@@ -48,12 +48,15 @@ int run_golden(const GoldenArgs& a) {
   GoldenSummary s = write_golden(*model, tok.get(), suite, a.out, o, make_backend, progress);
   std::printf("golden: wrote %s: suite '%s', %zu cases, %.1f KiB in %.2f s\n", s.dir.string().c_str(), suite.name.c_str(),
               suite.cases.size(), double(s.bytes) / 1024.0, s.seconds);
-  if (s.floors)
-    std::printf("golden: noise floors measured with precision=bf16\n");
-  else
-    std::printf("golden: noise floors ABSENT: %s\n        compare will judge isolated errors against a fixed relative "
-                "threshold instead (see `degenbisect compare --help`)\n",
-                s.floors_reason.c_str());
+  for (FloorClass fc : {FloorClass::bf16, FloorClass::fp32}) {
+    const int i = static_cast<int>(fc);
+    if (s.floors[i])
+      std::printf("golden: %s noise floors measured\n", floor_class_name(fc));
+    else
+      std::printf("golden: %s noise floors ABSENT: %s\n        compare will judge %s-class paths against fixed relative "
+                  "limits instead (see `degenbisect compare --help`)\n",
+                  floor_class_name(fc), s.floors_reason[i].c_str(), floor_class_name(fc));
+  }
   return 0;
 }
 
@@ -70,7 +73,7 @@ CommandRegistrar reg("golden", "Record what the CPU reference does on a prompt s
                   "Positions whose layer outputs are stored: auto (all while a case stays under 64 MiB, else the "
                   "longest prefix that fits; default), all, none, or N (the first N)");
   sub->add_option("--topk", a->topk, "Log-probabilities kept per position (default 20)");
-  sub->add_flag("--no-floors", a->no_floors, "Do not measure the bf16 noise floors");
+  sub->add_flag("--no-floors", a->no_floors, "Do not measure the noise floors (bf16 and fp32 classes)");
   sub->add_flag("--force", a->force, "Replace an existing golden record at --out");
   sub->footer(
       "Examples:\n"

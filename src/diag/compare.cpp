@@ -167,6 +167,7 @@ json CompareResult::to_json() const {
           {"model_fingerprint", model_fingerprint},
           {"model_mismatch", model_mismatch},
           {"weights_differ", weights_differ},
+          {"floor_class", floor_class},
           {"noise_floors", floors ? "measured" : "absent"},
           {"noise_floors_reason", floors ? json(nullptr) : json(floors_reason)},
           {"fallback_limits", floors ? json(nullptr) : json{{"iso_rel_l2", kFallbackRelL2}, {"mean_kld", kFallbackKld}}},
@@ -192,8 +193,11 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
   r.suite = rec.suite();
   r.record_fingerprint = rec.model_fingerprint();
   r.model_fingerprint = model.fingerprint;
-  r.floors = rec.floors_present();
-  r.floors_reason = rec.floors_reason();
+  const FloorClass fclass = floor_class_for(opt.config);
+  const int fc = static_cast<int>(fclass);
+  r.floor_class = floor_class_name(fclass);
+  r.floors = rec.floors_present(fclass);
+  r.floors_reason = rec.floors_reason(fclass);
 
   // 0. Is this record for this model?
   if (rec.model_fingerprint() != model.fingerprint) {
@@ -368,12 +372,13 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
         std::span<const float> b(g.l_out_norm.data() + l * T, static_cast<size_t>(T));
         cr.layers[l].drift_norm[m] = metrics::tensor_error(a, b).rel_l2;
       }
-      const std::optional<double> kfloor = g.floors ? g.floors->kld[m] : std::nullopt;
+      const std::optional<CaseFloors>& floors = g.floors[fc];
+      const std::optional<double> kfloor = floors ? floors->kld[m] : std::nullopt;
       cr.logits[m] = logits_result(logit_positions(tf.logits, T, V, g.topk, next, maskp), kfloor, opt.rules.kld,
                                    opt.rules.fallback_kld);
       if (!tf.mtp_logits.empty())
         cr.mtp = logits_result(logit_positions(tf.mtp_logits, T - 1, V, g.mtp_topk, mtp_next, maskp),
-                               g.floors ? g.floors->mtp_kld : std::nullopt, opt.rules.kld, opt.rules.fallback_kld);
+                               floors ? floors->mtp_kld : std::nullopt, opt.rules.kld, opt.rules.fallback_kld);
       // 2. isolated: golden inputs injected into every layer
       if (g.P > 0) {
         ForcedOptions io;
@@ -390,7 +395,7 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
           row.iso[m] = errs[l];
           if (!errs[l]) continue;
           const double err = errs[l]->rel_l2;
-          row.floor[m] = g.floors ? g.floors->iso[m][l] : std::nullopt;
+          row.floor[m] = floors ? floors->iso[m][l] : std::nullopt;
           if (row.floor[m]) {
             row.limit[m] = opt.rules.layer.k * *row.floor[m] + opt.rules.layer.eps;
             row.floor_ratio[m] = metrics::floor_ratio(err, *row.floor[m]);
@@ -473,6 +478,7 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
       std::fprintf(progress, "compare: case %s: %s (%.2f s)\n", cr.id.c_str(), metrics::verdict_name(cr.verdict), cr.seconds);
     r.cases.push_back(std::move(cr));
   }
+  r.fail_on_model_degeneration = opt.fail_on_model_degeneration;
   r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, opt.fail_on_model_degeneration));
   r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return r;
@@ -564,8 +570,10 @@ std::string format_compare(const CompareResult& r, bool per_case) {
   if (r.weights_differ)
     o += "warning: same architecture and fingerprint as the record's model, but other weight values (another seed, a "
          "fine-tune or a modified copy?)\n";
-  if (!r.floors)
-    o += cat("note: the record has no noise floors (", r.floors_reason, ");\n      isolated errors are judged against rel_l2 <= ",
+  if (r.floors)
+    o += cat("limits: ", r.floor_class, " noise floors of the record, k = 3 (floor class of this configuration)\n");
+  else
+    o += cat("note: the record has no ", r.floor_class, " noise floors (", r.floors_reason, ");\n      isolated errors are judged against rel_l2 <= ",
              sci(kFallbackRelL2), " and mean KLD against ", sci(kFallbackKld), " nats: fixed limits for fp32-class paths only\n");
   std::vector<const CaseResult*> all;
   for (const CaseResult& c : r.cases) all.push_back(&c);
@@ -606,9 +614,12 @@ std::string format_compare(const CompareResult& r, bool per_case) {
 // ---- JUnit ----
 
 std::string junit_xml(const CompareResult& r) {
+  auto failed = [&](const CaseResult& c) {
+    return metrics::exit_code(c.verdict, r.fail_on_model_degeneration) == ExitCode::bad;
+  };
   size_t failures = 0;
   for (const CaseResult& c : r.cases)
-    if (static_cast<int>(metrics::exit_code(c.verdict, r.exit_code == 1 && c.verdict == Verdict::model_intrinsic)) == 1) ++failures;
+    if (failed(c)) ++failures;
   const std::string name = cat("degenbisect compare ", r.suite, " [", r.config, "]");
   std::string o = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   o += cat("<testsuites name=\"", xml_escape(name), "\" tests=\"", r.cases.size(), "\" failures=\"", failures, "\" time=\"",
@@ -620,7 +631,7 @@ std::string junit_xml(const CompareResult& r) {
              "\" time=\"", c.seconds, "\">\n");
     std::string details;
     for (const std::string& why : c.reasons) details += why + "\n";
-    const bool fail = c.verdict == Verdict::bad || (c.verdict == Verdict::model_intrinsic && r.exit_code == 1);
+    const bool fail = failed(c);
     if (fail)
       o += cat("      <failure type=\"", metrics::verdict_name(c.verdict), "\" message=\"",
                xml_escape(c.reasons.empty() ? metrics::verdict_name(c.verdict) : c.reasons.front()), "\">",

@@ -264,7 +264,67 @@ void add_f32(SafetensorsWriter& w, const std::string& name, const std::vector<fl
   w.add(name, DType::f32, shape, v.data(), v.size() * 4);
 }
 
+// Floors of one case for one floor engine: isolated rel_l2 per layer and mode, mean teacher-forced
+// KLD per mode, MTP draft KLD (prefill).
+json measure_floors(Engine& eng, const std::vector<int32_t>& seq, const ForcedRun& g, const std::vector<bool>& stored,
+                    const TopKBlock& main_k, const TopKBlock& mtp_k, const std::vector<uint8_t>* maskp) {
+  const ModelConfig& cfg = eng.config();
+  const int L = cfg.num_layers;
+  const int64_t H = cfg.hidden_size, V = cfg.vocab_size, T = static_cast<int64_t>(seq.size()), P = g.P;
+  const LayerInputs in = make_layer_inputs(g.embed, g.l_out, P, H);
+  std::vector<int32_t> next(seq.begin() + 1, seq.end());
+  next.push_back(-1);
+  std::vector<int32_t> mtp_next;
+  for (int64_t i = 0; i + 1 < T; ++i) mtp_next.push_back(i + 2 < T ? seq[static_cast<size_t>(i + 2)] : -1);
+  json f = json::object();
+  for (ForcedMode m : {ForcedMode::prefill, ForcedMode::decode}) {
+    const std::string mn = forced_mode_name(m);
+    json arr = json::array();
+    if (P > 0) {
+      ForcedOptions io;
+      io.mode = m;
+      io.run_positions = P;
+      io.capture_positions = P;
+      io.capture_layers = stored;
+      io.inject = &in;
+      io.logits = false;
+      ForcedRun iso = forced_run(eng, seq, io);
+      for (auto& e : layer_errors(iso.l_out, g.l_out, &in)) arr.push_back(e ? metrics::json_number(e->rel_l2) : json(nullptr));
+    } else {
+      for (int l = 0; l < L; ++l) arr.push_back(nullptr);
+    }
+    f["iso_" + mn] = arr;
+    ForcedOptions to;
+    to.mode = m;
+    to.vocab_mask = maskp;
+    to.mtp = m == ForcedMode::prefill && !mtp_k.ids.empty();
+    ForcedRun tf = forced_run(eng, seq, to);
+    f["kld_" + mn] = metrics::json_number(mean_kld(logit_positions(tf.logits, T, V, main_k, next, maskp)));
+    if (m == ForcedMode::prefill)
+      f["mtp_kld"] = tf.mtp_logits.empty()
+                         ? json(nullptr)
+                         : metrics::json_number(mean_kld(logit_positions(tf.mtp_logits, T - 1, V, mtp_k, mtp_next, maskp)));
+  }
+  return f;
+}
+
 }  // namespace
+
+const char* floor_class_name(FloorClass c) { return c == FloorClass::bf16 ? "bf16" : "fp32"; }
+
+FloorClass floor_class_for(const RunConfig& rc) {
+  if (rc.backend != BackendKind::cpu || rc.precision == Precision::bf16) return FloorClass::bf16;
+  // Any other toggle that differs from its default (storage dtypes, attention algorithm, tensor
+  // parallelism, CUDA-only keys) makes the path lower-precision than the reference.
+  RunConfig neutral = rc;
+  neutral.precision = Precision::ref;
+  neutral.gdn = RunConfig{}.gdn;
+  neutral.sampling = SamplingParams{};
+  neutral.batch = RunConfig{}.batch;
+  neutral.mtp = 0;
+  neutral.faults.clear();
+  return neutral.str() == RunConfig{}.str() ? FloorClass::fp32 : FloorClass::bf16;
+}
 
 GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const fs::path& out,
                            const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress) {
@@ -303,23 +363,26 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
   const int real_ids = static_cast<int>(V - std::count(mask.begin(), mask.end(), uint8_t(1)));
   const int K = std::min(opt.topk, real_ids);
 
-  // Noise floors: the bf16 storage emulation, if this build has it.
+  // Noise floors: one engine per class, if this build can make it.
   GoldenSummary sum;
-  RunConfig rb;
-  rb.precision = Precision::bf16;
-  std::unique_ptr<Backend> bf_be;
-  if (opt.floors) {
-    try {
-      bf_be = factory(rb, cfg);
-    } catch (const UntestableError& e) {
-      sum.floors_reason = e.what();
+  RunConfig floor_rc[2];
+  floor_rc[0].precision = Precision::bf16;
+  floor_rc[1].precision = opt.precision == Precision::fp64 ? Precision::ref : Precision::fp64;
+  std::unique_ptr<Backend> floor_be[2];
+  std::unique_ptr<Engine> floor_eng[2];
+  for (int fc = 0; fc < 2; ++fc) {
+    if (!opt.floors) {
+      sum.floors_reason[fc] = "not measured (--no-floors)";
+      continue;
     }
-  } else {
-    sum.floors_reason = "not measured (--no-floors)";
+    try {
+      floor_be[fc] = factory(floor_rc[fc], cfg);
+      floor_eng[fc] = std::make_unique<Engine>(cfg, model.weights, *floor_be[fc], engine_options(floor_rc[fc]));
+      sum.floors[fc] = true;
+    } catch (const UntestableError& e) {
+      sum.floors_reason[fc] = e.what();
+    }
   }
-  std::unique_ptr<Engine> bf_eng;
-  if (bf_be) bf_eng = std::make_unique<Engine>(cfg, model.weights, *bf_be, engine_options(rb));
-  sum.floors = static_cast<bool>(bf_eng);
 
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
   fs::create_directories(parent);
@@ -387,53 +450,22 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
         if (!g.l_out[l].empty()) add_f32(w, trace_name(Step::l_out, l), g.l_out[l], {P, H});
       add_f32(w, "l_out_norm", g.l_out_norm, {L, T});
       TopKBlock mtp_k;
-      std::vector<int32_t> mtp_next;
       if (!g.mtp_logits.empty()) {
         mtp_k = topk_checked(g.mtp_logits, T - 1, true);
         add_i32(w, "mtp_topk_ids", mtp_k.ids, {T - 1, K});
         add_f32(w, "mtp_topk_logprobs", mtp_k.logprobs, {T - 1, K});
         add_f32(w, "mtp_lse", mtp_k.lse, {T - 1});
-        for (int64_t i = 0; i + 1 < T; ++i) mtp_next.push_back(i + 2 < T ? seq[static_cast<size_t>(i + 2)] : -1);
       }
 
-      // 3. noise floors: the bf16 emulation against this record (isolated, then teacher-forced)
-      json jfloors = nullptr;
-      if (bf_eng) {
-        LayerInputs in = make_layer_inputs(g.embed, g.l_out, P, H);
-        std::vector<int32_t> next(seq.begin() + 1, seq.end());
-        next.push_back(-1);
-        jfloors = json::object();
-        for (ForcedMode m : {ForcedMode::prefill, ForcedMode::decode}) {
-          const std::string mn = forced_mode_name(m);
-          json arr = json::array();
-          if (P > 0) {
-            ForcedOptions io;
-            io.mode = m;
-            io.run_positions = P;
-            io.capture_positions = P;
-            io.capture_layers = stored;
-            io.inject = &in;
-            io.logits = false;
-            ForcedRun iso = forced_run(*bf_eng, seq, io);
-            auto errs = layer_errors(iso.l_out, g.l_out, &in);
-            for (auto& e : errs) arr.push_back(e ? metrics::json_number(e->rel_l2) : json(nullptr));
-          } else {
-            for (int l = 0; l < L; ++l) arr.push_back(nullptr);
-          }
-          jfloors["iso_" + mn] = arr;
-          ForcedOptions to;
-          to.mode = m;
-          to.vocab_mask = maskp;
-          to.mtp = m == ForcedMode::prefill;
-          ForcedRun tf = forced_run(*bf_eng, seq, to);
-          jfloors["kld_" + mn] = metrics::json_number(mean_kld(logit_positions(tf.logits, T, V, main_k, next, maskp)));
-          if (m == ForcedMode::prefill && !tf.mtp_logits.empty()) {
-            jfloors["mtp_kld"] = metrics::json_number(
-                mean_kld(logit_positions(tf.mtp_logits, T - 1, V, mtp_k, mtp_next, maskp)));
-          } else if (m == ForcedMode::prefill) {
-            jfloors["mtp_kld"] = nullptr;
-          }
+      // 3. noise floors: each class's run against this record (isolated, then teacher-forced)
+      json jfloors = json::object();
+      for (int fc = 0; fc < 2; ++fc) {
+        const char* cn = floor_class_name(static_cast<FloorClass>(fc));
+        if (!floor_eng[fc]) {
+          jfloors[cn] = nullptr;
+          continue;
         }
+        jfloors[cn] = measure_floors(*floor_eng[fc], seq, g, stored, main_k, mtp_k, maskp);
       }
 
       const std::string file = c.id + ".safetensors";
@@ -497,10 +529,16 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
           {"positions", opt.positions},
           {"topk", K}}},
         {"noise_floors",
-         {{"status", sum.floors ? "measured" : "absent"},
-          {"reason", sum.floors ? json(nullptr) : json(sum.floors_reason)},
-          {"config", rb.str()},
-          {"metric", "rel_l2 of the isolated layer output (metrics.md §1, §3); kld: mean kld_topk, teacher-forced"}}},
+         {{"status", sum.floors[0] && sum.floors[1] ? "measured" : sum.floors[0] || sum.floors[1] ? "partial" : "absent"},
+          {"reason", sum.floors[0] ? json(nullptr) : json(sum.floors_reason[0])},
+          {"metric", "rel_l2 of the isolated layer output (metrics.md §1, §3); kld: mean kld_topk, teacher-forced"},
+          {"classes",
+           {{"bf16", {{"config", floor_rc[0].str()}, {"measured", sum.floors[0]},
+                      {"reason", sum.floors[0] ? json(nullptr) : json(sum.floors_reason[0])},
+                      {"judges", "precision=bf16, backend=cuda and any narrow storage or attention toggle"}}},
+            {"fp32", {{"config", floor_rc[1].str()}, {"measured", sum.floors[1]},
+                      {"reason", sum.floors[1] ? json(nullptr) : json(sum.floors_reason[1])},
+                      {"judges", "the CPU at precision=ref or fp64 without storage or attention toggles"}}}}}}},
         {"cases", jcases},
         {"files", jfiles}};
     write_file_atomic(tmp / "manifest.json", manifest.dump(1) + "\n");
@@ -575,9 +613,12 @@ GoldenRecord GoldenRecord::open(const fs::path& dir) {
       if (li < 0 || li >= g.layers_) input_error(where, ": settings.layers names layer ", li, " of a ", g.layers_, "-layer model");
       g.stored_[static_cast<size_t>(li)] = true;
     }
-    const json& nf = m.at("noise_floors");
-    g.floors_ = nf.at("status").get<std::string>() == "measured";
-    if (!g.floors_) g.floors_reason_ = nf.at("reason").is_null() ? "" : nf.at("reason").get<std::string>();
+    const json& nfc = m.at("noise_floors").at("classes");
+    for (int fc = 0; fc < 2; ++fc) {
+      const json& cl = nfc.at(floor_class_name(static_cast<FloorClass>(fc)));
+      g.floors_[fc] = cl.at("measured").get<bool>();
+      if (!g.floors_[fc]) g.floors_reason_[fc] = cl.at("reason").is_null() ? "" : cl.at("reason").get<std::string>();
+    }
 
     // Every data file: present, same size, same SHA-256.
     const json& files = m.at("files");
@@ -611,19 +652,25 @@ GoldenRecord GoldenRecord::open(const fs::path& dir) {
       c.P = jc.at("positions_stored").get<int64_t>();
       c.file = jc.at("file").get<std::string>();
       if (!files.contains(c.file)) input_error(where, ": case '", c.id, "': data file ", c.file, " has no checksum in 'files'");
-      const json& fl = jc.at("floors");
-      if (!fl.is_null()) {
+      for (int fc = 0; fc < 2; ++fc) {
+        const char* cn = floor_class_name(static_cast<FloorClass>(fc));
+        const json& fl = jc.at("floors").at(cn);
+        if (fl.is_null()) {
+          if (g.floors_[fc]) input_error(where, ": case '", c.id, "' has no ", cn, " floors although the record says they were measured");
+          continue;
+        }
         CaseFloors f;
         for (ForcedMode md : {ForcedMode::prefill, ForcedMode::decode}) {
           const int mi = static_cast<int>(md);
           const std::string mn = forced_mode_name(md);
           for (const json& v : fl.at("iso_" + mn)) f.iso[mi].push_back(opt_from(v));
           if (static_cast<int>(f.iso[mi].size()) != g.layers_)
-            input_error(where, ": case '", c.id, "': floors.iso_", mn, " has ", f.iso[mi].size(), " entries, expected ", g.layers_);
+            input_error(where, ": case '", c.id, "': floors.", cn, ".iso_", mn, " has ", f.iso[mi].size(), " entries, expected ",
+                        g.layers_);
           f.kld[mi] = opt_from(fl.at("kld_" + mn));
         }
         f.mtp_kld = opt_from(fl.at("mtp_kld"));
-        c.floors = f;
+        c.floors[fc] = f;
       }
       g.cases_.push_back(std::move(c));
     }

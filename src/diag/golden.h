@@ -4,7 +4,8 @@
 // A record is a folder:
 //   manifest.json      format and tool version, model and tokenizer fingerprints, the suite (with each
 //                      case's settings), the generation and storage settings, per-layer noise floors
-//                      (metrics.md §1) or the reason they are absent, and the SHA-256 and size of
+//                      (metrics.md §1) of two path classes or the reason they are absent (see
+//                      FloorClass), and the SHA-256 and size of
 //                      every data file; written last.
 //   <case id>.safetensors, one per case (T = prompt + continuation tokens, K = top-K, H = hidden,
 //                      P = stored positions, the first P of the sequence):
@@ -131,7 +132,7 @@ struct GoldenOptions {
   std::string layers = "all";            // all | none | LIST of layers ("0,3,5-7", "linear", "full")
   std::string positions = "auto";        // auto | all | none | N (the first N positions of each case)
   int topk = 20;
-  bool floors = true;                    // measure noise floors with precision=bf16
+  bool floors = true;                    // measure the noise floors (both classes)
   bool force = false;                    // replace an existing record
   std::string command;                   // how it was made, recorded in the manifest
 };
@@ -139,25 +140,43 @@ struct GoldenOptions {
 // auto: all positions while a case's layer data stays under this many bytes, else the longest prefix that fits.
 constexpr int64_t kAutoLayerBytesPerCase = 64ll << 20;
 
+// Noise floors (metrics.md §1) come in two classes, because a fixed threshold cannot serve both a
+// bf16 path and an fp32 path, and neither can one floor:
+//   bf16: the isolated error of a known-good low-precision run (precision=bf16: bf16 activations,
+//         fp32 state, exact attention) against the golden; for GPU paths and anything storing
+//         activations or state below fp32;
+//   fp32: the golden reference's own round-off, the isolated error of the other high precision
+//         (precision=fp64 for an fp32 record, fp32 for an fp64 one) against the golden (PyTorch's
+//         same() compares with 2-3x the reference's error against fp64); for CPU ref/fp64 paths,
+//         which must agree with the reference to fp32 round-off.
+// A bf16 floor of a layer is dominated by the bf16 storage of the residual stream, so the bf16 class
+// cannot see a few-percent error inside one layer (a 5 % weight change gives 2-5x floor, attention
+// o_proj less than 3x); the fp32 class sees it at ~1e4-1e5x.
+enum class FloorClass : uint8_t { bf16 = 0, fp32 = 1 };
+const char* floor_class_name(FloorClass c);  // "bf16", "fp32"
+// The class a tested configuration is judged with: fp32 for the CPU backend at precision ref or fp64
+// with no storage or attention toggle (gdn, sampling, batch, mtp and faults keep it fp32), else bf16.
+FloorClass floor_class_for(const RunConfig& rc);
+
 struct GoldenSummary {
   std::filesystem::path dir;
   int64_t bytes = 0;           // all files
   double seconds = 0;
-  bool floors = false;         // measured
-  std::string floors_reason;   // why not
-  std::vector<std::string> lines;  // one line per case for the CLI
+  bool floors[2] = {false, false};  // measured, by FloorClass
+  std::string floors_reason[2];     // why not
+  std::vector<std::string> lines;   // one line per case for the CLI
 };
 
 // Writes the record of `suite` for `model` into `out` (atomically). `factory` builds the reference
-// backend and, for the floors, the precision=bf16 one; when that is untestable the floors are
-// recorded as absent with the reason. InputError on bad options, cases or an existing `out`
-// without `force`.
+// backend and, for the floors, the precision=bf16 and the other high-precision ones; a class whose
+// backend is untestable is recorded as absent with the reason. InputError on bad options, cases or
+// an existing `out` without `force`.
 GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const std::filesystem::path& out,
                            const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress = nullptr);
 
 // ---- reading ----
 
-// Noise floors of one case (metrics.md §1): isolated rel_l2 of a known-good bf16 run per layer and
+// Noise floors of one case and class (metrics.md §1): isolated rel_l2 of the floor run per layer and
 // mode (nullopt where the layer is not stored), and its mean teacher-forced KLD.
 struct CaseFloors {
   std::vector<std::optional<double>> iso[2];  // by ForcedMode
@@ -176,7 +195,7 @@ struct GoldenCase {
   std::string stop_reason;
   bool nonfinite_logits = false;    // the reference's own generation saw non-finite logits
   std::string file;                 // data file name
-  std::optional<CaseFloors> floors;
+  std::optional<CaseFloors> floors[2];  // by FloorClass
   // data (load_case)
   std::vector<int32_t> prompt, continuation;
   TopKBlock topk;                   // [T, K] per position of the sequence
@@ -204,8 +223,9 @@ class GoldenRecord {
   int64_t hidden() const { return hidden_; }
   int64_t vocab() const { return vocab_; }
   std::vector<bool> stored_layers() const { return stored_; }
-  bool floors_present() const { return floors_; }
-  const std::string& floors_reason() const { return floors_reason_; }
+  // Floors of a class were measured (default: the bf16 floors of metrics.md §1), or why not.
+  bool floors_present(FloorClass c = FloorClass::bf16) const { return floors_[static_cast<int>(c)]; }
+  const std::string& floors_reason(FloorClass c = FloorClass::bf16) const { return floors_reason_[static_cast<int>(c)]; }
   const std::vector<GoldenCase>& cases() const { return cases_; }  // metadata only
   // The case with its data (reads and validates the safetensors file).
   GoldenCase load_case(size_t i) const;
@@ -213,11 +233,12 @@ class GoldenRecord {
  private:
   std::filesystem::path dir_;
   nlohmann::json manifest_;
-  std::string model_fp_, tok_fp_, suite_, floors_reason_, weights_sample_;
+  std::string model_fp_, tok_fp_, suite_, weights_sample_;
+  std::string floors_reason_[2];
   int layers_ = 0;
   int64_t hidden_ = 0, vocab_ = 0;
   std::vector<bool> stored_;
-  bool floors_ = false;
+  bool floors_[2] = {false, false};
   std::vector<GoldenCase> cases_;
 };
 
