@@ -2,6 +2,7 @@
 #include "cpu/cpu_backend.h"
 
 #include <cstring>
+#include <vector>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -43,6 +44,22 @@ DType CpuBackend::act_dtype() const {
 Tensor CpuBackend::convert(const Tensor& t, DType to) {
   Tensor out = host_tensor(t.shape, to);
   const size_t n = static_cast<size_t>(t.numel());
+  if (to == DType::f32 && (t.dtype == DType::bf16 || t.dtype == DType::f8_e4m3)) {  // widening the caches: exact
+    float* o = out.data<float>();
+    if (t.dtype == DType::bf16) {
+      const uint16_t* p = t.data<uint16_t>();
+      for (size_t i = 0; i < n; ++i) o[i] = bf16_to_f32(p[i]);
+    } else {
+      static const std::vector<float> table = [] {
+        std::vector<float> v(256);
+        for (int i = 0; i < 256; ++i) v[static_cast<size_t>(i)] = e4m3_to_f32(static_cast<uint8_t>(i));
+        return v;
+      }();
+      const uint8_t* p = t.data<uint8_t>();
+      for (size_t i = 0; i < n; ++i) o[i] = table[p[i]];
+    }
+    return out;
+  }
   for (size_t i = 0; i < n; ++i) cpu::store_elem(out.raw(), to, i, cpu::load_f64(t.raw(), t.dtype, i));
   return out;
 }
