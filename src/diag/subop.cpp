@@ -81,7 +81,8 @@ std::vector<SubopReport> subop_analysis(const GoldenRecord& rec, const Model& mo
   std::vector<int32_t> tokens(seq.begin(), seq.begin() + P);
 
   RunConfig ref;  // precision=ref, default toggles: the reference itself
-  RunConfig floor_rc = parse_run_config("precision=bf16");
+  // The floor of the tested configuration's class (golden.h FloorClass), as compare judges it.
+  RunConfig floor_rc = parse_run_config(floor_class_for(tested) == FloorClass::fp32 ? "precision=fp64" : "precision=bf16");
   std::vector<SubopReport> out;
   for (ForcedMode mode : {ForcedMode::prefill, ForcedMode::decode}) {
     SubopReport rep;
