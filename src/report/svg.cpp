@@ -324,7 +324,9 @@ std::string Grid::render() const {
   }
   for (const auto& g : cells_) cell_w = std::max(cell_w, std::min(text_width(g.text, 11) + 12, 200.0));
   const double cell_h = 30, top = 40 + 12 * static_cast<double>(col_lines), left = label_w + 8;
-  const double width = std::max(left + cell_w * static_cast<double>(cols_.size()) + 10, 360.0);
+  double legend_w = 4;
+  for (const auto& item : legend_) legend_w += 16 + text_width(item.second, 11) + 16;
+  const double width = std::max({left + cell_w * static_cast<double>(cols_.size()) + 10, legend_w + 4, 360.0});
   const double legend_y = top + cell_h * static_cast<double>(rows_.size()) + 22;
   const double height = legend_y + 12;
   auto cut = [](const std::string& s, double max_w, double font) {
