@@ -45,7 +45,7 @@ const std::vector<FaultInfo>& fault_catalogue() {
        "spec §8 item 6: with r = 3 (Qwen3.6-27B) a tiled mapping is silently wrong"},
       {"gdn-out-fp16", FaultSite::linear_layer, "gdn_core",
        "GDN readout o = S^T q stored in fp16: overflows to inf, then NaN after the gated norm",
-       "spec §8 item 2: vllm-project/vllm #54308 (fused_sigmoid_gating_delta_rule_update wrote o in fp16)"},
+       "spec §8 item 2: vllm-project/vllm #54308 (fused_sigmoid_gating_delta_rule_update wrote o in fp16)", true},
       {"conv-window-stuck", FaultSite::linear_layer, "gdn_conv",
        "conv window not advanced in decode: every step convolves with the prefill's last rows",
        "spec §5.1-5.2 (decode window update); state-handling bugs of §8 items 9-10"},

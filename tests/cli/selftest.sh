@@ -1,0 +1,12 @@
+# selftest on the four shipped tiny models with their committed golden records: every catalogue fault
+# that the model can host is injected at two or more layers and must be named (layer and op) by bisect.
+source "$(dirname "$0")/lib.bash"
+for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
+  expect_exit 0 "$BIN" synth --preset "$m" --out "$WORK/$m"
+  expect_exit 0 "$BIN" -q selftest --model "$WORK/$m" --golden "$SRC/golden/$m/smoke" --case two-plus-two --json "$WORK/$m.json"
+  cat "$WORK/out"
+  expect_out "0 fail"
+done
+# A miss is exit 1: a golden record of another model makes nothing bisectable.
+expect_exit 128 "$BIN" -q selftest --model "$WORK/tiny-qwen35" --golden "$SRC/golden/tiny-qwen35-r3/smoke"
+echo ok
