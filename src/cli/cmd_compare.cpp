@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
+#include "report/junit.h"
 #include "util/error.h"
 
 namespace degen::cli {
@@ -62,14 +63,19 @@ int run_compare(const CompareArgs& a) {
                           {"reason", e.what()}, {"exit_code", static_cast<int>(ExitCode::untestable)}};
       write_out(a.json, j.dump(1) + "\n");
     }
-    if (!a.junit.empty()) write_out(a.junit, junit_untestable(rec.suite(), ids, e.what()));
+    if (!a.junit.empty()) write_out(a.junit, report::junit_untestable_compare(rec.suite(), ids, e.what()));
     std::fprintf(text_out, "verdict: untestable (exit 125): %s\n", e.what());
     return static_cast<int>(ExitCode::untestable);
   }
   const std::string text = format_compare(r, a.per_case);
   std::fwrite(text.data(), 1, text.size(), text_out);
   if (!a.json.empty()) write_out(a.json, r.to_json().dump(1) + "\n");
-  if (!a.junit.empty()) write_out(a.junit, junit_xml(r));
+  if (!a.junit.empty()) {
+    // The report's JUnit writer (src/report/junit.h), the same XML `report --format junit` writes.
+    nlohmann::json j = r.to_json();
+    j["fail_on_model_degeneration"] = r.fail_on_model_degeneration;
+    write_out(a.junit, report::junit_for_compare(j));
+  }
   return r.exit_code;
 }
 
