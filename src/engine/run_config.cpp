@@ -497,16 +497,20 @@ RunConfig mix_configs(const RunConfig& good, const RunConfig& bad, const std::ve
     else if (k == "kv_dtype") { if (scoped) mix_scoped(r.kv_dtype, good.kv_dtype, bad.kv_dtype, where, cfg, at_dt, at_dt); else r.kv_dtype = bad.kv_dtype; }
     else if (k == "ssm_dtype") {
       if (!scoped) { r.ssm_dtype = bad.ssm_dtype; r.ssm_dtype_set = bad.ssm_dtype_set; continue; }
+      std::map<DType, std::vector<int>> by_value;  // one scoped entry per value: "ssm_dtype=bf16@0-2+5"
       for (int l : where) {
         DType gv = good.ssm_dtype_at(l, cfg), bv = bad.ssm_dtype_at(l, cfg);
-        if (gv != bv) r.ssm_dtype.overrides.push_back({bv, LayerScope::of_layers({l})});
+        if (gv != bv) by_value[bv].push_back(l);
       }
+      for (auto& [v, ls] : by_value) r.ssm_dtype.overrides.push_back({v, LayerScope::of_layers(ls)});
     } else if (k == "conv_dtype") {
       if (!scoped) { r.conv_dtype = bad.conv_dtype; r.conv_dtype_set = bad.conv_dtype_set; continue; }
+      std::map<DType, std::vector<int>> by_value;
       for (int l : where) {
         DType gv = good.conv_dtype_at(l, &cfg), bv = bad.conv_dtype_at(l, &cfg);
-        if (gv != bv) r.conv_dtype.overrides.push_back({bv, LayerScope::of_layers({l})});
+        if (gv != bv) by_value[bv].push_back(l);
       }
+      for (auto& [v, ls] : by_value) r.conv_dtype.overrides.push_back({v, LayerScope::of_layers(ls)});
     } else if (k == "mtp") r.mtp = bad.mtp;
     else if (k == "graphs") r.graphs = bad.graphs;
     else if (k == "gemm") r.gemm = bad.gemm;
