@@ -265,7 +265,7 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
     std::vector<GenJob> jobs;
     for (size_t s = 0; s < selected.size(); ++s) {
       const GoldenCase& gc = rec.cases()[selected[s]];
-      GoldenCase full = rec.load_case(selected[s]);
+      GoldenCase full = rec.load_case(selected[s], false);
       RunConfig base;
       base.sampling = opt.config.sampling;
       SamplingParams sp = apply_run_config(base, gc.sampling).sampling;

@@ -683,7 +683,7 @@ GoldenRecord GoldenRecord::open(const fs::path& dir) {
   return g;
 }
 
-GoldenCase GoldenRecord::load_case(size_t i) const {
+GoldenCase GoldenRecord::load_case(size_t i, bool with_layers) const {
   GoldenCase c = cases_.at(i);
   auto f = SafetensorsFile::open(dir_ / c.file);
   const std::string where = cat("golden record ", dir_.string(), ": ", c.file);
@@ -727,7 +727,7 @@ GoldenCase GoldenRecord::load_case(size_t i) const {
   }
   if (c.P < 0 || c.P > T) input_error(where, ": positions_stored ", c.P, " outside [0, ", T, "]");
   c.l_out.resize(static_cast<size_t>(layers_));
-  if (c.P > 0) {
+  if (c.P > 0 && with_layers) {
     if (const TensorView* e = get("embed", DType::f32, {c.P, hidden_}, false)) c.embed = f32(e);
     for (int l = 0; l < layers_; ++l)
       if (stored_[static_cast<size_t>(l)]) c.l_out[l] = f32(get(trace_name(Step::l_out, l), DType::f32, {c.P, hidden_}, true));

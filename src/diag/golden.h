@@ -227,8 +227,9 @@ class GoldenRecord {
   bool floors_present(FloorClass c = FloorClass::bf16) const { return floors_[static_cast<int>(c)]; }
   const std::string& floors_reason(FloorClass c = FloorClass::bf16) const { return floors_reason_[static_cast<int>(c)]; }
   const std::vector<GoldenCase>& cases() const { return cases_; }  // metadata only
-  // The case with its data (reads and validates the safetensors file).
-  GoldenCase load_case(size_t i) const;
+  // The case with its data (reads and validates the safetensors file); with_layers = false skips the
+  // layer outputs (embed, l_out-L), the bulk of a large record.
+  GoldenCase load_case(size_t i, bool with_layers = true) const;
 
  private:
   std::filesystem::path dir_;
