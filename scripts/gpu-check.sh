@@ -14,7 +14,8 @@
 # Needs nothing beyond a CUDA toolkit, CMake and a C++ compiler: when the system lacks Eigen, CLI11,
 # nlohmann-json, doctest or utf8proc, stage them first on a machine that has them
 # (scripts/stage-device-deps.sh writes .devdeps/, which this script uses when present).
-# Environment: BENCH_LAYERS (default 8: 2 attention + 6 GDN layers of the 27B; the GDN layers run
+# Environment: CUDA_ARCH (e.g. 90; default: the GPU's compute capability), BUILD_DIR (default
+# build-gpu), BENCH_LAYERS (default 8: 2 attention + 6 GDN layers of the 27B; the GDN layers run
 # through the CPU fallback until the CUDA GDN core lands, which bounds the time), JOBS, DEADLINE
 # (seconds, default 450: a step that would start after it is skipped and each step's timeout is cut
 # so that the summary is printed in time).
@@ -35,7 +36,7 @@ deadline=$(( t_start + ${DEADLINE:-450} ))
 budget() { local left=$(( deadline - $(date +%s) - 15 )); [ "$left" -lt "$1" ] && echo "$left" || echo "$1"; }
 summary="$logdir/summary.txt"
 : > "$summary"
-row() { printf '%-44s %s\n' "$1" "$2" >> "$summary"; }
+row() { printf '%-50s %s\n' "$1" "$2" >> "$summary"; }
 elapsed() { echo $(( $(date +%s) - $1 )); }
 finish() {
   row "total" "$(elapsed "$t_start") s"
@@ -54,13 +55,13 @@ if [ -d .devdeps/usr ]; then
   export LD_LIBRARY_PATH="$root/$arch_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 command -v ninja >/dev/null && cmake_extra+=(-G Ninja)
-cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')"
+cc="${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')}"
 [ -n "$cc" ] || cc=native
 command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
 
 # ---- 1. build ----
 t0=$(date +%s)
-build=build-gpu
+build="${BUILD_DIR:-build-gpu}"
 if cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDEGEN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cc" \
      "${cmake_extra[@]}" > "$logdir/build.log" 2>&1 &&
    cmake --build "$build" -j"$jobs" --target degenbisect degen_cuda_tests >> "$logdir/build.log" 2>&1; then
@@ -72,8 +73,13 @@ else
 fi
 bin="$root/$build/degenbisect"
 "$bin" devices > "$logdir/devices.txt" 2>&1
+dev_rc=$?
 row "device" "$(head -1 "$logdir/devices.txt")"
 rm -f "$logdir/devices.txt"
+if [ "$dev_rc" != 0 ]; then
+  row "GPU steps" "skipped: no usable CUDA device (the CUDA code is built, not run)"
+  finish 125
+fi
 
 # ---- 2. GPU tests ----
 t0=$(date +%s)
@@ -133,7 +139,7 @@ for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
     echo "== compare $m --config $1 ${*:4}" >> "$logdir/compare.log"
     timeout "$lim" "$bin" -q compare --golden "$rec" --model "$work/$m" --config "$1" "${@:4}" >> "$logdir/compare.log" 2>&1
     local rc=$?
-    local v; v="$(grep -E '^verdict' "$logdir/compare.log" | tail -1 | cut -c1-60)"
+    local v; v="$(grep -E '^verdict' "$logdir/compare.log" | tail -1 | cut -c10-70)"
     local mark=""; [ "$rc" = "$3" ] || mark="  <-- expected exit $3"
     row "compare $m $2" "exit $rc: ${v:-?}$note$mark"
   }
