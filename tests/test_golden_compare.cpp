@@ -544,8 +544,24 @@ TEST_CASE("compare: a record made for another model is refused") {
   o.cases = {"nope"};
   CHECK_THROWS_WITH_AS(compare_golden(rec, *l.model, l.tok.get(), o, make_backend), doctest::Contains("case 'nope'"), InputError);
   o.cases.clear();
-  o.config = parse_run_config("mtp=2");
+  o.config = parse_run_config("backend=cuda");
   CHECK_THROWS_AS(compare_golden(rec, *l.model, l.tok.get(), o, make_backend), UntestableError);
+}
+
+TEST_CASE("compare: mtp=k runs speculative decoding; greedy output equals the golden (MTP off)") {
+  Fixture& f = fixture();
+  CompareResult r = run_compare(f.record, f.model, "mtp=2");
+  CHECK(r.exit_code == 0);
+  for (const CaseResult& c : r.cases) {
+    CAPTURE(c.id);
+    REQUIRE(c.gen.mtp_equiv.has_value());
+    CHECK(c.gen.mtp_equiv->mtp_equiv);
+    REQUIRE(c.gen.spec.has_value());
+    CHECK(c.gen.spec->steps > 0);
+    CHECK(c.gen.spec->accept_rate.has_value());
+  }
+  CHECK(r.to_json()["cases"][0]["generation"]["spec"]["accept_rate"].is_number());
+  CHECK(format_compare(r).find("mtp_equiv yes") != std::string::npos);
 }
 
 TEST_CASE("compare: the committed golden records under golden/ still match the shipped models") {

@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cmath>
 #include <iomanip>
+#include <map>
 #include <set>
 #include <span>
 
 #include "engine/generate.h"
+#include "engine/spec_decode.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
@@ -94,6 +96,8 @@ std::string xml_escape(const std::string& s) {
   return o;
 }
 
+constexpr int kGenTopK = 20;  // log-probs kept per generated position for the consistency check
+
 struct GenJob {
   size_t slot;                 // index into the results
   std::vector<int32_t> prompt;
@@ -101,6 +105,7 @@ struct GenJob {
   int max_new_tokens;
   bool ignore_stop;
   uint32_t case_index;
+  std::vector<int32_t> continuation;  // the record's continuation (the teacher-forced sequence's tail)
 };
 
 }  // namespace
@@ -150,6 +155,9 @@ json CaseResult::to_json() const {
                      {"golden_margin", opt_json(gen.golden_margin)},
                      {"cause", metrics::degeneration_cause(gen.verdict)},
                      {"verdict", metrics::verdict_name(gen.verdict)},
+                     {"spec", gen.spec ? gen.spec->to_json() : json(nullptr)},
+                     {"logits", gen.logits ? logits_json(*gen.logits) : json(nullptr)},
+                     {"mtp_equiv", gen.mtp_equiv ? gen.mtp_equiv->to_json() : json(nullptr)},
                      {"seconds", gen.seconds}};
   return j;
 }
@@ -226,11 +234,10 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
 
   // 1. The tested path.
   validate_run_config(opt.config, cfg);
-  if (opt.config.mtp > 0)
-    throw UntestableError(cat("config ", opt.config.str(), ": mtp=", opt.config.mtp,
-                              ": speculative decoding is not in the generation loop yet"));
   std::unique_ptr<Backend> be = factory(opt.config, cfg);
   Engine eng(cfg, model.weights, *be, engine_options(opt.config));
+  const MtpOptions mtp = mtp_options(opt.config, cfg);
+  check_mtp_supported(eng, mtp);  // UntestableError: drafts asked of a checkpoint without MTP weights
   r.backend = be->name();
 
   std::vector<uint8_t> mask;
@@ -269,7 +276,8 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
       RunConfig base;
       base.sampling = opt.config.sampling;
       SamplingParams sp = apply_run_config(base, gc.sampling).sampling;
-      jobs.push_back({s, full.prompt, sp, gc.max_new_tokens, gc.ignore_stop, static_cast<uint32_t>(gc.index)});
+      jobs.push_back({s, full.prompt, sp, gc.max_new_tokens, gc.ignore_stop, static_cast<uint32_t>(gc.index),
+                      full.continuation});
       GenerationResult& g = gens[s];
       if (sampling_str(sp) == gc.sampling) {
         g.golden_tokens = full.continuation;
@@ -299,15 +307,26 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
       go.sampling = jobs[i].sampling;
       go.vocab_mask = maskp;
       go.first_case = jobs[i].case_index;
+      go.mtp = mtp;
       std::vector<std::vector<int32_t>> prompts;
       for (size_t k = i; k < j; ++k) prompts.push_back(jobs[k].prompt);
       bool nonfinite = false;
+      // One sequence per call: the top-K of every logits row it evaluates, by position (the last
+      // evaluation wins: speculative decoding re-evaluates positions after a rollback), to be checked
+      // against the teacher-forced run over the same tokens.
+      const bool track = j == i + 1;
+      std::map<int64_t, TopK> seen;
       Trace watch;
       watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
-        if (ev.step != Step::logits || ev.mtp || nonfinite) return;
+        if (ev.step != Step::logits || ev.mtp) return;
         std::vector<float> v = b.to_host_f32(t);
-        for (size_t x = 0; x < v.size(); ++x)
+        for (size_t x = 0; x < v.size() && !nonfinite; ++x)
           if (!std::isfinite(v[x]) && !(v[x] < 0 && maskp && mask[x % V])) nonfinite = true;
+        if (!track) return;
+        const int64_t Tp = static_cast<int64_t>(jobs[i].prompt.size());
+        for (const TraceSeq& ts : ev.seqs)
+          for (int64_t r = 0; r < ts.rows; ++r)
+            if (ts.pos0 + r >= Tp - 1) seen[ts.pos0 + r] = topk_of_row(v.data() + (ts.row0 + r) * V, V, maskp, kGenTopK);
       };
       const auto g0 = clock::now();
       std::vector<GenerateResult> res;
@@ -318,6 +337,22 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
         if (!res.empty()) {
           g.tokens = res[k - i].tokens;
           g.stop_reason = stop_reason_name(res[k - i].reason);
+          g.verify_steps = res[k - i].verify_steps;
+          if (mtp.draft_tokens > 0 && jobs[k].sampling.temperature == 0 && !g.golden_rerun)
+            g.mtp_equiv = metrics::mtp_equiv(g.tokens, g.golden_tokens);
+          if (track) {
+            // Valid rows: the tokens consumed before them are the record's (prefix before the first
+            // difference, d) and were committed (not a rejected draft: up to the last consumed token).
+            const std::vector<int32_t>& cont = jobs[k].continuation;
+            int64_t d = 0;
+            while (d < static_cast<int64_t>(std::min(g.tokens.size(), cont.size())) &&
+                   g.tokens[static_cast<size_t>(d)] == cont[static_cast<size_t>(d)])
+              ++d;
+            const int64_t Tp = static_cast<int64_t>(jobs[k].prompt.size());
+            const int64_t last = std::min(Tp - 1 + d, Tp + static_cast<int64_t>(g.tokens.size()) - 2);
+            for (auto& [pos, tk] : seen)
+              if (pos <= last && !tk.ids.empty()) g.rows.emplace(pos, std::move(tk));
+          }
         } else {
           g.stop_reason = "no budget";
         }
@@ -362,6 +397,7 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
       fo.capture_layers = stored;
       fo.vocab_mask = maskp;
       fo.mtp = mode == ForcedMode::prefill && !g.mtp_topk.ids.empty() && eng.has_mtp();
+      fo.mtp_prenorm_hidden = mtp.prenorm_hidden;
       ForcedRun tf = forced_run(eng, seq, fo);
       if (!g.embed.empty() && tf.embed.size() == g.embed.size())
         cr.embed[m] = metrics::tensor_error(std::span<const float>(tf.embed), std::span<const float>(g.embed));
@@ -376,6 +412,22 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
       const std::optional<double> kfloor = floors ? floors->kld[m] : std::nullopt;
       cr.logits[m] = logits_result(logit_positions(tf.logits, T, V, g.topk, next, maskp), kfloor, opt.rules.kld,
                                    opt.rules.fallback_kld);
+      // The generation's own logits against this teacher-forced run over the same tokens (decode
+      // mode when it runs, else prefill): the same computation, so only path inconsistencies show.
+      const ForcedMode consistency_mode = opt.decode_mode ? ForcedMode::decode : ForcedMode::prefill;
+      if (mode == consistency_mode && !gens[s].rows.empty()) {
+        std::vector<metrics::LogitPosition> pos;
+        std::span<const uint8_t> ex;
+        if (maskp) ex = *maskp;
+        for (const auto& [p, tk] : gens[s].rows) {
+          if (p >= T) continue;
+          metrics::GoldenTopK gk{tk.ids, tk.logprobs, tk.lse};
+          pos.push_back(metrics::compare_logits_topk(std::span<const float>(tf.logits.data() + p * V, static_cast<size_t>(V)),
+                                                     gk, next[static_cast<size_t>(p)], ex, 10));
+        }
+        if (!pos.empty())
+          gens[s].logits = logits_result(pos, kfloor, opt.rules.kld, opt.rules.fallback_kld);
+      }
       if (!tf.mtp_logits.empty())
         cr.mtp = logits_result(logit_positions(tf.mtp_logits, T - 1, V, g.mtp_topk, mtp_next, maskp),
                                floors ? floors->mtp_kld : std::nullopt, opt.rules.kld, opt.rules.fallback_kld);
@@ -440,6 +492,10 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
       else bad.push_back(cat("mean KLD ", sci(lr.mean_kld), " > ", sci(lr.limit), " (teacher-forced ",
                              forced_mode_name(static_cast<ForcedMode>(m)), lr.floor ? "" : ", no floors: fixed limit", ")"));
     }
+    if (gens[s].logits && !gens[s].logits->pass)
+      bad.push_back(cat("free-running logits differ from the teacher-forced ones over the same tokens (",
+                        gens[s].logits->kld.size(), " positions): mean KLD ", sci(gens[s].logits->mean_kld), " > ",
+                        sci(gens[s].logits->limit), " (state corrupted during generation?)"));
     if (cr.mtp && !cr.mtp->pass)
       bad.push_back(cat("MTP drafts: mean KLD ", sci(cr.mtp->mean_kld), " > ", sci(cr.mtp->limit),
                         cr.mtp->nonfinite ? " (non-finite logits)" : ""));
@@ -461,6 +517,11 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
       if (row >= 0 && row < T)
         gen.golden_margin = double(g.topk.logprobs[row * g.topk.K]) - double(g.topk.logprobs[row * g.topk.K + 1]);
     }
+    if (gen.mtp_equiv && !gen.mtp_equiv->mtp_equiv && fclass == FloorClass::fp32)
+      bad.push_back(cat("mtp_equiv: greedy output with mtp=", opt.config.mtp, " differs from the golden (MTP off) at token ",
+                        gen.mtp_equiv->first_difference.value_or(-1), " (exact on the CPU reference path)"));
+    if (!gen.verify_steps.empty()) gen.spec = metrics::spec_decode(gen.verify_steps, gen.degen.loop_onset);
+    if (gen.spec && gen.spec->accept_anomaly) warn.push_back(cat("MTP acceptance: ", *gen.spec->accept_anomaly));
     gen.verdict = metrics::degeneration_verdict(gen.degen.degenerate, gen.golden_degen.degenerate);
     if (gen.verdict == Verdict::bad)
       bad.push_back(cat("engine-induced degeneration: ", gen.degen.reason, " (the golden run is not degenerate)"));
@@ -582,7 +643,7 @@ std::string format_compare(const CompareResult& r, bool per_case) {
     o += layer_table(all, "  ");
   }
   o += cat("\n  ", fmt_pad("case", 20), "  ", fmt_pad("KLD:prefill", 11), "  ", fmt_pad("KLD:decode", 11), "  ",
-           fmt_pad("top1", 7), "  ", fmt_pad("mtp KLD", 9), "  ", fmt_pad("gen", 4), "  ", fmt_pad("diverge", 8), "  ",
+           fmt_pad("top1", 7), "  ", fmt_pad("mtp KLD", 9), "  ", fmt_pad("KLD:gen", 9), "  ", fmt_pad("gen", 4), "  ", fmt_pad("diverge", 8), "  ",
            fmt_pad("degenerate", 18), "  verdict\n");
   for (const CaseResult& c : r.cases) {
     if (per_case) {
@@ -597,9 +658,17 @@ std::string format_compare(const CompareResult& r, bool per_case) {
     if (g.golden_degen.degenerate) degen += cat(" (golden ", g.golden_degen.rule.value_or("yes"), ")");
     o += cat("  ", fmt_pad(c.id, 20), "  ", fmt_pad(kld(0), 11), "  ", fmt_pad(kld(1), 11), "  ", fmt_pad(top1, 7), "  ",
              fmt_pad(c.mtp ? sci(c.mtp->mean_kld) + (c.mtp->pass ? "" : "!") : "-", 9), "  ",
+             fmt_pad(g.logits ? sci(g.logits->mean_kld) + (g.logits->pass ? "" : "!") : "-", 9), "  ",
              fmt_pad(std::to_string(g.tokens.size()), 4), "  ",
              fmt_pad(g.first_divergence ? std::to_string(*g.first_divergence) : "none", 8), "  ", fmt_pad(degen, 18), "  ",
              metrics::verdict_name(c.verdict), "\n");
+    if (g.spec)
+      o += cat("      mtp: accept_rate ", g.spec->accept_rate ? pct(*g.spec->accept_rate) : "-",
+               ", accept_len ", g.spec->accept_len ? cat(std::fixed, std::setprecision(2), *g.spec->accept_len) : "-",
+               g.mtp_equiv ? (g.mtp_equiv->mtp_equiv ? ", mtp_equiv yes" : cat(", mtp_equiv NO (token ",
+                                                                              g.mtp_equiv->first_difference.value_or(-1), ")"))
+                           : "",
+               "\n");
     for (const std::string& why : c.reasons) o += cat("      - ", why, "\n");
   }
   size_t counts[4] = {0, 0, 0, 0};

@@ -10,7 +10,10 @@
 //     metrics, loop onset, the degenerate verdict, first divergence from the golden continuation,
 //     and model-or-engine (the golden run under the same prompt and sampling degenerates too?).
 // A case is bad when a value is non-finite, a layer breaks its floor rule, the mean KLD breaks its
-// rule, or the generation degenerates where the golden does not; the suite verdict is the worst case.
+// rule (teacher-forced, MTP drafts, or the free-running logits against the teacher-forced ones over
+// the same tokens), the generation degenerates where the golden does not, or (mtp > 0, greedy, fp32 class)
+// greedy output with MTP differs from the golden output without it (mtp_equiv, exact on the CPU);
+// the suite verdict is the worst case.
 //
 // Thresholds. The configuration picks its floor class (golden.h FloorClass: fp32 for the CPU at
 // ref/fp64 without storage or attention toggles, bf16 otherwise). With that class's floors in the
@@ -21,6 +24,7 @@
 // reorderings, fp64): a bf16 path's honest error (~5e-3) fails them.
 #pragma once
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -95,6 +99,15 @@ struct GenerationResult {
   std::optional<int64_t> first_divergence;  // first index (in the generated tokens) that differs
   std::optional<double> golden_margin;      // golden top-1 minus top-2 log-prob at that position
   metrics::Verdict verdict = metrics::Verdict::good;  // model or engine (metrics §4)
+  std::vector<metrics::VerifyStep> verify_steps;  // mtp > 0: one per verify step
+  std::optional<metrics::SpecDecode> spec;  // mtp > 0: accept_rate, accept_len, inside/outside the loop (metrics §5)
+  std::optional<metrics::MtpEquiv> mtp_equiv;  // mtp > 0, greedy: output == the golden (MTP off) output
+  // Consistency: the generation's own logits (top-K kept) at the positions where it had consumed the
+  // record's tokens, against the teacher-forced run over those tokens (decode mode, else prefill),
+  // judged like that mode's KLD. Catches state corrupted during generation (e.g. an MTP rollback
+  // bug) before it flips a token. One sequence per generate() call only (null in batch=all groups).
+  std::map<int64_t, TopK> rows;  // position -> top-K of the generation's logits row
+  std::optional<LogitsResult> logits;
   double seconds = 0;
 };
 

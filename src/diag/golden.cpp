@@ -106,10 +106,12 @@ ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const Forc
   if (r.P > 0) r.embed.assign(PH, 0.f);
   r.l_out_norm.assign(static_cast<size_t>(L * r.T), 0.f);
 
+  Tensor prenorm;  // l_out-(L-1) for the mtp-prenorm-hidden fault
   Trace tr;
   tr.observer = [&](const TraceEvent& ev, Tensor& t, Backend& be) {
     if (ev.mtp) return;
     const TraceSeq& s = ev.seqs.at(0);
+    if (o.mtp_prenorm_hidden && ev.step == Step::l_out && ev.layer == L - 1) prenorm = be.clone(t);
     if (ev.step == Step::l_in && o.inject) {
       const std::vector<float>& g = o.inject->in.at(static_cast<size_t>(ev.layer));
       if (g.empty()) return;
@@ -146,7 +148,7 @@ ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const Forc
     if (fo.keep_hidden && r.T >= 2) {
       MtpInput mi;
       mi.state = &st;
-      mi.hidden = out.hidden.slice0(0, r.T - 1);
+      mi.hidden = (o.mtp_prenorm_hidden ? prenorm : out.hidden).slice0(0, r.T - 1);
       mi.next_tokens.assign(ids.begin() + 1, ids.end());
       r.mtp_logits = eng.backend().to_host_f32(eng.mtp({mi}, o.vocab_mask));
     }

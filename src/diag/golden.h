@@ -73,6 +73,7 @@ struct ForcedOptions {
   const LayerInputs* inject = nullptr;     // golden inputs (isolated run), or null
   bool logits = true;                      // keep the logits of every position
   bool mtp = false;                        // prefill only: MTP draft logits for every position but the last
+  bool mtp_prenorm_hidden = false;         // fault mtp-prenorm-hidden: feed the MTP head l_out-(L-1), not the post-norm hidden
   const std::vector<uint8_t>* vocab_mask = nullptr;
 };
 
