@@ -619,3 +619,21 @@ TEST_CASE("compare: degeneration that the golden run shares is model-intrinsic, 
   CHECK(r2.exit_code == 1);
   CHECK(junit_xml(r2).find("<failure") != std::string::npos);
 }
+
+TEST_CASE("compare: MTP faults show: drafts from the pre-norm hidden, state not rolled back") {
+  Fixture& f = fixture();
+  CompareResult pre = run_compare(f.record, f.model, "mtp=2,fault=mtp-prenorm-hidden");
+  CHECK(pre.exit_code == 1);
+  for (const CaseResult& c : pre.cases) {
+    REQUIRE(c.mtp.has_value());
+    CHECK_FALSE(c.mtp->pass);  // the teacher-forced draft check runs the faulty MTP input
+    CHECK(c.gen.mtp_equiv.value().mtp_equiv);  // verification keeps greedy output exact regardless
+  }
+  CompareResult rb = run_compare(f.record, f.model, "mtp=2,fault=mtp-no-rollback");
+  CHECK(rb.exit_code == 1);
+  const CaseResult& c = rb.cases[0];  // two-plus-two: 12 tokens, drafts rejected from the first round
+  REQUIRE(c.id == "two-plus-two");
+  REQUIRE(c.gen.logits.has_value());
+  CHECK_FALSE(c.gen.logits->pass);
+  CHECK(c.gen.logits->mean_kld > 1e-3);
+}
