@@ -2,24 +2,7 @@
 # --bench, malformed tokenizer.json / invalid UTF-8 -> exit 128; the synthetic tokenizer.json
 # against Hugging Face `tokenizers` when that Python package is installed.
 # Args: BINARY SOURCE_DIR WORKDIR; exit 0 pass, 77 skip.
-set -euo pipefail
-BIN=$1
-SRC=$2
-WORK=$3
-rm -rf "$WORK"
-mkdir -p "$WORK"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-# expect_exit CODE CMD...: runs CMD, stdout+stderr to $WORK/out, checks the exit code.
-expect_exit() {
-  local want=$1; shift
-  set +e
-  "$@" >"$WORK/out" 2>&1
-  local got=$?
-  set -e
-  [ "$got" = "$want" ] || { cat "$WORK/out" >&2; fail "'$*' exited $got, expected $want"; }
-}
-# expect_out TEXT: the last command's output contains TEXT.
-expect_out() { grep -qF -- "$1" "$WORK/out" || { cat "$WORK/out" >&2; fail "output lacks '$1'"; }; }
+source "$(dirname "$0")/lib.bash"
 
 m="$WORK/model"
 mkdir -p "$m"
