@@ -109,6 +109,11 @@ class Backend {
   virtual void begin_layer(const LayerNumerics& n) { numerics_ = n; }
   const LayerNumerics& numerics() const { return numerics_; }
 
+  // ---- threads ----
+  // Called on a thread before it runs this backend's ops (tensor parallelism runs each rank's ops
+  // on its own thread): a CUDA backend makes its device current there.
+  virtual void bind_thread() {}
+
   // ---- memory ----
   virtual Tensor zeros(std::vector<int64_t> shape, DType dtype) = 0;
   Tensor zeros(std::vector<int64_t> shape) { return zeros(std::move(shape), act_dtype()); }
