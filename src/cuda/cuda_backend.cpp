@@ -1,12 +1,11 @@
 // CudaBackend: construction, device memory, host transfers, the weight cache and the layout ops.
 // The numeric ops live in one file per family, as in src/cpu: elementwise.cpp, rmsnorm.cpp,
-// rope.cpp, attention.cpp, matmul.cpp, moe.cpp, gdn.cpp.
+// rope.cpp, attention.cpp, matmul.cpp, moe.cpp, gdn.cpp (conv1d, gates, delta rule).
 #include "cuda/cuda_backend.h"
 
 #include <cstring>
 #include <unordered_set>
 
-#include "cpu/cpu_backend.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "layout.h"
@@ -31,24 +30,14 @@ CudaBackend::~CudaBackend() {
 }
 
 std::string CudaBackend::name() const {
-  // note: "+gdn-cpu-fallback" stays in the name until the CUDA GDN core replaces the fallback.
-  return cat("cuda:", ctx_->device(), gemm_ == GemmKind::simple ? ":gemm-simple" : "", "+gdn-cpu-fallback");
+  return cat("cuda:", ctx_->device(), gemm_ == GemmKind::simple ? ":gemm-simple" : "");
 }
 
 void CudaBackend::sync() { ctx_->sync(); }
 
-void CudaBackend::begin_layer(const LayerNumerics& n) {
-  numerics_ = n;
-  if (cpu_) cpu_->begin_layer(n);
-}
+void CudaBackend::begin_layer(const LayerNumerics& n) { numerics_ = n; }
 
-CpuBackend& CudaBackend::fallback() {
-  if (!cpu_) {
-    cpu_ = std::make_unique<CpuBackend>(CpuPrecision::bf16);
-    cpu_->begin_layer(numerics_);
-  }
-  return *cpu_;
-}
+void CudaBackend::bind_thread() { CUDA_CHECK(cudaSetDevice(ctx_->device())); }
 
 void CudaBackend::require_device(const Tensor& t, const char* op) const {
   if (t.device != Device::cuda || t.empty())

@@ -12,14 +12,13 @@
 //   - attention per numerics().attn: naive (scores and probabilities materialised in bf16 around an
 //     fp32 softmax), flash (tiles of 64 keys, online softmax, probabilities rounded to bf16 before
 //     P·V), splitkv (decode: 4 key splits merged by log-sum-exp; prefill as flash).
+//   - GDN (kernels/conv1d.cu, gdn_gates.cu, gdn.cu): conv window in its tensor's dtype (conv_dtype),
+//     recurrent state S in its tensor's dtype (ssm_dtype) rounded after every token (recurrent) or
+//     chunk (chunked, C = 64), fp32 arithmetic, g fp32, o bf16.
 // Faults of the catalogue honoured by the kernels (numerics().faults): rope-interleaved,
-// kv-off-by-one, gdn-norm-plus-one, gdn-skip-l2norm, alog-no-exp; the engine-level ones
-// (rope-all-dims, norm-no-plus-one, qgate-split, moe-no-renorm) reach the kernels as arguments.
-//
-// GDN CPU FALLBACK (until the CUDA GDN core lands, next issue): conv1d_causal and gdn run through an
-// internal CpuBackend(precision=bf16) with explicit device->host->device copies of their inputs,
-// outputs, conv windows and recurrent states; it honours the same numerics and faults. name() says
-// "cuda:N+gdn-cpu-fallback" so every report shows it.
+// kv-off-by-one, gdn-norm-plus-one, gdn-skip-l2norm, alog-no-exp, conv-window-stuck,
+// gdn-read-before-decay, gdn-head-mod, gdn-out-fp16; the engine-level ones (rope-all-dims,
+// norm-no-plus-one, qgate-split, moe-no-renorm) reach the kernels as arguments.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,18 +30,25 @@
 
 namespace degen {
 
-class CpuBackend;
 namespace cuda { class CudaContext; }
 
 enum class GemmKind : uint8_t { cublas, simple };
 
-// Counters for `bench` (host-side wall time of the fallback, bytes of weights the products read).
+// Counters for `bench` (bytes of weights the products read; optionally the GDN core's time).
 struct CudaStats {
   double weight_bytes = 0;        // weight bytes read by matmul() and embed()
   double matmul_flops = 0;        // 2 * N * in * out summed
-  double fallback_seconds = 0;    // wall time in the GDN CPU fallback (copies included)
-  int64_t fallback_calls = 0;
-  void reset() { *this = CudaStats{}; }
+  // time_gdn: conv1d_causal, gdn_gates and gdn synchronise the stream before and after themselves
+  // and add their wall time to gdn_seconds (bench's GDN share of a prefill; off by default, as the
+  // synchronisations slow a decode step down).
+  bool time_gdn = false;
+  double gdn_seconds = 0;
+  int64_t gdn_calls = 0;
+  void reset() {
+    const bool t = time_gdn;
+    *this = CudaStats{};
+    time_gdn = t;
+  }
 };
 
 class CudaBackend final : public Backend {
@@ -69,6 +75,8 @@ class CudaBackend final : public Backend {
   int64_t weight_bytes_on_device() const { return weight_bytes_; }
 
   void begin_layer(const LayerNumerics& n) override;
+  // Makes this backend's device current on the calling thread (cudaSetDevice).
+  void bind_thread() override;
 
   Tensor zeros(std::vector<int64_t> shape, DType dtype) override;
   using Backend::zeros;
@@ -130,7 +138,6 @@ class CudaBackend final : public Backend {
 
  private:
   void require_device(const Tensor& t, const char* op) const;
-  CpuBackend& fallback();
 
   struct CachedWeight {
     Tensor t;
@@ -143,7 +150,6 @@ class CudaBackend final : public Backend {
   CudaStats stats_;
   std::unordered_map<const TensorView*, CachedWeight> weights_[2];  // [keep_dtype]
   int64_t weight_bytes_ = 0;
-  std::unique_ptr<CpuBackend> cpu_;  // the GDN fallback (see the header comment)
   struct Guarded {
     std::weak_ptr<uint8_t> storage;
     size_t nbytes = 0;

@@ -1,41 +1,67 @@
 // CudaBackend Gated DeltaNet ops (spec §4.7; src/cpu/conv1d.cpp and src/cpu/gdn.cpp are the
-// reference).
-//   gdn_gates: on the device (kernels/gdn_gates.cu), fault alog-no-exp honoured there.
-//   conv1d_causal, gdn: *** CPU FALLBACK *** until the CUDA GDN core lands (next issue). Their
-//     inputs, the conv windows and the recurrent states are copied to the host, run through an
-//     internal CpuBackend(precision=bf16) — the GPU-storage emulation, with the same numerics and
-//     faults (begin_layer is forwarded) — and the outputs, windows and states are copied back.
-//     The backend's name() carries "+gdn-cpu-fallback"; CudaStats counts the time spent here.
+// reference), all on the device:
+//   conv1d_causal: kernels/conv1d.cu — depthwise causal conv + SiLU per sequence span, from and into
+//     each sequence's window (stored in the window tensor's dtype, numerics().conv_dtype); fault
+//     conv-window-stuck honoured there.
+//   gdn_gates: kernels/gdn_gates.cu, fault alog-no-exp honoured there.
+//   gdn: kernels/gdn.cu — recurrent (one token per step) or chunked (C = 64) gated delta rule per
+//     sequence span, continuing from and updating each state S (stored in S's dtype after every
+//     token / chunk); faults gdn-read-before-decay, gdn-head-mod, gdn-out-fp16 honoured there.
+// The per-sequence tables (rows, window / state pointers, chunks) are small host arrays uploaded
+// with each call. With CudaStats::time_gdn on (bench), each of these ops is bracketed by stream
+// synchronisations and its wall time added to CudaStats::gdn_seconds.
 #include <chrono>
+#include <cstring>
 
-#include "cpu/cpu_backend.h"
+#include "conv1d.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
+#include "gdn.h"
 #include "gdn_gates.h"
 
 namespace degen {
 
 namespace {
+using bf16 = __nv_bfloat16;
 using clock_type = std::chrono::steady_clock;
 
-// Host copies of device tensors that the CPU op updates in place, written back afterwards.
-struct HostMirror {
-  std::vector<Tensor> host;
-  std::vector<Tensor*> ptrs;
-  HostMirror(CudaBackend& be, const std::vector<Tensor*>& dev) {
-    host.reserve(dev.size());
-    for (Tensor* t : dev) host.push_back(be.to_host(*t));
-    for (Tensor& t : host) ptrs.push_back(&t);
-  }
-  void write_back(CudaBackend& be, const std::vector<Tensor*>& dev) {
-    for (size_t i = 0; i < dev.size(); ++i) {
-      DEGEN_ASSERT(host[i].dtype == dev[i]->dtype && host[i].shape == dev[i]->shape, "gdn fallback: state changed layout");
-      if (host[i].nbytes())
-        CUDA_CHECK(cudaMemcpyAsync(dev[i]->raw(), host[i].raw(), host[i].nbytes(), cudaMemcpyHostToDevice,
-                                   be.context()->stream()));
+static_assert(sizeof(cuda::Conv1dSeq) == 3 * sizeof(int64_t) && sizeof(cuda::GdnSeq) == 3 * sizeof(int64_t) &&
+                  sizeof(cuda::GdnChunk) == 2 * sizeof(int64_t),
+              "the per-sequence tables travel as int64 arrays");
+
+// A table of plain structs as the int64 words upload() takes.
+template <typename T>
+std::vector<int64_t> words(const std::vector<T>& v) {
+  std::vector<int64_t> w(v.size() * sizeof(T) / sizeof(int64_t));
+  if (!v.empty()) std::memcpy(w.data(), v.data(), v.size() * sizeof(T));
+  return w;
+}
+
+void check_spans(const std::vector<SeqSpan>& spans, int64_t N, const char* op) {
+  for (const SeqSpan& s : spans)
+    DEGEN_ASSERT(s.row0 >= 0 && s.rows >= 0 && s.row0 + s.rows <= N, op, ": span rows ", s.row0, "+", s.rows,
+                 " outside the ", N, " rows of the batch");
+}
+
+// Times one GDN op when CudaStats::time_gdn is on (bench), with a synchronisation on each side.
+struct GdnTimer {
+  CudaBackend& be;
+  clock_type::time_point t0;
+  explicit GdnTimer(CudaBackend& b) : be(b) {
+    if (be.stats().time_gdn) {
+      be.sync();
+      t0 = clock_type::now();
     }
-    be.sync();  // note: the host copies are freed when this mirror goes
+  }
+  ~GdnTimer() {
+    if (!be.stats().time_gdn) return;
+    try {
+      be.sync();
+    } catch (...) {  // note: a fault is reported by the next checked call
+    }
+    be.stats().gdn_seconds += std::chrono::duration<double>(clock_type::now() - t0).count();
+    be.stats().gdn_calls++;
   }
 };
 }  // namespace
@@ -45,49 +71,111 @@ void CudaBackend::gdn_gates(const Tensor& a, const Tensor& b, const TensorView& 
   require_device(a, "gdn_gates");
   require_device(b, "gdn_gates");
   DEGEN_ASSERT(a.shape == b.shape && a.dtype == DType::bf16 && b.dtype == DType::bf16, "gdn_gates: bf16 a, b of one shape");
+  GdnTimer timer(*this);
   const int64_t R = a.rows(), nv = a.cols();
   DEGEN_ASSERT(A_log.numel() == nv && dt_bias.numel() == nv, "gdn_gates: A_log/dt_bias size vs ", nv, " heads");
   const Tensor& A = weight(A_log, /*keep_dtype=*/true);
   const Tensor& dt = weight(dt_bias, /*keep_dtype=*/true);
   g = device_tensor(a.shape, DType::f32, "gdn g");
   beta = device_tensor(a.shape, DType::bf16, "gdn beta");
-  cuda::gdn_gates_cuda(static_cast<const __nv_bfloat16*>(a.raw()), static_cast<const __nv_bfloat16*>(b.raw()), A.raw(),
-                       A.dtype, dt.raw(), dt.dtype, g.data<float>(), static_cast<__nv_bfloat16*>(beta.raw()), R, nv,
+  cuda::gdn_gates_cuda(static_cast<const bf16*>(a.raw()), static_cast<const bf16*>(b.raw()), A.raw(), A.dtype,
+                       dt.raw(), dt.dtype, g.data<float>(), static_cast<bf16*>(beta.raw()), R, nv,
                        numerics_.has(Fault::alog_no_exp), context()->stream());
 }
 
-// CPU FALLBACK (see the file comment).
 Tensor CudaBackend::conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
                                   const std::vector<Tensor*>& windows) {
   require_device(x, "conv1d_causal");
-  const auto t0 = clock_type::now();
-  CpuBackend& cpu = fallback();
-  const Tensor hx = to_host(x);
-  HostMirror win(*this, windows);
-  const Tensor ho = cpu.conv1d_causal(hx, w, spans, win.ptrs);
-  win.write_back(*this, windows);
-  DEGEN_ASSERT(ho.dtype == DType::bf16, "gdn fallback: conv output ", dtype_name(ho.dtype));
-  Tensor out = to_device(ho);
-  stats_.fallback_seconds += std::chrono::duration<double>(clock_type::now() - t0).count();
-  stats_.fallback_calls++;
+  DEGEN_ASSERT(x.dtype == DType::bf16, "conv1d_causal: bf16 activations, got ", dtype_name(x.dtype));
+  const int64_t N = x.rows(), C = x.cols();
+  DEGEN_ASSERT(w.shape.size() == 3 && w.shape[0] == C && w.shape[1] == 1, "conv weight ", w.name, " ",
+               shape_str(w.shape), " for ", C, " channels");
+  const int64_t K = w.shape[2];
+  DEGEN_ASSERT(spans.size() == windows.size(), "conv1d: one window per sequence");
+  check_spans(spans, N, "conv1d");
+  GdnTimer timer(*this);
+  std::vector<cuda::Conv1dSeq> seqs;
+  DType wdt = numerics_.conv_dtype;
+  int64_t max_rows = 0;
+  for (size_t s = 0; s < spans.size(); ++s) {
+    Tensor& win = *windows[s];
+    require_device(win, "conv1d window");
+    DEGEN_ASSERT(win.rows() == K - 1 && win.cols() == C, "conv window ", shape_str(win.shape), ", expected [", K - 1,
+                 ", ", C, "]");
+    if (s == 0) wdt = win.dtype;
+    DEGEN_ASSERT(win.dtype == wdt, "conv1d: windows of one call in one dtype (", dtype_name(wdt), " and ",
+                 dtype_name(win.dtype), ")");
+    seqs.push_back(cuda::Conv1dSeq{spans[s].row0, spans[s].rows, win.raw()});
+    max_rows = std::max(max_rows, spans[s].rows);
+  }
+  Tensor out = device_tensor({N, C}, DType::bf16, "conv1d_causal");
+  if (seqs.empty()) return out;
+  const Tensor table = upload(words(seqs), DType::i64, "conv1d sequences");
+  cuda::conv1d_causal_cuda(static_cast<const bf16*>(x.raw()), static_cast<const bf16*>(weight(w).raw()),
+                           static_cast<bf16*>(out.raw()), C, K, static_cast<const cuda::Conv1dSeq*>(table.raw()),
+                           static_cast<int>(seqs.size()), max_rows, wdt, numerics_.has(Fault::conv_window_stuck),
+                           context()->stream());
   return out;
 }
 
-// CPU FALLBACK (see the file comment).
 Tensor CudaBackend::gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                         const std::vector<SeqSpan>& spans, const std::vector<Tensor*>& states, GdnAlgo algo) {
   for (const Tensor* t : {&q, &k, &v, &g, &beta}) require_device(*t, "gdn");
-  const auto t0 = clock_type::now();
-  CpuBackend& cpu = fallback();
-  const Tensor hq = to_host(q), hk = to_host(k), hv = to_host(v), hg = to_host(g), hb = to_host(beta);
-  HostMirror S(*this, states);
-  const Tensor ho = cpu.gdn(hq, hk, hv, hg, hb, spans, S.ptrs, algo);
-  S.write_back(*this, states);
-  DEGEN_ASSERT(ho.dtype == DType::bf16, "gdn fallback: output ", dtype_name(ho.dtype));
-  Tensor out = to_device(ho);
-  stats_.fallback_seconds += std::chrono::duration<double>(clock_type::now() - t0).count();
-  stats_.fallback_calls++;
-  return out;
+  DEGEN_ASSERT(q.shape.size() == 3 && q.shape == k.shape && v.shape.size() == 3, "gdn shapes: q ", shape_str(q.shape),
+               " k ", shape_str(k.shape), " v ", shape_str(v.shape));
+  DEGEN_ASSERT(q.dtype == DType::bf16 && k.dtype == DType::bf16 && v.dtype == DType::bf16 && beta.dtype == DType::bf16,
+               "gdn: q, k, v, beta in bf16");
+  DEGEN_ASSERT(g.dtype == DType::f32, "gdn: g in fp32 (gdn_gates), got ", dtype_name(g.dtype));
+  const int64_t N = q.shape[0];
+  cuda::GdnShape sh;
+  sh.n_k = static_cast<int>(q.shape[1]);
+  sh.d_k = static_cast<int>(q.shape[2]);
+  sh.n_v = static_cast<int>(v.shape[1]);
+  sh.d_v = static_cast<int>(v.shape[2]);
+  DEGEN_ASSERT(sh.n_v % sh.n_k == 0, "gdn: n_v ", sh.n_v, " not a multiple of n_k ", sh.n_k);
+  DEGEN_ASSERT(v.shape[0] == N && g.rows() == N && g.cols() == sh.n_v && beta.shape == g.shape, "gdn gate shapes");
+  DEGEN_ASSERT(spans.size() == states.size(), "gdn: one state per sequence");
+  check_spans(spans, N, "gdn");
+  sh.head_mod = numerics_.has(Fault::gdn_head_mod);
+  sh.read_before_decay = numerics_.has(Fault::gdn_read_before_decay);
+  sh.out_fp16 = numerics_.has(Fault::gdn_out_fp16);
+  GdnTimer timer(*this);
+  std::vector<cuda::GdnSeq> seqs;
+  std::vector<cuda::GdnChunk> chunks;
+  DType sdt = numerics_.ssm_dtype;
+  for (size_t s = 0; s < spans.size(); ++s) {
+    Tensor& St = *states[s];
+    require_device(St, "gdn state");
+    DEGEN_ASSERT(St.shape == (std::vector<int64_t>{sh.n_v, sh.d_k, sh.d_v}), "gdn state ", shape_str(St.shape));
+    if (s == 0) sdt = St.dtype;
+    DEGEN_ASSERT(St.dtype == sdt, "gdn: states of one call in one dtype (", dtype_name(sdt), " and ",
+                 dtype_name(St.dtype), ")");
+    seqs.push_back(cuda::GdnSeq{spans[s].row0, spans[s].rows, St.raw()});
+    for (int64_t c0 = 0; c0 < spans[s].rows; c0 += cuda::kGdnChunk)
+      chunks.push_back(cuda::GdnChunk{spans[s].row0 + c0, std::min<int64_t>(cuda::kGdnChunk, spans[s].rows - c0)});
+  }
+  Tensor o = device_tensor({N, sh.n_v, sh.d_v}, DType::bf16, "gdn o");
+  if (seqs.empty() || chunks.empty()) return o;
+  cuda::GdnIo io;
+  io.q = static_cast<const bf16*>(q.raw());
+  io.k = static_cast<const bf16*>(k.raw());
+  io.v = static_cast<const bf16*>(v.raw());
+  io.beta = static_cast<const bf16*>(beta.raw());
+  io.g = g.data<float>();
+  io.o = static_cast<bf16*>(o.raw());
+  const Tensor seq_table = upload(words(seqs), DType::i64, "gdn sequences");
+  const auto* seq_ptr = static_cast<const cuda::GdnSeq*>(seq_table.raw());
+  if (algo == GdnAlgo::recurrent) {
+    cuda::gdn_recurrent_cuda(io, sh, seq_ptr, static_cast<int>(seqs.size()), sdt, context()->stream());
+    return o;
+  }
+  const Tensor chunk_table = upload(words(chunks), DType::i64, "gdn chunks");
+  const int64_t scratch_floats = static_cast<int64_t>(cuda::gdn_chunked_scratch_bytes(N, sh) / sizeof(float));
+  Tensor scratch = device_tensor({scratch_floats}, DType::f32, "gdn chunked scratch");
+  cuda::gdn_chunked_cuda(io, sh, seq_ptr, static_cast<int>(seqs.size()),
+                         static_cast<const cuda::GdnChunk*>(chunk_table.raw()), static_cast<int>(chunks.size()), sdt,
+                         scratch.raw(), N, context()->stream());
+  return o;
 }
 
 }  // namespace degen

@@ -369,34 +369,4 @@ TEST_CASE("cuda ops: GDN gates on the device (A_log fp32 / bf16, fault alog-no-e
     }
 }
 
-TEST_CASE("cuda ops: conv1d and the gated delta rule through the CPU fallback keep windows and states") {
-  // note: these two ops run on the host until the CUDA GDN core lands; the check is that the copies
-  // to and from the device lose nothing (outputs, conv windows and states equal cpu:bf16 exactly).
-  Trio t;
-  const int64_t C = 3 * 64 + 2 * 48, K = 4, nk = 2, nv = 4, dk = 32, dv = 48;
-  HostWeight w("conv1d.weight", {C, 1, K}, randn_bf16(size_t(C * K), 0.3, 50));
-  Tensor wg = t.gpu.zeros({K - 1, C}, DType::bf16), we = t.emu.zeros({K - 1, C}, DType::bf16);
-  Tensor sg = t.gpu.zeros({nv, dk, dv}, DType::f32), se = t.emu.zeros({nv, dk, dv}, DType::f32);
-  for (int64_t rows : {int64_t(37), int64_t(1)}) {
-    const int64_t pos0 = rows == 1 ? 37 : 0;
-    const std::vector<SeqSpan> spans = {{0, rows, pos0}};
-    const std::vector<double> xv = randn_bf16(size_t(rows * C), 1.0, 51 + uint32_t(rows));
-    const Tensor xg = t.gpu.from_host(xv, {rows, C}, DType::bf16), xe = t.emu.from_host(xv, {rows, C}, DType::bf16);
-    check_exact(cat("conv1d_causal[cpu fallback] rows=", rows), t, t.gpu.conv1d_causal(xg, w.view, spans, {&wg}),
-                t.emu.conv1d_causal(xe, w.view, spans, {&we}));
-    check_exact("conv window", t, wg, we);
-    auto q = t.in(randn_bf16(size_t(rows * nk * dk), 0.18, 60), {rows, nk, dk});
-    auto k = t.in(randn_bf16(size_t(rows * nk * dk), 0.18, 61), {rows, nk, dk});
-    auto v = t.in(randn_bf16(size_t(rows * nv * dv), 1.0, 62), {rows, nv, dv});
-    auto b = t.in(randn_bf16(size_t(rows * nv), 1.0, 63), {rows, nv});
-    std::vector<double> gv = randn_bf16(size_t(rows * nv), 0.1, 64);
-    for (double& x : gv) x = -std::abs(x);
-    const Tensor gg = t.gpu.from_host(gv, {rows, nv}, DType::f32), ge = t.emu.from_host(gv, {rows, nv}, DType::f32);
-    const GdnAlgo algo = rows == 1 ? GdnAlgo::recurrent : GdnAlgo::chunked;
-    check_exact(cat("gdn[cpu fallback] rows=", rows), t, t.gpu.gdn(q.g, k.g, v.g, gg, b.g, spans, {&sg}, algo),
-                t.emu.gdn(q.e, k.e, v.e, ge, b.e, spans, {&se}, algo));
-    check_exact("gdn state", t, sg, se);
-  }
-  CHECK(t.gpu.name().find("gdn-cpu-fallback") != std::string::npos);
-  check_guards(t, "gdn fallback");
-}
+// conv1d_causal and gdn: tests/cuda/test_gdn_cuda.cpp.

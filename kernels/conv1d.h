@@ -1,0 +1,27 @@
+// Launcher of kernels/conv1d.cu: the GDN depthwise causal conv + SiLU (spec model.md §4.7.2, §5.1-5.2),
+// mirroring CpuBackend::conv1d_causal (src/cpu/conv1d.cpp). Device pointers, caller's stream.
+#pragma once
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "util/dtype.h"
+
+namespace degen::cuda {
+
+// One sequence of the batch: its rows of x / out and its conv window.
+struct Conv1dSeq {
+  int64_t row0 = 0;       // first row in x
+  int64_t rows = 0;       // rows of this sequence (0: nothing to do)
+  void* window = nullptr; // [K-1, C] of the window dtype: the K-1 previous pre-conv rows, oldest first
+};
+
+// out[t, c] = silu(Σ_{i<K} w[c, i] · [window; x][t + i, c]) for every sequence (fp32 sum, bf16 out);
+// then each window takes the last K-1 rows of [window; x], rounded to `window_dtype` (unless `stuck`
+// and the sequence has exactly one row: fault conv-window-stuck).
+// x, out [N, C] bf16; w [C, K] bf16; seqs: a device array of n_seq Conv1dSeq.
+void conv1d_causal_cuda(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int64_t C, int64_t K,
+                        const Conv1dSeq* seqs, int n_seq, int64_t max_rows, DType window_dtype, bool stuck,
+                        cudaStream_t stream);
+
+}  // namespace degen::cuda
