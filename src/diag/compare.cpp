@@ -412,22 +412,6 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
       const std::optional<double> kfloor = floors ? floors->kld[m] : std::nullopt;
       cr.logits[m] = logits_result(logit_positions(tf.logits, T, V, g.topk, next, maskp), kfloor, opt.rules.kld,
                                    opt.rules.fallback_kld);
-      // The generation's own logits against this teacher-forced run over the same tokens (decode
-      // mode when it runs, else prefill): the same computation, so only path inconsistencies show.
-      const ForcedMode consistency_mode = opt.decode_mode ? ForcedMode::decode : ForcedMode::prefill;
-      if (mode == consistency_mode && !gens[s].rows.empty()) {
-        std::vector<metrics::LogitPosition> pos;
-        std::span<const uint8_t> ex;
-        if (maskp) ex = *maskp;
-        for (const auto& [p, tk] : gens[s].rows) {
-          if (p >= T) continue;
-          metrics::GoldenTopK gk{tk.ids, tk.logprobs, tk.lse};
-          pos.push_back(metrics::compare_logits_topk(std::span<const float>(tf.logits.data() + p * V, static_cast<size_t>(V)),
-                                                     gk, next[static_cast<size_t>(p)], ex, 10));
-        }
-        if (!pos.empty())
-          gens[s].logits = logits_result(pos, kfloor, opt.rules.kld, opt.rules.fallback_kld);
-      }
       if (!tf.mtp_logits.empty())
         cr.mtp = logits_result(logit_positions(tf.mtp_logits, T - 1, V, g.mtp_topk, mtp_next, maskp),
                                floors ? floors->mtp_kld : std::nullopt, opt.rules.kld, opt.rules.fallback_kld);
@@ -459,6 +443,32 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
           if (!errs[l]->passes_nonfinite()) row.pass[m] = false;
         }
       }
+    }
+
+    // 3b. Consistency: the generation's own logits against a teacher-forced run over the same tokens
+    // taken in the generation's order (the prompt in one call, then the record's continuation one
+    // token per call): the same computation, so only a real inconsistency between generation and
+    // teacher forcing shows (state corrupted during generation, an MTP rollback bug). Judged like the
+    // teacher-forced KLD of the decode mode (prefill under --no-decode).
+    if (!gens[s].rows.empty()) {
+      ForcedOptions co;
+      co.mode = ForcedMode::decode;
+      co.prefill_positions = cr.prompt_tokens;
+      co.vocab_mask = maskp;
+      const ForcedRun ref = forced_run(eng, seq, co);
+      std::vector<metrics::LogitPosition> pos;
+      std::span<const uint8_t> ex;
+      if (maskp) ex = *maskp;
+      for (const auto& [p, tk] : gens[s].rows) {
+        if (p < ref.logits_pos0 || p >= T) continue;
+        metrics::GoldenTopK gk{tk.ids, tk.logprobs, tk.lse};
+        const float* row = ref.logits.data() + (p - ref.logits_pos0) * V;
+        pos.push_back(metrics::compare_logits_topk(std::span<const float>(row, static_cast<size_t>(V)), gk,
+                                                   next[static_cast<size_t>(p)], ex, 10));
+      }
+      const int cm = static_cast<int>(opt.decode_mode ? ForcedMode::decode : ForcedMode::prefill);
+      const std::optional<double> kfloor = g.floors[fc] ? g.floors[fc]->kld[cm] : std::nullopt;
+      if (!pos.empty()) gens[s].logits = logits_result(pos, kfloor, opt.rules.kld, opt.rules.fallback_kld);
     }
 
     // Verdict.

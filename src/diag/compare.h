@@ -103,9 +103,11 @@ struct GenerationResult {
   std::optional<metrics::SpecDecode> spec;  // mtp > 0: accept_rate, accept_len, inside/outside the loop (metrics §5)
   std::optional<metrics::MtpEquiv> mtp_equiv;  // mtp > 0, greedy: output == the golden (MTP off) output
   // Consistency: the generation's own logits (top-K kept) at the positions where it had consumed the
-  // record's tokens, against the teacher-forced run over those tokens (decode mode, else prefill),
-  // judged like that mode's KLD. Catches state corrupted during generation (e.g. an MTP rollback
-  // bug) before it flips a token. One sequence per generate() call only (null in batch=all groups).
+  // record's tokens, against a teacher-forced run over those tokens in the generation's order (the
+  // prompt in one forward call, then one token per call), judged like the decode mode's KLD (the
+  // prefill mode's under decode_mode = false). Catches state corrupted during generation (e.g. an
+  // MTP rollback bug) before it flips a token. One sequence per generate() call only (null in
+  // batch=all groups).
   std::map<int64_t, TopK> rows;  // position -> top-K of the generation's logits row
   std::optional<LogitsResult> logits;
   double seconds = 0;

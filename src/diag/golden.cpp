@@ -98,6 +98,8 @@ ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const Forc
                             : std::min<int64_t>(o.run_positions, static_cast<int64_t>(tokens.size()));
   DEGEN_ASSERT(r.T > 0, "forced_run: no tokens");
   if (o.inject) DEGEN_ASSERT(r.T <= o.inject->positions && o.inject->hidden == H, "forced_run: injection covers too few positions");
+  DEGEN_ASSERT(o.prefill_positions <= 0 || (o.mode == ForcedMode::decode && !o.inject && !o.mtp),
+               "forced_run: prefill_positions is for plain decode-mode runs");
   r.P = std::min(o.capture_positions, r.T);
   const size_t PH = static_cast<size_t>(r.P * H);
   r.l_out.resize(static_cast<size_t>(L));
@@ -154,8 +156,16 @@ ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const Forc
     }
   } else {
     fo.logits = o.logits ? LogitsRows::last : LogitsRows::none;
-    if (o.logits) r.logits.reserve(static_cast<size_t>(r.T * V));
-    for (int64_t i = 0; i < r.T; ++i) {
+    // The first N tokens in one call, keeping its last row only, as generate() prefills a prompt.
+    const int64_t n0 = std::min(std::max<int64_t>(o.prefill_positions, 0), r.T);
+    r.logits_pos0 = n0 > 0 ? n0 - 1 : 0;
+    if (o.logits) r.logits.reserve(static_cast<size_t>((r.T - r.logits_pos0) * V));
+    if (n0 > 0) {
+      std::vector<int32_t> ids(tokens.begin(), tokens.begin() + n0);
+      ForwardOutput out = eng.forward({SeqInput{&st, ids}}, fo, &tr);
+      if (o.logits) r.logits = eng.backend().to_host_f32(out.logits);
+    }
+    for (int64_t i = n0; i < r.T; ++i) {
       ForwardOutput out = eng.forward({SeqInput{&st, {tokens[static_cast<size_t>(i)]}}}, fo, &tr);
       if (o.logits) {
         std::vector<float> row = eng.backend().to_host_f32(out.logits);

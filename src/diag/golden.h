@@ -52,7 +52,9 @@ constexpr int kGoldenFormatVersion = 1;
 // ---- teacher-forced runs (shared by golden and compare) ----
 
 // prefill: the whole sequence in one forward call (chunked GDN unless the config says otherwise);
-// decode: one token per call through the decode path (recurrent GDN, KV cache appends).
+// decode: one token per call through the decode path (recurrent GDN, KV cache appends). A decode run
+// can start with a prefill of the first tokens (ForcedOptions::prefill_positions): the order
+// generation takes (the prompt in one call, then one token per call).
 enum class ForcedMode : uint8_t { prefill, decode };
 const char* forced_mode_name(ForcedMode m);
 
@@ -75,12 +77,17 @@ struct ForcedOptions {
   bool mtp = false;                        // prefill only: MTP draft logits for every position but the last
   bool mtp_prenorm_hidden = false;         // fault mtp-prenorm-hidden: feed the MTP head l_out-(L-1), not the post-norm hidden
   const std::vector<uint8_t>* vocab_mask = nullptr;
+  // decode only: the first N tokens in ONE forward call that keeps only its last logits row (as
+  // generate() prefills a prompt), then one token per call; logits then start at position N - 1
+  // (ForcedRun::logits_pos0). 0: every token through the decode path. No injection with it.
+  int64_t prefill_positions = 0;
 };
 
 struct ForcedRun {
   int64_t T = 0;                          // positions run
   int64_t P = 0;                          // positions captured
-  std::vector<float> logits;              // [T, V] (padding ids -inf)
+  std::vector<float> logits;              // [T - logits_pos0, V] (padding ids -inf)
+  int64_t logits_pos0 = 0;                // position of the first logits row (prefill_positions - 1, else 0)
   std::vector<float> embed;               // [P, H] the model's own embedding output
   std::vector<std::vector<float>> l_out;  // [L] of [P, H] for captured layers (else empty)
   std::vector<float> l_out_norm;          // [L, T] row L2 norms of every layer output
