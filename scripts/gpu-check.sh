@@ -2,21 +2,25 @@
 # The GPU check of the CUDA backend, in one run on a machine with the CUDA toolkit and a GPU:
 #   1. configure and build degenbisect and the GPU tests for the local GPU (compute capability read
 #      with nvidia-smi, else "native");
-#   2. run the GPU tests (tests/cuda: every op against the CPU, end to end compare of the tiny models);
+#   2. run the GPU tests (tests/cuda: every op against the CPU — the GDN core (conv1d, chunked and
+#      recurrent delta rule) included —, the device sampler, MTP on backend=cuda, end to end compare
+#      of the tiny models);
 #   3. `compare` of the four shipped tiny models on backend=cuda against golden/<model>/smoke (a
 #      committed record without noise floors is first regenerated with floors into the work folder),
-#      plus attn=flash and attn=splitkv,kv_dtype=fp8 on one model, and a planted fault that must be caught;
-#   4. `bench --backend cuda --synthetic qwen36-27b` (random weights made on the device; the first
-#      $BENCH_LAYERS layers, see below);
+#      plus attn=flash, attn=splitkv, gemm=simple and gdn=recurrent on one model, and two planted faults
+#      (an attention one and a GDN one) that must be caught;
+#   4. `bench --backend cuda --synthetic qwen36-27b` (random weights made on the device, all 64
+#      layers unless $BENCH_LAYERS): issue 10's figures first — batch-1 decode (no MTP) as a fraction
+#      of the memory-bandwidth floor, prefill tokens/s of a 2048-token prompt and the GDN core's share
+#      of it — then batch-16 throughput with 128-token prompts;
 #   5. a short summary table, printed LAST.
 # Usage: scripts/gpu-check.sh [LOGDIR]   full logs (build.log, cuda-tests.log, compare.log, bench.log,
-#        summary.txt) go to LOGDIR when given, else to a temporary folder.
+#        bench-b16.log, summary.txt) go to LOGDIR when given, else to a temporary folder.
 # Needs nothing beyond a CUDA toolkit, CMake and a C++ compiler: when the system lacks Eigen, CLI11,
 # nlohmann-json, doctest or utf8proc, stage them first on a machine that has them
 # (scripts/stage-device-deps.sh writes .devdeps/, which this script uses when present).
 # Environment: CUDA_ARCH (e.g. 90; default: the GPU's compute capability), BUILD_DIR (default
-# build-gpu), BENCH_LAYERS (default 8: 2 attention + 6 GDN layers of the 27B; the GDN layers run
-# through the CPU fallback until the CUDA GDN core lands, which bounds the time), JOBS, DEADLINE
+# build-gpu), BENCH_LAYERS (default 0: the whole 27B; N > 0 keeps its first N layers), JOBS, DEADLINE
 # (seconds, default 450: a step that would start after it is skipped and each step's timeout is cut
 # so that the summary is printed in time).
 # Designed to finish in under 8 minutes on one H200.
@@ -30,7 +34,7 @@ work="$(mktemp -d /tmp/gpu-check-work.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 t_start=$(date +%s)
 jobs="${JOBS:-$(nproc)}"
-bench_layers="${BENCH_LAYERS:-8}"
+bench_layers="${BENCH_LAYERS:-0}"
 deadline=$(( t_start + ${DEADLINE:-450} ))
 # seconds a step may take: its own limit, cut to what is left before the deadline (minus a reserve)
 budget() { local left=$(( deadline - $(date +%s) - 15 )); [ "$left" -lt "$1" ] && echo "$left" || echo "$1"; }
@@ -84,7 +88,7 @@ fi
 # ---- 2. GPU tests ----
 t0=$(date +%s)
 # the op tests first, then the end-to-end ones (slower), each under its own time limit
-(cd "$build/tests" && timeout "$(budget 90)" ./degen_cuda_tests -tce='cuda e2e*') > "$logdir/cuda-tests.log" 2>&1
+(cd "$build/tests" && timeout "$(budget 150)" ./degen_cuda_tests -tce='cuda e2e*') > "$logdir/cuda-tests.log" 2>&1
 rc=$?
 cases="$(grep -E '^\[doctest\] test cases:' "$logdir/cuda-tests.log" | tail -1 | sed 's/\[doctest\] //')"
 row "GPU op tests (degen_cuda_tests)" "exit $rc; ${cases:-no summary}; $(elapsed "$t0") s"
@@ -148,23 +152,47 @@ for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
     run_compare backend=cuda,attn=flash "attn=flash (prefill passes)" 0 --no-decode
     run_compare backend=cuda,attn=splitkv "attn=splitkv" 0
     run_compare backend=cuda,gemm=simple "gemm=simple (prefill passes)" 0 --no-decode
+    run_compare backend=cuda,gdn=recurrent "gdn=recurrent" 0
     run_compare backend=cuda,fault=rope-interleaved@3 "fault=rope-interleaved@3" 1 --no-decode
+    run_compare backend=cuda,fault=gdn-read-before-decay@0 "fault=gdn-read-before-decay@0" 1 --no-decode
   fi
 done
 row "  compare time" "$(elapsed "$t0") s"
 
 # ---- 4. benchmark ----
+layers_opt=()
+layers_label="all layers"
+if [ "$bench_layers" -gt 0 ]; then layers_opt=(--layers "$bench_layers"); layers_label="first $bench_layers layers"; fi
+bench_rows() {  # LOG: summary rows of the prefill / decode lines
+  grep -E '^(prefill|decode) ' "$1" | while read -r ph b tok s tps step gms gpc gb floor; do
+    if [ "$ph" = prefill ]; then
+      row "  prefill batch $b ($tok tok)" "$tps tok/s, GDN core $gms ms = $gpc of a timed prefill"
+    else
+      row "  decode batch $b (no MTP)" "$tps tok/s, step $step ms, $gb GB/step, $floor of the bandwidth floor"
+    fi
+  done
+}
 t0=$(date +%s)
-timeout "$(budget 150)" "$bin" bench --backend cuda --synthetic qwen36-27b --layers "$bench_layers" --prefill 128 --decode 8 \
-  --batch 1,16 > "$logdir/bench.log" 2>&1
-rc=$?
-row "bench qwen36-27b, first $bench_layers layers" "exit $rc ($(elapsed "$t0") s)"
-grep -E '^probe' "$logdir/bench.log" | cut -c10-150 | while read -r l; do row "  probe" "$l"; done
-grep -E '^(prefill|decode) ' "$logdir/bench.log" | while read -r ph b tok s tps step fb gb floor wo; do
-  if [ "$ph" = prefill ]; then
-    row "  prefill batch $b ($tok tok)" "$tps tok/s (gdn-cpu ${fb} ms)"
-  else
-    row "  decode batch $b" "$tps tok/s, step $step ms (gdn-cpu $fb ms), $gb GB/step, $floor of floor ($wo w/o gdn-cpu)"
-  fi
-done
+lim=$(budget 150)
+if [ "$lim" -gt 10 ]; then
+  timeout "$lim" "$bin" bench --backend cuda --synthetic qwen36-27b "${layers_opt[@]}" --prefill 2048 --decode 16 \
+    --batch 1 > "$logdir/bench.log" 2>&1
+  rc=$?
+  row "bench qwen36-27b ($layers_label), 2048-token prompt" "exit $rc ($(elapsed "$t0") s)"
+  grep -E '^probe' "$logdir/bench.log" | cut -c10-150 | while read -r l; do row "  probe" "$l"; done
+  bench_rows "$logdir/bench.log"
+else
+  row "bench qwen36-27b, 2048-token prompt" "skipped: DEADLINE reached"
+fi
+t0=$(date +%s)
+lim=$(budget 120)
+if [ "$lim" -gt 10 ]; then
+  timeout "$lim" "$bin" bench --backend cuda --synthetic qwen36-27b "${layers_opt[@]}" --prefill 128 --decode 8 \
+    --batch 16 > "$logdir/bench-b16.log" 2>&1
+  rc=$?
+  row "bench qwen36-27b ($layers_label), batch 16" "exit $rc ($(elapsed "$t0") s)"
+  bench_rows "$logdir/bench-b16.log"
+else
+  row "bench qwen36-27b, batch 16" "skipped: DEADLINE reached"
+fi
 finish 0
