@@ -18,6 +18,7 @@
 #include "model/safetensors.h"
 #include "model/synth.h"
 #include "model/tokenizer.h"
+#include "report/junit.h"
 #include "tolerances.h"
 #include "util/dtype.h"
 #include "util/error.h"
@@ -427,14 +428,14 @@ TEST_CASE("compare: the reference against its own golden record passes with zero
     CHECK_FALSE(c.gen.first_divergence.has_value());
     CHECK_FALSE(c.gen.golden_rerun);
   }
-  // The text, JSON and JUnit forms.
+  // The text, JSON and JUnit forms (JUnit: the report's writer, as `compare --junit`).
   const std::string text = format_compare(r);
   CHECK(text.find("verdict: good (exit 0)") != std::string::npos);
   nlohmann::json j = r.to_json();
   CHECK(j["verdict"] == "good");
   CHECK(j["cases"].size() == 2);
   CHECK(j["cases"][0]["layers"].size() == 8);
-  const std::string xml = junit_xml(r);
+  const std::string xml = report::junit_for_compare(r.to_json());
   CHECK(xml.find("<testcase classname=\"degenbisect.compare.smoke\" name=\"two-plus-two\"") != std::string::npos);
   CHECK(xml.find("failures=\"0\"") != std::string::npos);
 }
@@ -518,7 +519,7 @@ TEST_CASE("compare: one tensor of one layer scaled by 1.05 fails and the isolate
       }
       CHECK(c.reasons.front().find(cat("first at layer ", p.layer)) != std::string::npos);
     }
-    CHECK(junit_xml(r).find("<failure") != std::string::npos);
+    CHECK(report::junit_for_compare(r.to_json()).find("<failure") != std::string::npos);
   }
 }
 
@@ -646,11 +647,12 @@ TEST_CASE("compare: degeneration that the golden run shares is model-intrinsic, 
     CHECK(c.reasons[0].find("model-intrinsic") != std::string::npos);
   }
   CHECK(r.to_json()["cases"][0]["generation"]["cause"] == "model-intrinsic");
-  CHECK(junit_xml(r).find("<failure") == std::string::npos);
+  CHECK(report::junit_for_compare(r.to_json()).find("<failure") == std::string::npos);
   o.fail_on_model_degeneration = true;
   CompareResult r2 = compare_golden(rec, *l.model, l.tok.get(), o, make_backend);
   CHECK(r2.exit_code == 1);
-  CHECK(junit_xml(r2).find("<failure") != std::string::npos);
+  CHECK(r2.to_json()["fail_on_model_degeneration"] == true);
+  CHECK(report::junit_for_compare(r2.to_json()).find("<failure") != std::string::npos);
 }
 
 TEST_CASE("compare: MTP faults show: drafts from the pre-norm hidden, state not rolled back") {

@@ -1,5 +1,5 @@
 // compare: teacher-forced, isolated and free-running runs of one configuration against a golden
-// record, the verdict, and its text / JSON / JUnit forms (see compare.h).
+// record, the verdict, and its text / JSON forms (see compare.h; JUnit: report::junit_for_compare).
 #include "diag/compare.h"
 
 #include <algorithm>
@@ -77,23 +77,6 @@ std::vector<int32_t> whitespace_ids(const Tokenizer& tok) {
       out.push_back(id);
   }
   return out;
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      case '\'': o += "&apos;"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') o += ' ';
-        else o += c;
-    }
-  }
-  return o;
 }
 
 constexpr int kGenTopK = 20;  // log-probs kept per generated position for the consistency check
@@ -182,6 +165,7 @@ json CompareResult::to_json() const {
           {"cases", c},
           {"verdict", metrics::verdict_name(verdict)},
           {"exit_code", exit_code},
+          {"fail_on_model_degeneration", fail_on_model_degeneration},
           {"seconds", seconds}};
 }
 
@@ -687,52 +671,6 @@ std::string format_compare(const CompareResult& r, bool per_case) {
            counts[static_cast<int>(Verdict::good)], " good, ", counts[static_cast<int>(Verdict::bad)], " bad, ",
            counts[static_cast<int>(Verdict::model_intrinsic)], " model-intrinsic; ", cat(std::fixed, std::setprecision(2), r.seconds),
            " s\n");
-  return o;
-}
-
-// ---- JUnit ----
-
-std::string junit_xml(const CompareResult& r) {
-  auto failed = [&](const CaseResult& c) {
-    return metrics::exit_code(c.verdict, r.fail_on_model_degeneration) == ExitCode::bad;
-  };
-  size_t failures = 0;
-  for (const CaseResult& c : r.cases)
-    if (failed(c)) ++failures;
-  const std::string name = cat("degenbisect compare ", r.suite, " [", r.config, "]");
-  std::string o = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  o += cat("<testsuites name=\"", xml_escape(name), "\" tests=\"", r.cases.size(), "\" failures=\"", failures, "\" time=\"",
-           r.seconds, "\">\n");
-  o += cat("  <testsuite name=\"", xml_escape(name), "\" tests=\"", r.cases.size(), "\" failures=\"", failures,
-           "\" errors=\"0\" skipped=\"0\" time=\"", r.seconds, "\">\n");
-  for (const CaseResult& c : r.cases) {
-    o += cat("    <testcase classname=\"degenbisect.compare.", xml_escape(r.suite), "\" name=\"", xml_escape(c.id),
-             "\" time=\"", c.seconds, "\">\n");
-    std::string details;
-    for (const std::string& why : c.reasons) details += why + "\n";
-    const bool fail = failed(c);
-    if (fail)
-      o += cat("      <failure type=\"", metrics::verdict_name(c.verdict), "\" message=\"",
-               xml_escape(c.reasons.empty() ? metrics::verdict_name(c.verdict) : c.reasons.front()), "\">",
-               xml_escape(details), "</failure>\n");
-    else if (!details.empty())
-      o += cat("      <system-out>", xml_escape(details), "</system-out>\n");
-    o += "    </testcase>\n";
-  }
-  o += "  </testsuite>\n</testsuites>\n";
-  return o;
-}
-
-std::string junit_untestable(const std::string& suite, const std::vector<std::string>& ids, const std::string& reason) {
-  const std::string name = cat("degenbisect compare ", suite);
-  std::string o = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  o += cat("<testsuites name=\"", xml_escape(name), "\" tests=\"", ids.size(), "\" skipped=\"", ids.size(), "\">\n");
-  o += cat("  <testsuite name=\"", xml_escape(name), "\" tests=\"", ids.size(), "\" failures=\"0\" errors=\"0\" skipped=\"",
-           ids.size(), "\">\n");
-  for (const std::string& id : ids)
-    o += cat("    <testcase classname=\"degenbisect.compare.", xml_escape(suite), "\" name=\"", xml_escape(id),
-             "\"><skipped message=\"", xml_escape(reason), "\"/></testcase>\n");
-  o += "  </testsuite>\n</testsuites>\n";
   return o;
 }
 

@@ -153,9 +153,7 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
 // The text printed on stdout: a compact per-layer table (worst over the cases; per_case: one table
 // per case), one line per case, the reasons, and the verdict.
 std::string format_compare(const CompareResult& r, bool per_case = false);
-// JUnit XML: one testsuite, one testcase per case (failure for bad, skipped for untestable).
-std::string junit_xml(const CompareResult& r);
-// JUnit / JSON for a configuration that could not be tested at all (exit 125).
-std::string junit_untestable(const std::string& suite, const std::vector<std::string>& case_ids, const std::string& reason);
+// JUnit XML of a result: report::junit_for_compare(r.to_json()) (src/report/junit.h; report sits
+// above diag, so diag writes no XML itself).
 
 }  // namespace degen
