@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/session.h"
 #include "diag/bisect.h"
 #include "diag/evaluate.h"
 #include "diag/faults.h"
@@ -13,9 +14,7 @@
 #include "diag/subop.h"
 #include "engine/backend_factory.h"
 #include "engine/trace.h"
-#include "model/model.h"
 #include "model/safetensors.h"
-#include "model/tokenizer.h"
 #include "util/error.h"
 
 namespace degen::cli {
@@ -48,18 +47,13 @@ int run_bisect(const BisectArgs& a) {
   RunConfig bad = parse_run_config(a.bad);
   bool good_given = !a.good.empty();
   RunConfig good = good_given ? parse_run_config(a.good) : implicit_good(bad);
-  const GoldenRecord rec = GoldenRecord::open(a.golden);
-  auto model = load_model(a.model);
-  const ModelConfig& cfg = model->config;
+  const Session session = open_session({a.golden, a.model, a.cases, a.allow_mismatch, a.no_decode});
+  const GoldenRecord& rec = session.rec;
+  const Model& model = *session.model;
+  const ModelConfig& cfg = model.config;
   validate_run_config(bad, cfg);
   validate_run_config(good, cfg);
-  std::unique_ptr<Tokenizer> tok;
-  if (fs::exists(fs::path(a.model) / "tokenizer.json")) tok = Tokenizer::load(fs::path(a.model) / "tokenizer.json");
-  CompareOptions base;
-  base.allow_model_mismatch = a.allow_mismatch;
-  base.decode_mode = !a.no_decode;
-  base.cases = a.cases;
-  CellEvaluator inner = compare_evaluator(rec, *model, tok.get(), base, make_backend);
+  CellEvaluator inner = compare_evaluator(rec, model, session.tok.get(), session.base, make_backend);
   bool quiet = global_options().quiet;
   CellEvaluator ev = [&](const RunConfig& rc) {
     CellSummary s = inner(rc);
@@ -73,7 +67,7 @@ int run_bisect(const BisectArgs& a) {
                            good_given ? "" : " (implicit: the bad config's layer toggles and faults at their defaults)");
   BisectOutcome o = bisect(good, good_given, bad, cfg, oracle);
 
-  json j = {{"tool", "degenbisect bisect"}, {"golden", a.golden}, {"model", a.model}, {"fingerprint", model->fingerprint},
+  json j = {{"tool", "degenbisect bisect"}, {"golden", a.golden}, {"model", a.model}, {"fingerprint", model.fingerprint},
             {"bad", o.bad.str()}, {"good", o.good.str()}, {"good_given", o.good_given}, {"status", o.status},
             {"differing", o.differing}, {"culprit_toggles", o.culprit_toggles}, {"layer_specific", o.layer_specific},
             {"culprit_layers", o.culprit_layers}, {"minimal_bad", o.minimal_bad.str()},
@@ -121,7 +115,7 @@ int run_bisect(const BisectArgs& a) {
       if (!a.no_subop) {
         std::vector<json> reports;
         for (int l : o.culprit_layers) {
-          auto reps = subop_analysis(rec, *model, o.minimal_bad, l, make_backend);
+          auto reps = subop_analysis(rec, model, o.minimal_bad, l, make_backend);
           for (const auto& r : reps) reports.push_back(r.to_json());
           if (auto op = named_op(reps)) {
             const SubopRow* row = nullptr;

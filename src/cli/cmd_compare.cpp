@@ -6,19 +6,15 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/session.h"
 #include "diag/compare.h"
-#include "diag/golden.h"
 #include "engine/backend_factory.h"
-#include "model/model.h"
 #include "model/safetensors.h"
-#include "model/tokenizer.h"
 #include "report/junit.h"
 #include "util/error.h"
 
 namespace degen::cli {
 namespace {
-
-namespace fs = std::filesystem;
 
 struct CompareArgs {
   std::string golden, model, config, json, junit;
@@ -37,23 +33,19 @@ void write_out(const std::string& path, const std::string& text) {
 int run_compare(const CompareArgs& a) {
   if (a.golden.empty() || a.model.empty()) input_error("compare: --golden DIR and --model DIR are required");
   if (!a.json.empty() && a.json == a.junit) input_error("compare: --json and --junit name the same file");
-  CompareOptions o;
-  o.config = parse_run_config(a.config);
-  o.allow_model_mismatch = a.allow_mismatch;
+  const RunConfig config = parse_run_config(a.config);
+  const Session s = open_session({a.golden, a.model, a.cases, a.allow_mismatch, a.no_decode});
+  const GoldenRecord& rec = s.rec;
+  CompareOptions o = s.base;
+  o.config = config;
   o.fail_on_model_degeneration = a.fail_on_model;
-  o.decode_mode = !a.no_decode;
-  o.cases = a.cases;
-  const GoldenRecord rec = GoldenRecord::open(a.golden);
-  auto model = load_model(a.model);
-  std::unique_ptr<Tokenizer> tok;
-  if (fs::exists(fs::path(a.model) / "tokenizer.json")) tok = Tokenizer::load(fs::path(a.model) / "tokenizer.json");
   // With --json -, stdout carries the JSON only; the table goes to stderr.
   std::FILE* text_out = a.json == "-" ? stderr : stdout;
   std::FILE* progress = global_options().quiet ? nullptr : stderr;
 
   CompareResult r;
   try {
-    r = compare_golden(rec, *model, tok.get(), o, make_backend, progress);
+    r = compare_golden(rec, *s.model, s.tok.get(), o, make_backend, progress);
   } catch (const UntestableError& e) {
     std::vector<std::string> ids;
     for (const GoldenCase& c : rec.cases()) ids.push_back(c.id);
@@ -69,13 +61,10 @@ int run_compare(const CompareArgs& a) {
   }
   const std::string text = format_compare(r, a.per_case);
   std::fwrite(text.data(), 1, text.size(), text_out);
-  if (!a.json.empty()) write_out(a.json, r.to_json().dump(1) + "\n");
-  if (!a.junit.empty()) {
-    // The report's JUnit writer (src/report/junit.h), the same XML `report --format junit` writes.
-    nlohmann::json j = r.to_json();
-    j["fail_on_model_degeneration"] = r.fail_on_model_degeneration;
-    write_out(a.junit, report::junit_for_compare(j));
-  }
+  const nlohmann::json j = r.to_json();
+  if (!a.json.empty()) write_out(a.json, j.dump(1) + "\n");
+  // The report's JUnit writer (src/report/junit.h), the same XML `report --format junit` writes.
+  if (!a.junit.empty()) write_out(a.junit, report::junit_for_compare(j));
   return r.exit_code;
 }
 

@@ -7,13 +7,12 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/session.h"
 #include "diag/golden.h"
 #include "diag/selftest.h"
 #include "engine/backend_factory.h"
-#include "model/model.h"
 #include "model/safetensors.h"
 #include "model/synth.h"
-#include "model/tokenizer.h"
 #include "util/error.h"
 
 namespace degen::cli {
@@ -41,15 +40,15 @@ int run_selftest_cmd(const SelftestArgs& a) {
       if (!quiet) std::fprintf(stderr, "selftest: synthesized tiny-qwen35 into %s\n", model_dir.c_str());
     }
   }
-  auto model = load_model(model_dir);
-  std::unique_ptr<Tokenizer> tok;
-  if (fs::exists(model_dir / "tokenizer.json")) tok = Tokenizer::load(model_dir / "tokenizer.json");
+  const LoadedModel loaded = load_model_and_tokenizer(model_dir);
+  const Model& model = *loaded.model;
+  const Tokenizer* tok = loaded.tok.get();
   fs::path golden_dir = a.golden;
   if (golden_dir.empty()) {
     golden_dir = tmp / "golden";
     GoldenOptions go;
     go.command = "degenbisect selftest (built-in suite)";
-    write_golden(*model, tok.get(), selftest_suite(), golden_dir, go, make_backend, quiet ? nullptr : stderr);
+    write_golden(model, tok, selftest_suite(), golden_dir, go, make_backend, quiet ? nullptr : stderr);
   }
   const GoldenRecord rec = GoldenRecord::open(golden_dir);
   SelftestOptions so;
@@ -60,7 +59,7 @@ int run_selftest_cmd(const SelftestArgs& a) {
   if (!quiet)
     std::fprintf(stderr, "selftest: model %s, golden %s%s\n", model_dir.c_str(), golden_dir.c_str(),
                  rec.floors_present() ? "" : " (no noise floors: fixed fp32-class limits)");
-  auto rows = run_selftest(rec, *model, tok.get(), so, make_backend, quiet ? nullptr : stderr);
+  auto rows = run_selftest(rec, model, tok, so, make_backend, quiet ? nullptr : stderr);
   std::printf("%s", selftest_table(rows).c_str());
   if (!a.json_out.empty()) write_file_atomic(a.json_out, selftest_json(rows).dump(1) + "\n");
   for (const auto& r : rows)

@@ -5,13 +5,11 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/session.h"
 #include "diag/cases.h"
 #include "diag/evaluate.h"
-#include "diag/golden.h"
 #include "engine/backend_factory.h"
-#include "model/model.h"
 #include "model/safetensors.h"
-#include "model/tokenizer.h"
 #include "util/error.h"
 
 namespace degen::cli {
@@ -38,21 +36,14 @@ int run_sweep_cmd(const SweepArgs& a) {
   so.isolate = a.isolate;
   so.progress = !global_options().quiet;
 
-  const GoldenRecord rec = GoldenRecord::open(a.golden);
-  auto model = load_model(a.model);  // once, for every cell
-  std::unique_ptr<Tokenizer> tok;
-  if (fs::exists(fs::path(a.model) / "tokenizer.json")) tok = Tokenizer::load(fs::path(a.model) / "tokenizer.json");
-  CompareOptions base;
-  base.allow_model_mismatch = a.allow_mismatch;
-  base.decode_mode = !a.no_decode;
-  base.cases = a.cases;
+  Session s = open_session({a.golden, a.model, a.cases, a.allow_mismatch, a.no_decode});  // the model once, for every cell
   if (!a.cases_file.empty())
-    for (const auto& c : load_suite(a.cases_file).cases) base.cases.push_back(c.id);
-  for (auto& cell : m.cells()) validate_run_config(cell.config, model->config);
+    for (const auto& c : load_suite(a.cases_file).cases) s.base.cases.push_back(c.id);
+  for (auto& cell : m.cells()) validate_run_config(cell.config, s.model->config);
 
   std::fprintf(stderr, "sweep %s: %zu cells (shard %s), model %s, golden %s, results in %s\n", m.name.c_str(),
                m.cells().size(), a.shard.c_str(), a.model.c_str(), a.golden.c_str(), (fs::path(a.out) / "results.jsonl").c_str());
-  auto rows = run_sweep(m, so, compare_evaluator(rec, *model, tok.get(), base, make_backend));
+  auto rows = run_sweep(m, so, compare_evaluator(s.rec, *s.model, s.tok.get(), s.base, make_backend));
   std::string table = sweep_table(m, rows), effects = sweep_main_effects(m, rows);
   std::printf("%s\n%s", table.c_str(), effects.c_str());
   write_file_atomic(fs::path(a.out) / "table.txt", table + "\n" + effects);
