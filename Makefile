@@ -9,7 +9,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 BIN := $(BUILD)/degenbisect
-TINY_MODELS := tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next
+TINY_MODELS := tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next tiny-qwen35-tp3
 
 .PHONY: all deps configure build test demo models clean
 

@@ -10,7 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 {
   echo "{"
   first=1
-  for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
+  for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next tiny-qwen35-tp3; do
     "$bin" synth --preset "$m" --out "$tmp/$m" 2>/dev/null
     fp=$("$bin" inspect "$tmp/$m" --json | sed -n 's/.*"fingerprint": "\([0-9a-f]*\)".*/\1/p')
     sha=$(sha256sum "$tmp/$m/model.safetensors" | cut -d' ' -f1)

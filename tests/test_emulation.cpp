@@ -396,7 +396,7 @@ TEST_CASE("emulation: make_backend builds what the config asks for, or says why 
   CHECK(make_backend(parse_run_config("precision=fp64"), cfg)->name() == "cpu:fp64");
   CHECK(make_backend(parse_run_config(""), cfg)->name() == "cpu:ref");
   CHECK_THROWS_AS(make_backend(parse_run_config("graphs=on"), cfg), UntestableError);
-  CHECK_THROWS_AS(make_backend(parse_run_config("tp=2"), cfg), UntestableError);
+  CHECK(make_backend(parse_run_config("tp=2"), cfg)->tp_size() == 2);  // the CPU twin (tests/test_tp.cpp)
   CHECK_THROWS_WITH_AS(make_backend(parse_run_config("attn=flash@9"), cfg), doctest::Contains("outside the model"),
                        InputError);
 }

@@ -17,7 +17,8 @@ using namespace degen::test;
 
 namespace {
 
-// Faults implemented elsewhere: MTP speculative decoding (engine/spec_decode) and tensor parallelism.
+// Faults that are not a Fault of the forward pass: MTP speculative decoding (engine/spec_decode) and
+// the model-level tensor-parallel one (the engine's layer loop; tests/test_tp.cpp).
 const std::set<std::string> kNotForwardPass = {"mtp-no-rollback", "mtp-prenorm-hidden", "tp-skip-last-allreduce"};
 
 struct Injection {
@@ -43,6 +44,8 @@ const Injection kInjections[] = {
     {"alog-no-exp", "tiny-qwen35", 4, "p"},
     {"kv-off-by-one", "tiny-qwen35", 3, "d0"},
     {"moe-no-renorm", "tiny-qwen35-moe", 2, "p"},
+    {"tp-gdn-no-allreduce", "tiny-qwen35", 2, "p"},       // clean and faulty runs both at tp=2
+    {"tp-moe-double-allreduce", "tiny-qwen35-moe", 2, "p"},
 };
 
 bool is_before(const std::string& call, const std::string& other) {  // "p" < "d0" < "d1" ...
@@ -81,11 +84,13 @@ TEST_CASE("faults: each fault breaks its op and leaves the layers before its sco
     for (const Injection& in : kInjections) {
       const FaultInfo* info = find_fault(in.fault);
       REQUIRE(info);
-      const std::string cfg = cat(precision, ",fault=", in.fault, "@", in.layer);
+      // tensor-parallel faults: both runs at tp=2
+      const std::string base = cat(precision, std::string(in.fault).rfind("tp-", 0) == 0 ? ",tp=2" : "");
+      const std::string cfg = cat(base, ",fault=", in.fault, "@", in.layer);
       CAPTURE(cfg);
       CAPTURE(in.preset);
       const auto& dir = synth_model(in.preset);
-      ToggledModel clean_m(dir, precision), bad_m(dir, cfg);
+      ToggledModel clean_m(dir, base), bad_m(dir, cfg);
       const std::vector<int32_t> ids = test_ids(90, clean_m.cfg.vocab_size, 21);
       const RunTrace clean = run_traced(clean_m, ids, 3), bad = run_traced(bad_m, ids, 3);
       REQUIRE(clean.t.size() == bad.t.size());
@@ -164,9 +169,9 @@ TEST_CASE("faults: a scope that cannot host the fault is an input error naming t
 
 TEST_CASE("faults: untestable where the fault cannot act") {
   ModelConfig cfg = load_model_config(synth_model("tiny-qwen35"));
-  // tensor parallelism: TODO(tensor parallelism issue)
-  CHECK_THROWS_WITH_AS(make_backend(parse_run_config("fault=tp-skip-last-allreduce"), cfg), doctest::Contains("needs tp > 1"),
-                       UntestableError);
+  // tensor-parallel faults need ranks
+  for (const char* f : {"fault=tp-skip-last-allreduce", "fault=tp-gdn-no-allreduce@0"})
+    CHECK_THROWS_WITH_AS(make_backend(parse_run_config(f), cfg), doctest::Contains("needs tp > 1"), UntestableError);
   // faults that change nothing on a model are refused, not silently clean
   ModelConfig r1 = cfg;
   r1.n_v = r1.n_k;

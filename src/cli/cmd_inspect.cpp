@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "model/model.h"
+#include "model/shard.h"
 #include "util/error.h"
 
 namespace degen::cli {
@@ -32,6 +33,7 @@ std::string human_count(double n) {
 struct InspectArgs {
   std::string model;
   bool json = false;
+  int tp = 1;
 };
 
 int run_inspect(const InspectArgs& a) {
@@ -124,6 +126,24 @@ int run_inspect(const InspectArgs& a) {
                    {"ssm_state_bytes_per_seq", mem.ssm_state_bytes_per_seq},
                    {"conv_bytes_per_seq", mem.conv_bytes_per_seq}};
 
+  // Tensor parallelism: what one rank holds (model/shard.h), when asked.
+  TpMemory tpm;
+  MemoryEstimate rank_mem;
+  if (a.tp > 1) {
+    tpm = tp_memory(cfg, a.tp, mtp_layers > 0);  // InputError naming the dimension when it does not split
+    rank_mem = estimate_memory(rank_config(cfg, a.tp), tpm.rank_weight_bytes, mtp_layers);
+    out["tp"] = {{"ranks", a.tp},
+                 {"rank_weight_bytes", tpm.rank_weight_bytes},
+                 {"sharded_weight_bytes", tpm.sharded_bytes},
+                 {"replicated_weight_bytes", tpm.replicated_bytes},
+                 {"rank_kv_bytes_per_token", rank_mem.kv_bytes_per_token},
+                 {"rank_mtp_kv_bytes_per_token", rank_mem.mtp_kv_bytes_per_token},
+                 {"rank_ssm_state_bytes_per_seq", rank_mem.ssm_state_bytes_per_seq},
+                 {"rank_conv_bytes_per_seq", rank_mem.conv_bytes_per_seq},
+                 {"allreduces_per_token", tpm.allreduces_per_forward},
+                 {"allreduce_bytes", tpm.allreduce_bytes_per_token}};
+  }
+
   if (a.json) {
     std::printf("%s\n", out.dump(2).c_str());
     return exit_code;
@@ -166,6 +186,15 @@ int run_inspect(const InspectArgs& a) {
               human_bytes(double(mem.mtp_kv_bytes_per_token)).c_str(),
               human_bytes(double(mem.ssm_state_bytes_per_seq)).c_str(),
               human_bytes(double(mem.conv_bytes_per_seq)).c_str());
+  if (a.tp > 1)
+    std::printf("tp=%d         per rank: weights %s (%s sharded 1/%d + %s replicated); KV cache %s per token; "
+                "GDN state %s + conv window %s per sequence; %d all-reduces of %s per decoded token\n",
+                a.tp, human_bytes(double(tpm.rank_weight_bytes)).c_str(), human_bytes(double(tpm.sharded_bytes)).c_str(),
+                a.tp, human_bytes(double(tpm.replicated_bytes)).c_str(),
+                human_bytes(double(rank_mem.kv_bytes_per_token)).c_str(),
+                human_bytes(double(rank_mem.ssm_state_bytes_per_seq)).c_str(),
+                human_bytes(double(rank_mem.conv_bytes_per_seq)).c_str(), tpm.allreduces_per_forward,
+                human_bytes(double(tpm.allreduce_bytes_per_token)).c_str());
   if (!has_weights) std::printf("weights      absent (config only)\n");
   else if (out["valid"].get<bool>()) std::printf("validation   ok\n");
   else std::printf("validation   FAILED\n%s\n", out["validation_error"].get<std::string>().c_str());
@@ -178,6 +207,9 @@ CommandRegistrar reg("inspect", "Describe a checkpoint: architecture, layer map,
   auto a = std::make_shared<InspectArgs>();
   sub->add_option("model", a->model, "Model folder (config.json + *.safetensors)")->required();
   sub->add_flag("--json", a->json, "Print JSON instead of text");
+  sub->add_option("--tp", a->tp, "Also show what one rank holds at this many tensor-parallel ranks (weights, KV "
+                                 "cache, GDN state, all-reduces per token); a model that does not split is an error")
+      ->check(CLI::Range(1, 64));
   sub->footer("Exit codes: 0 valid, 128 unreadable or invalid checkpoint (the problems are listed).");
   return [a] { return run_inspect(*a); };
 });

@@ -32,6 +32,7 @@ struct GlobalOptions {
   bool quiet = false;
   bool sync_debug = false;  // synchronise after each CUDA op (STYLE.md principle 4)
   int device = 0;           // CUDA device of backend=cuda (--device N)
+  std::vector<int> devices; // CUDA devices of the ranks of backend=cuda,tp=N (--devices 0,1)
 };
 GlobalOptions& global_options();
 

@@ -6,6 +6,7 @@
 
 #include "build_config.h"
 #include "cli/command.h"
+#include "engine/backend_factory.h"
 #include "util/error.h"
 #if DEGEN_WITH_CUDA
 #include "cuda/check.h"
@@ -41,6 +42,11 @@ int main(int argc, char** argv) {
                "Synchronise after every GPU op so an asynchronous fault is reported where it happened");
   app.add_option("--device", g.device, "CUDA device index that backend=cuda runs on (default 0; see `devices`)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--devices", g.devices,
+                 "CUDA devices of the ranks of backend=cuda,tp=N, one per rank, e.g. --devices 0,1 "
+                 "(default: N consecutive devices from --device)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
 
   auto& registry = command_registry();
   std::stable_sort(registry.begin(), registry.end(),
@@ -65,6 +71,7 @@ int main(int argc, char** argv) {
     return static_cast<int>(ExitCode::input);
   }
 
+  set_tp_devices(g.devices);
 #if DEGEN_WITH_CUDA
   cuda::set_sync_debug(g.sync_debug);
   cuda::set_default_device(g.device);

@@ -1,12 +1,17 @@
 // Backend selection from a RunConfig (see backend_factory.h).
 #include "engine/backend_factory.h"
 
+#include <algorithm>
+
 #include "build_config.h"
 #include "cpu/cpu_backend.h"
+#include "engine/tp.h"
+#include "model/shard.h"
 #include "util/error.h"
 #if DEGEN_WITH_CUDA
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/nccl_comm.h"
 #include "model/weights.h"
 #endif
 
@@ -34,20 +39,20 @@ int64_t cuda_weight_bytes(const ModelConfig& cfg) {
 // backend=cuda: the device of the global --device option; untestable (exit 125, never a crash)
 // without a usable device, for toggles the CUDA path does not have yet, and when the model cannot
 // fit in the device's free memory.
-std::unique_ptr<Backend> make_cuda_backend(const RunConfig& rc, const ModelConfig& cfg) {
-  const int dev = cuda::default_device();
+std::unique_ptr<Backend> make_cuda_backend(const RunConfig& rc, const ModelConfig& cfg, int dev, int tp) {
   std::string why = cuda::device_unusable_reason(dev);
   if (!why.empty()) throw UntestableError(cat("config ", rc.str(), ": ", why));
   // TODO(CUDA graphs, tensor parallelism issues): graphs=on, tp > 1.
   if (rc.graphs && *rc.graphs) throw UntestableError(cat("config ", rc.str(), ": graphs=on is not built yet on the CUDA path"));
-  if (rc.tp > 1) throw UntestableError(cat("config ", rc.str(), ": tensor parallelism (tp > 1) is not built yet"));
   GemmKind gemm = GemmKind::cublas;
   if (rc.gemm && *rc.gemm == "simple") gemm = GemmKind::simple;
   else if (rc.gemm && *rc.gemm != "cublas") input_error("config ", rc.str(), ": gemm must be cublas or simple");
   auto be = std::make_unique<CudaBackend>(dev, gemm);
   int64_t free_b = 0, total_b = 0;
   be->context()->mem_info(&free_b, &total_b);
-  const int64_t weights = cuda_weight_bytes(cfg), need = weights + kCudaWorkspaceBytes;
+  // tp > 1: this rank holds its shard and the replicated tensors (model/shard.h)
+  const int64_t weights = tp > 1 ? tp_memory(cfg, tp, cfg.mtp_num_layers > 0).rank_weight_bytes : cuda_weight_bytes(cfg);
+  const int64_t need = weights + kCudaWorkspaceBytes;
   if (need > free_b)
     throw UntestableError(cat("config ", rc.str(), ": the model does not fit on CUDA device ", dev, " (",
                               be->context()->props().name, "): it needs about ", cuda::gib(need), " (",
@@ -59,26 +64,85 @@ std::unique_ptr<Backend> make_cuda_backend(const RunConfig& rc, const ModelConfi
 }  // namespace
 #endif
 
-std::unique_ptr<Backend> make_backend(const RunConfig& rc, const ModelConfig& cfg) {
-  validate_run_config(rc, cfg);
-  std::string why = rc.untestable_reason(kHaveCuda);
-  if (!why.empty()) throw UntestableError(cat("config ", rc.str(), ": ", why));
-  check_faults(rc, cfg);  // InputError / UntestableError before anything runs
-  if (rc.backend == BackendKind::cuda) {
-#if DEGEN_WITH_CUDA
-    return make_cuda_backend(rc, cfg);
-#else
-    throw UntestableError(cat("config ", rc.str(), ": this build has no CUDA backend"));  // untestable_reason says so first
-#endif
-  }
-  // TODO(tensor parallelism issue): a CPU emulation of tp > 1 (split products, partial sums).
-  if (rc.tp > 1) throw UntestableError(cat("config ", rc.str(), ": the CPU backend has no tensor parallelism"));
+namespace {
+
+std::vector<int>& tp_device_list() {
+  static std::vector<int> d;
+  return d;
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const RunConfig& rc) {
   switch (rc.precision) {
     case Precision::ref: return std::make_unique<CpuBackend>(CpuPrecision::ref);
     case Precision::fp64: return std::make_unique<CpuBackend>(CpuPrecision::fp64);
     case Precision::bf16: return std::make_unique<CpuBackend>(CpuPrecision::bf16);
   }
   throw std::logic_error("make_backend: unhandled precision");
+}
+
+// The devices of the ranks of backend=cuda,tp=N: --devices, else N consecutive ones from --device.
+std::vector<int> cuda_rank_devices(const RunConfig& rc) {
+  std::vector<int> d = tp_device_list();
+#if DEGEN_WITH_CUDA
+  if (d.empty())
+    for (int r = 0; r < rc.tp; ++r) d.push_back(cuda::default_device() + r);
+#endif
+  if (static_cast<int>(d.size()) != rc.tp)
+    input_error("config ", rc.str(), ": --devices lists ", d.size(), " device(s); tp=", rc.tp, " needs ", rc.tp);
+  return d;
+}
+
+}  // namespace
+
+void set_tp_devices(const std::vector<int>& devices) { tp_device_list() = devices; }
+
+std::unique_ptr<Backend> make_backend(const RunConfig& rc, const ModelConfig& cfg) {
+  validate_run_config(rc, cfg);  // includes the tp split check (InputError naming the dimension)
+  std::string why = rc.untestable_reason(kHaveCuda);
+  if (!why.empty()) throw UntestableError(cat("config ", rc.str(), ": ", why));
+  check_faults(rc, cfg);  // InputError / UntestableError before anything runs
+  if (rc.tp == 1) {
+    if (rc.backend == BackendKind::cpu) return make_cpu_backend(rc);
+#if DEGEN_WITH_CUDA
+    return make_cuda_backend(rc, cfg, cuda::default_device(), 1);
+#else
+    throw UntestableError(cat("config ", rc.str(), ": this build has no CUDA backend"));  // untestable_reason says so first
+#endif
+  }
+  // tp > 1: one backend per rank; the first carries the group (engine/tp.h).
+  auto group = std::make_shared<TpGroup>();
+  std::unique_ptr<Backend> first;
+  if (rc.backend == BackendKind::cpu) {
+    const int share = std::max(1, CpuBackend::num_threads() / rc.tp);
+    for (int r = 0; r < rc.tp; ++r) {
+      std::unique_ptr<Backend> b = make_cpu_backend(rc);
+      static_cast<CpuBackend&>(*b).set_threads(share);
+      if (r == 0) first = std::move(b);
+      else group->owned.push_back(std::move(b));
+    }
+    group->comm = std::make_unique<HostComm>(rc.tp);
+  } else {
+#if DEGEN_WITH_CUDA
+    const std::vector<int> devs = cuda_rank_devices(rc);
+    for (int r = 0; r < rc.tp; ++r) {
+      std::string bad = cuda::device_unusable_reason(devs[static_cast<size_t>(r)]);
+      if (!bad.empty()) throw UntestableError(cat("config ", rc.str(), ": rank ", r, ": ", bad));
+    }
+    for (int r = 0; r < rc.tp; ++r) {
+      std::unique_ptr<Backend> b = make_cuda_backend(rc, cfg, devs[static_cast<size_t>(r)], rc.tp);
+      if (r == 0) first = std::move(b);
+      else group->owned.push_back(std::move(b));
+    }
+    group->comm = cuda::make_nccl_comm(devs);
+#else
+    throw UntestableError(cat("config ", rc.str(), ": this build has no CUDA backend"));
+#endif
+  }
+  group->ranks.push_back(first.get());
+  for (auto& b : group->owned) group->ranks.push_back(b.get());
+  first->attach_tp_group(group);
+  first->bind_thread();  // the caller's thread works with rank 0 (its device current again)
+  return first;
 }
 
 EngineOptions engine_options(const RunConfig& rc) {

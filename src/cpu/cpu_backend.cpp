@@ -76,6 +76,12 @@ int CpuBackend::num_threads() {
 #endif
 }
 
+void CpuBackend::bind_thread() {
+#ifdef _OPENMP
+  if (threads_ > 0) omp_set_num_threads(threads_);
+#endif
+}
+
 Tensor CpuBackend::zeros(std::vector<int64_t> shape, DType dtype) { return host_tensor(std::move(shape), dtype); }
 
 Tensor CpuBackend::clone(const Tensor& t) {

@@ -61,6 +61,10 @@ class CpuBackend final : public Backend {
   CpuPrecision precision() const { return precision_; }
   CpuStats& stats() { return stats_; }
   static int num_threads();
+  // Threads this backend's ops use on a thread that called bind_thread() (0: OpenMP's default).
+  // Tensor parallelism gives each of its N rank threads 1/N of the cores.
+  void set_threads(int n) { threads_ = n; }
+  void bind_thread() override;
 
   Tensor zeros(std::vector<int64_t> shape, DType dtype) override;
   using Backend::zeros;
@@ -112,6 +116,7 @@ class CpuBackend final : public Backend {
 
   CpuPrecision precision_;
   CpuStats stats_;
+  int threads_ = 0;
 };
 
 }  // namespace degen

@@ -64,9 +64,17 @@ const std::vector<FaultInfo>& fault_catalogue() {
       {"mtp-no-rollback", FaultSite::model, "gdn_core",
        "GDN state and conv window not rolled back after rejected MTP drafts",
        "spec §8 item 9, §5.4: vllm-project/tpu-inference PR #3057, ml-explore/mlx-lm PR #990"},
-      {"tp-skip-last-allreduce", FaultSite::model, "l_out",
-       "the last layer's tensor-parallel all-reduce is skipped (each rank keeps its partial sum)",
-       "spec §8 item 13: sgl-project/sglang #19393 / PR #19411 (garbled Qwen3.5-27B output at TP > 1)"},
+      {"tp-skip-last-allreduce", FaultSite::model, "ffn_out",
+       "tp > 1: the last decoder layer's MLP/MoE all-reduce is skipped (each rank keeps its partial sum)",
+       "spec §8 item 13: sgl-project/sglang #19393 / PR #19411 (deferred all-reduce fusion with no next layer; "
+       "garbled Qwen3.5-27B output at TP = 2)"},
+      {"tp-gdn-no-allreduce", FaultSite::linear_layer, "mixer_out",
+       "tp > 1: the GDN out_proj partial sums are not all-reduced (row-parallel out_proj with reduce_results off)",
+       "sgl-project/sglang PR #14811 (Mamba/linear-attention out_proj built with reduce_results=False: garbage at TP > 1)"},
+      {"tp-moe-double-allreduce", FaultSite::moe_layer, "ffn_out",
+       "tp > 1: the MoE block output is all-reduced twice, which multiplies it by tp",
+       "sgl-project/sglang PR #20110 (Qwen3.5 MoE all-reduced by the block and again by the fused next-layer "
+       "all-reduce: gibberish at TP 4/8)"},
   };
   return c;
 }

@@ -102,6 +102,7 @@ std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& mode
     }
     std::string frag = layer >= 0 ? cat("fault=", f->name, "@", layer) : cat("fault=", f->name);
     if (std::string(f->name).rfind("mtp-", 0) == 0) frag = "mtp=2," + frag;
+    if (std::string(f->name).rfind("tp-", 0) == 0 && base_rc.tp == 1) frag = "tp=2," + frag;  // needs ranks
     if (progress) std::fprintf(progress, "[%zu/%zu] %s\n", k, work.size(), frag.c_str());
     try {
       RunConfig bad = apply_run_config(base_rc, frag);

@@ -1,6 +1,6 @@
 // selftest: the bisector checked against the fault catalogue (DESIGN.md §7). For every fault, at two
 // or more layers of each kind that can host it, inject it (fault=NAME@L), run bisect, and check that
-// the named layer and operation are the injected ones. Model-level faults (MTP) are checked for the
+// the named layer and operation are the injected ones. Model-level faults (MTP, tp-skip-last-allreduce) are checked for the
 // toggle only; faults that need a configuration this build cannot run are reported as skipped.
 #pragma once
 #include <cstdio>

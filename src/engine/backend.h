@@ -17,6 +17,7 @@
 #pragma once
 #include <bitset>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +28,8 @@
 #include "model/safetensors.h"
 
 namespace degen {
+
+struct TpGroup;
 
 enum class GdnAlgo : uint8_t { chunked, recurrent };
 const char* gdn_algo_name(GdnAlgo a);
@@ -39,8 +42,8 @@ const char* attn_algo_name(AttnAlgo a);
 // of one op (DESIGN.md §7). The engine decides per layer which are active (LayerNumerics::faults).
 // It implements the ones that change the layer's data flow through the ops' own parameters; the
 // backend ops read the others from LayerNumerics, and a CUDA kernel mirrors them with the same flag.
-// (mtp-no-rollback and mtp-prenorm-hidden live in engine/spec_decode; tp-skip-last-allreduce needs
-// tensor parallelism.)
+// (mtp-no-rollback and mtp-prenorm-hidden live in engine/spec_decode; tp-skip-last-allreduce, a
+// model-level fault, in the engine's layer loop.)
 enum class Fault : uint8_t {
   rope_interleaved,       // op rope_partial: pairs (2i, 2i+1) instead of (i, i + R/2)
   rope_all_dims,          // engine: rope_partial with rotary_dim = head_dim
@@ -55,6 +58,8 @@ enum class Fault : uint8_t {
   alog_no_exp,            // op gdn_gates: g = -A_log * softplus(.)
   kv_off_by_one,          // op attention: one-token calls write their K/V row at pos + 1
   moe_no_renorm,          // engine: moe_route without renormalisation
+  tp_gdn_no_allreduce,    // engine (tp > 1): the GDN out_proj partial sums are not all-reduced
+  tp_moe_double_allreduce,  // engine (tp > 1): the MoE block output is all-reduced twice (x tp)
   count
 };
 const char* fault_name(Fault f);                          // the catalogue name, "rope-interleaved"
@@ -113,6 +118,13 @@ class Backend {
   // Called on a thread before it runs this backend's ops (tensor parallelism runs each rank's ops
   // on its own thread): a CUDA backend makes its device current there.
   virtual void bind_thread() {}
+
+  // ---- tensor parallelism ----
+  // tp > 1: the ranks this backend is rank 0 of, attached by make_backend (engine/tp.h); the
+  // Engine runs every rank from it. Null at tp = 1.
+  TpGroup* tp_group() const { return tp_group_.get(); }
+  void attach_tp_group(std::shared_ptr<TpGroup> g) { tp_group_ = std::move(g); }
+  int tp_size() const;
 
   // ---- memory ----
   virtual Tensor zeros(std::vector<int64_t> shape, DType dtype) = 0;
@@ -196,6 +208,9 @@ class Backend {
 
  protected:
   LayerNumerics numerics_;  // set by begin_layer; a backend initialises its storage dtypes to its own
+
+ private:
+  std::shared_ptr<TpGroup> tp_group_;
 };
 
 }  // namespace degen

@@ -7,6 +7,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/engine.h"
@@ -18,5 +19,8 @@ namespace degen {
 std::unique_ptr<Backend> make_backend(const RunConfig& rc, const ModelConfig& cfg);
 using BackendFactory = std::function<std::unique_ptr<Backend>(const RunConfig&, const ModelConfig&)>;
 EngineOptions engine_options(const RunConfig& rc);
+// The CUDA devices of the ranks of backend=cuda,tp=N (the CLI's --devices); empty: N consecutive
+// devices from --device.
+void set_tp_devices(const std::vector<int>& devices);
 
 }  // namespace degen

@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 
 #include <cmath>
+#include <thread>
 
 #include "diag/faults.h"
 #include "util/error.h"
@@ -30,6 +31,8 @@ constexpr std::pair<Fault, const char*> kFaultNames[] = {
     {Fault::alog_no_exp, "alog-no-exp"},
     {Fault::kv_off_by_one, "kv-off-by-one"},
     {Fault::moe_no_renorm, "moe-no-renorm"},
+    {Fault::tp_gdn_no_allreduce, "tp-gdn-no-allreduce"},
+    {Fault::tp_moe_double_allreduce, "tp-moe-double-allreduce"},
 };
 static_assert(std::size(kFaultNames) == static_cast<size_t>(Fault::count), "a Fault without a catalogue name");
 
@@ -84,12 +87,9 @@ void check_faults(const RunConfig& rc, const ModelConfig& cfg) {
     const std::string label = fs.name + fs.scope.str();
     if (info->site == FaultSite::model) {
       if (!fs.scope.all) input_error("fault ", label, ": a model-level fault takes no layer scope");
-      // TODO(tensor parallelism issue): implement tp-skip-last-allreduce once a backend runs tp > 1.
-      if (fs.name == "tp-skip-last-allreduce")
-        throw UntestableError(cat("fault ", label, ": ",
-                                  rc.tp <= 1 ? "needs tp > 1 (it skips the last tensor-parallel all-reduce)"
-                                             : "no backend runs tensor parallelism (tp > 1) yet"));
-      continue;  // mtp-no-rollback, mtp-prenorm-hidden: engine/spec_decode
+      if (fs.name.rfind("tp-", 0) == 0 && rc.tp <= 1)
+        throw UntestableError(cat("fault ", label, ": needs tp > 1 (it skips the last tensor-parallel all-reduce)"));
+      continue;  // mtp-no-rollback, mtp-prenorm-hidden: engine/spec_decode; tp-skip-last-allreduce: Engine::layer
     }
     const std::vector<int> layers = fs.scope.layers(cfg.num_layers, &cfg);
     bool hosted = false;
@@ -103,6 +103,8 @@ void check_faults(const RunConfig& rc, const ModelConfig& cfg) {
                   fault_site_name(info->site), " only");
     }
     // Faults that cannot change anything on this model: untestable here, not silently clean.
+    if (fs.name.rfind("tp-", 0) == 0 && rc.tp <= 1)
+      throw UntestableError(cat("fault ", label, ": needs tp > 1 (it is a fault of the tensor-parallel all-reduce)"));
     std::string why;
     if (fs.name == "gdn-head-mod" && cfg.n_v == cfg.n_k) why = "n_v = n_k, so j mod n_k = j / r";
     if (fs.name == "qgate-split" && cfg.n_q == 1) why = "one query head: both splits are the same";
@@ -122,16 +124,64 @@ struct Engine::Batch {
 };
 
 Engine::Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, EngineOptions opt)
-    : cfg_(cfg), w_(w), be_(backend), opt_(std::move(opt)) {
+    : shard_(backend.tp_group() ? std::make_shared<RankShard>(cfg, w, backend.tp_size(), 0) : nullptr),
+      full_cfg_(cfg),
+      cfg_(shard_ ? shard_->config() : cfg),
+      w_(shard_ ? shard_->weights() : w),
+      be_(backend),
+      opt_(std::move(opt)) {
   DEGEN_ASSERT(static_cast<int>(w.layers.size()) == cfg.num_layers, "weights bound for another config");
-  validate_run_config(opt_.run, cfg);
-  check_faults(opt_.run, cfg);
-  for (const FaultSpec& fs : opt_.run.faults)
-    if (std::optional<Fault> f = fault_from_name(fs.name)) faults_.emplace_back(*f, fs);
-  if (cfg.arch == Arch::qwen3_next) {
-    qkvz_rows_ = gdn_qkvz_rows(cfg);
-    ba_rows_ = gdn_ba_rows(cfg);
+  if (TpGroup* g = backend.tp_group()) {
+    if (opt_.run.tp != g->size())
+      input_error("the configuration says tp=", opt_.run.tp, " but the backend runs ", g->size(), " ranks");
+    group_ = g;
+    comm_ = g->comm.get();
+  } else if (opt_.run.tp > 1) {
+    input_error("tp=", opt_.run.tp, " needs a backend made for it (make_backend attaches the ranks)");
   }
+  init();
+  for (int r = 1; group_ && r < group_->size(); ++r)
+    peers_.push_back(std::unique_ptr<Engine>(new Engine(cfg, w, *group_->ranks[static_cast<size_t>(r)], opt_,
+                                                        std::make_shared<RankShard>(cfg, w, group_->size(), r), r, comm_)));
+}
+
+Engine::Engine(const ModelConfig& full, const ModelWeights& full_w, Backend& be, EngineOptions opt,
+               std::shared_ptr<const RankShard> shard, int rank, TpComm* comm)
+    : shard_(std::move(shard)),
+      full_cfg_(full),
+      cfg_(shard_->config()),
+      w_(shard_->weights()),
+      be_(be),
+      opt_(std::move(opt)),
+      rank_(rank),
+      comm_(comm) {
+  init();
+}
+
+Engine::~Engine() = default;
+
+void Engine::init() {
+  validate_run_config(opt_.run, full_cfg_);
+  check_faults(opt_.run, full_cfg_);
+  for (const FaultSpec& fs : opt_.run.faults) {
+    if (std::optional<Fault> f = fault_from_name(fs.name)) faults_.emplace_back(*f, fs);
+    if (fs.name == "tp-skip-last-allreduce") skip_last_allreduce_ = true;
+  }
+  if (cfg_.arch == Arch::qwen3_next) {  // this rank's key groups (the whole model at tp = 1)
+    qkvz_rows_ = gdn_qkvz_rows(cfg_);
+    ba_rows_ = gdn_ba_rows(cfg_);
+  }
+}
+
+const RankShard* Engine::shard(int rank) const {
+  if (rank == 0) return shard_.get();
+  DEGEN_ASSERT(rank > 0 && rank <= static_cast<int>(peers_.size()), "shard: no rank ", rank);
+  return peers_[static_cast<size_t>(rank - 1)]->shard_.get();
+}
+
+Tensor Engine::reduce(const Tensor& t, bool skip) {
+  if (!comm_ || skip) return t;
+  return comm_->all_reduce(be_, rank_, t);
 }
 
 LayerNumerics Engine::numerics(int l, bool mtp) const {
@@ -164,7 +214,7 @@ LayerNumerics Engine::numerics(int l, bool mtp) const {
   return n;
 }
 
-SeqState Engine::new_state() {
+SeqState Engine::new_state_rank() {
   SeqState s;
   s.kv.resize(static_cast<size_t>(cfg_.num_layers));
   s.gdn.resize(static_cast<size_t>(cfg_.num_layers));
@@ -177,7 +227,7 @@ SeqState Engine::new_state() {
   return s;
 }
 
-SeqState Engine::snapshot(const SeqState& s) {
+SeqState Engine::snapshot_rank(const SeqState& s) {
   SeqState c;
   c.pos = s.pos;
   c.mtp_pos = s.mtp_pos;
@@ -201,8 +251,59 @@ SeqState Engine::snapshot(const SeqState& s) {
   return c;
 }
 
+GdnCheckpoint Engine::checkpoint_rank(const SeqState& st) {
+  GdnCheckpoint cp;
+  cp.conv.resize(st.gdn.size());
+  cp.S.resize(st.gdn.size());
+  for (size_t l = 0; l < st.gdn.size(); ++l) {
+    if (!st.gdn[l].conv.empty()) cp.conv[l] = be_.clone(st.gdn[l].conv);
+    if (!st.gdn[l].S.empty()) cp.S[l] = be_.clone(st.gdn[l].S);
+  }
+  return cp;
+}
+
+// The state of rank r inside a sequence state made by this engine.
+template <typename S>
+static S& rank_state(S& s, int r, int tp) {
+  if (s.peers.size() != static_cast<size_t>(tp - 1))
+    input_error("forward: a sequence state made for tp=", s.peers.size() + 1, " given to an engine of tp=", tp);
+  return r == 0 ? s : s.peers[static_cast<size_t>(r - 1)];
+}
+
+SeqState Engine::new_state() {
+  if (peers_.empty()) return new_state_rank();
+  std::vector<SeqState> st(static_cast<size_t>(tp()));
+  run_ranks(*group_, [&](int r) { st[static_cast<size_t>(r)] = rank_engine(r).new_state_rank(); });
+  SeqState s = std::move(st[0]);
+  for (int r = 1; r < tp(); ++r) s.peers.push_back(std::move(st[static_cast<size_t>(r)]));
+  return s;
+}
+
+SeqState Engine::snapshot(const SeqState& s) {
+  if (peers_.empty()) return snapshot_rank(s);
+  std::vector<SeqState> st(static_cast<size_t>(tp()));
+  run_ranks(*group_, [&](int r) { st[static_cast<size_t>(r)] = rank_engine(r).snapshot_rank(rank_state(s, r, tp())); });
+  SeqState c = std::move(st[0]);
+  for (int r = 1; r < tp(); ++r) c.peers.push_back(std::move(st[static_cast<size_t>(r)]));
+  return c;
+}
+
+GdnCheckpoint Engine::checkpoint_gdn(const SeqState& s) {
+  if (peers_.empty()) return checkpoint_rank(s);
+  std::vector<GdnCheckpoint> cp(static_cast<size_t>(tp()));
+  run_ranks(*group_, [&](int r) { cp[static_cast<size_t>(r)] = rank_engine(r).checkpoint_rank(rank_state(s, r, tp())); });
+  GdnCheckpoint c = std::move(cp[0]);
+  for (int r = 1; r < tp(); ++r) c.peers.push_back(std::move(cp[static_cast<size_t>(r)]));
+  return c;
+}
+
 void Engine::tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp) {
   if (!tr || !tr->on()) return;
+  if (comm_) return tap_tp(tr, s, layer, t, b, mtp);
+  observe(tr, s, layer, t, b, mtp);
+}
+
+void Engine::observe(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp) {
   const std::string name = (mtp ? "mtp." : "") + trace_name(s, layer);
   const std::vector<int64_t> shape = t.shape;
   const DType dtype = t.dtype;
@@ -211,6 +312,83 @@ void Engine::tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool m
   if (t.shape != shape || t.dtype != dtype)
     input_error("trace observer replaced ", name, " ", shape_str(shape), " ", dtype_name(dtype), " with ",
                 shape_str(t.shape), " ", dtype_name(t.dtype), ": shape and dtype must stay");
+}
+
+// Tracing at tp > 1. Rank 0 calls the observer with the full tensor:
+//   - replicated steps (the residual stream, norms, all-reduced outputs, router logits): rank 0's
+//     tensor; when the observer replaces it (golden injection), every rank takes the replacement;
+//   - rank-local steps (per-head tensors): gathered over the ranks into the tp = 1 layout; the
+//     [q | k | v] channels of gdn_qkv / gdn_conv per part; these cannot be replaced;
+//   - partial sums (moe_routed, moe_shared): summed over the ranks (in fp64, rounded once).
+// logits and mtp_logits are rank 0's alone (the peers do not compute them).
+void Engine::tap_tp(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp) {
+  enum class View { replicated, local, qkv, partial, rank0 };
+  View view = View::replicated;
+  switch (s) {
+    case Step::attn_q: case Step::attn_gate: case Step::attn_k: case Step::attn_v: case Step::attn_core:
+    case Step::attn_gated: case Step::gdn_z: case Step::gdn_b: case Step::gdn_a: case Step::gdn_q:
+    case Step::gdn_k: case Step::gdn_g: case Step::gdn_beta: case Step::gdn_core: case Step::gdn_norm:
+      view = View::local; break;
+    case Step::gdn_qkv: case Step::gdn_conv: view = View::qkv; break;
+    case Step::moe_routed: case Step::moe_shared: view = View::partial; break;
+    case Step::logits: case Step::mtp_logits: view = View::rank0; break;
+    default: break;
+  }
+  if (view == View::rank0) {
+    if (rank_ == 0) observe(tr, s, layer, t, b, mtp);
+    return;
+  }
+  const int n = comm_->size();
+  if (view == View::replicated) {
+    std::vector<double> msg{0.0};  // [replaced?, values...]
+    if (rank_ == 0) {
+      const Tensor before = t;
+      observe(tr, s, layer, t, b, mtp);
+      if (t.storage != before.storage || t.offset != before.offset) {
+        msg = be_.to_host_f64(t);
+        msg.insert(msg.begin(), 1.0);
+      }
+    }
+    comm_->broadcast(rank_, msg);
+    if (rank_ != 0 && msg[0] == 1.0) t = be_.from_host(std::vector<double>(msg.begin() + 1, msg.end()), t.shape, t.dtype);
+    return;
+  }
+  std::vector<std::vector<double>> parts = comm_->gather(rank_, be_.to_host_f64(t));
+  std::string err;
+  if (rank_ == 0) {
+    const int64_t rows = t.dim(0), local = t.numel() / std::max<int64_t>(1, rows);
+    std::vector<int64_t> shape = t.shape;
+    std::vector<double> full;
+    if (view == View::partial) {
+      full.assign(parts[0].size(), 0.0);
+      for (const auto& p : parts)
+        for (size_t i = 0; i < p.size(); ++i) full[i] += p[i];
+    } else {
+      // column segments of one row, in this rank's units: [q | k | v] or the whole row
+      std::vector<int64_t> seg = {local};
+      if (view == View::qkv) seg = {cfg_.d_key(), cfg_.d_key(), cfg_.d_val()};
+      full.reserve(parts[0].size() * static_cast<size_t>(n));
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t off = 0;
+        for (int64_t w : seg) {
+          for (int k = 0; k < n; ++k) {
+            const double* src = parts[static_cast<size_t>(k)].data() + r * local + off;
+            full.insert(full.end(), src, src + w);
+          }
+          off += w;
+        }
+      }
+      // the head (or channel) dimension grows n times: [N, h, X] -> [N, n h, X]; [N, c] -> [N, n c]
+      shape[shape.size() >= 3 ? 1 : shape.size() - 1] *= n;
+    }
+    Tensor g = be_.from_host(full, shape, t.dtype);
+    const Tensor before = g;
+    observe(tr, s, layer, g, b, mtp);
+    if (g.storage != before.storage || g.offset != before.offset)
+      err = cat("trace observer replaced ", trace_name(s, layer),
+                ": at tp > 1 only the replicated steps (residual stream, norms, layer outputs) can be replaced");
+  }
+  if (!err.empty()) input_error(err);
 }
 
 // ---- §4.4 gated full attention ----
@@ -356,12 +534,17 @@ Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* t
   tap(tr, Step::attn_norm, l, x, b, mtp);
   Tensor m = lw.kind == LayerKind::full ? attention_mixer(l, lw.attn, x, b, tr, mtp, n)
                                         : gdn_mixer(l, lw.gdn, x, b, tr, n);
+  m = reduce(m, n.has(Fault::tp_gdn_no_allreduce));  // tp > 1: o_proj / out_proj partial sums
   tap(tr, Step::mixer_out, l, m, b, mtp);
   Tensor u = be_.add(h, m);
   tap(tr, Step::h_mid, l, u, b, mtp);
   Tensor y = be_.rmsnorm(u, *lw.post_norm, cfg_.rms_norm_eps, zc);
   tap(tr, Step::ffn_norm, l, y, b, mtp);
   Tensor f = ffn(l, lw, y, b, tr, mtp, n);
+  // tp > 1: the down projections' partial sums (fault tp-skip-last-allreduce: not at the last
+  // decoder layer, as SGLang's deferred all-reduce fusion did, PR #19411)
+  f = reduce(f, skip_last_allreduce_ && !mtp && l == cfg_.num_layers - 1);
+  if (n.has(Fault::tp_moe_double_allreduce)) f = reduce(f);  // fault: once more (SGLang PR #20110)
   tap(tr, Step::ffn_out, l, f, b, mtp);
   Tensor out = be_.add(u, f);
   tap(tr, Step::l_out, l, out, b, mtp);
@@ -376,6 +559,26 @@ Tensor Engine::lm_head(const Tensor& hn, const std::vector<int64_t>& rows, const
 }
 
 ForwardOutput Engine::forward(const std::vector<SeqInput>& inputs, const ForwardOptions& fo, Trace* tr) {
+  if (peers_.empty()) return forward_rank(inputs, fo, tr);
+  if (inputs.empty()) input_error("forward: no sequences given");
+  std::vector<std::vector<SeqInput>> in(static_cast<size_t>(tp()));
+  for (int r = 0; r < tp(); ++r)
+    for (const SeqInput& i : inputs) {
+      DEGEN_ASSERT(i.state, "forward: a sequence has no state");
+      in[static_cast<size_t>(r)].push_back({&rank_state(*i.state, r, tp()), i.tokens});
+    }
+  ForwardOptions peer_fo = fo;  // the peers compute no logits: rank 0's are the output
+  peer_fo.logits = LogitsRows::none;
+  peer_fo.keep_hidden = false;
+  ForwardOutput out;
+  run_ranks(*group_, [&](int r) {
+    if (r == 0) out = forward_rank(in[0], fo, tr);
+    else rank_engine(r).forward_rank(in[static_cast<size_t>(r)], peer_fo, tr);
+  });
+  return out;
+}
+
+ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const ForwardOptions& fo, Trace* tr) {
   if (inputs.empty()) input_error("forward: no sequences given");
   // Batch layout: the rows of every sequence, concatenated in order.
   Batch b;
@@ -437,6 +640,28 @@ ForwardOutput Engine::forward(const std::vector<SeqInput>& inputs, const Forward
 
 // ---- §6 MTP head ----
 Tensor Engine::mtp(const std::vector<MtpInput>& inputs, const std::vector<uint8_t>* vocab_mask, Trace* tr) {
+  if (peers_.empty()) return mtp_rank(inputs, vocab_mask, tr);
+  if (w_.mtp.empty()) input_error("this checkpoint has no MTP weights (mtp.*)");
+  // The hidden rows are rank 0's: host tensors are shared, device tensors go through the host here,
+  // on the calling thread, and onto each peer's device on its own thread.
+  std::vector<std::vector<double>> host(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].hidden.device != Device::cpu) host[i] = be_.to_host_f64(inputs[i].hidden);
+  Tensor out;
+  run_ranks(*group_, [&](int r) {
+    std::vector<MtpInput> in = inputs;
+    for (size_t i = 0; i < in.size(); ++i) {
+      DEGEN_ASSERT(in[i].state, "mtp: a sequence has no state");
+      in[i].state = &rank_state(*inputs[i].state, r, tp());
+      if (r > 0 && !host[i].empty()) in[i].hidden = rank_engine(r).be_.from_host(host[i], inputs[i].hidden.shape, inputs[i].hidden.dtype);
+    }
+    if (r == 0) out = mtp_rank(in, vocab_mask, tr);
+    else rank_engine(r).mtp_rank(in, vocab_mask, tr);
+  });
+  return out;
+}
+
+Tensor Engine::mtp_rank(const std::vector<MtpInput>& inputs, const std::vector<uint8_t>* vocab_mask, Trace* tr) {
   if (w_.mtp.empty()) input_error("this checkpoint has no MTP weights (mtp.*)");
   if (inputs.empty()) input_error("mtp: no sequences given");
   const MtpWeights& mw = w_.mtp[0];  // one MTP layer; chained drafts reuse it (§6.6)
@@ -476,6 +701,7 @@ Tensor Engine::mtp(const std::vector<MtpInput>& inputs, const std::vector<uint8_
   Tensor hm = be_.rmsnorm(u, *mw.norm, eps, NormKind::zero_centred);
   tap(tr, Step::mtp_norm, -1, hm, b, true);
   for (size_t i = 0; i < b.states.size(); ++i) b.states[i]->mtp_pos += b.spans[i].rows;
+  if (rank_ != 0) return Tensor{};  // tp > 1: the draft logits are rank 0's
   Tensor logits = lm_head(hm, {}, vocab_mask);
   tap(tr, Step::mtp_logits, -1, logits, b, true);
   return logits;

@@ -6,13 +6,16 @@
 // (numerics()) and handed to the backend before each layer (Backend::begin_layer).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/backend.h"
 #include "engine/run_config.h"
 #include "engine/state.h"
+#include "engine/tp.h"
 #include "engine/trace.h"
 #include "model/config.h"
+#include "model/shard.h"
 #include "model/weights.h"
 
 namespace degen {
@@ -64,17 +67,31 @@ struct MtpInput {
 // (tp-skip-last-allreduce without tensor parallelism).
 void check_faults(const RunConfig& rc, const ModelConfig& cfg);
 
+// Tensor parallelism (DESIGN.md §5 `tp`): when the backend carries a TpGroup (make_backend with
+// tp > 1), this Engine is rank 0 and runs every rank, each on its own thread with its backend, its
+// shard of the weights and its config (model/shard.h), through the same forward pass; the partial
+// sums of o_proj, out_proj and the MLP/MoE block are all-reduced (engine/tp.h). The public API is
+// the same as at tp = 1: states carry the peers' parts, logits and hidden states are rank 0's, and
+// the trace shows full tensors (rank-local steps gathered over the ranks, partial sums summed),
+// so a trace at tp = N compares with one at tp = 1 step for step.
 class Engine {
  public:
-  // Throws as check_faults() for the faults of opt.run.
+  // Throws as check_faults() for the faults of opt.run, InputError when the model does not split
+  // into the backend's tp ranks.
   Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, EngineOptions opt = {});
+  ~Engine();
 
-  const ModelConfig& config() const { return cfg_; }
+  const ModelConfig& config() const { return full_cfg_; }
   Backend& backend() { return be_; }
   EngineOptions& options() { return opt_; }
+  int tp() const { return static_cast<int>(peers_.size()) + 1; }
+  // The shard rank r runs with (null at tp = 1): its config and weights, for tests and `inspect`.
+  const RankShard* shard(int rank) const;
+  TpComm* comm() const { return comm_; }
 
   SeqState new_state();                        // empty caches, zero conv windows and S (in their storage dtypes)
   SeqState snapshot(const SeqState& s);        // deep copy (MTP rollback)
+  GdnCheckpoint checkpoint_gdn(const SeqState& s);  // deep copy of the GDN conv windows and S only
 
   // Runs every input's tokens through the model, updating the states.
   ForwardOutput forward(const std::vector<SeqInput>& inputs, const ForwardOptions& fo = {}, Trace* trace = nullptr);
@@ -96,6 +113,18 @@ class Engine {
 
  private:
   struct Batch;
+  // A peer rank (tp > 1).
+  Engine(const ModelConfig& full, const ModelWeights& full_w, Backend& be, EngineOptions opt,
+         std::shared_ptr<const RankShard> shard, int rank, TpComm* comm);
+  void init();
+  ForwardOutput forward_rank(const std::vector<SeqInput>& inputs, const ForwardOptions& fo, Trace* tr);
+  Tensor mtp_rank(const std::vector<MtpInput>& inputs, const std::vector<uint8_t>* vocab_mask, Trace* tr);
+  SeqState new_state_rank();
+  SeqState snapshot_rank(const SeqState& s);
+  GdnCheckpoint checkpoint_rank(const SeqState& s);
+  Engine& rank_engine(int r) { return r == 0 ? *this : *peers_[static_cast<size_t>(r - 1)]; }
+  // The partial sums of a row-parallel product summed over the ranks (nothing at tp = 1 or `skip`).
+  Tensor reduce(const Tensor& t, bool skip = false);
   Tensor layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp);
   Tensor attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp,
                          const LayerNumerics& n);
@@ -104,11 +133,20 @@ class Engine {
   Tensor mlp(const MlpWeights& mw, const Tensor& x);
   Tensor lm_head(const Tensor& hn, const std::vector<int64_t>& rows, const std::vector<uint8_t>* mask);
   void tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp = false);
+  void observe(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp);
+  void tap_tp(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp);
 
-  const ModelConfig& cfg_;
-  const ModelWeights& w_;
+  std::shared_ptr<const RankShard> shard_;  // tp > 1: this rank's config and weights
+  const ModelConfig& full_cfg_;
+  const ModelConfig& cfg_;                  // this rank's (the full config at tp = 1)
+  const ModelWeights& w_;                   // this rank's
   Backend& be_;
   EngineOptions opt_;
+  int rank_ = 0;
+  TpComm* comm_ = nullptr;                  // tp > 1
+  TpGroup* group_ = nullptr;                // rank 0 at tp > 1
+  std::vector<std::unique_ptr<Engine>> peers_;  // rank 0 at tp > 1: ranks 1..tp-1
+  bool skip_last_allreduce_ = false;        // fault tp-skip-last-allreduce
   std::vector<std::pair<Fault, FaultSpec>> faults_;  // the RunConfig's forward-pass faults, checked
   std::vector<int64_t> qkvz_rows_, ba_rows_;  // Qwen3-Next de-interleave permutation (spec §4.7.1)
 };

@@ -1,6 +1,8 @@
 // RunConfig parsing, canonical printing and validation (see run_config.h).
 #include "engine/run_config.h"
 
+#include "model/shard.h"
+
 #include <algorithm>
 #include <charconv>
 #include <map>
@@ -351,6 +353,7 @@ void validate_run_config(const RunConfig& rc, const ModelConfig& cfg) {
   for (const auto& e : rc.conv_dtype.overrides) check_scope("conv_dtype", e.scope);
   for (const auto& e : rc.kv_dtype.overrides) check_scope("kv_dtype", e.scope);
   for (const auto& f : rc.faults) check_scope("fault", f.scope);
+  check_tp_split(cfg, rc.tp);
   if (rc.sampling.top_k > cfg.vocab_size)
     input_error("config: top_k=", rc.sampling.top_k, " exceeds the vocabulary (", cfg.vocab_size, ")");
 }

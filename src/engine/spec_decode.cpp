@@ -50,14 +50,7 @@ VerifyPass verify_tokens(Engine& eng, SeqState& st, std::span<const int32_t> tok
     vp.logits.push_back(be.to_host_f32(out.logits));
     vp.hidden.push_back(prenorm_hidden ? pre.got : out.hidden);
     if (j + 1 == tokens.size()) break;  // the last position is never a rollback target
-    GdnCheckpoint cp;
-    cp.conv.resize(st.gdn.size());
-    cp.S.resize(st.gdn.size());
-    for (size_t l = 0; l < st.gdn.size(); ++l) {
-      if (!st.gdn[l].conv.empty()) cp.conv[l] = be.clone(st.gdn[l].conv);
-      if (!st.gdn[l].S.empty()) cp.S[l] = be.clone(st.gdn[l].S);
-    }
-    vp.checkpoints.push_back(std::move(cp));
+    vp.checkpoints.push_back(eng.checkpoint_gdn(st));
   }
   return vp;
 }
@@ -66,19 +59,19 @@ void rollback_target(SeqState& st, VerifyPass& vp, int m, bool restore_gdn) {
   const int k = static_cast<int>(vp.tokens.size()) - 1;
   DEGEN_ASSERT(m >= 0 && m <= k, "rollback to ", m, " of ", k, " drafts");
   const int64_t len = vp.pos0 + m + 1;
-  st.pos = len;
-  for (KvCache& c : st.kv) c.len = std::min(c.len, len);  // full-attention layers; others hold 0 rows
+  for_each_rank_state(st, [&](SeqState& s) {
+    s.pos = len;
+    for (KvCache& c : s.kv) c.len = std::min(c.len, len);  // full-attention layers; others hold 0 rows
+  });
   if (m == k || !restore_gdn) return;
-  GdnCheckpoint& cp = vp.checkpoints.at(static_cast<size_t>(m));
-  for (size_t l = 0; l < st.gdn.size(); ++l) {
-    if (!cp.conv[l].empty()) st.gdn[l].conv = std::move(cp.conv[l]);
-    if (!cp.S[l].empty()) st.gdn[l].S = std::move(cp.S[l]);
-  }
+  restore_gdn_checkpoint(st, vp.checkpoints.at(static_cast<size_t>(m)));
 }
 
 void rollback_mtp(SeqState& st, int64_t len) {
-  st.mtp_pos = std::min(st.mtp_pos, len);
-  st.mtp_kv.len = std::min(st.mtp_kv.len, len);
+  for_each_rank_state(st, [&](SeqState& s) {
+    s.mtp_pos = std::min(s.mtp_pos, len);
+    s.mtp_kv.len = std::min(s.mtp_kv.len, len);
+  });
 }
 
 Draft draw_draft(const SamplingParams& sp, std::span<const float> mtp_logits, std::span<const uint8_t> banned,

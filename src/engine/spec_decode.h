@@ -88,11 +88,7 @@ class TraceCapture {
   bool mtp_;
 };
 
-// The GDN state of every layer after one verify position: [L], empty at full-attention layers.
-struct GdnCheckpoint {
-  std::vector<Tensor> conv;  // [K-1, d_conv]
-  std::vector<Tensor> S;     // [n_v, d_k, d_v]
-};
+// (GdnCheckpoint, the GDN state after one verify position, is in engine/state.h.)
 
 // One verify pass over [y, d_1..d_k].
 struct VerifyPass {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/tensor.h"
+#include "util/error.h"
 
 namespace degen {
 
@@ -32,6 +33,35 @@ struct SeqState {
   std::vector<GdnState> gdn;  // [L]; used only at GDN layers
   KvCache mtp_kv;             // the MTP layer's cache (spec §6)
   int64_t mtp_pos = 0;        // rows the MTP layer has consumed
+  // Tensor parallelism (tp > 1): this struct is rank 0's state (its heads only) and `peers` the
+  // states of ranks 1..tp-1, on their devices, with the same pos and mtp_pos. Empty at tp = 1.
+  std::vector<SeqState> peers;
 };
+
+// The GDN state of every layer of one sequence at one moment (an MTP verify position): [L], empty
+// at full-attention layers; `peers` as in SeqState.
+struct GdnCheckpoint {
+  std::vector<Tensor> conv;  // [K-1, d_conv]
+  std::vector<Tensor> S;     // [n_v, d_k, d_v]
+  std::vector<GdnCheckpoint> peers;
+};
+
+// Moves a checkpoint back into the state it was taken from (every rank).
+inline void restore_gdn_checkpoint(SeqState& s, GdnCheckpoint& cp) {
+  DEGEN_ASSERT(cp.conv.size() == s.gdn.size() && cp.peers.size() == s.peers.size(),
+               "GDN checkpoint taken from another state");
+  for (size_t l = 0; l < s.gdn.size(); ++l) {
+    if (!cp.conv[l].empty()) s.gdn[l].conv = std::move(cp.conv[l]);
+    if (!cp.S[l].empty()) s.gdn[l].S = std::move(cp.S[l]);
+  }
+  for (size_t i = 0; i < s.peers.size(); ++i) restore_gdn_checkpoint(s.peers[i], cp.peers[i]);
+}
+
+// fn(rank state) for the state and every peer rank's.
+template <typename F>
+void for_each_rank_state(SeqState& s, F&& fn) {
+  fn(s);
+  for (SeqState& p : s.peers) fn(p);
+}
 
 }  // namespace degen

@@ -82,6 +82,16 @@ std::vector<SynthPreset> make_presets() {
     o.gdn_params_f32 = true;
     p.push_back({"tiny-qwen35-r3", "Qwen3.5 dense, n_v / n_k = 3 as in the 27B, flat qwen3_5_text form", t, o, false});
   }
+  {  // heads and intermediate divisible by 3 (and n_v / n_k = 3): tensor parallelism at tp = 3
+    json t = tiny_text_fields();
+    t["num_attention_heads"] = 6;
+    t["num_key_value_heads"] = 3;
+    t["linear_num_key_heads"] = 3;
+    t["linear_num_value_heads"] = 9;
+    t["intermediate_size"] = 192;
+    p.push_back({"tiny-qwen35-tp3", "Qwen3.5 dense whose heads split 3 ways (6 q / 3 kv, GDN 3 k / 9 v, I = 192): tp=3",
+                 nest("qwen3_5", "qwen3_5_text", "Qwen3_5ForConditionalGeneration", t), SynthOptions{}, false});
+  }
   {  // MoE with fused experts in the checkpoint as Qwen3.5-35B-A3B
     json t = tiny_text_fields();
     t.erase("intermediate_size");
