@@ -23,6 +23,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -132,9 +133,62 @@ struct BenchArgs {
   int decode = 8;
   int layers = 0;                 // cuda --synthetic: the first N decoder layers only
   std::vector<int> batches{1, 16};  // cuda: batch sizes
+  int tp = 1;                     // > 1: tensor parallelism against tp=1 (bench_tp)
 };
 
+// Tensor parallelism: decode at tp=1 and tp=N in the same run (same model, same tokens), through
+// make_backend so that it measures what `run --config backend=...,tp=N` runs, and the all-reduces
+// the communicator counted per decoded token.
+int bench_tp(const Model& model, const BenchArgs& a) {
+  const ModelConfig& cfg = model.config;
+  const std::string base = a.backend == "cuda" ? "backend=cuda" : cat("precision=", a.precision);
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(std::min<int64_t>(cfg.vocab_size, 1 << 30) - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(a.prefill));
+  for (auto& t : prompt) t = pick(rng);
+  double rate[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const int tp = i == 0 ? 1 : a.tp;
+    const RunConfig rc = parse_run_config(cat(base, ",tp=", tp));
+    std::unique_ptr<Backend> be = make_backend(rc, cfg);
+    Engine eng(cfg, model.weights, *be, engine_options(rc));
+    SeqState st = eng.new_state();
+    auto t0 = clock_type::now();
+    std::vector<float> lg = be->to_host_f32(eng.forward({SeqInput{&st, prompt}}).logits);
+    const double t_pre = seconds_since(t0);
+    if (eng.comm()) eng.comm()->stats().reset();
+    t0 = clock_type::now();
+    for (int s = 0; s < a.decode; ++s) {
+      const int32_t next = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+      lg = be->to_host_f32(eng.forward({SeqInput{&st, {next}}}).logits);
+    }
+    const double t_dec = seconds_since(t0);
+    rate[i] = a.decode / t_dec;
+    std::printf("tp=%-2d    %s: prefill %d tokens %.1f tok/s; decode %d tokens %.2f tok/s", tp, be->name().c_str(),
+                a.prefill, a.prefill / t_pre, a.decode, rate[i]);
+    if (TpComm* c = eng.comm())
+      std::printf("; %s all-reduce: %.1f per decoded token, %.0f bytes each (%lld calls, %lld bytes over %d steps)",
+                  c->kind(), double(c->stats().all_reduces) / a.decode,
+                  double(c->stats().all_reduce_bytes) / std::max<double>(1.0, double(c->stats().all_reduces)),
+                  static_cast<long long>(c->stats().all_reduces), static_cast<long long>(c->stats().all_reduce_bytes),
+                  a.decode);
+    std::printf("\n");
+  }
+  std::printf("ratio    decode tok/s at tp=%d / tp=1: %.2f (the CPU twin shares one machine's cores between its "
+              "ranks, so on the CPU this measures the overhead of the rank threads and all-reduces, not a speed-up)\n",
+              a.tp, rate[1] / rate[0]);
+  return 0;
+}
+
 int run_bench(const BenchArgs& a) {
+  if (a.tp > 1) {
+    if (a.model.empty()) input_error("bench --tp: give --model DIR (a shipped tiny model works: models/tiny-qwen35)");
+    auto model = load_model(a.model);
+    std::printf("model    %s: %s, %d layers, H %lld; tensor parallelism tp=%d against tp=1\n", a.model.c_str(),
+                arch_name(model->config.arch), model->config.num_layers,
+                static_cast<long long>(model->config.hidden_size), a.tp);
+    return bench_tp(*model, a);
+  }
   if (a.backend == "cuda") {
 #if DEGEN_WITH_CUDA
     if (!a.preset.empty()) input_error("bench --backend cuda: use --synthetic PRESET (weights made on the device)");
@@ -267,8 +321,12 @@ CommandRegistrar reg("bench", "Benchmark the CPU reference engine or the GPU pat
                   "cuda: a preset's config (e.g. qwen36-27b) with random weights generated on the device");
   sub->add_option("--layers", a->layers, "cuda --synthetic: keep only the first N decoder layers");
   sub->add_option("--batch", a->batches, "cuda: batch sizes to measure (default 1 16)")->delimiter(',');
+  sub->add_option("--tp", a->tp, "Tensor parallelism: decode at tp=1 and tp=N on --model (either backend) and the "
+                                 "all-reduces per decoded token")
+      ->check(CLI::Range(1, 64));
   sub->footer("Examples:\n  degenbisect bench --backend cpu --preset bench-1b\n"
-              "  degenbisect bench --backend cuda --synthetic qwen36-27b --layers 8 --prefill 256");
+              "  degenbisect bench --backend cuda --synthetic qwen36-27b --layers 8 --prefill 256\n"
+              "  degenbisect bench --model models/tiny-qwen35 --tp 2 --decode 32");
   return [a] { return run_bench(*a); };
 });
 

@@ -236,7 +236,7 @@ CommandRegistrar reg("run", "Generate with the CPU reference engine and print te
   sub->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate at most (default 64)");
   sub->add_option("--config", a->config,
                   "Toggles key=value,... (DESIGN.md §5): precision=ref|fp64|bf16, attn, gdn, ssm_dtype, conv_dtype, "
-                  "kv_dtype, mtp, batch, fault=NAME[@layers], temp, top_p, top_k, min_p, rep_pen, presence_pen, seed "
+                  "kv_dtype, mtp, tp, batch, fault=NAME[@layers], temp, top_p, top_k, min_p, rep_pen, presence_pen, seed "
                   "(default: the greedy fp32 reference)");
   sub->add_flag("--check-weights", a->check, "Scan every tensor for NaN/Inf first (alone: scan and exit)");
   sub->footer("Examples:\n  degenbisect run --model models/tiny-qwen35 --prompt 'Hello' --chat\n"
