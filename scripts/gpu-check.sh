@@ -4,7 +4,8 @@
 #      with nvidia-smi, else "native");
 #   2. run the GPU tests (tests/cuda: every op against the CPU — the GDN core (conv1d, chunked and
 #      recurrent delta rule) included —, the device sampler, MTP on backend=cuda, end to end compare
-#      of the tiny models);
+#      of the tiny models); then the tensor-parallel tests (tp=2 over NCCL), which need two GPUs and
+#      are reported as skipped with fewer;
 #   3. `compare` of the four shipped tiny models on backend=cuda against golden/<model>/smoke (a
 #      committed record without noise floors is first regenerated with floors into the work folder),
 #      plus attn=flash, attn=splitkv, gemm=simple and gdn=recurrent on one model, and two planted faults
@@ -88,7 +89,7 @@ fi
 # ---- 2. GPU tests ----
 t0=$(date +%s)
 # the op tests first, then the end-to-end ones (slower), each under its own time limit
-(cd "$build/tests" && timeout "$(budget 150)" ./degen_cuda_tests -tce='cuda e2e*') > "$logdir/cuda-tests.log" 2>&1
+(cd "$build/tests" && timeout "$(budget 150)" ./degen_cuda_tests -tce='cuda e2e*,tp cuda*') > "$logdir/cuda-tests.log" 2>&1
 rc=$?
 cases="$(grep -E '^\[doctest\] test cases:' "$logdir/cuda-tests.log" | tail -1 | sed 's/\[doctest\] //')"
 row "GPU op tests (degen_cuda_tests)" "exit $rc; ${cases:-no summary}; $(elapsed "$t0") s"
@@ -97,6 +98,16 @@ t0=$(date +%s)
 rc=$?
 cases="$(grep -E '^\[doctest\] test cases:' "$logdir/cuda-tests.log" | tail -1 | sed 's/\[doctest\] //')"
 row "GPU e2e tests (degen_cuda_tests)" "exit $rc; ${cases:-no summary}; $(elapsed "$t0") s"
+# tensor parallelism over NCCL: needs two GPUs; the test binary exits 77 (skipped) with fewer
+t0=$(date +%s)
+(cd "$build/tests" && timeout "$(budget 120)" ./degen_cuda_tests -tc='tp cuda*') > "$logdir/cuda-tp-tests.log" 2>&1
+rc=$?
+if [ "$rc" = 77 ]; then
+  row "GPU tensor-parallel tests (tp=2, NCCL)" "skipped: $(grep -m1 '^skipped:' "$logdir/cuda-tp-tests.log" | cut -c10-90)"
+else
+  cases="$(grep -E '^\[doctest\] test cases:' "$logdir/cuda-tp-tests.log" | tail -1 | sed 's/\[doctest\] //')"
+  row "GPU tensor-parallel tests (tp=2, NCCL)" "exit $rc; ${cases:-no summary}; $(elapsed "$t0") s"
+fi
 ops_ok=$(grep -c '^op-check .* ok$' "$logdir/cuda-tests.log")
 ops_bad=$(grep -c '^op-check .* FAIL$' "$logdir/cuda-tests.log")
 row "  op checks vs cpu:bf16 (NMSE within limit)" "$ops_ok ok, $ops_bad FAIL"
