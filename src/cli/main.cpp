@@ -41,12 +41,12 @@ int main(int argc, char** argv) {
   app.add_flag("--sync-debug", g.sync_debug,
                "Synchronise after every GPU op so an asynchronous fault is reported where it happened");
   app.add_option("--device", g.device, "CUDA device index that backend=cuda runs on (default 0; see `devices`)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1023));
   app.add_option("--devices", g.devices,
                  "CUDA devices of the ranks of backend=cuda,tp=N, one per rank, e.g. --devices 0,1 "
                  "(default: N consecutive devices from --device)")
       ->delimiter(',')
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1023));
 
   auto& registry = command_registry();
   std::stable_sort(registry.begin(), registry.end(),
