@@ -80,17 +80,17 @@ std::unique_ptr<Backend> make_cpu_backend(const RunConfig& rc) {
   throw std::logic_error("make_backend: unhandled precision");
 }
 
+#if DEGEN_WITH_CUDA
 // The devices of the ranks of backend=cuda,tp=N: --devices, else N consecutive ones from --device.
 std::vector<int> cuda_rank_devices(const RunConfig& rc) {
   std::vector<int> d = tp_device_list();
-#if DEGEN_WITH_CUDA
   if (d.empty())
     for (int r = 0; r < rc.tp; ++r) d.push_back(cuda::default_device() + r);
-#endif
   if (static_cast<int>(d.size()) != rc.tp)
     input_error("config ", rc.str(), ": --devices lists ", d.size(), " device(s); tp=", rc.tp, " needs ", rc.tp);
   return d;
 }
+#endif
 
 }  // namespace
 

@@ -270,31 +270,30 @@ static S& rank_state(S& s, int r, int tp) {
   return r == 0 ? s : s.peers[static_cast<size_t>(r - 1)];
 }
 
+// Runs fn(rank engine, r) on every rank's thread and nests the results of ranks 1..tp-1 in rank 0's
+// `peers` (SeqState and GdnCheckpoint keep their peers' parts that way).
+template <typename T, typename F>
+T Engine::on_ranks(F fn) {
+  std::vector<T> parts(static_cast<size_t>(tp()));
+  run_ranks(*group_, [&](int r) { parts[static_cast<size_t>(r)] = fn(rank_engine(r), r); });
+  T out = std::move(parts[0]);
+  for (int r = 1; r < tp(); ++r) out.peers.push_back(std::move(parts[static_cast<size_t>(r)]));
+  return out;
+}
+
 SeqState Engine::new_state() {
   if (peers_.empty()) return new_state_rank();
-  std::vector<SeqState> st(static_cast<size_t>(tp()));
-  run_ranks(*group_, [&](int r) { st[static_cast<size_t>(r)] = rank_engine(r).new_state_rank(); });
-  SeqState s = std::move(st[0]);
-  for (int r = 1; r < tp(); ++r) s.peers.push_back(std::move(st[static_cast<size_t>(r)]));
-  return s;
+  return on_ranks<SeqState>([](Engine& e, int) { return e.new_state_rank(); });
 }
 
 SeqState Engine::snapshot(const SeqState& s) {
   if (peers_.empty()) return snapshot_rank(s);
-  std::vector<SeqState> st(static_cast<size_t>(tp()));
-  run_ranks(*group_, [&](int r) { st[static_cast<size_t>(r)] = rank_engine(r).snapshot_rank(rank_state(s, r, tp())); });
-  SeqState c = std::move(st[0]);
-  for (int r = 1; r < tp(); ++r) c.peers.push_back(std::move(st[static_cast<size_t>(r)]));
-  return c;
+  return on_ranks<SeqState>([&](Engine& e, int r) { return e.snapshot_rank(rank_state(s, r, tp())); });
 }
 
 GdnCheckpoint Engine::checkpoint_gdn(const SeqState& s) {
   if (peers_.empty()) return checkpoint_rank(s);
-  std::vector<GdnCheckpoint> cp(static_cast<size_t>(tp()));
-  run_ranks(*group_, [&](int r) { cp[static_cast<size_t>(r)] = rank_engine(r).checkpoint_rank(rank_state(s, r, tp())); });
-  GdnCheckpoint c = std::move(cp[0]);
-  for (int r = 1; r < tp(); ++r) c.peers.push_back(std::move(cp[static_cast<size_t>(r)]));
-  return c;
+  return on_ranks<GdnCheckpoint>([&](Engine& e, int r) { return e.checkpoint_rank(rank_state(s, r, tp())); });
 }
 
 void Engine::tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp) {

@@ -123,6 +123,8 @@ class Engine {
   SeqState snapshot_rank(const SeqState& s);
   GdnCheckpoint checkpoint_rank(const SeqState& s);
   Engine& rank_engine(int r) { return r == 0 ? *this : *peers_[static_cast<size_t>(r - 1)]; }
+  template <typename T, typename F>
+  T on_ranks(F fn);
   // The partial sums of a row-parallel product summed over the ranks (nothing at tp = 1 or `skip`).
   Tensor reduce(const Tensor& t, bool skip = false);
   Tensor layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp);
