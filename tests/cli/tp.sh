@@ -18,6 +18,18 @@ expect_out "num_key_value_heads (n_kv) = 4 is not a multiple of 8"
 expect_exit 128 "$BIN" run --model "$m" --prompt "Hi" --config tp=3
 expect_out "linear_num_key_heads (n_k) = 2 is not a multiple of 3"
 
+# backend=cuda,tp=2: --devices must name one device per rank (a CUDA build says so before looking
+# for devices; a CPU-only build says it has no CUDA backend)
+if "$BIN" --version | grep -q "CUDA backend built"; then
+  expect_exit 128 "$BIN" --devices 0 run --model "$m" --prompt "Hi" --config backend=cuda,tp=2
+  expect_out "--devices lists 1 device(s); tp=2 needs 2"
+else
+  expect_exit 125 "$BIN" --devices 0 run --model "$m" --prompt "Hi" --config backend=cuda,tp=2
+  expect_out "no CUDA backend"
+fi
+expect_exit 128 "$BIN" --devices 0,x run --model "$m" --prompt "Hi"
+expect_out "--devices"
+
 # run: the same greedy tokens at tp=1 and tp=2 (and with MTP at tp=2)
 expect_exit 0 "$BIN" run --model "$m" --prompt "The user is asking for" --max-new-tokens 12
 grep '^\[ids\]' "$WORK/out" > "$WORK/ids1"
