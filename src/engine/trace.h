@@ -3,6 +3,9 @@
 // whole-model steps (embed, final_norm, logits). The observer may read the tensor and may REPLACE
 // it (assign another tensor of the same shape and dtype): that is how golden inputs are injected.
 // Off (no observer) costs one branch per step: no name is built, nothing is copied.
+// Tensor parallelism (tp > 1, engine.h): the observer runs on rank 0's thread and sees full tensors
+// (per-head steps gathered over the ranks). A replacement of a replicated step (assign another
+// tensor) reaches every rank; an in-place change of its elements reaches rank 0 only, so replace.
 //
 // ALL step names live in DEGEN_TRACE_STEPS below, in forward order; nowhere else.
 #pragma once
