@@ -136,16 +136,27 @@ struct BenchArgs {
   int tp = 1;                     // > 1: tensor parallelism against tp=1 (bench_tp)
 };
 
+// The benchmark prompt: n ids drawn with a fixed seed, the same for every measurement.
+std::vector<int32_t> bench_prompt(const ModelConfig& cfg, int n) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(std::min<int64_t>(cfg.vocab_size, 1 << 30) - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(n));
+  for (auto& t : prompt) t = pick(rng);
+  return prompt;
+}
+
+// The next token of a greedy decode step.
+int32_t greedy_next(const std::vector<float>& logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
 // Tensor parallelism: decode at tp=1 and tp=N in the same run (same model, same tokens), through
 // make_backend so that it measures what `run --config backend=...,tp=N` runs, and the all-reduces
 // the communicator counted per decoded token.
 int bench_tp(const Model& model, const BenchArgs& a) {
   const ModelConfig& cfg = model.config;
   const std::string base = a.backend == "cuda" ? "backend=cuda" : cat("precision=", a.precision);
-  std::mt19937 rng(1234);
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(std::min<int64_t>(cfg.vocab_size, 1 << 30) - 1));
-  std::vector<int32_t> prompt(static_cast<size_t>(a.prefill));
-  for (auto& t : prompt) t = pick(rng);
+  const std::vector<int32_t> prompt = bench_prompt(cfg, a.prefill);
   double rate[2] = {0, 0};
   for (int i = 0; i < 2; ++i) {
     const int tp = i == 0 ? 1 : a.tp;
@@ -159,7 +170,7 @@ int bench_tp(const Model& model, const BenchArgs& a) {
     if (eng.comm()) eng.comm()->stats().reset();
     t0 = clock_type::now();
     for (int s = 0; s < a.decode; ++s) {
-      const int32_t next = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+      const int32_t next = greedy_next(lg);
       lg = be->to_host_f32(eng.forward({SeqInput{&st, {next}}}).logits);
     }
     const double t_dec = seconds_since(t0);
@@ -261,10 +272,7 @@ int run_bench(const BenchArgs& a) {
 
   CpuBackend be(prec);
   Engine eng(cfg, model->weights, be, EngineOptions{GdnAlgo::chunked});
-  std::mt19937 rng(1234);
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(std::min<int64_t>(cfg.vocab_size, 1 << 30) - 1));
-  std::vector<int32_t> prompt(static_cast<size_t>(a.prefill));
-  for (auto& t : prompt) t = pick(rng);
+  const std::vector<int32_t> prompt = bench_prompt(cfg, a.prefill);
 
   // Prefill.
   SeqState st = eng.new_state();
@@ -284,7 +292,7 @@ int run_bench(const BenchArgs& a) {
   std::vector<double> steps;
   be.stats().reset();
   for (int s = 0; s < a.decode; ++s) {
-    int32_t next = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+    const int32_t next = greedy_next(lg);
     t0 = clock_type::now();
     lg = be.to_host_f32(eng.forward({SeqInput{&st, {next}}}).logits);
     steps.push_back(seconds_since(t0));

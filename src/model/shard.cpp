@@ -72,16 +72,9 @@ const TensorView* RankShard::take(const TensorView* v, std::vector<std::pair<int
     std::memcpy(buf.get() + at, v->data + static_cast<size_t>(a) * row_bytes, static_cast<size_t>(n) * row_bytes);
     at += static_cast<size_t>(n) * row_bytes;
   }
-  auto s = std::make_unique<TensorView>(*v);
-  s->name = cat(v->name, "[tp ", rank_, "/", tp_, "]");
-  s->shape[0] = total;
-  s->data = buf.get();
-  s->nbytes = at;
-  s->offset = 0;
-  entries_.push_back({v->name, v->numel(), s->numel(), static_cast<int64_t>(s->nbytes), true});
-  buffers_.push_back(std::move(buf));
-  views_.push_back(std::move(s));
-  return views_.back().get();
+  std::vector<int64_t> shape = v->shape;
+  shape[0] = total;
+  return adopt(v, std::move(buf), std::move(shape), at);
 }
 
 // Columns [c0, c0 + n) of v as [rows, cols].
@@ -94,13 +87,19 @@ const TensorView* RankShard::take_cols(const TensorView* v, int64_t c0, int64_t 
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(buf.get() + static_cast<size_t>(r * n) * es, v->data + static_cast<size_t>(r * cols + c0) * es,
                 static_cast<size_t>(n) * es);
+  return adopt(v, std::move(buf), {rows, n}, static_cast<size_t>(rows * n) * es);
+}
+
+// This rank's slice of v, held in buf: its view, and its entry.
+const TensorView* RankShard::adopt(const TensorView* v, std::unique_ptr<uint8_t[]> buf, std::vector<int64_t> shape,
+                                   size_t nbytes) {
   auto s = std::make_unique<TensorView>(*v);
   s->name = cat(v->name, "[tp ", rank_, "/", tp_, "]");
-  s->shape = {rows, n};
+  s->shape = std::move(shape);
   s->data = buf.get();
-  s->nbytes = static_cast<size_t>(rows * n) * es;
+  s->nbytes = nbytes;
   s->offset = 0;
-  entries_.push_back({v->name, v->numel(), s->numel(), static_cast<int64_t>(s->nbytes), true});
+  entries_.push_back({v->name, v->numel(), s->numel(), static_cast<int64_t>(nbytes), true});
   buffers_.push_back(std::move(buf));
   views_.push_back(std::move(s));
   return views_.back().get();

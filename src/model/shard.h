@@ -68,6 +68,8 @@ class RankShard {
   const TensorView* keep(const TensorView* v);                          // replicated
   const TensorView* take(const TensorView* v, std::vector<std::pair<int64_t, int64_t>> row_ranges);
   const TensorView* take_cols(const TensorView* v, int64_t c0, int64_t n);
+  const TensorView* adopt(const TensorView* v, std::unique_ptr<uint8_t[]> buf, std::vector<int64_t> shape,
+                          size_t nbytes);
   void shard_mlp(MlpWeights& m, int64_t inter);
   void shard_layer(LayerWeights& lw, const ModelConfig& full);
 
