@@ -266,7 +266,7 @@ GdnCheckpoint Engine::checkpoint_rank(const SeqState& st) {
 template <typename S>
 static S& rank_state(S& s, int r, int tp) {
   if (s.peers.size() != static_cast<size_t>(tp - 1))
-    input_error("forward: a sequence state made for tp=", s.peers.size() + 1, " given to an engine of tp=", tp);
+    input_error("a sequence state made for tp=", s.peers.size() + 1, " given to an engine of tp=", tp);
   return r == 0 ? s : s.peers[static_cast<size_t>(r - 1)];
 }
 
