@@ -1,0 +1,155 @@
+// The CUDA emulator's device side: force-included (g++ -include) into every kernels/*.cu and
+// src/cuda/*.cpp file of the emulated build, so that the project's own CUDA code, unchanged, runs on
+// the CPU. It is test equipment, not a GPU: see tests/emu/README.md for what it checks and what it
+// cannot.
+//
+// The kernel files are first rewritten by tests/emu/rewrite.cmake (launches and dynamic shared
+// memory only); everything else compiles as plain C++ against the toolkit's own headers:
+//   k<<<g, b, smem, st>>>(args)      ->  ::emu::named("k", k) | ::emu::Cfg{g, b, smem, st}(args)
+//   extern __shared__ float smem[];  ->  float* smem = ::emu::dyn_smem<float>();
+// Each block runs as blockDim user-level fibers on the launching OS thread; __syncthreads and warp
+// shuffles are scheduling points (emu_runtime.cpp). `__shared__` becomes `static`: one copy per
+// kernel, which is the block's shared memory because the blocks of every launch run one at a time
+// under one process-wide lock.
+#pragma once
+
+// Before the toolkit headers, which keep a definition they find (crt/host_defines.h).
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+#define __constant__ static
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+
+namespace emu {
+
+// ---- built-in variables and barriers (emu_runtime.cpp) ----
+const uint3& thread_idx();
+const uint3& block_idx();
+const dim3& block_dim();
+const dim3& grid_dim();
+void sync_block();                       // __syncthreads
+void sync_warp_exchange(const void* v, void* out, unsigned size, unsigned src_lane, const char* op);
+void* dyn_smem_base();                   // the launch's dynamic shared memory (zero-filled, see Cfg)
+
+template <typename T>
+T* dyn_smem() { return static_cast<T*>(dyn_smem_base()); }
+
+// ---- launches ----
+struct Cfg;
+template <typename... A>
+struct Pending {
+  const Cfg* cfg;
+  std::tuple<std::decay_t<A>...> args;
+};
+struct Cfg {
+  dim3 grid;
+  dim3 block;
+  size_t smem = 0;
+  cudaStream_t stream = nullptr;
+  template <typename... A>
+  Pending<A...> operator()(A&&... a) const {
+    return Pending<A...>{this, std::tuple<std::decay_t<A>...>(std::forward<A>(a)...)};
+  }
+};
+template <typename... P>
+struct Kernel {
+  const char* name;
+  void (*fn)(P...);
+};
+template <typename... P>
+Kernel<P...> named(const char* name, void (*fn)(P...)) { return {name, fn}; }
+
+// Runs body() once per thread of every block (emu_runtime.cpp). `key` identifies the kernel for
+// cudaFuncSetAttribute; pointer arguments are checked to lie in device allocations (or be null).
+struct LaunchInfo {
+  const char* name;
+  const void* key;
+  const Cfg* cfg;
+  const void* const* pointers;  // the kernel's pointer arguments
+  size_t n_pointers;
+};
+void launch(const LaunchInfo& info, void (*body)(void*), void* ctx);
+
+template <typename T>
+void collect_pointer(const T& v, const void** out, size_t& n) {
+  if constexpr (std::is_pointer_v<T>) out[n++] = static_cast<const void*>(v);
+}
+
+template <typename... P, typename... A>
+void operator|(const Kernel<P...>& k, Pending<A...>&& p) {
+  static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
+  struct Ctx {
+    void (*fn)(P...);
+    std::tuple<P...> params;
+  };
+  Ctx ctx{k.fn, std::apply([](auto&... a) { return std::tuple<P...>(a...); }, p.args)};
+  const void* ptrs[sizeof...(P) + 1] = {nullptr};
+  size_t n = 0;
+  std::apply([&](const auto&... v) { (collect_pointer(v, ptrs, n), ...); }, ctx.params);
+  LaunchInfo info{k.name, reinterpret_cast<const void*>(k.fn), p.cfg, ptrs, n};
+  launch(info, [](void* c) {
+    auto* x = static_cast<Ctx*>(c);
+    std::apply(x->fn, x->params);  // each thread gets its own copies of the by-value parameters
+  }, &ctx);
+}
+
+// ---- warp shuffles: every lane of the warp must take part (mask 0xffffffff only) ----
+template <typename T>
+T shfl_xor(unsigned mask, T v, int lane_mask, const char* op) {
+  static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
+  T out{};
+  const unsigned lane = (thread_idx().x + thread_idx().y * block_dim().x +
+                         thread_idx().z * block_dim().x * block_dim().y) & 31u;
+  sync_warp_exchange(&v, &out, sizeof(T), mask == 0xffffffffu ? (lane ^ unsigned(lane_mask)) & 31u : 0xffffffffu, op);
+  return out;
+}
+
+}  // namespace emu
+
+#define threadIdx (::emu::thread_idx())
+#define blockIdx (::emu::block_idx())
+#define blockDim (::emu::block_dim())
+#define gridDim (::emu::grid_dim())
+#define __syncthreads() ::emu::sync_block()
+#define __shfl_xor_sync(mask, v, lane) ::emu::shfl_xor((mask), (v), (lane), "__shfl_xor_sync")
+
+// ---- device intrinsics the kernels use, with their CUDA meaning ----
+// Fibers of one block never run at the same time, so the atomics are plain read-modify-writes.
+template <typename T>
+inline T atomicMax(T* p, T v) { T old = *p; if (v > old) *p = v; return old; }
+template <typename T>
+inline T atomicMin(T* p, T v) { T old = *p; if (v < old) *p = v; return old; }
+template <typename T>
+inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+using std::isinf;
+using std::isnan;
+
+// CUDA's min/max for mixed integer and float arguments.
+template <typename A, typename B>
+inline std::common_type_t<A, B> min(A a, B b) { return b < a ? b : a; }
+template <typename A, typename B>
+inline std::common_type_t<A, B> max(A a, B b) { return a < b ? b : a; }
+
+// The runtime's typed overload (cuda_runtime.h declares it for nvcc only).
+template <typename... P>
+inline cudaError_t cudaFuncSetAttribute(void (*f)(P...), cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(f), attr, value);
+}

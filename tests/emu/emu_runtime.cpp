@@ -1,0 +1,943 @@
+// The CUDA emulator's host side: the subset of the CUDA runtime, cuBLAS and NCCL that src/cuda uses,
+// defined against the toolkit's own declarations (so a signature that drifts fails to compile), and
+// the block scheduler that runs kernels as fibers. See tests/emu/README.md.
+//
+// What it checks that a plain CPU port would not:
+//   - device memory: every allocation sits right before a PROT_NONE guard page (and after one), so
+//     a kernel reading or writing past either end faults at once; the handler names the kernel,
+//     block, thread and the allocation; freed memory is unmapped (use after free faults too);
+//   - launches: blockDim <= 1024, grid.y/z <= 65535, dynamic shared memory <= 48 KiB unless
+//     cudaFuncSetAttribute raised the kernel's limit (at most 227 KiB, Hopper's opt-in maximum);
+//     every pointer argument is null or inside a device allocation of the current device;
+//   - barriers: a __syncthreads that some threads of the block never reach (they exited, or wait
+//     at a shuffle) and a full-mask shuffle in a warp with exited or missing lanes are errors, not
+//     hangs; dynamic shared memory starts filled with 0xFF bytes (NaN) in every block;
+//   - copies: the device side of cudaMemcpy* must lie inside one allocation, the host side outside;
+//   - cuBLAS: leading dimensions and the extents the GEMM reads and writes;
+//   - devices: streams, cuBLAS handles and pointers must belong to the current device.
+// A failed check prints "cuda-emu: ..." to stderr and the launch reports cudaErrorLaunchFailure.
+//
+// Environment: DEGEN_EMU_DEVICES (default 2), DEGEN_EMU_MEM_GIB (per device, default 8),
+// DEGEN_EMU_ORDER=reverse (run the threads of a block in reverse order between barriers: a result
+// that changes with the order is a race).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#if DEGEN_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include "cuda_emu.h"
+
+namespace emu {
+namespace {
+
+// ---------------------------------------------------------------- configuration and devices
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : dflt;
+}
+int n_devices() {
+  static const int n = std::max(0, env_int("DEGEN_EMU_DEVICES", 2));
+  return n;
+}
+size_t device_total() {
+  static const size_t t = size_t(std::max(1, env_int("DEGEN_EMU_MEM_GIB", 8))) << 30;
+  return t;
+}
+bool reverse_order() {
+  static const bool r = [] {
+    const char* v = std::getenv("DEGEN_EMU_ORDER");
+    return v && std::strcmp(v, "reverse") == 0;
+  }();
+  return r;
+}
+
+thread_local int tl_device = 0;
+thread_local cudaError_t tl_last_error = cudaSuccess;
+
+void report(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "cuda-emu: %s\n", buf);
+  std::fflush(stderr);
+}
+
+cudaError_t fail(cudaError_t e) {
+  tl_last_error = e;
+  return e;
+}
+
+// ---------------------------------------------------------------- guarded device memory
+const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
+
+struct Alloc {
+  uintptr_t base;   // what cudaMalloc returned
+  size_t size;      // bytes asked for
+  int device;
+  void* map;        // the mapping: guard page, data pages, guard page
+  size_t map_len;
+};
+std::mutex g_alloc_mutex;
+std::map<uintptr_t, Alloc> g_allocs;  // by base
+size_t g_live[64];
+
+// The allocation holding [p, p + n), or nullptr. p == end with n == 0 counts as inside.
+const Alloc* find_alloc(const void* p, size_t n) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = g_allocs.upper_bound(a);
+  if (it == g_allocs.begin()) return nullptr;
+  --it;
+  const Alloc& x = it->second;
+  if (a < x.base || a + n > x.base + x.size || a > x.base + x.size) return nullptr;
+  return &x;
+}
+
+void* guarded_alloc(size_t size, int device) {
+  const size_t data = (std::max<size_t>(size, 1) + kPage - 1) / kPage * kPage;
+  const size_t len = data + 2 * kPage;
+  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  char* c = static_cast<char*>(m);
+  mprotect(c, kPage, PROT_NONE);
+  mprotect(c + kPage + data, kPage, PROT_NONE);
+  // The end of the buffer as close to the upper guard as 256-byte alignment (cudaMalloc's) allows.
+  uintptr_t base = reinterpret_cast<uintptr_t>(c + kPage + data) - size;
+  base &= ~uintptr_t(255);
+  std::memset(reinterpret_cast<void*>(base), 0xA5, size);  // device memory starts as garbage
+  std::lock_guard<std::mutex> lock(g_alloc_mutex);
+  g_allocs[base] = Alloc{base, size, device, m, len};
+  g_live[device] += size;
+  return reinterpret_cast<void*>(base);
+}
+
+cudaError_t guarded_free(void* p) {
+  if (!p) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(g_alloc_mutex);
+  auto it = g_allocs.find(reinterpret_cast<uintptr_t>(p));
+  if (it == g_allocs.end()) {
+    report("cudaFree(%p): not a pointer cudaMalloc returned (or freed twice)", p);
+    return fail(cudaErrorInvalidValue);
+  }
+  g_live[it->second.device] -= it->second.size;
+  munmap(it->second.map, it->second.map_len);
+  g_allocs.erase(it);
+  return cudaSuccess;
+}
+
+bool is_device_range(const void* p, size_t n, int* device = nullptr) {
+  std::lock_guard<std::mutex> lock(g_alloc_mutex);
+  const Alloc* a = find_alloc(p, n);
+  if (a && device) *device = a->device;
+  return a != nullptr;
+}
+
+// ---------------------------------------------------------------- streams, handles, events
+struct Stream { int device; };
+}  // namespace
+}  // namespace emu
+
+struct CUstream_st { emu::Stream s; };
+struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded = false; };
+struct cublasContext { int device; cudaStream_t stream = nullptr; };
+
+namespace emu {
+namespace {
+
+int stream_device(cudaStream_t s) { return s ? s->s.device : tl_device; }
+
+// ---------------------------------------------------------------- the block scheduler
+constexpr size_t kStack = 256 * 1024;
+enum FiberState { kRun, kBlockWait, kWarpWait, kDone };
+
+struct Fiber {
+  ucontext_t ctx;
+  char* stack = nullptr;  // kStack bytes above a guard page
+  uint3 tid;
+  unsigned linear = 0;
+  FiberState st = kRun;
+  uint64_t xin = 0;      // shuffle: this lane's value
+  void* xout = nullptr;  // shuffle: where the source lane's value goes
+  unsigned xsize = 0, xsrc = 0;
+  const char* xop = nullptr;
+};
+
+struct Run {
+  const LaunchInfo* info;
+  void (*body)(void*);
+  void* ctx;
+  dim3 grid, block;
+  uint3 bid;
+  std::vector<unsigned char> smem;
+  ucontext_t sched;
+  Fiber* cur = nullptr;
+  bool direct = false;       // this block runs its threads as plain calls (kernel never synchronises)
+  bool synced = false;       // some thread waited at a barrier or shuffle in this launch
+  uint3 direct_tid;
+  std::string error;
+};
+
+std::mutex g_launch_mutex;  // one launch at a time in the process: `__shared__` is `static`
+thread_local Run* tl_run = nullptr;
+std::vector<Fiber> g_fibers;  // reused; used under g_launch_mutex only
+std::unordered_map<const void*, bool> g_syncs;  // kernel -> uses barriers (learned from block 0)
+std::unordered_map<const void*, int> g_max_dyn_smem;
+
+// The alternate signal stack of each thread that launches, for faults in a fiber's small stack.
+void ensure_altstack() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  stack_t ss{};
+  ss.ss_size = 64 * 1024;
+  ss.ss_sp = std::malloc(ss.ss_size);
+  sigaltstack(&ss, nullptr);
+}
+
+void on_segv(int sig, siginfo_t* si, void*) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(si->si_addr);
+  char where[512] = "outside any kernel";
+  if (Run* r = tl_run) {
+    const uint3 t = r->direct ? r->direct_tid : (r->cur ? r->cur->tid : uint3{0, 0, 0});
+    std::snprintf(where, sizeof where, "in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)", r->info->name, r->bid.x,
+                  r->bid.y, r->bid.z, t.x, t.y, t.z);
+  }
+  char what[512] = "not near any device allocation";
+  for (const auto& [base, x] : g_allocs) {  // note: no lock: the process is going down
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(x.map), hi = lo + x.map_len;
+    if (a >= lo && a < hi) {
+      if (a >= x.base + x.size)
+        std::snprintf(what, sizeof what, "%zu bytes past the end of a %zu-byte device allocation at %p",
+                      size_t(a - (x.base + x.size)), x.size, reinterpret_cast<void*>(x.base));
+      else
+        std::snprintf(what, sizeof what, "%zu bytes before the start of a %zu-byte device allocation at %p",
+                      size_t(x.base - a), x.size, reinterpret_cast<void*>(x.base));
+      break;
+    }
+  }
+  if (Run* r = tl_run; r && !r->direct && r->cur) {
+    const uintptr_t s = reinterpret_cast<uintptr_t>(r->cur->stack);
+    if (a >= s - kPage && a < s) std::snprintf(what, sizeof what, "a thread's stack overflowed (%zu KiB)", kStack / 1024);
+  }
+  std::fprintf(stderr, "cuda-emu: invalid memory access at %p %s: %s\n", si->si_addr, where, what);
+  std::fflush(stderr);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void install_segv_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa{};
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+  });
+}
+
+void fiber_main() {
+  Run* r = tl_run;
+  r->body(r->ctx);
+  r->cur->st = kDone;
+  swapcontext(&r->cur->ctx, &r->sched);
+}
+
+void ensure_fibers(size_t n) {
+  while (g_fibers.size() < n) {
+    Fiber f;
+    void* m = mmap(nullptr, kStack + kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      report("cannot map a thread stack");
+      std::abort();
+    }
+    mprotect(m, kPage, PROT_NONE);
+    f.stack = static_cast<char*>(m) + kPage;
+    g_fibers.push_back(f);
+  }
+}
+
+void set_error(Run& r, const std::string& msg) {
+  if (!r.error.empty()) return;
+  char head[256];
+  std::snprintf(head, sizeof head, "kernel %s, block (%u,%u,%u): ", r.info->name, r.bid.x, r.bid.y, r.bid.z);
+  r.error = head + msg;
+}
+
+// Releases the warps whose live lanes all wait at a shuffle; returns whether any was released.
+bool release_warps(Run& r, unsigned n) {
+  bool released = false;
+  for (unsigned w = 0; w * 32 < n; ++w) {
+    const unsigned lo = w * 32, hi = std::min(n, lo + 32);
+    unsigned waiting = 0;
+    for (unsigned i = lo; i < hi; ++i) waiting += g_fibers[i].st == kWarpWait;
+    if (waiting == 0) continue;
+    if (hi - lo < 32) {
+      set_error(r, std::string(g_fibers[lo].xop) + " with a full mask in a partial warp (blockDim " +
+                       std::to_string(n) + " is not a multiple of 32)");
+      return false;
+    }
+    if (waiting < 32) {
+      bool others_blocked = false;
+      for (unsigned i = lo; i < hi; ++i) others_blocked |= g_fibers[i].st != kWarpWait && g_fibers[i].st != kRun;
+      if (!others_blocked) continue;  // some lanes still running toward the shuffle
+      set_error(r, std::string(g_fibers[lo].xop) + ": lanes of warp " + std::to_string(w) +
+                       " exited or wait at __syncthreads while others shuffle (divergent full-mask shuffle)");
+      return false;
+    }
+    for (unsigned i = lo; i < hi; ++i) {
+      Fiber& f = g_fibers[i];
+      if (f.xsrc == 0xffffffffu) {
+        set_error(r, std::string(f.xop) + " with a mask other than 0xffffffff (not emulated)");
+        return false;
+      }
+      if (f.xsize != g_fibers[lo].xsize) {
+        set_error(r, "lanes of one warp shuffle values of different sizes");
+        return false;
+      }
+      std::memcpy(f.xout, &g_fibers[lo + f.xsrc].xin, f.xsize);
+    }
+    for (unsigned i = lo; i < hi; ++i) g_fibers[i].st = kRun;
+    released = true;
+  }
+  return released;
+}
+
+void run_block_fibers(Run& r) {
+  const unsigned n = r.block.x * r.block.y * r.block.z;
+  ensure_fibers(n);
+  for (unsigned i = 0; i < n; ++i) {
+    Fiber& f = g_fibers[i];
+    f.linear = i;
+    f.tid = uint3{i % r.block.x, (i / r.block.x) % r.block.y, i / (r.block.x * r.block.y)};
+    f.st = kRun;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = kStack;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, fiber_main, 0);
+  }
+  for (;;) {
+    for (unsigned j = 0; j < n; ++j) {
+      Fiber& f = g_fibers[reverse_order() ? n - 1 - j : j];
+      if (f.st != kRun) continue;
+      r.cur = &f;
+      swapcontext(&r.sched, &f.ctx);
+    }
+    r.cur = nullptr;
+    unsigned done = 0, at_barrier = 0, at_shuffle = 0;
+    for (unsigned i = 0; i < n; ++i) {
+      done += g_fibers[i].st == kDone;
+      at_barrier += g_fibers[i].st == kBlockWait;
+      at_shuffle += g_fibers[i].st == kWarpWait;
+    }
+    if (done == n) return;
+    r.synced = true;
+    if (at_shuffle && release_warps(r, n)) continue;
+    if (!r.error.empty()) return;
+    if (at_barrier == n - done && at_shuffle == 0) {
+      if (done) {
+        set_error(r, std::to_string(done) + " of " + std::to_string(n) +
+                         " threads exited while the others wait at __syncthreads (a barrier not every thread reaches)");
+        return;
+      }
+      for (unsigned i = 0; i < n; ++i) g_fibers[i].st = kRun;
+      continue;
+    }
+    set_error(r, std::to_string(at_barrier) + " threads wait at __syncthreads and " + std::to_string(at_shuffle) +
+                     " at a shuffle, " + std::to_string(done) + " exited: deadlock");
+    return;
+  }
+}
+
+void run_block_direct(Run& r) {
+  const unsigned n = r.block.x * r.block.y * r.block.z;
+  for (unsigned j = 0; j < n && r.error.empty(); ++j) {
+    const unsigned i = reverse_order() ? n - 1 - j : j;
+    r.direct_tid = uint3{i % r.block.x, (i / r.block.x) % r.block.y, i / (r.block.x * r.block.y)};
+    r.body(r.ctx);
+  }
+}
+
+}  // namespace
+
+const uint3& thread_idx() {
+  Run* r = tl_run;
+  return r->direct ? r->direct_tid : r->cur->tid;
+}
+const uint3& block_idx() { return tl_run->bid; }
+const dim3& block_dim() { return tl_run->block; }
+const dim3& grid_dim() { return tl_run->grid; }
+void* dyn_smem_base() { return tl_run->smem.data(); }
+
+void sync_block() {
+  Run* r = tl_run;
+  if (r->direct) {
+    set_error(*r, "__syncthreads in a block after block 0 ran without one (data-dependent barrier)");
+    return;
+  }
+  r->cur->st = kBlockWait;
+  swapcontext(&r->cur->ctx, &r->sched);
+}
+
+void sync_warp_exchange(const void* v, void* out, unsigned size, unsigned src_lane, const char* op) {
+  Run* r = tl_run;
+  if (r->direct) {
+    set_error(*r, std::string(op) + " in a block after block 0 ran without one (data-dependent shuffle)");
+    std::memcpy(out, v, size);
+    return;
+  }
+  Fiber& f = *r->cur;
+  std::memcpy(&f.xin, v, size);
+  f.xout = out;
+  f.xsize = size;
+  f.xsrc = src_lane;
+  f.xop = op;
+  f.st = kWarpWait;
+  swapcontext(&f.ctx, &r->sched);
+}
+
+void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
+  const Cfg& c = *info.cfg;
+  const unsigned threads = c.block.x * c.block.y * c.block.z;
+  const int dev = tl_device;
+  if (threads == 0 || threads > 1024 || c.block.z > 64 || c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 ||
+      c.grid.y > 65535 || c.grid.z > 65535 || c.grid.x > 2147483647u) {
+    report("kernel %s: invalid launch configuration grid (%u,%u,%u) block (%u,%u,%u)", info.name, c.grid.x, c.grid.y,
+           c.grid.z, c.block.x, c.block.y, c.block.z);
+    fail(cudaErrorInvalidConfiguration);
+    return;
+  }
+  if (stream_device(c.stream) != dev) {
+    report("kernel %s: launched on a stream of device %d while device %d is current", info.name,
+           stream_device(c.stream), dev);
+    fail(cudaErrorInvalidResourceHandle);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_launch_mutex);
+  {
+    auto it = g_max_dyn_smem.find(info.key);
+    const size_t limit = it == g_max_dyn_smem.end() ? 48 * 1024 : size_t(it->second);
+    if (c.smem > limit) {
+      report("kernel %s: %zu bytes of dynamic shared memory, the kernel's limit is %zu%s", info.name, c.smem, limit,
+             it == g_max_dyn_smem.end() ? " (cudaFuncSetAttribute(MaxDynamicSharedMemorySize) was not called)" : "");
+      fail(cudaErrorInvalidValue);
+      return;
+    }
+  }
+  for (size_t i = 0; i < info.n_pointers; ++i) {
+    const void* p = info.pointers[i];
+    if (!p) continue;
+    int pd = -1;
+    if (!is_device_range(p, 0, &pd)) {
+      report("kernel %s: pointer argument %zu (%p) is not in any device allocation", info.name, i, p);
+      fail(cudaErrorIllegalAddress);
+      return;
+    }
+    if (pd != dev) {
+      report("kernel %s: pointer argument %zu is memory of device %d, the kernel runs on device %d", info.name, i, pd, dev);
+      fail(cudaErrorIllegalAddress);
+      return;
+    }
+  }
+  install_segv_handler();
+  ensure_altstack();
+  Run r;
+  r.info = &info;
+  r.body = body;
+  r.ctx = ctx;
+  r.grid = c.grid;
+  r.block = c.block;
+  r.smem.resize(std::max<size_t>(c.smem, 1));
+  Run* saved = tl_run;
+  tl_run = &r;
+  auto known = g_syncs.find(info.key);
+  bool syncs = known == g_syncs.end() ? true : known->second;
+  bool first = true;
+  for (unsigned z = 0; z < c.grid.z && r.error.empty(); ++z)
+    for (unsigned y = 0; y < c.grid.y && r.error.empty(); ++y)
+      for (unsigned x = 0; x < c.grid.x && r.error.empty(); ++x) {
+        r.bid = uint3{x, y, z};
+        std::fill(r.smem.begin(), r.smem.end(), 0xFF);
+        r.direct = !syncs;
+        if (r.direct) {
+          run_block_direct(r);
+        } else {
+          run_block_fibers(r);
+          if (first && known == g_syncs.end()) {
+            syncs = r.synced;
+            g_syncs[info.key] = syncs;
+          }
+        }
+        first = false;
+      }
+  tl_run = saved;
+  if (!r.error.empty()) {
+    report("%s", r.error.c_str());
+    fail(cudaErrorLaunchFailure);
+  }
+}
+
+}  // namespace emu
+
+// ==================================================================== the CUDA runtime API
+using emu::fail;
+using emu::report;
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = emu::n_devices();
+  return emu::n_devices() ? cudaSuccess : emu::fail(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= emu::n_devices()) return fail(cudaErrorInvalidDevice);
+  emu::tl_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = emu::tl_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (device < 0 || device >= emu::n_devices()) return fail(cudaErrorInvalidDevice);
+  std::memset(p, 0, sizeof *p);
+  std::snprintf(p->name, sizeof p->name, "degen CUDA emulator (CPU) #%d", device);
+  p->totalGlobalMem = emu::device_total();
+  p->sharedMemPerBlock = 48 * 1024;
+  p->sharedMemPerBlockOptin = 227 * 1024;
+  p->regsPerBlock = 65536;
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024;
+  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+  p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 2147483647;
+  p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = 2;
+  p->l2CacheSize = 1 << 20;
+  p->memoryBusWidth = 64;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device < 0 || device >= emu::n_devices()) return fail(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrMemoryClockRate: *value = 1000000; break;  // kHz: with 64 bits, 16 GB/s nominal
+    case cudaDevAttrGlobalMemoryBusWidth: *value = 64; break;
+    case cudaDevAttrMultiProcessorCount: *value = 2; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 * 1024; break;
+    default: *value = 0; break;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  std::lock_guard<std::mutex> lock(emu::g_alloc_mutex);
+  const size_t live = emu::g_live[emu::tl_device];
+  *total = emu::device_total();
+  *free_bytes = live > *total ? 0 : *total - live;
+  return cudaSuccess;
+}
+
+static cudaError_t emu_malloc(void** p, size_t size) {
+  size_t f = 0, t = 0;
+  cudaMemGetInfo(&f, &t);
+  if (size > f) {
+    *p = nullptr;
+    return fail(cudaErrorMemoryAllocation);
+  }
+  *p = emu::guarded_alloc(size, emu::tl_device);
+  return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaMalloc(void** p, size_t size) { return emu_malloc(p, size); }
+cudaError_t cudaMallocAsync(void** p, size_t size, cudaStream_t s) {
+  if (emu::stream_device(s) != emu::tl_device) return fail(cudaErrorInvalidResourceHandle);
+  return emu_malloc(p, size);
+}
+cudaError_t cudaFree(void* p) { return emu::guarded_free(p); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return emu::guarded_free(p); }
+
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  if (device < 0 || device >= emu::n_devices()) return fail(cudaErrorInvalidDevice);
+  *pool = reinterpret_cast<cudaMemPool_t>(uintptr_t(device + 1));
+  return cudaSuccess;
+}
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
+
+// The device side of a copy must lie inside one allocation of the current device, the host side
+// outside every allocation.
+static cudaError_t check_side(const void* p, size_t n, bool device, const char* call, const char* side) {
+  if (n == 0) return cudaSuccess;
+  int d = -1;
+  const bool in = emu::is_device_range(p, n, &d);
+  if (device && !in) {
+    report("%s: the %s (%p, %zu bytes) is not inside one device allocation", call, side, p, n);
+    return fail(cudaErrorInvalidValue);
+  }
+  if (!device && emu::is_device_range(p, 0)) {
+    report("%s: the %s (%p) is device memory, the copy kind says host", call, side, p);
+    return fail(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+
+static cudaError_t emu_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* call) {
+  bool dd = false, sd = false;
+  switch (kind) {
+    case cudaMemcpyHostToDevice: dd = true; break;
+    case cudaMemcpyDeviceToHost: sd = true; break;
+    case cudaMemcpyDeviceToDevice: dd = sd = true; break;
+    case cudaMemcpyHostToHost: break;
+    case cudaMemcpyDefault:
+      dd = emu::is_device_range(dst, 0);
+      sd = emu::is_device_range(src, 0);
+      break;
+    default: return fail(cudaErrorInvalidMemcpyDirection);
+  }
+  if (cudaError_t e = check_side(dst, n, dd, call, "destination")) return e;
+  if (cudaError_t e = check_side(src, n, sd, call, "source")) return e;
+  if (n) std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  return emu_copy(dst, src, n, kind, "cudaMemcpy");
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+  return emu_copy(dst, src, n, kind, "cudaMemcpyAsync");
+}
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t) {
+  if (width > dpitch || width > spitch) {
+    report("cudaMemcpy2DAsync: width %zu exceeds a pitch (destination %zu, source %zu)", width, dpitch, spitch);
+    return fail(cudaErrorInvalidPitchValue);
+  }
+  for (size_t r = 0; r < height; ++r)
+    if (cudaError_t e = emu_copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width,
+                                 kind, "cudaMemcpy2DAsync"))
+      return e;
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int v, size_t n) {
+  if (cudaError_t e = check_side(p, n, true, "cudaMemset", "destination")) return e;
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = new CUstream_st{emu::Stream{emu::tl_device}};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return emu::tl_last_error == cudaErrorLaunchFailure ? cudaErrorLaunchFailure : cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return cudaStreamSynchronize(nullptr); }
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new CUevent_st();
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  e->t = std::chrono::steady_clock::now();
+  e->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  if (!a->recorded || !b->recorded) return fail(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    if (value < 0 || value > 227 * 1024) {
+      report("cudaFuncSetAttribute: MaxDynamicSharedMemorySize %d exceeds the device's 232448 bytes", value);
+      return fail(cudaErrorInvalidValue);
+    }
+    std::lock_guard<std::mutex> lock(emu::g_launch_mutex);
+    emu::g_max_dyn_smem[func] = value;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  cudaError_t e = emu::tl_last_error;
+  emu::tl_last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() { return emu::tl_last_error; }
+
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    default: return "cudaError(emulated)";
+  }
+}
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorMemoryAllocation: return "out of memory (emulated device)";
+    case cudaErrorNoDevice: return "no emulated device (DEGEN_EMU_DEVICES=0)";
+    case cudaErrorLaunchFailure: return "the emulator stopped a kernel (see the cuda-emu line above)";
+    case cudaErrorIllegalAddress: return "a kernel argument is not device memory of this device (emulated)";
+    default: return cudaGetErrorName(e);
+  }
+}
+
+}  // extern "C"
+
+// ==================================================================== cuBLAS
+namespace {
+
+float load(const void* p, cudaDataType t, size_t i) {
+  switch (t) {
+    case CUDA_R_32F: return static_cast<const float*>(p)[i];
+    case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case CUDA_R_16F: return __half2float(static_cast<const __half*>(p)[i]);
+    default: return NAN;
+  }
+}
+void store(void* p, cudaDataType t, size_t i, float v) {
+  switch (t) {
+    case CUDA_R_32F: static_cast<float*>(p)[i] = v; break;
+    case CUDA_R_16BF: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    case CUDA_R_16F: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    default: break;
+  }
+}
+size_t type_size(cudaDataType t) { return t == CUDA_R_32F ? 4 : (t == CUDA_R_16BF || t == CUDA_R_16F) ? 2 : 0; }
+
+// The bytes a column-major rows x cols matrix with leading dimension ld spans.
+size_t span(int rows, int cols, int ld, cudaDataType t) {
+  return rows == 0 || cols == 0 ? 0 : (size_t(ld) * size_t(cols - 1) + size_t(rows)) * type_size(t);
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
+  *h = new cublasContext{emu::tl_device};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
+  if (emu::stream_device(s) != h->device) return CUBLAS_STATUS_INVALID_VALUE;
+  h->stream = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+const char* cublasGetStatusName(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "CUBLAS_STATUS(emulated)";
+  }
+}
+const char* cublasGetStatusString(cublasStatus_t s) { return cublasGetStatusName(s); }
+
+// C = alpha op(A) op(B) + beta C, column-major, fp32 accumulation in k order.
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void* alpha, const void* A, cudaDataType at, int lda, const void* B,
+                            cudaDataType bt, int ldb, const void* beta, void* C, cudaDataType ct, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t) {
+  if (h->device != emu::tl_device) {
+    report("cublasGemmEx: handle of device %d used while device %d is current", h->device, emu::tl_device);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (compute != CUBLAS_COMPUTE_32F || !type_size(at) || !type_size(bt) || !type_size(ct) ||
+      (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T)) {
+    report("cublasGemmEx: a combination the emulator does not model (compute %d, types %d %d %d)", int(compute),
+           int(at), int(bt), int(ct));
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  const int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
+  const int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
+  if (m < 0 || n < 0 || k < 0 || lda < std::max(1, ar) || ldb < std::max(1, br) || ldc < std::max(1, m)) {
+    report("cublasGemmEx: m %d n %d k %d with lda %d ldb %d ldc %d: a leading dimension is below its rows", m, n, k,
+           lda, ldb, ldc);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  struct Side { const void* p; size_t bytes; const char* name; };
+  for (const Side& s : {Side{A, span(ar, ac, lda, at), "A"}, Side{B, span(br, bc, ldb, bt), "B"},
+                        Side{C, span(m, n, ldc, ct), "C"}}) {
+    int d = -1;
+    if (s.bytes && (!emu::is_device_range(s.p, s.bytes, &d) || d != h->device)) {
+      report("cublasGemmEx: %s (%p) does not hold the %zu bytes the product reads or writes on device %d", s.name, s.p,
+             s.bytes, h->device);
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      float acc = 0.0f;
+      for (int l = 0; l < k; ++l) {
+        const float a = ta == CUBLAS_OP_N ? load(A, at, size_t(i) + size_t(l) * lda) : load(A, at, size_t(l) + size_t(i) * lda);
+        const float b = tb == CUBLAS_OP_N ? load(B, bt, size_t(l) + size_t(j) * ldb) : load(B, bt, size_t(j) + size_t(l) * ldb);
+        acc += a * b;
+      }
+      const size_t ci = size_t(i) + size_t(j) * ldc;
+      store(C, ct, ci, be == 0.0f ? al * acc : al * acc + be * load(C, ct, ci));
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
+
+// ==================================================================== NCCL
+#if DEGEN_HAVE_NCCL
+struct ncclComm {
+  struct Group* group;
+  int rank;
+  int device;
+};
+struct Group {
+  int n;
+  std::mutex m;
+  std::condition_variable cv;
+  int arrived = 0;
+  uint64_t generation = 0;
+  std::vector<const void*> send;
+  std::vector<void*> recv;
+  std::vector<size_t> count;
+  std::vector<int> type;
+  std::atomic<int> refs{0};
+  bool mismatch = false;
+};
+
+extern "C" {
+
+ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  if (ndev < 1) return ncclInvalidArgument;
+  auto* g = new Group();
+  g->n = ndev;
+  g->send.resize(size_t(ndev));
+  g->recv.resize(size_t(ndev));
+  g->count.resize(size_t(ndev));
+  g->type.resize(size_t(ndev));
+  g->refs = ndev;
+  for (int r = 0; r < ndev; ++r) {
+    const int d = devlist ? devlist[r] : r;
+    if (d < 0 || d >= emu::n_devices()) return ncclInvalidArgument;
+    comm[r] = new ncclComm{g, r, d};
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t c) {
+  if (!c) return ncclSuccess;
+  if (--c->group->refs == 0) delete c->group;
+  delete c;
+  return ncclSuccess;
+}
+
+const char* ncclGetErrorString(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclInvalidArgument: return "invalid argument (emulated NCCL)";
+    case ncclInvalidUsage: return "invalid usage (emulated NCCL)";
+    default: return "NCCL error (emulated)";
+  }
+}
+
+// Every rank's call waits for the others; the last to arrive sums in rank order in fp32 and rounds
+// once per element (what a ring all-reduce of two ranks does; more ranks round at every hop).
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                           ncclComm_t c, cudaStream_t stream) {
+  const cudaDataType ct = type == ncclFloat32 ? CUDA_R_32F : type == ncclBfloat16 ? CUDA_R_16BF
+                          : type == ncclFloat16 ? CUDA_R_16F : CUDA_R_64F;
+  if (op != ncclSum || !type_size(ct)) return ncclInvalidArgument;
+  if (emu::tl_device != c->device || emu::stream_device(stream) != c->device) {
+    report("ncclAllReduce: rank %d (device %d) called with device %d current / a stream of device %d", c->rank,
+           c->device, emu::tl_device, emu::stream_device(stream));
+    return ncclInvalidUsage;
+  }
+  const size_t bytes = count * type_size(ct);
+  int ds = -1, dr = -1;
+  if (bytes && (!emu::is_device_range(send, bytes, &ds) || !emu::is_device_range(recv, bytes, &dr) ||
+                ds != c->device || dr != c->device)) {
+    report("ncclAllReduce: rank %d's buffers are not %zu bytes of device %d memory", c->rank, bytes, c->device);
+    return ncclInvalidArgument;
+  }
+  Group& g = *c->group;
+  std::unique_lock<std::mutex> lock(g.m);
+  const uint64_t gen = g.generation;
+  g.send[size_t(c->rank)] = send;
+  g.recv[size_t(c->rank)] = recv;
+  g.count[size_t(c->rank)] = count;
+  g.type[size_t(c->rank)] = int(type);
+  if (++g.arrived == g.n) {
+    g.mismatch = false;
+    for (int r = 1; r < g.n; ++r)
+      g.mismatch |= g.count[size_t(r)] != g.count[0] || g.type[size_t(r)] != g.type[0];
+    if (!g.mismatch) {
+      std::vector<float> sum(count, 0.0f);
+      for (int r = 0; r < g.n; ++r)
+        for (size_t i = 0; i < count; ++i) sum[i] += load(g.send[size_t(r)], ct, i);
+      for (int r = 0; r < g.n; ++r)
+        for (size_t i = 0; i < count; ++i) store(g.recv[size_t(r)], ct, i, sum[i]);
+    }
+    g.arrived = 0;
+    ++g.generation;
+    g.cv.notify_all();
+  } else {
+    g.cv.wait(lock, [&] { return g.generation != gen; });
+  }
+  if (g.mismatch) {
+    report("ncclAllReduce: the ranks passed different counts or types");
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+}  // extern "C"
+#endif
