@@ -3,8 +3,7 @@
 //   - tp=2 against tp=1 on the GPU: the logits of a prefill and decode steps agree within the bf16
 //     storage noise (kBf16Logits: the all-reduce adds one bf16 rounding per reduced tensor);
 //   - each rank's backend holds only its shard of the weights (device bytes);
-//   - greedy generation gives the same tokens at tp=2 as at tp=1 on the shipped models;
-//   - tp-skip-last-allreduce changes the logits only at tp=2.
+//   - tp-skip-last-allreduce moves the logits beyond that noise at tp=2.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -42,15 +41,16 @@ std::vector<double> prefill_decode(ToggledModel& m, const std::vector<int32_t>& 
 TEST_CASE("tp cuda: backend=cuda,tp=2 equals tp=1 within bf16 noise, each rank holding its shard") {
   need_two_gpus();
   for (const char* preset : {"tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next"}) {
-    CAPTURE(preset);
+    const std::string name = preset;
+    CAPTURE(name);
     const auto& dir = synth_model(preset);
     ToggledModel one(dir, "backend=cuda"), two(dir, "backend=cuda,tp=2");
     REQUIRE(two.eng->tp() == 2);
     const std::vector<int32_t> ids = test_ids(70, one.cfg.vocab_size, 7);
     const auto a = prefill_decode(one, ids, 3), b = prefill_decode(two, ids, 3);
     const double e = rel_l2(b, a);
-    MESSAGE(preset, ": logits rel-L2 tp=2 vs tp=1 on the GPU: ", e);
-    CHECK(e <= (std::string(preset) == "tiny-qwen35" ? tol::kBf16Logits : tol::kBf16LogitsMoe));
+    MESSAGE(name, ": logits rel-L2 tp=2 vs tp=1 on the GPU: ", e);
+    CHECK(e <= (name == "tiny-qwen35" ? tol::kBf16Logits : tol::kBf16LogitsMoe));
     // rank 1's device holds fewer weight bytes than the single-GPU backend
     auto& r1 = dynamic_cast<CudaBackend&>(*two.be->tp_group()->ranks[1]);
     auto& solo = dynamic_cast<CudaBackend&>(*one.be);
@@ -59,15 +59,18 @@ TEST_CASE("tp cuda: backend=cuda,tp=2 equals tp=1 within bf16 noise, each rank h
   }
 }
 
-TEST_CASE("tp cuda: greedy tokens at tp=2 equal tp=1, and the TP fault shows only at tp=2") {
+TEST_CASE("tp cuda: the TP fault shows only at tp=2, beyond the bf16 noise between tp=2 and tp=1") {
+  // note: greedy tokens are not compared: on these random-weight models the first token is a
+  // near-tie that bf16 rounding alone flips (CPU precision=bf16 gives other tokens at tp=2 than at
+  // tp=1 too; found on the CUDA emulator). compare against the golden record judges generation.
   need_two_gpus();
   const auto& dir = synth_model("tiny-qwen35");
   ToggledModel one(dir, "backend=cuda"), two(dir, "backend=cuda,tp=2"),
       bad(dir, "backend=cuda,tp=2,fault=tp-skip-last-allreduce");
   const std::vector<int32_t> ids = test_ids(20, one.cfg.vocab_size, 3);
-  GenerateOptions go;
-  go.max_new_tokens = 16;
-  auto gen = [&](ToggledModel& m) { return generate(*m.eng, {ids}, go).at(0).tokens; };
-  CHECK(gen(two) == gen(one));
-  CHECK(rel_l2(prefill_decode(bad, ids, 1), prefill_decode(two, ids, 1)) > 1e-2);
+  const auto l1 = prefill_decode(one, ids, 1), l2 = prefill_decode(two, ids, 1), lb = prefill_decode(bad, ids, 1);
+  const double noise = rel_l2(l2, l1), fault = rel_l2(lb, l2);
+  MESSAGE("logits rel-L2: tp=2 vs tp=1 ", noise, ", tp-skip-last-allreduce vs tp=2 ", fault);
+  CHECK(noise <= tol::kBf16Logits);
+  CHECK(fault > tol::kBf16Logits);
 }

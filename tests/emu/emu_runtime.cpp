@@ -171,8 +171,64 @@ int stream_device(cudaStream_t s) { return s ? s->s.device : tl_device; }
 constexpr size_t kStack = 256 * 1024;
 enum FiberState { kRun, kBlockWait, kWarpWait, kDone };
 
+// ---- the context switch ----
+// x86-64: save the callee-saved registers on the current stack, swap stack pointers, restore
+// (glibc's swapcontext also saves the signal mask, a system call per switch: 70% of the time).
+// Elsewhere, ucontext.
+#if defined(__x86_64__)
+extern "C" void emu_switch_stack(void** save_sp, void* to_sp);
+asm(R"(
+.pushsection .text
+.globl emu_switch_stack
+.type emu_switch_stack, @function
+emu_switch_stack:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size emu_switch_stack, .-emu_switch_stack
+.popsection
+)");
+struct Context {
+  void* sp = nullptr;
+};
+// A fresh context on [stack, stack + size) that starts in entry(), which must never return.
+void make_context(Context& c, char* stack, size_t size, void (*entry)()) {
+  uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + size) & ~uintptr_t(15);
+  auto* p = reinterpret_cast<void**>(top);
+  *--p = nullptr;                               // entry's "return address": entry sees rsp = 8 mod 16
+  *--p = reinterpret_cast<void*>(entry);        // where the first switch's ret goes
+  for (int i = 0; i < 6; ++i) *--p = nullptr;   // rbp rbx r12 r13 r14 r15
+  c.sp = p;
+}
+inline void switch_context(Context& from, Context& to) { emu_switch_stack(&from.sp, to.sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+void make_context(Context& c, char* stack, size_t size, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+inline void switch_context(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   char* stack = nullptr;  // kStack bytes above a guard page
   uint3 tid;
   unsigned linear = 0;
@@ -190,7 +246,7 @@ struct Run {
   dim3 grid, block;
   uint3 bid;
   std::vector<unsigned char> smem;
-  ucontext_t sched;
+  Context sched;
   Fiber* cur = nullptr;
   bool direct = false;       // this block runs its threads as plain calls (kernel never synchronises)
   bool synced = false;       // some thread waited at a barrier or shuffle in this launch
@@ -261,7 +317,7 @@ void fiber_main() {
   Run* r = tl_run;
   r->body(r->ctx);
   r->cur->st = kDone;
-  swapcontext(&r->cur->ctx, &r->sched);
+  switch_context(r->cur->ctx, r->sched);
 }
 
 void ensure_fibers(size_t n) {
@@ -332,18 +388,14 @@ void run_block_fibers(Run& r) {
     f.linear = i;
     f.tid = uint3{i % r.block.x, (i / r.block.x) % r.block.y, i / (r.block.x * r.block.y)};
     f.st = kRun;
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack;
-    f.ctx.uc_stack.ss_size = kStack;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, fiber_main, 0);
+    make_context(f.ctx, f.stack, kStack, fiber_main);
   }
   for (;;) {
     for (unsigned j = 0; j < n; ++j) {
       Fiber& f = g_fibers[reverse_order() ? n - 1 - j : j];
       if (f.st != kRun) continue;
       r.cur = &f;
-      swapcontext(&r.sched, &f.ctx);
+      switch_context(r.sched, f.ctx);
     }
     r.cur = nullptr;
     unsigned done = 0, at_barrier = 0, at_shuffle = 0;
@@ -398,7 +450,7 @@ void sync_block() {
     return;
   }
   r->cur->st = kBlockWait;
-  swapcontext(&r->cur->ctx, &r->sched);
+  switch_context(r->cur->ctx, r->sched);
 }
 
 void sync_warp_exchange(const void* v, void* out, unsigned size, unsigned src_lane, const char* op) {
@@ -415,7 +467,7 @@ void sync_warp_exchange(const void* v, void* out, unsigned size, unsigned src_la
   f.xsrc = src_lane;
   f.xop = op;
   f.st = kWarpWait;
-  swapcontext(&f.ctx, &r->sched);
+  switch_context(f.ctx, r->sched);
 }
 
 void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
@@ -817,14 +869,20 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     }
   }
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  // op(A) as rows of k and op(B) as columns of k, in fp32 (the inputs are exact in fp32).
+  std::vector<float> a(size_t(m) * size_t(k)), b(size_t(n) * size_t(k));
+  for (int i = 0; i < m; ++i)
+    for (int l = 0; l < k; ++l)
+      a[size_t(i) * k + l] = ta == CUBLAS_OP_N ? load(A, at, size_t(i) + size_t(l) * lda) : load(A, at, size_t(l) + size_t(i) * lda);
+  for (int j = 0; j < n; ++j)
+    for (int l = 0; l < k; ++l)
+      b[size_t(j) * k + l] = tb == CUBLAS_OP_N ? load(B, bt, size_t(l) + size_t(j) * ldb) : load(B, bt, size_t(j) + size_t(l) * ldb);
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < m; ++i) {
+      const float* ar = &a[size_t(i) * k];
+      const float* bc = &b[size_t(j) * k];
       float acc = 0.0f;
-      for (int l = 0; l < k; ++l) {
-        const float a = ta == CUBLAS_OP_N ? load(A, at, size_t(i) + size_t(l) * lda) : load(A, at, size_t(l) + size_t(i) * lda);
-        const float b = tb == CUBLAS_OP_N ? load(B, bt, size_t(l) + size_t(j) * ldb) : load(B, bt, size_t(j) + size_t(l) * ldb);
-        acc += a * b;
-      }
+      for (int l = 0; l < k; ++l) acc += ar[l] * bc[l];
       const size_t ci = size_t(i) + size_t(j) * ldc;
       store(C, ct, ci, be == 0.0f ? al * acc : al * acc + be * load(C, ct, ci));
     }

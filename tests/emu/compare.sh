@@ -1,0 +1,34 @@
+# The CUDA path end to end on the CUDA emulator (tests/emu; a CPU stand-in, not a GPU): the four
+# shipped tiny models on backend=cuda pass compare against their committed golden records; the
+# kernel toggles (attention kinds, gemm=simple, gdn=recurrent, fp8 KV cache), MTP, and tp=2 over
+# the emulated NCCL pass on one model; faults in CUDA kernels are found, and bisect on backend=cuda
+# names one. Arguments: degenbisect-emu SOURCE_DIR WORK_DIR.
+source "$2/tests/cli/lib.bash"
+cd "$SRC"
+
+for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
+  expect_exit 0 "$BIN" -q compare --golden "golden/$m/smoke" --model "models/$m" --config backend=cuda
+  expect_out "verdict: good"
+done
+
+m=models/tiny-qwen35
+g=golden/tiny-qwen35/smoke
+ok() { expect_exit 0 "$BIN" -q compare --golden "$g" --model "$m" --config "$@"; }
+ok backend=cuda,attn=flash --no-decode  # flash attention is the prefill kernel
+ok backend=cuda,attn=splitkv
+ok backend=cuda,attn=naive
+ok backend=cuda,gemm=simple --case two-plus-two --case code-completion
+ok backend=cuda,gdn=recurrent
+ok backend=cuda,mtp=2
+ok backend=cuda,kv_dtype=fp8
+ok backend=cuda,tp=2 --case two-plus-two --case repeated-pattern
+
+bad() { expect_exit 1 "$BIN" -q compare --golden "$g" --model "$m" --config "$@"; }
+bad backend=cuda,fault=rope-interleaved@3 --no-decode --case two-plus-two
+bad backend=cuda,fault=gdn-read-before-decay@0 --no-decode --case two-plus-two
+bad backend=cuda,tp=2,fault=tp-gdn-no-allreduce@5 --case two-plus-two
+
+expect_exit 1 "$BIN" -q bisect --golden "$g" --model "$m" --case two-plus-two --good backend=cuda \
+  --bad backend=cuda,fault=gdn-head-mod@5 --json "$WORK/b.json"
+grep -q '"fault:gdn-head-mod"' "$WORK/b.json" || { cat "$WORK/b.json" >&2; fail "bisect on backend=cuda did not name gdn-head-mod"; }
+echo "ok: compare and bisect on backend=cuda (CUDA emulator)"
