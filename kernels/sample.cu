@@ -107,7 +107,7 @@ __global__ void argmax_live(const double* x, int64_t V, int32_t* out) {
   bc[threadIdx.x] = count;
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
+    if (static_cast<int>(threadIdx.x) < s) {
       const int o = threadIdx.x + s;
       bc[threadIdx.x] += bc[o];
       const int32_t a = bi[threadIdx.x], b = bi[o];

@@ -90,8 +90,23 @@ struct SyntheticWeights {
 std::unique_ptr<SyntheticWeights> synthetic_weights(const ModelConfig& cfg, CudaBackend& be) {
   auto s = std::make_unique<SyntheticWeights>();
   CheckpointLayout lay;  // per-expert tensors, no MTP layer: the bench runs the main model only
+  const std::vector<WeightSpec> table = weight_table(cfg, lay);
+  {  // the fit check before any allocation (each tensor rounds up to 256 bytes, as the allocator does)
+    int64_t need = 0;
+    for (const WeightSpec& w : table) {
+      int64_t n = 1;
+      for (int64_t d : w.shape) n *= d;
+      need += (n * 2 + 4095) / 256 * 256;  // bf16, A_log's fp32 rounding into the slack
+    }
+    int64_t free_b = 0, total_b = 0;
+    be.context()->mem_info(&free_b, &total_b);
+    if (need > free_b)
+      throw UntestableError(cat(cfg.origin, ": the weights need ", cuda::gib(need), ", device ",
+                                be.context()->device(), " has ", cuda::gib(free_b), " free of ", cuda::gib(total_b),
+                                " (--layers N keeps the first N decoder layers)"));
+  }
   uint64_t key = 1;
-  for (const WeightSpec& w : weight_table(cfg, lay)) {
+  for (const WeightSpec& w : table) {
     auto v = std::make_unique<TensorView>();
     v->name = w.name;
     v->shape = w.shape;

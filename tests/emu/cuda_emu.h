@@ -144,9 +144,15 @@ using std::isnan;
 
 // CUDA's min/max for mixed integer and float arguments.
 template <typename A, typename B>
-inline std::common_type_t<A, B> min(A a, B b) { return b < a ? b : a; }
+inline std::common_type_t<A, B> min(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return C(b) < C(a) ? C(b) : C(a);
+}
 template <typename A, typename B>
-inline std::common_type_t<A, B> max(A a, B b) { return a < b ? b : a; }
+inline std::common_type_t<A, B> max(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return C(a) < C(b) ? C(b) : C(a);
+}
 
 // The runtime's typed overload (cuda_runtime.h declares it for nvcc only).
 template <typename... P>

@@ -3,9 +3,11 @@
 // the block scheduler that runs kernels as fibers. See tests/emu/README.md.
 //
 // What it checks that a plain CPU port would not:
-//   - device memory: every allocation sits right before a PROT_NONE guard page (and after one), so
-//     a kernel reading or writing past either end faults at once; the handler names the kernel,
-//     block, thread and the allocation; freed memory is unmapped (use after free faults too);
+//   - device memory: every allocation sits between PROT_NONE guard pages, so a kernel reading or
+//     writing beyond them faults at once (the handler names the kernel, block, thread and the
+//     allocation); the alignment slack between buffer and guard (under 256 bytes after, 256
+//     checked before) holds a canary checked after every launch, so a write there fails the
+//     launch; freed memory is unmapped (use after free faults);
 //   - launches: blockDim <= 1024, grid.y/z <= 65535, dynamic shared memory <= 48 KiB unless
 //     cudaFuncSetAttribute raised the kernel's limit (at most 227 KiB, Hopper's opt-in maximum);
 //     every pointer argument is null or inside a device allocation of the current device;
@@ -63,13 +65,11 @@ size_t device_total() {
   static const size_t t = size_t(std::max(1, env_int("DEGEN_EMU_MEM_GIB", 8))) << 30;
   return t;
 }
-bool reverse_order() {
-  static const bool r = [] {
-    const char* v = std::getenv("DEGEN_EMU_ORDER");
-    return v && std::strcmp(v, "reverse") == 0;
-  }();
-  return r;
-}
+std::atomic<bool> g_reverse{[] {
+  const char* v = std::getenv("DEGEN_EMU_ORDER");
+  return v && std::strcmp(v, "reverse") == 0;
+}()};
+bool reverse_order() { return g_reverse.load(std::memory_order_relaxed); }
 
 thread_local int tl_device = 0;
 thread_local cudaError_t tl_last_error = cudaSuccess;
@@ -91,6 +91,8 @@ cudaError_t fail(cudaError_t e) {
 
 // ---------------------------------------------------------------- guarded device memory
 const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
+constexpr uintptr_t kCanary = 256;  // bytes checked before each buffer (after it: up to the guard page)
+constexpr unsigned char kCanaryByte = 0xCD;
 
 struct Alloc {
   uintptr_t base;   // what cudaMalloc returned
@@ -126,6 +128,11 @@ void* guarded_alloc(size_t size, int device) {
   uintptr_t base = reinterpret_cast<uintptr_t>(c + kPage + data) - size;
   base &= ~uintptr_t(255);
   std::memset(reinterpret_cast<void*>(base), 0xA5, size);  // device memory starts as garbage
+  // The slack between the buffer and the guard pages (alignment) holds a canary that every launch
+  // checks: writes within it are caught there, accesses beyond it by the guard pages.
+  const uintptr_t lo = std::max(reinterpret_cast<uintptr_t>(c + kPage), base - kCanary);
+  std::memset(reinterpret_cast<void*>(lo), kCanaryByte, base - lo);
+  std::memset(reinterpret_cast<void*>(base + size), kCanaryByte, reinterpret_cast<uintptr_t>(c + kPage + data) - (base + size));
   std::lock_guard<std::mutex> lock(g_alloc_mutex);
   g_allocs[base] = Alloc{base, size, device, m, len};
   g_live[device] += size;
@@ -151,6 +158,29 @@ bool is_device_range(const void* p, size_t n, int* device = nullptr) {
   const Alloc* a = find_alloc(p, n);
   if (a && device) *device = a->device;
   return a != nullptr;
+}
+
+// The first allocation whose canary a write changed, as a message, and the canary restored.
+std::string check_canaries() {
+  std::lock_guard<std::mutex> lock(g_alloc_mutex);
+  for (const auto& [base, a] : g_allocs) {
+    const uintptr_t data = reinterpret_cast<uintptr_t>(a.map) + kPage;
+    const uintptr_t lo = std::max(data, base - kCanary), end = base + a.size;
+    const uintptr_t hi = reinterpret_cast<uintptr_t>(a.map) + a.map_len - kPage;
+    for (uintptr_t p = end; p < hi; ++p)
+      if (*reinterpret_cast<unsigned char*>(p) != kCanaryByte) {
+        std::memset(reinterpret_cast<void*>(end), kCanaryByte, hi - end);
+        return "wrote " + std::to_string(p - end) + " bytes past the end of a " + std::to_string(a.size) +
+               "-byte device allocation";
+      }
+    for (uintptr_t p = lo; p < base; ++p)
+      if (*reinterpret_cast<unsigned char*>(p) != kCanaryByte) {
+        std::memset(reinterpret_cast<void*>(lo), kCanaryByte, base - lo);
+        return "wrote " + std::to_string(base - p) + " bytes before the start of a " + std::to_string(a.size) +
+               "-byte device allocation";
+      }
+  }
+  return "";
 }
 
 // ---------------------------------------------------------------- streams, handles, events
@@ -302,16 +332,21 @@ void on_segv(int sig, siginfo_t* si, void*) {
   raise(sig);
 }
 
-void install_segv_handler() {
-  static std::once_flag once;
-  std::call_once(once, [] {
+// The handler is ours while a launch runs (under g_launch_mutex), the program's otherwise.
+struct SegvHandler {
+  struct sigaction old_segv{}, old_bus{};
+  SegvHandler() {
     struct sigaction sa{};
     sa.sa_sigaction = on_segv;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigaction(SIGSEGV, &sa, nullptr);
-    sigaction(SIGBUS, &sa, nullptr);
-  });
-}
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+  }
+  ~SegvHandler() {
+    sigaction(SIGSEGV, &old_segv, nullptr);
+    sigaction(SIGBUS, &old_bus, nullptr);
+  }
+};
 
 void fiber_main() {
   Run* r = tl_run;
@@ -434,6 +469,8 @@ void run_block_direct(Run& r) {
 
 }  // namespace
 
+void set_reverse_order(bool on) { g_reverse = on; }
+
 const uint3& thread_idx() {
   Run* r = tl_run;
   return r->direct ? r->direct_tid : r->cur->tid;
@@ -513,7 +550,7 @@ void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
       return;
     }
   }
-  install_segv_handler();
+  SegvHandler segv;
   ensure_altstack();
   Run r;
   r.info = &info;
@@ -545,6 +582,10 @@ void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
         first = false;
       }
   tl_run = saved;
+  if (r.error.empty()) {
+    const std::string overrun = check_canaries();
+    if (!overrun.empty()) r.error = std::string("kernel ") + info.name + " " + overrun + " (found after the launch)";
+  }
   if (!r.error.empty()) {
     report("%s", r.error.c_str());
     fail(cudaErrorLaunchFailure);

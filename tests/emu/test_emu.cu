@@ -1,0 +1,270 @@
+// The CUDA emulator's own tests: each check it claims (tests/emu/README.md) is shown to fire on a
+// kernel with that bug, and the pieces the project's kernels rely on (shuffles, barriers, shared
+// memory, CUB's orderings, cuBLAS's column-major GEMM) are shown to compute what CUDA defines.
+// Compiled through tests/emu/rewrite.cmake like kernels/*.cu, so it is C++ for the emulator only.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <cub/cub.cuh>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+
+__global__ void warp_sums(const float* x, float* out) {
+  float v = x[threadIdx.x];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  out[threadIdx.x] = v;
+}
+
+__global__ void block_reverse(const int* x, int* out, int n) {
+  __shared__ int s[1024];
+  const int i = threadIdx.x;
+  s[i] = x[i];
+  __syncthreads();
+  out[i] = s[n - 1 - i];
+}
+
+__global__ void racy_reverse(const int* x, int* out, int n) {  // the barrier is missing
+  __shared__ int s[1024];
+  const int i = threadIdx.x;
+  s[i] = x[i] + 1000 * blockIdx.x;
+  out[i] = s[n - 1 - i];
+}
+
+__global__ void divergent_barrier(int* out) {
+  if (threadIdx.x >= 16) return;
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+__global__ void partial_warp_shuffle(float* out) {
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, float(threadIdx.x), 1);
+}
+
+__global__ void dyn_smem_first_read(float* out) {
+  extern __shared__ float smem[];
+  out[blockIdx.x] = smem[threadIdx.x];  // never written: NaN in the emulator
+}
+
+__global__ void write_at(float* p, int i) { p[i] = 1.0f; }
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) { REQUIRE(cudaMalloc(&p, bytes) == cudaSuccess); }
+  ~Buf() { cudaFree(p); }
+  template <typename T> T* as() { return static_cast<T*>(p); }
+};
+
+template <typename T>
+std::vector<T> down(const T* d, size_t n) {
+  std::vector<T> h(n);
+  REQUIRE(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  return h;
+}
+
+// Runs f in a child process; returns its signal (0 if it exited) and what it wrote to stderr.
+template <typename F>
+std::pair<int, std::string> in_child(F f) {
+  int fd[2];
+  REQUIRE(pipe(fd) == 0);
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fd[1], 2);
+    close(fd[0]);
+    f();
+    _exit(0);
+  }
+  close(fd[1]);
+  std::string err;
+  char buf[512];
+  for (ssize_t n; (n = read(fd[0], buf, sizeof buf)) > 0;) err.append(buf, size_t(n));
+  close(fd[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return {WIFSIGNALED(st) ? WTERMSIG(st) : 0, err};
+}
+
+}  // namespace
+
+namespace emu {
+void set_reverse_order(bool on);
+}
+
+TEST_CASE("emu: a full-mask xor shuffle gives every lane the warp's sum") {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[size_t(i)] = float(i);
+  Buf dx(64 * 4), dy(64 * 4);
+  REQUIRE(cudaMemcpy(dx.p, x.data(), 64 * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  warp_sums<<<1, 64>>>(dx.as<float>(), dy.as<float>());
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto y = down(dy.as<float>(), 64);
+  CHECK(y[0] == 496.0f);   // 0 + ... + 31
+  CHECK(y[31] == 496.0f);
+  CHECK(y[32] == 1520.0f);  // 32 + ... + 63
+  CHECK(y[63] == 1520.0f);
+}
+
+TEST_CASE("emu: __syncthreads orders shared memory; without it the result depends on thread order") {
+  const int n = 256;
+  std::vector<int> x(n);
+  for (int i = 0; i < n; ++i) x[size_t(i)] = i;
+  Buf dx(n * 4), dy(n * 4);
+  REQUIRE(cudaMemcpy(dx.p, x.data(), n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  for (bool rev : {false, true}) {
+    emu::set_reverse_order(rev);
+    block_reverse<<<1, n>>>(dx.as<int>(), dy.as<int>(), n);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    const auto y = down(dy.as<int>(), n);
+    CHECK(y[0] == n - 1);
+    CHECK(y[size_t(n - 1)] == 0);
+  }
+  // the racy kernel: two blocks, so the second reads the first block's stale values in one order
+  std::vector<int> fwd, rev;
+  for (bool r : {false, true}) {
+    emu::set_reverse_order(r);
+    racy_reverse<<<2, n>>>(dx.as<int>(), dy.as<int>(), n);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    (r ? rev : fwd) = down(dy.as<int>(), n);
+  }
+  emu::set_reverse_order(false);
+  CHECK(fwd != rev);
+}
+
+TEST_CASE("emu: a barrier some threads never reach and a shuffle in a partial warp are launch failures") {
+  Buf d(1024);
+  divergent_barrier<<<1, 64>>>(d.as<int>());
+  CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+  partial_warp_shuffle<<<1, 48>>>(d.as<float>());
+  CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+  CHECK(cudaGetLastError() == cudaSuccess);  // read and cleared
+}
+
+TEST_CASE("emu: launch limits and pointer arguments are checked") {
+  Buf d(4096);
+  write_at<<<1, 1025>>>(d.as<float>(), 0);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  write_at<<<dim3(1, 70000), 32>>>(d.as<float>(), 0);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  float host = 0;
+  write_at<<<1, 1>>>(&host, 0);
+  CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+  CHECK(host == 0.0f);
+  // dynamic shared memory above 48 KiB needs the kernel's attribute, and the memory starts as NaN
+  dyn_smem_first_read<<<2, 32, 64 * 1024>>>(d.as<float>());
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  REQUIRE(cudaFuncSetAttribute(dyn_smem_first_read, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024) ==
+          cudaSuccess);
+  dyn_smem_first_read<<<2, 32, 64 * 1024>>>(d.as<float>());
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK(std::isnan(down(d.as<float>(), 2)[1]));
+  CHECK(cudaFuncSetAttribute(dyn_smem_first_read, cudaFuncAttributeMaxDynamicSharedMemorySize, 300 * 1024) ==
+        cudaErrorInvalidValue);
+}
+
+TEST_CASE("emu: copies check which side is device memory and its extent") {
+  Buf d(100);
+  std::vector<char> h(200);
+  CHECK(cudaMemcpy(d.p, h.data(), 100, cudaMemcpyHostToDevice) == cudaSuccess);
+  CHECK(cudaMemcpy(d.p, h.data(), 101, cudaMemcpyHostToDevice) == cudaErrorInvalidValue);  // past the end
+  CHECK(cudaMemcpy(h.data(), d.p, 100, cudaMemcpyHostToDevice) == cudaErrorInvalidValue);  // sides swapped
+  CHECK(cudaMemcpy(h.data(), d.p, 100, cudaMemcpyDeviceToHost) == cudaSuccess);
+  cudaGetLastError();
+}
+
+TEST_CASE("emu: a kernel writing past its buffer fails its launch, or dies at the access, named") {
+  {  // one element past (within the alignment slack): the canary fails the launch
+    Buf d(1000 * sizeof(float));
+    write_at<<<1, 1>>>(d.as<float>(), 999);  // the last element: fine
+    CHECK(cudaGetLastError() == cudaSuccess);
+    write_at<<<1, 1>>>(d.as<float>(), 1000);
+    CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+    write_at<<<1, 1>>>(d.as<float>(), 0);  // the canary was restored: later launches are clean
+    CHECK(cudaGetLastError() == cudaSuccess);
+    Buf small(64);  // (a 64-byte buffer ends its page, so the word before it is canary, not guard)
+    write_at<<<1, 1>>>(small.as<float>(), -1);
+    CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+  }
+  // a page past the end: the guard page stops the write itself
+  auto [sig, err] = in_child([] {
+    void* p = nullptr;
+    cudaMalloc(&p, 1000 * sizeof(float));
+    write_at<<<1, 1>>>(static_cast<float*>(p), 1000 + 1024);
+  });
+  CHECK(sig == SIGSEGV);
+  CHECK_MESSAGE(err.find("in kernel write_at, block (0,0,0), thread (0,0,0)") != std::string::npos, err);
+  CHECK_MESSAGE(err.find("past the end of a 4000-byte device allocation") != std::string::npos, err);
+  auto [sig2, err2] = in_child([] {
+    void* p = nullptr;
+    cudaMalloc(&p, 64);
+    write_at<<<1, 1>>>(static_cast<float*>(p), -1100);  // 4400 bytes before: the guard page
+  });
+  CHECK(sig2 == SIGSEGV);
+  CHECK_MESSAGE(err2.find("before the start of a 64-byte device allocation") != std::string::npos, err2);
+}
+
+TEST_CASE("emu: cuBLAS GemmEx is column-major with op(A) op(B), and checks the extents it touches") {
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  // A 2x3 column-major = [[1,2,3],[4,5,6]]; B 3x2 = [[1,0],[0,1],[1,1]]; C = A B = [[4,5],[10,11]]
+  const std::vector<float> a = {1, 4, 2, 5, 3, 6}, b = {1, 0, 1, 0, 1, 1};
+  Buf da(24), db(24), dc(16);
+  cudaMemcpy(da.p, a.data(), 24, cudaMemcpyHostToDevice);
+  cudaMemcpy(db.p, b.data(), 24, cudaMemcpyHostToDevice);
+  const float one = 1, zero = 0;
+  REQUIRE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, da.p, CUDA_R_32F, 2, db.p, CUDA_R_32F, 3, &zero,
+                       dc.p, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  CHECK(down(dc.as<float>(), 4) == std::vector<float>{4, 10, 5, 11});
+  // Aᵀ read from the same bytes as a 3x2 matrix with lda 3: C = Aᵀ(3x2)ᵀ ... = [[1,2],[3,4],[5,6]]ᵀ B'
+  REQUIRE(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 2, 1, 3, &one, da.p, CUDA_R_32F, 3, db.p, CUDA_R_32F, 3, &zero,
+                       dc.p, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  // op(A) = (3x2 col-major [1,4,2 | 5,3,6])ᵀ = [[1,4,2],[5,3,6]]; times b[:,0] = [1,0,1]: [3, 11]
+  CHECK(down(dc.as<float>(), 2) == std::vector<float>{3, 11});
+  // C too small for m x n
+  CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 3, 3, &one, da.p, CUDA_R_32F, 2, db.p, CUDA_R_32F, 3, &zero,
+                     dc.p, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
+  // a leading dimension below the rows
+  CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, da.p, CUDA_R_32F, 1, db.p, CUDA_R_32F, 3, &zero,
+                     dc.p, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
+  cublasDestroy(h);
+}
+
+TEST_CASE("emu: CUB's descending radix sort is stable and orders -0.0 below +0.0") {
+  const std::vector<double> k = {1.0, -0.0, 2.0, 0.0, 1.0, -INFINITY};
+  const std::vector<int> v = {0, 1, 2, 3, 4, 5};
+  Buf dk(48), dk2(48), dv(24), dv2(24), tmp(256);
+  cudaMemcpy(dk.p, k.data(), 48, cudaMemcpyHostToDevice);
+  cudaMemcpy(dv.p, v.data(), 24, cudaMemcpyHostToDevice);
+  size_t bytes = 0;
+  REQUIRE(cub::DeviceRadixSort::SortPairsDescending(nullptr, bytes, dk.as<double>(), dk2.as<double>(), dv.as<int>(),
+                                                    dv2.as<int>(), 6) == cudaSuccess);
+  REQUIRE(bytes <= 256);
+  REQUIRE(cub::DeviceRadixSort::SortPairsDescending(tmp.p, bytes, dk.as<double>(), dk2.as<double>(), dv.as<int>(),
+                                                    dv2.as<int>(), 6) == cudaSuccess);
+  CHECK(down(dv2.as<int>(), 6) == std::vector<int>{2, 0, 4, 3, 1, 5});
+}
+
+TEST_CASE("emu: streams and pointers belong to one device") {
+  int n = 0;
+  REQUIRE(cudaGetDeviceCount(&n) == cudaSuccess);
+  if (n < 2) return;
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  Buf on1(64);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  write_at<<<1, 1>>>(on1.as<float>(), 0);  // device 1's memory from device 0
+  CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+  cudaStream_t s1;
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  REQUIRE(cudaStreamCreate(&s1) == cudaSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  Buf on0(64);
+  write_at<<<1, 1, 0, s1>>>(on0.as<float>(), 0);  // device 1's stream while device 0 is current
+  CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
+  cudaStreamDestroy(s1);
+}
