@@ -187,11 +187,12 @@ t0=$(date +%s)
 lim=$(budget 150)
 if [ "$lim" -gt 10 ]; then
   timeout "$lim" "$bin" bench --backend cuda --synthetic qwen36-27b "${layers_opt[@]}" --prefill 2048 --decode 16 \
-    --batch 1 > "$logdir/bench.log" 2>&1
+    --batch 1 --mtp 3 > "$logdir/bench.log" 2>&1
   rc=$?
   row "bench qwen36-27b ($layers_label), 2048-token prompt" "exit $rc ($(elapsed "$t0") s)"
   grep -E '^probe' "$logdir/bench.log" | cut -c10-150 | while read -r l; do row "  probe" "$l"; done
   bench_rows "$logdir/bench.log"
+  grep -E '^mtp ' "$logdir/bench.log" | cut -c10-200 | while read -r l; do row "  mtp=3 (random MTP head)" "$l"; done
 else
   row "bench qwen36-27b, 2048-token prompt" "skipped: DEADLINE reached"
 fi

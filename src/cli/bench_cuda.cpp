@@ -29,6 +29,8 @@
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
 #include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/spec_decode.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "model/weights.h"
@@ -87,9 +89,10 @@ struct SyntheticWeights {
   std::map<std::string, std::unique_ptr<TensorView>> views;
   ModelWeights weights;
 };
-std::unique_ptr<SyntheticWeights> synthetic_weights(const ModelConfig& cfg, CudaBackend& be) {
+std::unique_ptr<SyntheticWeights> synthetic_weights(const ModelConfig& cfg, CudaBackend& be, bool with_mtp) {
   auto s = std::make_unique<SyntheticWeights>();
-  CheckpointLayout lay;  // per-expert tensors, no MTP layer: the bench runs the main model only
+  CheckpointLayout lay;  // per-expert tensors; the MTP layer only when --mtp asks for it
+  lay.mtp_layers = with_mtp && cfg.mtp_num_layers > 0 ? 1 : 0;
   const std::vector<WeightSpec> table = weight_table(cfg, lay);
   {  // the fit check before any allocation (each tensor rounds up to 256 bytes, as the allocator does)
     int64_t need = 0;
@@ -158,7 +161,7 @@ int run_bench_cuda(const BenchCudaArgs& a) {
   auto t_load = clock_type::now();
   if (!a.synthetic.empty()) {
     cfg = preset_config(a.synthetic, a.layers);
-    synth = synthetic_weights(cfg, be);
+    synth = synthetic_weights(cfg, be, a.mtp > 0);
     weights = &synth->weights;
     what = cat(a.synthetic, " (synthetic weights generated on the device)");
   } else {
@@ -273,6 +276,26 @@ int run_bench_cuda(const BenchCudaArgs& a) {
     std::printf("%-8s %5d %9lld %12.3f %12.1f %12.2f %12s %8s %14.3f %9.1f%%\n", "decode", B,
                 static_cast<long long>(B) * a.decode, step * a.decode, B / step, 1e3 * step, "-", "-", bytes / 1e9,
                 100.0 * floor_s / step);
+  }
+  if (a.mtp > 0) {  // MTP: the same prompt generated greedily without and with drafts, at batch 1
+    GenerateOptions go;
+    go.max_new_tokens = std::max(a.decode, 16);
+    const std::vector<int32_t> prompt = tokens(a.prefill);
+    const GenerateResult plain = generate(eng, {prompt}, go).at(0);
+    go.mtp.draft_tokens = a.mtp;
+    check_mtp_supported(eng, go.mtp);
+    const GenerateResult spec = generate(eng, {prompt}, go).at(0);
+    const double r0 = double(plain.tokens.size()) / std::max(plain.decode_seconds, 1e-9);
+    const double r1 = double(spec.tokens.size()) / std::max(spec.decode_seconds, 1e-9);
+    const auto opt = [](const std::optional<double>& v) { return v ? cat(*v) : std::string("-"); };
+    std::printf("mtp      batch 1, greedy, %zu new tokens: plain decode %.1f tok/s; mtp=%d %.1f tok/s (x%.2f), "
+                "acceptance %s of the drafts, %s tokens per verify step (%lld steps)\n",
+                spec.tokens.size(), r0, a.mtp, r1, r1 / r0, spec.spec ? opt(spec.spec->accept_rate).c_str() : "-",
+                spec.spec ? opt(spec.spec->accept_len).c_str() : "-",
+                static_cast<long long>(spec.spec ? spec.spec->steps : 0));
+    if (synth)
+      std::printf("note     synthetic weights: a random MTP head's drafts are seldom accepted, so this rate is the cost "
+                  "of drafting and verifying; --model with a real checkpoint gives the acceptance that matters\n");
   }
   std::printf("note     floor = weight bytes per decode step / copy bandwidth (decode without MTP); gdn = conv1d + "
               "gates + delta rule of a timed prefill (%% of that prefill's time); peak device memory %s\n",

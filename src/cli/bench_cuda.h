@@ -13,6 +13,7 @@ struct BenchCudaArgs {
   int decode = 8;         // decode steps measured
   std::vector<int> batches{1, 16};
   int device = 0;
+  int mtp = 0;            // > 0: also greedy generation at batch 1 with this many MTP drafts per step
 };
 
 int run_bench_cuda(const BenchCudaArgs& a);

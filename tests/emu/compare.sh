@@ -2,7 +2,7 @@
 # shipped tiny models on backend=cuda pass compare against their committed golden records; the
 # kernel toggles (attention kinds, gemm=simple, gdn=recurrent, fp8 KV cache), MTP, and tp=2 over
 # the emulated NCCL pass on one model; faults in CUDA kernels are found, and bisect on backend=cuda
-# names one. Arguments: degenbisect-emu SOURCE_DIR WORK_DIR.
+# names one; bench runs its CUDA paths. Arguments: degenbisect-emu SOURCE_DIR WORK_DIR.
 source "$2/tests/cli/lib.bash"
 cd "$SRC"
 
@@ -31,4 +31,10 @@ bad backend=cuda,tp=2,fault=tp-gdn-no-allreduce@5 --case two-plus-two
 expect_exit 1 "$BIN" -q bisect --golden "$g" --model "$m" --case two-plus-two --good backend=cuda \
   --bad backend=cuda,fault=gdn-head-mod@5 --json "$WORK/b.json"
 grep -q '"fault:gdn-head-mod"' "$WORK/b.json" || { cat "$WORK/b.json" >&2; fail "bisect on backend=cuda did not name gdn-head-mod"; }
-echo "ok: compare and bisect on backend=cuda (CUDA emulator)"
+# bench on backend=cuda: the code paths (the figures are CPU timings of the emulation, meaningless)
+expect_exit 0 "$BIN" bench --backend cuda --model "$m" --prefill 16 --decode 4 --batch 1,2 --mtp 2
+expect_out "mtp      batch 1, greedy"
+expect_out "decode       2"
+expect_exit 125 "$BIN" bench --backend cuda --synthetic qwen36-27b  # 8 GiB emulated devices
+expect_out "the weights need"
+echo "ok: compare, bisect and bench on backend=cuda (CUDA emulator)"
