@@ -24,6 +24,10 @@
 # build-gpu), BENCH_LAYERS (default 0: the whole 27B; N > 0 keeps its first N layers), JOBS, DEADLINE
 # (seconds, default 450: a step that would start after it is skipped and each step's timeout is cut
 # so that the summary is printed in time).
+# GPU_CHECK_EMU=1: a dry run of this script on the CPU emulator of the CUDA runtime (tests/emu), on a
+# machine without a GPU: the same steps with degenbisect-emu and degen_cuda_emu_tests, the bench on
+# BENCH_PRESET (default tiny-qwen35 there, qwen36-27b on a GPU). It checks the script, not a GPU:
+# its timings are CPU timings and its rows say EMULATOR.
 # Designed to finish in under 8 minutes on one H200.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -36,6 +40,14 @@ trap 'rm -rf "$work"' EXIT
 t_start=$(date +%s)
 jobs="${JOBS:-$(nproc)}"
 bench_layers="${BENCH_LAYERS:-0}"
+emu="${GPU_CHECK_EMU:-0}"
+if [ "$emu" = 1 ]; then
+  bench_preset="${BENCH_PRESET:-tiny-qwen35}"
+  tag=" [EMULATOR]"
+else
+  bench_preset="${BENCH_PRESET:-qwen36-27b}"
+  tag=""
+fi
 deadline=$(( t_start + ${DEADLINE:-450} ))
 # seconds a step may take: its own limit, cut to what is left before the deadline (minus a reserve)
 budget() { local left=$(( deadline - $(date +%s) - 15 )); [ "$left" -lt "$1" ] && echo "$left" || echo "$1"; }
@@ -46,7 +58,11 @@ elapsed() { echo $(( $(date +%s) - $1 )); }
 finish() {
   row "total" "$(elapsed "$t_start") s"
   echo
-  echo "== gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)) — logs in $logdir =="
+  if [ "$emu" = 1 ]; then
+    echo "== gpu-check DRY RUN on the CUDA emulator (not a GPU; timings are CPU timings) — logs in $logdir =="
+  else
+    echo "== gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)) — logs in $logdir =="
+  fi
   cat "$summary"
   exit "${1:-0}"
 }
@@ -62,24 +78,29 @@ fi
 command -v ninja >/dev/null && cmake_extra+=(-G Ninja)
 cc="${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')}"
 [ -n "$cc" ] || cc=native
+[ "$emu" = 1 ] && [ "$cc" = native ] && cc=90  # no GPU for "native" to probe
 command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
 
 # ---- 1. build ----
 t0=$(date +%s)
-build="${BUILD_DIR:-build-gpu}"
+if [ "$emu" = 1 ]; then
+  build="${BUILD_DIR:-build-emu-check}"; exe=degenbisect-emu; tests_exe=degen_cuda_emu_tests
+else
+  build="${BUILD_DIR:-build-gpu}"; exe=degenbisect; tests_exe=degen_cuda_tests
+fi
 if cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDEGEN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cc" \
      "${cmake_extra[@]}" > "$logdir/build.log" 2>&1 &&
-   cmake --build "$build" -j"$jobs" --target degenbisect degen_cuda_tests >> "$logdir/build.log" 2>&1; then
-  row "build (sm_$cc, $jobs jobs)" "ok ($(elapsed "$t0") s)"
+   cmake --build "$build" -j"$jobs" --target "$exe" "$tests_exe" >> "$logdir/build.log" 2>&1; then
+  row "build (sm_$cc, $jobs jobs)$tag" "ok ($(elapsed "$t0") s)"
 else
   row "build (sm_$cc)" "FAILED ($(elapsed "$t0") s): see build.log"
   tail -30 "$logdir/build.log"
   finish 1
 fi
-bin="$root/$build/degenbisect"
+bin="$root/$build/$exe"
 "$bin" devices > "$logdir/devices.txt" 2>&1
 dev_rc=$?
-row "device" "$(head -1 "$logdir/devices.txt")"
+row "device$tag" "$(head -1 "$logdir/devices.txt")"
 rm -f "$logdir/devices.txt"
 if [ "$dev_rc" != 0 ]; then
   row "GPU steps" "skipped: no usable CUDA device (the CUDA code is built, not run)"
@@ -89,18 +110,18 @@ fi
 # ---- 2. GPU tests ----
 t0=$(date +%s)
 # the op tests first, then the end-to-end ones (slower), each under its own time limit
-(cd "$build/tests" && timeout "$(budget 150)" ./degen_cuda_tests -tce='cuda e2e*,tp cuda*') > "$logdir/cuda-tests.log" 2>&1
+(cd "$build/tests" && timeout "$(budget 150)" ./$tests_exe -tce='cuda e2e*,tp cuda*') > "$logdir/cuda-tests.log" 2>&1
 rc=$?
 cases="$(grep -E '^\[doctest\] test cases:' "$logdir/cuda-tests.log" | tail -1 | sed 's/\[doctest\] //')"
-row "GPU op tests (degen_cuda_tests)" "exit $rc; ${cases:-no summary}; $(elapsed "$t0") s"
+row "GPU op tests ($tests_exe)" "exit $rc; ${cases:-no summary}; $(elapsed "$t0") s"
 t0=$(date +%s)
-(cd "$build/tests" && timeout "$(budget 150)" ./degen_cuda_tests -tc='cuda e2e*') >> "$logdir/cuda-tests.log" 2>&1
+(cd "$build/tests" && timeout "$(budget 150)" ./$tests_exe -tc='cuda e2e*') >> "$logdir/cuda-tests.log" 2>&1
 rc=$?
 cases="$(grep -E '^\[doctest\] test cases:' "$logdir/cuda-tests.log" | tail -1 | sed 's/\[doctest\] //')"
-row "GPU e2e tests (degen_cuda_tests)" "exit $rc; ${cases:-no summary}; $(elapsed "$t0") s"
+row "GPU e2e tests ($tests_exe)" "exit $rc; ${cases:-no summary}; $(elapsed "$t0") s"
 # tensor parallelism over NCCL: needs two GPUs; the test binary exits 77 (skipped) with fewer
 t0=$(date +%s)
-(cd "$build/tests" && timeout "$(budget 120)" ./degen_cuda_tests -tc='tp cuda*') > "$logdir/cuda-tp-tests.log" 2>&1
+(cd "$build/tests" && timeout "$(budget 120)" ./$tests_exe -tc='tp cuda*') > "$logdir/cuda-tp-tests.log" 2>&1
 rc=$?
 if [ "$rc" = 77 ]; then
   row "GPU tensor-parallel tests (tp=2, NCCL)" "skipped: $(grep -m1 '^skipped:' "$logdir/cuda-tp-tests.log" | cut -c10-90)"
@@ -186,10 +207,10 @@ bench_rows() {  # LOG: summary rows of the prefill / decode lines
 t0=$(date +%s)
 lim=$(budget 150)
 if [ "$lim" -gt 10 ]; then
-  timeout "$lim" "$bin" bench --backend cuda --synthetic qwen36-27b "${layers_opt[@]}" --prefill 2048 --decode 16 \
+  timeout "$lim" "$bin" bench --backend cuda --synthetic "$bench_preset" "${layers_opt[@]}" --prefill 2048 --decode 16 \
     --batch 1 --mtp 3 > "$logdir/bench.log" 2>&1
   rc=$?
-  row "bench qwen36-27b ($layers_label), 2048-token prompt" "exit $rc ($(elapsed "$t0") s)"
+  row "bench $bench_preset ($layers_label), 2048-token prompt$tag" "exit $rc ($(elapsed "$t0") s)"
   grep -E '^probe' "$logdir/bench.log" | cut -c10-150 | while read -r l; do row "  probe" "$l"; done
   bench_rows "$logdir/bench.log"
   grep -E '^mtp ' "$logdir/bench.log" | cut -c10-200 | while read -r l; do row "  mtp=3 (random MTP head)" "$l"; done
@@ -199,10 +220,10 @@ fi
 t0=$(date +%s)
 lim=$(budget 120)
 if [ "$lim" -gt 10 ]; then
-  timeout "$lim" "$bin" bench --backend cuda --synthetic qwen36-27b "${layers_opt[@]}" --prefill 128 --decode 8 \
+  timeout "$lim" "$bin" bench --backend cuda --synthetic "$bench_preset" "${layers_opt[@]}" --prefill 128 --decode 8 \
     --batch 16 > "$logdir/bench-b16.log" 2>&1
   rc=$?
-  row "bench qwen36-27b ($layers_label), batch 16" "exit $rc ($(elapsed "$t0") s)"
+  row "bench $bench_preset ($layers_label), batch 16$tag" "exit $rc ($(elapsed "$t0") s)"
   bench_rows "$logdir/bench-b16.log"
 else
   row "bench qwen36-27b, batch 16" "skipped: DEADLINE reached"

@@ -4,15 +4,15 @@
 # the emulated NCCL pass on one model; faults in CUDA kernels are found, and bisect on backend=cuda
 # names one; bench runs its CUDA paths. Arguments: degenbisect-emu SOURCE_DIR WORK_DIR.
 source "$2/tests/cli/lib.bash"
-cd "$SRC"
 
 for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
-  expect_exit 0 "$BIN" -q compare --golden "golden/$m/smoke" --model "models/$m" --config backend=cuda
+  expect_exit 0 "$BIN" synth --preset "$m" --out "$WORK/$m"
+  expect_exit 0 "$BIN" -q compare --golden "$SRC/golden/$m/smoke" --model "$WORK/$m" --config backend=cuda
   expect_out "verdict: good"
 done
 
-m=models/tiny-qwen35
-g=golden/tiny-qwen35/smoke
+m="$WORK/tiny-qwen35"
+g="$SRC/golden/tiny-qwen35/smoke"
 ok() { expect_exit 0 "$BIN" -q compare --golden "$g" --model "$m" --config "$@"; }
 ok backend=cuda,attn=flash --no-decode  # flash attention is the prefill kernel
 ok backend=cuda,attn=splitkv

@@ -1,0 +1,23 @@
+# selftest on backend=cuda, on the CUDA emulator (tests/emu; not a GPU): every catalogue fault the
+# model can host is injected into the CUDA kernels at two or more layers and must be named (layer
+# and op) by bisect, against the committed golden records: every fault on tiny-qwen35; the GDN
+# faults whose head mapping r = 3 changes on tiny-qwen35-r3; the MoE fault on tiny-qwen35-moe.
+# note: on the MoE models a bf16 base (backend=cuda, or the CPU's precision=bf16, which gives the
+# same rows) flips near-tied routing decisions: tp=2 alone is then "bad" against the tp=1 noise
+# floors, and small faults drown in that noise. That is the tool's limit on these random models,
+# not the CUDA path's (the CPU emulation fails the same 8 rows); see the closing note of stop 14.
+# Likewise mtp-prenorm-hidden at a bf16 base needs more cases than two-plus-two on tiny-qwen35-r3.
+# Arguments: degenbisect-emu SOURCE_DIR WORK_DIR.
+source "$2/tests/cli/lib.bash"
+run_selftest() {  # MODEL [selftest options]
+  local m=$1; shift
+  expect_exit 0 "$BIN" synth --preset "$m" --out "$WORK/$m"
+  expect_exit 0 "$BIN" -q selftest --base backend=cuda --model "$WORK/$m" --golden "$SRC/golden/$m/smoke" \
+    --case two-plus-two --json "$WORK/$m.json" "$@"
+  cat "$WORK/out"
+  expect_out "0 fail"
+}
+run_selftest tiny-qwen35
+run_selftest tiny-qwen35-r3 --fault gdn-head-mod --fault gdn-read-before-decay --fault conv-window-stuck
+run_selftest tiny-qwen35-moe --fault moe-no-renorm
+echo ok
