@@ -94,12 +94,13 @@ std::unique_ptr<SyntheticWeights> synthetic_weights(const ModelConfig& cfg, Cuda
   CheckpointLayout lay;  // per-expert tensors; the MTP layer only when --mtp asks for it
   lay.mtp_layers = with_mtp && cfg.mtp_num_layers > 0 ? 1 : 0;
   const std::vector<WeightSpec> table = weight_table(cfg, lay);
-  {  // the fit check before any allocation (each tensor rounds up to 256 bytes, as the allocator does)
+  const auto is_a_log = [](const std::string& n) { return n.size() >= 5 && n.compare(n.size() - 5, 5, "A_log") == 0; };
+  {  // the fit check before any allocation (each tensor rounded up to 256 bytes, as the allocator does)
     int64_t need = 0;
     for (const WeightSpec& w : table) {
       int64_t n = 1;
       for (int64_t d : w.shape) n *= d;
-      need += (n * 2 + 4095) / 256 * 256;  // bf16, A_log's fp32 rounding into the slack
+      need += (n * (is_a_log(w.name) ? 4 : 2) + 255) / 256 * 256;  // A_log fp32, the rest bf16
     }
     int64_t free_b = 0, total_b = 0;
     be.context()->mem_info(&free_b, &total_b);
@@ -113,7 +114,7 @@ std::unique_ptr<SyntheticWeights> synthetic_weights(const ModelConfig& cfg, Cuda
     auto v = std::make_unique<TensorView>();
     v->name = w.name;
     v->shape = w.shape;
-    const bool a_log = w.name.size() >= 5 && w.name.compare(w.name.size() - 5, 5, "A_log") == 0;
+    const bool a_log = is_a_log(w.name);
     v->dtype = a_log ? DType::f32 : DType::bf16;
     v->nbytes = static_cast<size_t>(v->numel()) * dtype_size(v->dtype);
     float offset = 0.0f, scale = 0.02f;
