@@ -44,6 +44,7 @@ struct CudaStats {
   bool time_gdn = false;
   double gdn_seconds = 0;
   int64_t gdn_calls = 0;
+  int64_t device_samples = 0;  // tokens chosen on the device (sample_row)
   void reset() {
     const bool t = time_gdn;
     *this = CudaStats{};
@@ -117,6 +118,10 @@ class CudaBackend final : public Backend {
 
   MoeRouting moe_route(const Tensor& router_logits, int k, bool renormalise) override;
   void mask_logits(Tensor& logits, const std::vector<uint8_t>& mask) override;
+  // On the device (cuda::sample_on_device): only the token comes back to the host.
+  int32_t sample_row(const SamplingParams& params, const Tensor& logits, int64_t row, std::span<const uint8_t> banned,
+                     std::span<const int32_t> prompt_ids, std::span<const int32_t> generated_ids, uint32_t case_index,
+                     uint32_t position) override;
 
   // ---- helpers shared by the op files ----
   Tensor device_tensor(std::vector<int64_t> shape, DType dtype, const char* what);  // uninitialised

@@ -85,3 +85,14 @@ int32_t sample_on_device(CudaBackend& be, const SamplingParams& params, const Te
 }
 
 }  // namespace degen::cuda
+
+namespace degen {
+
+int32_t CudaBackend::sample_row(const SamplingParams& params, const Tensor& logits, int64_t row,
+                                std::span<const uint8_t> banned, std::span<const int32_t> prompt_ids,
+                                std::span<const int32_t> generated_ids, uint32_t case_index, uint32_t position) {
+  ++stats_.device_samples;
+  return cuda::sample_on_device(*this, params, logits, row, banned, prompt_ids, generated_ids, case_index, position);
+}
+
+}  // namespace degen

@@ -2,8 +2,8 @@
 // Philox draw as degen::sample(), over one row of device logits, so a GPU path need not copy [V]
 // logits to the host. It returns the token sample() returns wherever the two distributions agree
 // (sums on the device are parallel fp64 reductions, so a draw within ~1e-15 of a CDF or top-p
-// boundary may fall the other way; see kernels/sample.h). Not wired into the engine: a standalone
-// function with its test (tests/cuda/test_sample_cuda.cpp).
+// boundary may fall the other way; see kernels/sample.h). Generation on backend=cuda samples
+// through it (CudaBackend::sample_row); tests/cuda/test_sample_cuda.cpp checks it against sample().
 #pragma once
 #include <cstdint>
 #include <span>

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,8 @@
 #include "model/safetensors.h"
 
 namespace degen {
+
+struct SamplingParams;  // engine/sampler.h
 
 struct TpGroup;
 
@@ -205,6 +208,13 @@ class Backend {
   // ---- logits ----
   // logits [rows, V]: entries whose mask byte is 1 become -inf (mask has V entries).
   virtual void mask_logits(Tensor& logits, const std::vector<uint8_t>& mask) = 0;
+
+  // The token that sample() (engine/sampler.h) chooses from row `row` of logits [rows, V], with the
+  // same arguments. Default: the row copied to the host and sample() itself; a device backend may
+  // sample where the logits are (CudaBackend: cuda::sample_on_device, the same Philox draws).
+  virtual int32_t sample_row(const SamplingParams& params, const Tensor& logits, int64_t row,
+                             std::span<const uint8_t> banned, std::span<const int32_t> prompt_ids,
+                             std::span<const int32_t> generated_ids, uint32_t case_index, uint32_t position);
 
  protected:
   LayerNumerics numerics_;  // set by begin_layer; a backend initialises its storage dtypes to its own

@@ -57,15 +57,16 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
 
   // Chooses the next token of every active sequence from its logits row.
   std::vector<size_t> active;
+  // The backend samples where the logits are (the CPU: sample() on the row; CUDA: on the device).
   auto choose = [&](const Tensor& logits) {
-    std::vector<float> lg = eng.backend().to_host_f32(logits);
+    DEGEN_ASSERT(logits.cols() == V && logits.rows() == static_cast<int64_t>(active.size()), "generate: logits ",
+                 shape_str(logits.shape), " for ", active.size(), " active sequences");
     std::vector<size_t> still;
     for (size_t r = 0; r < active.size(); ++r) {
       const size_t i = active[r];
-      std::span<const float> row(lg.data() + r * V, static_cast<size_t>(V));
       const uint32_t position = static_cast<uint32_t>(prompts[i].size() + res[i].tokens.size());
-      int32_t tok = sample(opt.sampling, row, banned, prompts[i], res[i].tokens,
-                           opt.first_case + static_cast<uint32_t>(i), position);
+      int32_t tok = eng.backend().sample_row(opt.sampling, logits, static_cast<int64_t>(r), banned, prompts[i],
+                                             res[i].tokens, opt.first_case + static_cast<uint32_t>(i), position);
       if (push(i, tok, states[i].pos)) still.push_back(i);
     }
     active = std::move(still);

@@ -3,6 +3,8 @@
 // step by step. note: no fast-math; all arithmetic is fp64 on a copy of the fp32 logits.
 #include "engine/sampler.h"
 
+#include "engine/backend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -237,6 +239,13 @@ int32_t sample(const SamplingParams& params, std::span<const float> logits, std:
   const int32_t id = inverse_cdf(p, sampling_uniform(params.seed, case_index, position));
   DEGEN_ASSERT(id >= 0, "sampler: empty distribution after filtering");
   return id;
+}
+
+int32_t Backend::sample_row(const SamplingParams& params, const Tensor& logits, int64_t row,
+                            std::span<const uint8_t> banned, std::span<const int32_t> prompt_ids,
+                            std::span<const int32_t> generated_ids, uint32_t case_index, uint32_t position) {
+  const std::vector<float> r = to_host_f32(gather_rows(logits, {row}));
+  return sample(params, r, banned, prompt_ids, generated_ids, case_index, position);
 }
 
 }  // namespace degen
