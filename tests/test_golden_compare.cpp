@@ -456,7 +456,7 @@ TEST_CASE("compare: other fp32-class paths pass (recurrent GDN, fp64)") {
   CHECK(s.cases[0].gen.tokens == s.cases[0].gen.golden_tokens);  // same engine, same coupled draws
 }
 
-TEST_CASE("compare: the floor class follows the configuration; a bf16 path is judged by the bf16 floors") {
+TEST_CASE("compare: the floor class follows the configuration, and a bf16 path is judged by the bf16 floors") {
   CHECK(floor_class_for(parse_run_config("")) == FloorClass::fp32);
   CHECK(floor_class_for(parse_run_config("precision=fp64,gdn=recurrent,temp=0.7,batch=all")) == FloorClass::fp32);
   CHECK(floor_class_for(parse_run_config("fault=rope-interleaved@3")) == FloorClass::fp32);
@@ -550,7 +550,7 @@ TEST_CASE("compare: a record made for another model is refused") {
   CHECK_THROWS_AS(compare_golden(rec, *l.model, l.tok.get(), o, make_backend), UntestableError);
 }
 
-TEST_CASE("compare: mtp=k runs speculative decoding; greedy output equals the golden (MTP off)") {
+TEST_CASE("compare: mtp=k runs speculative decoding, and greedy output equals the golden (MTP off)") {
   Fixture& f = fixture();
   CompareResult r = run_compare(f.record, f.model, "mtp=2");
   CHECK(r.exit_code == 0);

@@ -134,7 +134,7 @@ TEST_CASE("synth: generator is a fixed function of (seed, key, index)") {
   CHECK(synth_uniform(1, 2, 3) != synth_uniform(2, 2, 3));
 }
 
-TEST_CASE("synth: sharded output loads through the index; config-only presets write no weights") {
+TEST_CASE("synth: sharded output loads through the index, and config-only presets write no weights") {
   const SynthPreset& p = find_synth_preset("tiny-qwen35-moe");
   test::TempDir dir("synth-shard");
   SynthOptions o = p.options;

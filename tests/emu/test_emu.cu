@@ -111,7 +111,7 @@ TEST_CASE("emu: a full-mask xor shuffle gives every lane the warp's sum") {
   CHECK(y[63] == 1520.0f);
 }
 
-TEST_CASE("emu: __syncthreads orders shared memory; without it the result depends on thread order") {
+TEST_CASE("emu: __syncthreads orders shared memory, and without it the result depends on thread order") {
   const int n = 256;
   std::vector<int> x(n);
   for (int i = 0; i < n; ++i) x[size_t(i)] = i;
