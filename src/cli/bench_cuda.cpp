@@ -94,44 +94,43 @@ std::unique_ptr<SyntheticWeights> synthetic_weights(const ModelConfig& cfg, Cuda
   CheckpointLayout lay;  // per-expert tensors; the MTP layer only when --mtp asks for it
   lay.mtp_layers = with_mtp && cfg.mtp_num_layers > 0 ? 1 : 0;
   const std::vector<WeightSpec> table = weight_table(cfg, lay);
-  const auto is_a_log = [](const std::string& n) { return n.size() >= 5 && n.compare(n.size() - 5, 5, "A_log") == 0; };
-  {  // the fit check before any allocation (each tensor rounded up to 256 bytes, as the allocator does)
-    int64_t need = 0;
-    for (const WeightSpec& w : table) {
-      int64_t n = 1;
-      for (int64_t d : w.shape) n *= d;
-      need += (n * (is_a_log(w.name) ? 4 : 2) + 255) / 256 * 256;  // A_log fp32, the rest bf16
-    }
-    int64_t free_b = 0, total_b = 0;
-    be.context()->mem_info(&free_b, &total_b);
-    if (need > free_b)
-      throw UntestableError(cat(cfg.origin, ": the weights need ", cuda::gib(need), ", device ",
-                                be.context()->device(), " has ", cuda::gib(free_b), " free of ", cuda::gib(total_b),
-                                " (--layers N keeps the first N decoder layers)"));
-  }
-  uint64_t key = 1;
+  const auto ends = [](const std::string& name, const char* suf) {
+    const std::string x(suf);
+    return name.size() >= x.size() && name.compare(name.size() - x.size(), x.size(), x) == 0;
+  };
+  // The views first (A_log fp32, the rest bf16), then the fit check before any allocation, counting
+  // each tensor as CudaContext::alloc does (at least 256 bytes).
+  std::vector<std::unique_ptr<TensorView>> views;
+  int64_t need = 0;
   for (const WeightSpec& w : table) {
     auto v = std::make_unique<TensorView>();
     v->name = w.name;
     v->shape = w.shape;
-    const bool a_log = is_a_log(w.name);
-    v->dtype = a_log ? DType::f32 : DType::bf16;
+    v->dtype = ends(w.name, "A_log") ? DType::f32 : DType::bf16;
     v->nbytes = static_cast<size_t>(v->numel()) * dtype_size(v->dtype);
+    need += std::max<int64_t>(static_cast<int64_t>(v->nbytes), 256);
+    views.push_back(std::move(v));
+  }
+  int64_t free_b = 0, total_b = 0;
+  be.context()->mem_info(&free_b, &total_b);
+  if (need > free_b)
+    throw UntestableError(cat(cfg.origin, ": the weights need ", cuda::gib(need), ", device ", be.context()->device(),
+                              " has ", cuda::gib(free_b), " free of ", cuda::gib(total_b),
+                              " (--layers N keeps the first N decoder layers)"));
+  uint64_t key = 1;
+  for (auto& v : views) {
+    const std::string n = v->name;  // a copy: v is moved into the map below
     float offset = 0.0f, scale = 0.02f;
-    const auto ends = [&](const char* suf) {
-      const std::string x(suf);
-      return w.name.size() >= x.size() && w.name.compare(w.name.size() - x.size(), x.size(), x) == 0;
-    };
-    if (ends("linear_attn.norm.weight")) { offset = 1.0f; scale = 0.05f; }
-    else if (ends("norm.weight") || ends("layernorm.weight")) { scale = 0.05f; }
-    else if (a_log) { offset = 0.5f; scale = 0.3f; }
-    else if (ends("dt_bias")) { scale = 0.5f; }
-    else if (ends("conv1d.weight")) { scale = 0.3f; }
-    else if (w.shape.size() == 2) { scale = static_cast<float>(1.0 / std::sqrt(double(w.shape[1]))); }
-    Tensor t = be.device_tensor(w.shape, v->dtype, "synthetic weight");
+    if (ends(n, "linear_attn.norm.weight")) { offset = 1.0f; scale = 0.05f; }
+    else if (ends(n, "norm.weight") || ends(n, "layernorm.weight")) { scale = 0.05f; }
+    else if (ends(n, "A_log")) { offset = 0.5f; scale = 0.3f; }
+    else if (ends(n, "dt_bias")) { scale = 0.5f; }
+    else if (ends(n, "conv1d.weight")) { scale = 0.3f; }
+    else if (v->shape.size() == 2) { scale = static_cast<float>(1.0 / std::sqrt(double(v->shape[1]))); }
+    Tensor t = be.device_tensor(v->shape, v->dtype, "synthetic weight");
     cuda::fill_random_cuda(t.raw(), v->dtype, t.numel(), 1234, key++, offset, scale, be.context()->stream());
     be.register_weight(*v, std::move(t));
-    s->views[w.name] = std::move(v);
+    s->views[n] = std::move(v);
   }
   s->weights = bind_weight_views(cfg, lay, [&](const std::string& n) -> const TensorView* {
     auto it = s->views.find(n);

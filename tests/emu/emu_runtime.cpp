@@ -19,7 +19,7 @@
 //   - devices: streams, cuBLAS handles and pointers must belong to the current device.
 // A failed check prints "cuda-emu: ..." to stderr and the launch reports cudaErrorLaunchFailure.
 //
-// Environment: DEGEN_EMU_DEVICES (default 2), DEGEN_EMU_MEM_GIB (per device, default 8),
+// Environment: DEGEN_EMU_DEVICES (default 2, at most 64), DEGEN_EMU_MEM_GIB (per device, default 8),
 // DEGEN_EMU_ORDER=reverse (run the threads of a block in reverse order between barriers: a result
 // that changes with the order is a race).
 #include <cublas_v2.h>
@@ -57,8 +57,9 @@ int env_int(const char* name, int dflt) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : dflt;
 }
+constexpr int kMaxDevices = 64;  // the size of g_live
 int n_devices() {
-  static const int n = std::max(0, env_int("DEGEN_EMU_DEVICES", 2));
+  static const int n = std::clamp(env_int("DEGEN_EMU_DEVICES", 2), 0, kMaxDevices);
   return n;
 }
 size_t device_total() {
@@ -103,7 +104,7 @@ struct Alloc {
 };
 std::mutex g_alloc_mutex;
 std::map<uintptr_t, Alloc> g_allocs;  // by base
-size_t g_live[64];
+size_t g_live[kMaxDevices];
 
 // The allocation holding [p, p + n), or nullptr. p == end with n == 0 counts as inside.
 const Alloc* find_alloc(const void* p, size_t n) {
