@@ -27,9 +27,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #undef __launch_bounds__
 #define __launch_bounds__(...)
@@ -84,6 +87,11 @@ struct LaunchInfo {
 };
 void launch(const LaunchInfo& info, void (*body)(void*), void* ctx);
 
+// ---- stream capture (emu_runtime.cpp): a launch on a capturing stream becomes a graph node that
+// keeps the arguments' values of the capture, as CUDA's kernel nodes do ----
+bool capturing(cudaStream_t s);
+void capture_node(cudaStream_t s, const char* name, std::function<void(cudaStream_t)> run);
+
 template <typename T>
 void collect_pointer(const T& v, const void** out, size_t& n) {
   if constexpr (std::is_pointer_v<T>) out[n++] = static_cast<const void*>(v);
@@ -100,11 +108,26 @@ void operator|(const Kernel<P...>& k, Pending<A...>&& p) {
   const void* ptrs[sizeof...(P) + 1] = {nullptr};
   size_t n = 0;
   std::apply([&](const auto&... v) { (collect_pointer(v, ptrs, n), ...); }, ctx.params);
-  LaunchInfo info{k.name, reinterpret_cast<const void*>(k.fn), p.cfg, ptrs, n};
-  launch(info, [](void* c) {
+  void (*body)(void*) = [](void* c) {
     auto* x = static_cast<Ctx*>(c);
     std::apply(x->fn, x->params);  // each thread gets its own copies of the by-value parameters
-  }, &ctx);
+  };
+  if (capturing(p.cfg->stream)) {
+    auto held = std::make_shared<Ctx>(std::move(ctx));
+    const Cfg cfg = *p.cfg;
+    const char* name = k.name;
+    const void* key = reinterpret_cast<const void*>(k.fn);
+    std::vector<const void*> pv(ptrs, ptrs + n);
+    capture_node(cfg.stream, name, [held, cfg, name, key, pv, body](cudaStream_t s) {
+      Cfg c = cfg;
+      c.stream = s;
+      LaunchInfo info{name, key, &c, pv.data(), pv.size()};
+      launch(info, body, held.get());
+    });
+    return;
+  }
+  LaunchInfo info{k.name, reinterpret_cast<const void*>(k.fn), p.cfg, ptrs, n};
+  launch(info, body, &ctx);
 }
 
 // ---- warp shuffles: every lane of the warp must take part (mask 0xffffffff only) ----

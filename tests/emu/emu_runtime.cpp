@@ -37,7 +37,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -185,11 +187,22 @@ std::string check_canaries() {
 }
 
 // ---------------------------------------------------------------- streams, handles, events
-struct Stream { int device; };
+// A graph node: the work one captured call does when the graph is launched on `stream`.
+struct Node {
+  std::string name;
+  std::function<void(cudaStream_t)> run;
+};
+struct Stream {
+  int device;
+  std::vector<Node>* capture = nullptr;  // capturing: the nodes so far
+  std::string invalidated;               // why the capture is invalid ("" while it is valid)
+};
 }  // namespace
 }  // namespace emu
 
 struct CUstream_st { emu::Stream s; };
+struct CUgraph_st { int device; std::vector<emu::Node> nodes; };
+struct CUgraphExec_st { int device; std::vector<emu::Node> nodes; };
 struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded = false; };
 struct cublasContext { int device; cudaStream_t stream = nullptr; };
 
@@ -197,6 +210,33 @@ namespace emu {
 namespace {
 
 int stream_device(cudaStream_t s) { return s ? s->s.device : tl_device; }
+
+// ---------------------------------------------------------------- stream capture
+// The capture of this thread (cudaStreamCaptureModeGlobal and ThreadLocal behave alike here, as
+// the project captures on one thread). While it runs, a call that would synchronise or allocate
+// ("potentially unsafe" in CUDA's terms) fails with cudaErrorStreamCaptureUnsupported and
+// invalidates the capture, as on a GPU; stream-ordered allocation inside a capture (graph memory
+// nodes) is not modelled and is refused the same way.
+thread_local cudaStream_t tl_capture = nullptr;
+std::mutex g_pinned_mutex;
+std::map<const char*, size_t> g_pinned;  // cudaMallocHost / cudaHostAlloc blocks
+
+bool is_pinned(const void* p, size_t n) {
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  auto it = g_pinned.upper_bound(static_cast<const char*>(p));
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return static_cast<const char*>(p) >= it->first && static_cast<const char*>(p) + n <= it->first + it->second;
+}
+
+// cudaSuccess, or the error of `call` made while this thread captures.
+cudaError_t unsafe_in_capture(const char* call) {
+  if (!tl_capture) return cudaSuccess;
+  report("%s while stream %p is being captured: not permitted in a capture (it invalidates it)", call,
+         static_cast<void*>(tl_capture));
+  if (tl_capture->s.invalidated.empty()) tl_capture->s.invalidated = call;
+  return fail(cudaErrorStreamCaptureUnsupported);
+}
 
 // ---------------------------------------------------------------- the block scheduler
 constexpr size_t kStack = 256 * 1024;
@@ -593,6 +633,12 @@ void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
   }
 }
 
+bool capturing(cudaStream_t s) { return s && s->s.capture; }
+
+void capture_node(cudaStream_t s, const char* name, std::function<void(cudaStream_t)> run) {
+  s->s.capture->push_back(Node{name, std::move(run)});
+}
+
 }  // namespace emu
 
 // ==================================================================== the CUDA runtime API
@@ -670,13 +716,44 @@ static cudaError_t emu_malloc(void** p, size_t size) {
   return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 
-cudaError_t cudaMalloc(void** p, size_t size) { return emu_malloc(p, size); }
-cudaError_t cudaMallocAsync(void** p, size_t size, cudaStream_t s) {
-  if (emu::stream_device(s) != emu::tl_device) return fail(cudaErrorInvalidResourceHandle);
+cudaError_t cudaMalloc(void** p, size_t size) {
+  if (cudaError_t e = emu::unsafe_in_capture("cudaMalloc")) return e;
   return emu_malloc(p, size);
 }
-cudaError_t cudaFree(void* p) { return emu::guarded_free(p); }
-cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return emu::guarded_free(p); }
+cudaError_t cudaMallocAsync(void** p, size_t size, cudaStream_t s) {
+  if (emu::stream_device(s) != emu::tl_device) return fail(cudaErrorInvalidResourceHandle);
+  if (cudaError_t e = emu::unsafe_in_capture("cudaMallocAsync (graph memory nodes are not modelled)")) return e;
+  return emu_malloc(p, size);
+}
+cudaError_t cudaFree(void* p) {
+  if (cudaError_t e = emu::unsafe_in_capture("cudaFree")) return e;
+  return emu::guarded_free(p);
+}
+cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+  if (cudaError_t e = emu::unsafe_in_capture("cudaFreeAsync (graph memory nodes are not modelled)")) return e;
+  return emu::guarded_free(p);
+}
+cudaError_t cudaHostAlloc(void** p, size_t size, unsigned) {
+  if (cudaError_t e = emu::unsafe_in_capture("cudaHostAlloc")) return e;
+  *p = std::malloc(size ? size : 1);
+  if (!*p) return fail(cudaErrorMemoryAllocation);
+  std::lock_guard<std::mutex> lock(emu::g_pinned_mutex);
+  emu::g_pinned[static_cast<const char*>(*p)] = size;
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** p, size_t size) { return cudaHostAlloc(p, size, 0); }
+cudaError_t cudaFreeHost(void* p) {
+  if (cudaError_t e = emu::unsafe_in_capture("cudaFreeHost")) return e;
+  {
+    std::lock_guard<std::mutex> lock(emu::g_pinned_mutex);
+    if (!emu::g_pinned.erase(static_cast<const char*>(p))) {
+      report("cudaFreeHost(%p): not a block of cudaMallocHost / cudaHostAlloc", p);
+      return fail(cudaErrorInvalidValue);
+    }
+  }
+  std::free(p);
+  return cudaSuccess;
+}
 
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
   if (device < 0 || device >= emu::n_devices()) return fail(cudaErrorInvalidDevice);
@@ -722,32 +799,81 @@ static cudaError_t emu_copy(void* dst, const void* src, size_t n, cudaMemcpyKind
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  if (cudaError_t e = emu::unsafe_in_capture("cudaMemcpy")) return e;
   return emu_copy(dst, src, n, kind, "cudaMemcpy");
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+
+// A copy captured into a graph reads and writes its addresses when the graph runs; its host side
+// must be pinned memory (cudaMallocHost), which the project's graphs use for their inputs. The
+// device sides are checked at capture and again at every launch.
+static cudaError_t capture_copy(cudaStream_t s, void* dst, const void* src, size_t n, cudaMemcpyKind kind,
+                                const char* call) {
+  const bool dd = kind == cudaMemcpyDefault ? emu::is_device_range(dst, 0) : kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyHostToHost;
+  const bool sd = kind == cudaMemcpyDefault ? emu::is_device_range(src, 0) : kind != cudaMemcpyHostToDevice && kind != cudaMemcpyHostToHost;
+  if (cudaError_t e = check_side(dst, n, dd, call, "destination")) return e;
+  if (cudaError_t e = check_side(src, n, sd, call, "source")) return e;
+  if ((!dd && !emu::is_pinned(dst, n)) || (!sd && !emu::is_pinned(src, n))) {
+    report("%s captured with pageable host memory (%p): a graph copies from / to that address at every launch; "
+           "use pinned memory (cudaMallocHost)", call, dd ? src : dst);
+    if (s->s.invalidated.empty()) s->s.invalidated = call;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  emu::capture_node(s, call, [dst, src, n, kind, call](cudaStream_t) { emu_copy(dst, src, n, kind, call); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+  if (emu::capturing(s)) return capture_copy(s, dst, src, n, kind, "cudaMemcpyAsync");
   return emu_copy(dst, src, n, kind, "cudaMemcpyAsync");
 }
-cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                              cudaMemcpyKind kind, cudaStream_t) {
-  if (width > dpitch || width > spitch) {
-    report("cudaMemcpy2DAsync: width %zu exceeds a pitch (destination %zu, source %zu)", width, dpitch, spitch);
-    return fail(cudaErrorInvalidPitchValue);
-  }
+static cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                           cudaMemcpyKind kind) {
   for (size_t r = 0; r < height; ++r)
     if (cudaError_t e = emu_copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width,
                                  kind, "cudaMemcpy2DAsync"))
       return e;
   return cudaSuccess;
 }
-cudaError_t cudaMemset(void* p, int v, size_t n) {
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t s) {
+  if (width > dpitch || width > spitch) {
+    report("cudaMemcpy2DAsync: width %zu exceeds a pitch (destination %zu, source %zu)", width, dpitch, spitch);
+    return fail(cudaErrorInvalidPitchValue);
+  }
+  if (emu::capturing(s)) {
+    if (kind != cudaMemcpyDeviceToDevice) {
+      report("cudaMemcpy2DAsync: only device-to-device 2D copies are modelled in a capture");
+      return fail(cudaErrorStreamCaptureUnsupported);
+    }
+    if (height && width) {
+      if (cudaError_t e = check_side(dst, (height - 1) * dpitch + width, true, "cudaMemcpy2DAsync", "destination")) return e;
+      if (cudaError_t e = check_side(src, (height - 1) * spitch + width, true, "cudaMemcpy2DAsync", "source")) return e;
+    }
+    emu::capture_node(s, "cudaMemcpy2DAsync", [=](cudaStream_t) { copy_2d(dst, dpitch, src, spitch, width, height, kind); });
+    return cudaSuccess;
+  }
+  return copy_2d(dst, dpitch, src, spitch, width, height, kind);
+}
+static cudaError_t emu_memset(void* p, int v, size_t n) {
   if (cudaError_t e = check_side(p, n, true, "cudaMemset", "destination")) return e;
   std::memset(p, v, n);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
+cudaError_t cudaMemset(void* p, int v, size_t n) {
+  if (cudaError_t e = emu::unsafe_in_capture("cudaMemset")) return e;
+  return emu_memset(p, v, n);
+}
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
+  if (emu::capturing(s)) {
+    if (cudaError_t e = check_side(p, n, true, "cudaMemsetAsync", "destination")) return e;
+    emu::capture_node(s, "cudaMemsetAsync", [p, v, n](cudaStream_t) { emu_memset(p, v, n); });
+    return cudaSuccess;
+  }
+  return emu_memset(p, v, n);
+}
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  *s = new CUstream_st{emu::Stream{emu::tl_device}};
+  *s = new CUstream_st{emu::Stream{emu::tl_device, nullptr, {}}};
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
@@ -755,8 +881,76 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete s;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return emu::tl_last_error == cudaErrorLaunchFailure ? cudaErrorLaunchFailure : cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  if (cudaError_t e = emu::unsafe_in_capture("cudaStreamSynchronize")) return e;
+  return emu::tl_last_error == cudaErrorLaunchFailure ? cudaErrorLaunchFailure : cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize() { return cudaStreamSynchronize(nullptr); }
+
+// ---- stream capture and graphs: a graph is its captured nodes, run in order by cudaGraphLaunch ----
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  if (!s) {
+    report("cudaStreamBeginCapture: the legacy default stream cannot be captured");
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  if (s->s.capture || emu::tl_capture) {
+    report("cudaStreamBeginCapture: a capture is already running on this thread");
+    return fail(cudaErrorIllegalState);
+  }
+  if (s->s.device != emu::tl_device) return fail(cudaErrorInvalidResourceHandle);
+  s->s.capture = new std::vector<emu::Node>();
+  s->s.invalidated.clear();
+  emu::tl_capture = s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
+  *g = nullptr;
+  if (!s || !s->s.capture) return fail(cudaErrorIllegalState);
+  std::unique_ptr<std::vector<emu::Node>> nodes(s->s.capture);
+  s->s.capture = nullptr;
+  if (emu::tl_capture == s) emu::tl_capture = nullptr;
+  if (!s->s.invalidated.empty()) {
+    report("cudaStreamEndCapture: the capture was invalidated by %s", s->s.invalidated.c_str());
+    return fail(cudaErrorStreamCaptureInvalidated);
+  }
+  *g = new CUgraph_st{s->s.device, std::move(*nodes)};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* st) {
+  *st = s && s->s.capture ? (s->s.invalidated.empty() ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusInvalidated)
+                          : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {
+  if (!g) return fail(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{g->device, g->nodes};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  if (!exec) return fail(cudaErrorInvalidValue);
+  if (emu::capturing(s)) {
+    report("cudaGraphLaunch into a capturing stream: child graphs are not modelled");
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  if (emu::stream_device(s) != exec->device || emu::tl_device != exec->device) {
+    report("cudaGraphLaunch: a graph of device %d launched on a stream of device %d (device %d current)", exec->device,
+           emu::stream_device(s), emu::tl_device);
+    return fail(cudaErrorInvalidResourceHandle);
+  }
+  for (const emu::Node& n : exec->nodes) {
+    n.run(s);
+    if (emu::tl_last_error == cudaErrorLaunchFailure) break;  // reported by the next synchronisation
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  delete e;
+  return cudaSuccess;
+}
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
   *e = new CUevent_st();
@@ -771,7 +965,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
   e->recorded = true;
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return emu::unsafe_in_capture("cudaEventSynchronize"); }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   if (!a->recorded || !b->recorded) return fail(cudaErrorInvalidResourceHandle);
   *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
@@ -853,6 +1047,10 @@ size_t span(int rows, int cols, int ld, cudaDataType t) {
 
 }  // namespace
 
+static void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float al, const void* A,
+                     cudaDataType at, int lda, const void* B, cudaDataType bt, int ldb, float be, void* C,
+                     cudaDataType ct, int ldc);
+
 extern "C" {
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
@@ -910,7 +1108,33 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
       return CUBLAS_STATUS_INVALID_VALUE;
     }
   }
+  // note: alpha and beta are read now (host pointer mode), so a captured product keeps their values.
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  if (emu::capturing(h->stream)) {
+    emu::capture_node(h->stream, "cublasGemmEx", [=](cudaStream_t) {
+      gemm_run(ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc);
+    });
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  gemm_run(ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void* workspace, size_t bytes) {
+  int d = -1;
+  if (bytes && (!emu::is_device_range(workspace, bytes, &d) || d != h->device)) {
+    report("cublasSetWorkspace: %p does not hold %zu bytes of device %d memory", workspace, bytes, h->device);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
+
+// C = al op(A) op(B) + be C, the arguments checked by cublasGemmEx.
+static void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float al, const void* A,
+                     cudaDataType at, int lda, const void* B, cudaDataType bt, int ldb, float be, void* C,
+                     cudaDataType ct, int ldc) {
   // op(A) as rows of k and op(B) as columns of k, in fp32 (the inputs are exact in fp32).
   std::vector<float> a(size_t(m) * size_t(k)), b(size_t(n) * size_t(k));
   for (int i = 0; i < m; ++i)
@@ -928,10 +1152,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
       const size_t ci = size_t(i) + size_t(j) * ldc;
       store(C, ct, ci, be == 0.0f ? al * acc : al * acc + be * load(C, ct, ci));
     }
-  return CUBLAS_STATUS_SUCCESS;
 }
-
-}  // extern "C"
 
 // ==================================================================== NCCL
 #if DEGEN_HAVE_NCCL
@@ -999,6 +1220,10 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   if (emu::tl_device != c->device || emu::stream_device(stream) != c->device) {
     report("ncclAllReduce: rank %d (device %d) called with device %d current / a stream of device %d", c->rank,
            c->device, emu::tl_device, emu::stream_device(stream));
+    return ncclInvalidUsage;
+  }
+  if (emu::capturing(stream)) {
+    report("ncclAllReduce: captured into a graph, which the emulator does not model");
     return ncclInvalidUsage;
   }
   const size_t bytes = count * type_size(ct);

@@ -268,3 +268,66 @@ TEST_CASE("emu: streams and pointers belong to one device") {
   CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
   cudaStreamDestroy(s1);
 }
+
+namespace {
+__global__ void add_scalar(float* p, float v, int n) {
+  const int i = threadIdx.x;
+  if (i < n) p[i] += v;
+}
+}  // namespace
+
+TEST_CASE("emu: a captured graph runs nothing until launched, then replays the arguments of the capture") {
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
+  Buf d(4 * sizeof(float));
+  float* pinned = nullptr;
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&pinned), 4 * sizeof(float)) == cudaSuccess);
+  for (int i = 0; i < 4; ++i) pinned[i] = float(i);
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  cudaStreamCaptureStatus st;
+  REQUIRE(cudaStreamIsCapturing(s, &st) == cudaSuccess);
+  CHECK(st == cudaStreamCaptureStatusActive);
+  REQUIRE(cudaMemcpyAsync(d.p, pinned, 4 * sizeof(float), cudaMemcpyHostToDevice, s) == cudaSuccess);
+  float v = 10.0f;
+  add_scalar<<<1, 4, 0, s>>>(d.as<float>(), v, 4);
+  v = 1000.0f;  // a graph keeps the value an argument had at capture
+  cudaGraph_t g;
+  REQUIRE(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  cudaGraphExec_t ex;
+  REQUIRE(cudaGraphInstantiate(&ex, g, 0) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(g) == cudaSuccess);
+  REQUIRE(cudaMemset(d.p, 0, 4 * sizeof(float)) == cudaSuccess);
+  CHECK(down(d.as<float>(), 4) == std::vector<float>{0, 0, 0, 0});  // captured, not run
+  REQUIRE(cudaGraphLaunch(ex, s) == cudaSuccess);
+  CHECK(down(d.as<float>(), 4) == std::vector<float>{10, 11, 12, 13});
+  for (int i = 0; i < 4; ++i) pinned[i] = float(100 * i);  // the copy node reads the pinned buffer at launch
+  REQUIRE(cudaGraphLaunch(ex, s) == cudaSuccess);
+  CHECK(down(d.as<float>(), 4) == std::vector<float>{10, 110, 210, 310});
+  REQUIRE(cudaGraphExecDestroy(ex) == cudaSuccess);
+  REQUIRE(cudaFreeHost(pinned) == cudaSuccess);
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("emu: a synchronisation, an allocation or a pageable copy in a capture invalidates it") {
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
+  Buf d(16);
+  std::vector<float> pageable(4, 1.0f);
+  struct Case { const char* what; cudaError_t (*call)(cudaStream_t, void*, void*); };
+  const Case cases[] = {
+      {"sync", [](cudaStream_t st, void*, void*) { return cudaStreamSynchronize(st); }},
+      {"malloc", [](cudaStream_t st, void*, void*) { void* p; return cudaMallocAsync(&p, 64, st); }},
+      {"pageable", [](cudaStream_t st, void* dev, void* host) {
+         return cudaMemcpyAsync(dev, host, 16, cudaMemcpyHostToDevice, st); }},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    CHECK(c.call(s, d.p, pageable.data()) == cudaErrorStreamCaptureUnsupported);
+    cudaGraph_t g;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated);
+    CHECK(g == nullptr);
+    cudaGetLastError();
+  }
+  cudaStreamDestroy(s);
+}
