@@ -36,6 +36,13 @@ constexpr int kAttnMaxHeadDim = 512;  // every kernel keeps a query row and its 
 constexpr int kFlashTile = 64;        // keys per tile (src/cpu/attention.cpp kFlashTile)
 constexpr int kSplits = 4;            // split-KV parts of a decode row (src/cpu/attention.cpp kSplits)
 
+// Stores the new K and V rows in the caches: batch row i of k and v (bf16 [N, row_elems]) goes to
+// row dst_row[i] of sequence row_seq[i]'s cache (seqs[].k / .v, converted to kv_dtype as
+// convert_cuda does). The destinations come from device tables, so a replayed graph step writes
+// where this step's positions say (kernels/kv_append.cu).
+void kv_append_cuda(const __nv_bfloat16* k, const __nv_bfloat16* v, const AttnSeq* seqs, const int32_t* row_seq,
+                    const int64_t* dst_row, int64_t N, int64_t row_elems, DType kv_dtype, cudaStream_t stream);
+
 // naive: scores materialised in bf16 into `scratch` (bf16 [M * n_q, max_ctx]), fp32 softmax,
 // probabilities materialised in bf16, P·V in fp32.
 void attention_naive_cuda(const AttnArgs& a, __nv_bfloat16* scratch, cudaStream_t stream);

@@ -26,6 +26,7 @@ static __global__ void __launch_bounds__(kAttnThreads) attention_flash_kernel(At
 }
 
 void attention_flash_cuda(const AttnArgs& a, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (a.M == 0) return;
   const unsigned blocks = static_cast<unsigned>(a.M * a.n_q);
   dispatch_kv(a.kv_dtype, [&](auto kv) { attention_flash_kernel<decltype(kv)><<<blocks, kAttnThreads, 0, stream>>>(a); });

@@ -52,6 +52,7 @@ static __global__ void __launch_bounds__(kAttnThreads) attention_naive_kernel(At
 }
 
 void attention_naive_cuda(const AttnArgs& a, bf16* scratch, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (a.M == 0) return;
   const unsigned blocks = static_cast<unsigned>(a.M * a.n_q);
   dispatch_kv(a.kv_dtype, [&](auto kv) {

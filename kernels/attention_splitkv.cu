@@ -58,6 +58,7 @@ static __global__ void attention_merge_kernel(AttnArgs a, const float* part, con
 }
 
 void attention_splitkv_cuda(const AttnArgs& a, float* part, float* lse, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (a.M == 0) return;
   const dim3 grid(static_cast<unsigned>(a.M * a.n_q), kSplits);
   dispatch_kv(a.kv_dtype, [&](auto kv) {

@@ -10,6 +10,8 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include "launch_gate.h"
+
 namespace degen::cuda {
 
 using bf16 = __nv_bfloat16;

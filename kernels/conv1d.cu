@@ -47,6 +47,7 @@ static __global__ void conv1d_window_kernel(const bf16* x, int64_t C, int64_t K,
 
 void conv1d_causal_cuda(const bf16* x, const bf16* w, bf16* out, int64_t C, int64_t K, const Conv1dSeq* seqs,
                         int n_seq, int64_t max_rows, DType window_dtype, bool stuck, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (n_seq == 0 || C == 0) return;
   DEGEN_ASSERT(n_seq <= 65535, "conv1d: ", n_seq, " sequences in one call");
   dispatch_float(window_dtype, "conv1d window", [&](auto zero) {

@@ -20,6 +20,7 @@ static __global__ void embed_bf16(const bf16* table, int64_t H, const int32_t* i
 }
 
 void embed_cuda(const bf16* table, int64_t H, const int32_t* ids, int64_t N, bf16* out, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (N * H == 0) return;
   embed_bf16<<<grid_for(N * H), kThreads, 0, stream>>>(table, H, ids, N, out);
   CUDA_CHECK_LAUNCH("embed_bf16");
@@ -30,6 +31,7 @@ static __global__ void add_bf16(const bf16* a, const bf16* b, bf16* out, int64_t
 }
 
 void add_cuda(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (n == 0) return;
   add_bf16<<<grid_for(n), kThreads, 0, stream>>>(a, b, out, n);
   CUDA_CHECK_LAUNCH("add_bf16");
@@ -44,6 +46,7 @@ static __global__ void sigmoid_mul_bf16(const bf16* x, const bf16* gate, bf16* o
 
 void sigmoid_mul_cuda(const bf16* x, const bf16* gate, bf16* out, int64_t R, int64_t C, bool bcast,
                       cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (R * C == 0) return;
   sigmoid_mul_bf16<<<grid_for(R * C), kThreads, 0, stream>>>(x, gate, out, R, C, bcast);
   CUDA_CHECK_LAUNCH("sigmoid_mul_bf16");
@@ -54,6 +57,7 @@ static __global__ void swiglu_bf16(const bf16* gate, const bf16* up, bf16* out, 
 }
 
 void swiglu_cuda(const bf16* gate, const bf16* up, bf16* out, int64_t n, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (n == 0) return;
   swiglu_bf16<<<grid_for(n), kThreads, 0, stream>>>(gate, up, out, n);
   CUDA_CHECK_LAUNCH("swiglu_bf16");
@@ -67,6 +71,7 @@ static __global__ void mask_logits_kernel(T* logits, int64_t R, int64_t V, const
 }
 
 void mask_logits_cuda(void* logits, DType dtype, int64_t R, int64_t V, const uint8_t* mask, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (R * V == 0) return;
   if (dtype == DType::bf16)
     mask_logits_kernel<bf16><<<grid_for(R * V), kThreads, 0, stream>>>(static_cast<bf16*>(logits), R, V, mask);

@@ -296,6 +296,7 @@ DType state_kind(DType t) {
 
 void gdn_recurrent_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs, int n_seq, DType state_dtype,
                         cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (n_seq == 0) return;
   check_shape(sh, n_seq);
   const dim3 grid(sh.n_v, (sh.d_v + kTile - 1) / kTile, n_seq), block(kTile, kRowGroups);
@@ -321,6 +322,7 @@ size_t gdn_chunked_scratch_bytes(int64_t N, const GdnShape& sh) {
 
 void gdn_chunked_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs, int n_seq, const GdnChunk* chunks,
                       int n_chunks, DType state_dtype, void* scratch, int64_t N, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (n_seq == 0 || n_chunks == 0) return;
   check_shape(sh, n_seq);
   float* Wd = static_cast<float*>(scratch);

@@ -25,6 +25,7 @@ static __global__ void gdn_gates_kernel(const bf16* a, const bf16* b, const void
 
 void gdn_gates_cuda(const bf16* a, const bf16* b, const void* A_log, DType a_log_dtype, const void* dt_bias,
                     DType dt_dtype, float* g, bf16* beta, int64_t R, int64_t nv, bool no_exp, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (R * nv == 0) return;
   DEGEN_ASSERT((a_log_dtype == DType::f32 || a_log_dtype == DType::bf16) &&
                    (dt_dtype == DType::f32 || dt_dtype == DType::bf16),

@@ -13,6 +13,7 @@ static __global__ void convert_kernel(const S* src, D* dst, int64_t n) {
 }
 
 void convert_cuda(const void* src, DType sd, void* dst, DType dd, int64_t n, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (n == 0) return;
   if (sd == dd) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * dtype_size(sd), cudaMemcpyDeviceToDevice, stream));
@@ -61,6 +62,7 @@ static void by_size(size_t es, F&& f) {
 
 void gather_cols_cuda(const void* x, int64_t R, int64_t C, const int64_t* cols, int64_t n, void* out, size_t es,
                       cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (R * n == 0) return;
   const unsigned blocks = std::min<unsigned>(blocks_for(R * n, 256), 65535u * 4);
   by_size(es, [&](auto e) {
@@ -72,6 +74,7 @@ void gather_cols_cuda(const void* x, int64_t R, int64_t C, const int64_t* cols, 
 
 void gather_rows_cuda(const void* x, int64_t C, const int64_t* rows, int64_t n, void* out, size_t es,
                       cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (n * C == 0) return;
   const unsigned blocks = std::min<unsigned>(blocks_for(n * C, 256), 65535u * 4);
   by_size(es, [&](auto e) {
@@ -105,6 +108,7 @@ static __global__ void scatter_add_rows_kernel(T* out, const T* y, int64_t C, co
 
 void scatter_add_rows_cuda(void* out, const void* y, DType dtype, int64_t C, const int64_t* rows, const float* w,
                            int64_t n, bool unique, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (n * C == 0) return;
   const unsigned blocks = std::min<unsigned>(blocks_for(unique ? n * C : C, 256), 65535u * 4);
   if (dtype == DType::bf16)

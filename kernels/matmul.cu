@@ -8,6 +8,7 @@ namespace degen::cuda {
 
 void matmul_bf16_cublas(cublasHandle_t handle, const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t in,
                         int64_t out) {
+  DEGEN_LAUNCH_GATE();
   if (N == 0 || out == 0) return;
   // note: row-major y[N, out] = x[N, in] Wᵀ is column-major yᵀ[out, N] = W_cm[in, out]ᵀ · x_cm[in, N],
   // W_cm being W's row-major bytes read column-major (leading dimension in).
@@ -56,6 +57,7 @@ static __global__ void __launch_bounds__(kTile * kTile / kRowsPerThread)
 
 void matmul_bf16_simple_cuda(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t in, int64_t out,
                              cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (N == 0 || out == 0) return;
   const dim3 block(kTile, kTile / kRowsPerThread);
   const dim3 grid(static_cast<unsigned>((out + kTile - 1) / kTile), static_cast<unsigned>((N + kTile - 1) / kTile));

@@ -69,6 +69,7 @@ static __global__ void __launch_bounds__(kThreads) moe_route_kernel(const bf16* 
 
 void moe_route_cuda(const bf16* logits, int64_t R, int E, int k, bool renormalise, int32_t* experts, float* weights,
                     cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (R == 0) return;
   const size_t shmem = size_t(E) * sizeof(float);
   if (shmem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shmem)));

@@ -31,6 +31,7 @@ static __global__ void rmsnorm_bf16(const bf16* x, const bf16* w, bf16* out, int
 
 void rmsnorm_cuda(const bf16* x, const bf16* w, bf16* out, int64_t R, int64_t C, float eps, bool plus_one,
                   cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
   rmsnorm_bf16<<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, w, out, C, eps, plus_one);
   CUDA_CHECK_LAUNCH("rmsnorm_bf16");
@@ -55,6 +56,7 @@ static __global__ void gated_rmsnorm_bf16(const bf16* x, const bf16* z, const bf
 
 void gated_rmsnorm_cuda(const bf16* x, const bf16* z, const bf16* w, bf16* out, int64_t R, int64_t C, float eps,
                         bool plus_one, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
   gated_rmsnorm_bf16<<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, z, w, out, C, eps, plus_one);
   CUDA_CHECK_LAUNCH("gated_rmsnorm_bf16");
@@ -74,6 +76,7 @@ static __global__ void l2norm_bf16(const bf16* x, bf16* out, int64_t C, float ep
 }
 
 void l2norm_cuda(const bf16* x, bf16* out, int64_t R, int64_t C, float eps, float scale, bool skip, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
   l2norm_bf16<<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, out, C, eps, scale, skip);
   CUDA_CHECK_LAUNCH("l2norm_bf16");

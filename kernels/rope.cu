@@ -28,6 +28,7 @@ static __global__ void rope_partial_bf16(bf16* x, const int64_t* pos, const floa
 
 void rope_partial_cuda(bf16* x, const int64_t* pos, const float* inv_freq, int64_t N, int64_t heads, int64_t D,
                        int rotary_dim, bool interleaved, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
   const int m = rotary_dim / 2;
   const int64_t total = N * heads * m;
   if (total == 0) return;

@@ -6,6 +6,8 @@
 //   splitkv -> kernels/attention_splitkv.cu for one-row sequences (decode), flash for the others.
 // Fault kv-off-by-one (numerics()): a one-row call writes its K/V row at pos + 1 and still attends
 // rows 0..pos, so it reads the previous step's row (or zeros) at pos.
+// The K/V store and the attention kernels read positions and cache pointers from device tables
+// uploaded with each call, so a CUDA graph replaying a decode step (graphs=on) stays correct.
 #include "attention.h"
 
 #include <algorithm>
@@ -60,23 +62,36 @@ Tensor CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v,
   const DType kv_dtype = numerics_.kv_dtype;
   cudaStream_t st = context()->stream();
 
-  // 1. append each sequence's K and V rows to its cache
+  // 1. room for each sequence's new rows. A graph step (graphs=on) never grows a cache (the new
+  // buffers would be baked into the graph): Engine::graph_key sends a step as a graph only when
+  // each cache has two rows to spare (the step's and the one the kv-off-by-one fault writes
+  // beyond it), and a plain step keeps two spare, growing geometrically, so that the next qualifies.
   const int64_t row_elems = n_kv * D;
+  std::vector<int64_t> dst_row;  // [N]: the cache row each batch row's K/V goes to
+  std::vector<int32_t> all_seq;  // [N]: its sequence
+  int64_t max_cap = 0;
   for (size_t s = 0; s < spans.size(); ++s) {
     const SeqSpan& sp = spans[s];
     KvCache& c = *caches[s];
     DEGEN_ASSERT(c.len == sp.pos0, "KV cache holds ", c.len, " rows but the sequence is at position ", sp.pos0);
+    DEGEN_ASSERT(sp.row0 == static_cast<int64_t>(dst_row.size()), "attention: spans in batch order");
     const int64_t off = sp.rows == 1 && numerics_.has(Fault::kv_off_by_one) ? 1 : 0;  // fault: row at pos + 1
-    kv_reserve(*this, c, c.len + sp.rows + off, n_kv, D, kv_dtype);
-    const size_t es = dtype_size(kv_dtype);
-    cuda::convert_cuda(static_cast<const uint8_t*>(k.raw()) + sp.row0 * row_elems * 2, DType::bf16,
-                       static_cast<uint8_t*>(c.k.raw()) + (c.len + off) * row_elems * es, kv_dtype, sp.rows * row_elems, st);
-    cuda::convert_cuda(static_cast<const uint8_t*>(v.raw()) + sp.row0 * row_elems * 2, DType::bf16,
-                       static_cast<uint8_t*>(c.v.raw()) + (c.len + off) * row_elems * es, kv_dtype, sp.rows * row_elems, st);
-    c.len += sp.rows;
+    if (graphs_segment()) {
+      if (c.capacity() < c.len + sp.rows + off)
+        throw std::logic_error("graphs=on: a KV cache would grow inside a graph step (Engine::graph_key checks the room)");
+    } else if (c.capacity() < c.len + sp.rows + 2) {
+      kv_reserve(*this, c, c.len + sp.rows + 2, n_kv, D, kv_dtype);
+    }
+    for (int64_t t = 0; t < sp.rows; ++t) {
+      dst_row.push_back(c.len + t + off);
+      all_seq.push_back(static_cast<int32_t>(s));
+    }
+    max_cap = std::max(max_cap, c.capacity());
   }
+  DEGEN_ASSERT(static_cast<int64_t>(dst_row.size()) == N, "attention: spans cover ", dst_row.size(), " of ", N, " rows");
 
-  // 2. the rows of each algorithm (splitkv: one-row sequences only; the others run flash)
+  // 2. the sequence table, the rows of each algorithm (splitkv: one-row sequences only; the others
+  // run flash), and the K/V store
   std::vector<cuda::AttnSeq> seqs(spans.size());
   std::vector<int32_t> rows[3], row_seq[3];
   int64_t max_ctx[3] = {0, 0, 0};
@@ -90,12 +105,22 @@ Tensor CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v,
       rows[a].push_back(static_cast<int32_t>(sp.row0 + t));
       row_seq[a].push_back(static_cast<int32_t>(s));
     }
-    max_ctx[a] = std::max(max_ctx[a], sp.pos0 + sp.rows);
+    // note: in a graph step the naive scores' stride is the caches' capacity, which the step's key
+    // fixes, not the context, which grows every step.
+    max_ctx[a] = std::max(max_ctx[a], graphs_segment() ? max_cap : sp.pos0 + sp.rows);
   }
   Tensor out = device_tensor({N, n_q * D}, DType::bf16, "attention");
   std::vector<uint8_t> seq_bytes(seqs.size() * sizeof(cuda::AttnSeq));
   if (!seqs.empty()) std::memcpy(seq_bytes.data(), seqs.data(), seq_bytes.size());
   Tensor dseqs = upload(seq_bytes, DType::u8, "attention sequences");
+  {
+    Tensor dseq = upload(all_seq, DType::i32, "kv store sequences");
+    Tensor ddst = upload(dst_row, DType::i64, "kv store rows");
+    cuda::kv_append_cuda(static_cast<const __nv_bfloat16*>(k.raw()), static_cast<const __nv_bfloat16*>(v.raw()),
+                         reinterpret_cast<const cuda::AttnSeq*>(dseqs.raw()), dseq.data<int32_t>(),
+                         ddst.data<int64_t>(), N, row_elems, kv_dtype, st);
+  }
+  for (size_t s = 0; s < spans.size(); ++s) caches[s]->len += spans[s].rows;
 
   // 3. one launch per algorithm
   for (int a = 0; a < 3; ++a) {

@@ -43,6 +43,18 @@ std::shared_ptr<CudaContext> CudaContext::open(int index) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking));
   CUBLAS_CHECK(cublasCreate(&c->cublas_));
   CUBLAS_CHECK(cublasSetStream(c->cublas_, c->stream_));
+  // A workspace of our own, so that cuBLAS allocates nothing inside a captured graph (graphs=on),
+  // set for every run so that graphs=on and graphs=off choose the same algorithms. 32 MiB is the
+  // size cuBLAS's documentation gives for Hopper (cublasSetWorkspace; 4 MiB before Hopper).
+  // note: after cublasSetStream, which resets the workspace to cuBLAS's default pool.
+  constexpr size_t kCublasWorkspace = size_t(32) << 20;
+  if (cudaMalloc(&c->cublas_workspace_, kCublasWorkspace) != cudaSuccess) {
+    cudaGetLastError();
+    throw UntestableError(cat("CUDA device ", index, " out of memory for the cuBLAS workspace (", gib(kCublasWorkspace), ")"));
+  }
+  c->live_ += int64_t(kCublasWorkspace);
+  c->peak_ = c->live_.load();
+  CUBLAS_CHECK(cublasSetWorkspace(c->cublas_, c->cublas_workspace_, kCublasWorkspace));
   // note: the stream-ordered pool keeps freed memory for reuse instead of returning it at every
   // synchronisation (the default threshold 0 would make each decode step re-map its scratch).
   cudaMemPool_t pool;
@@ -59,6 +71,7 @@ CudaContext::~CudaContext() {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
+  if (cublas_workspace_) cudaFree(cublas_workspace_);
 }
 
 void CudaContext::mem_info(int64_t* free_bytes, int64_t* total_bytes) const {
@@ -89,10 +102,29 @@ std::shared_ptr<uint8_t> CudaContext::alloc(const std::shared_ptr<CudaContext>& 
   int64_t peak = self->peak_.load();
   while (live > peak && !self->peak_.compare_exchange_weak(peak, live)) {}
   std::shared_ptr<CudaContext> keep = self;
-  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [keep, n](uint8_t* q) {
-    cudaFreeAsync(q, keep->stream_);  // note: errors ignored (deleters must not throw)
-    keep->live_.fetch_sub(int64_t(n));
-  });
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [keep, n](uint8_t* q) { keep->release(q, n); });
+}
+
+void CudaContext::release(void* p, size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);
+    if (capturing_) {
+      deferred_.emplace_back(p, n);
+      return;
+    }
+  }
+  cudaFreeAsync(p, stream_);  // note: errors ignored (deleters must not throw)
+  live_.fetch_sub(int64_t(n));
+}
+
+void CudaContext::set_capturing(bool on) {
+  std::vector<std::pair<void*, size_t>> now;
+  {
+    std::lock_guard<std::mutex> lock(deferred_mutex_);
+    capturing_ = on;
+    if (!on) now.swap(deferred_);
+  }
+  for (auto& [p, n] : now) release(p, n);
 }
 
 }  // namespace degen::cuda

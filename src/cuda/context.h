@@ -9,7 +9,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -50,6 +53,10 @@ class CudaContext {
 
   void sync() const;  // cudaStreamSynchronize, with the check macro
 
+  // While a CUDA graph is captured on this stream (cuda/graphs.h), buffers whose last reference
+  // goes are freed when the capture ends: a cudaFreeAsync inside it would become part of the graph.
+  void set_capturing(bool on);
+
  private:
   CudaContext() = default;
   int device_ = 0;
@@ -57,6 +64,11 @@ class CudaContext {
   cublasHandle_t cublas_ = nullptr;
   cudaDeviceProp props_{};
   std::atomic<int64_t> live_{0}, peak_{0};
+  void* cublas_workspace_ = nullptr;
+  std::mutex deferred_mutex_;
+  bool capturing_ = false;
+  std::vector<std::pair<void*, size_t>> deferred_;  // (buffer, bytes) released during a capture
+  void release(void* p, size_t n);
 };
 
 // "12.3 GiB"

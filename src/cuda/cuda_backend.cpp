@@ -8,6 +8,7 @@
 
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/graphs.h"
 #include "layout.h"
 #include "util/error.h"
 
@@ -15,7 +16,8 @@ namespace degen {
 
 using cuda::CudaContext;
 
-CudaBackend::CudaBackend(int device, GemmKind gemm) : ctx_(CudaContext::open(device)), gemm_(gemm) {
+CudaBackend::CudaBackend(int device, GemmKind gemm, bool graphs) : ctx_(CudaContext::open(device)), gemm_(gemm) {
+  if (graphs) graphs_ = std::make_unique<cuda::StepGraphs>(ctx_);
   // The GPU path's storage defaults (Engine::numerics overrides them per layer).
   numerics_.ssm_dtype = state_dtype();
   numerics_.conv_dtype = DType::bf16;
@@ -23,6 +25,7 @@ CudaBackend::CudaBackend(int device, GemmKind gemm) : ctx_(CudaContext::open(dev
 }
 
 CudaBackend::~CudaBackend() {
+  graphs_.reset();
   try {
     ctx_->sync();
   } catch (...) {  // note: never throw from a destructor; a pending fault was already reported or is moot
@@ -39,6 +42,25 @@ void CudaBackend::begin_layer(const LayerNumerics& n) { numerics_ = n; }
 
 void CudaBackend::bind_thread() { CUDA_CHECK(cudaSetDevice(ctx_->device())); }
 
+// ---- CUDA graphs ----
+
+bool CudaBackend::graph_step_begin(const std::string& key) {
+  // note: bench's GDN timing synchronises inside the step, and the sentinel guards read every
+  // buffer back: neither can run in a graph, so those steps run as plain launches.
+  if (!graphs_ || stats_.time_gdn || guard_) return false;
+  graphs_->begin(key);
+  return true;
+}
+void CudaBackend::graph_step_pause() { graphs_->pause(); }
+void CudaBackend::graph_step_resume() { graphs_->resume(); }
+void CudaBackend::graph_step_end() { graphs_->end(); }
+void CudaBackend::graph_step_abort() noexcept {
+  if (graphs_) graphs_->abort();
+}
+cuda::GraphStats CudaBackend::graph_stats() const { return graphs_ ? graphs_->stats() : cuda::GraphStats{}; }
+bool CudaBackend::graphs_segment() const { return graphs_ && graphs_->in_segment(); }
+bool CudaBackend::enqueue_allowed() { return !cuda::launches_suppressed(); }
+
 void CudaBackend::require_device(const Tensor& t, const char* op) const {
   if (t.device != Device::cuda || t.empty())
     throw std::logic_error(cat("cuda backend: ", op, " was given a ", t.empty() ? "empty" : "host", " tensor ",
@@ -47,11 +69,16 @@ void CudaBackend::require_device(const Tensor& t, const char* op) const {
 
 // ---- memory ----
 
-Tensor CudaBackend::device_tensor(std::vector<int64_t> shape, DType dtype, const char* what) {
+Tensor CudaBackend::device_tensor(std::vector<int64_t> shape, DType dtype, const char* what, bool step_buffer) {
   Tensor t;
   t.dtype = dtype;
   t.device = Device::cuda;
   t.shape = std::move(shape);
+  if (step_buffer && graphs_segment()) {
+    // a graph step's buffer: from its arena (capture, replay), or plain while it is recorded
+    t.storage = graphs_->alloc(t.nbytes(), what);
+    if (t.storage) return t;
+  }
   if (!guard_) {
     t.storage = CudaContext::alloc(ctx_, t.nbytes(), what);
     return t;
@@ -90,14 +117,14 @@ std::vector<std::string> CudaBackend::check_guards() {
 
 Tensor CudaBackend::zeros(std::vector<int64_t> shape, DType dtype) {
   Tensor t = device_tensor(std::move(shape), dtype, "zeros");
-  if (t.nbytes()) CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), ctx_->stream()));
+  if (t.nbytes() && enqueue_allowed()) CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), ctx_->stream()));
   return t;
 }
 
 Tensor CudaBackend::clone(const Tensor& t) {
   require_device(t, "clone");
   Tensor c = device_tensor(t.shape, t.dtype, "clone");
-  if (t.nbytes()) CUDA_CHECK(cudaMemcpyAsync(c.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToDevice, ctx_->stream()));
+  if (t.nbytes() && enqueue_allowed()) CUDA_CHECK(cudaMemcpyAsync(c.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToDevice, ctx_->stream()));
   return c;
 }
 
@@ -105,6 +132,7 @@ template <typename T>
 Tensor CudaBackend::upload(const std::vector<T>& v, DType dtype, const char* what) {
   DEGEN_ASSERT(dtype_size(dtype) == sizeof(T), "upload: element size");
   Tensor t = device_tensor({static_cast<int64_t>(v.size())}, dtype, what);
+  if (graphs_segment() && graphs_->upload(t.raw(), v.data(), t.nbytes(), what)) return t;  // staged
   // note: from pageable memory the copy is staged before cudaMemcpyAsync returns, so `v` may go.
   if (!v.empty()) CUDA_CHECK(cudaMemcpyAsync(t.raw(), v.data(), t.nbytes(), cudaMemcpyHostToDevice, ctx_->stream()));
   return t;
@@ -117,12 +145,15 @@ template Tensor CudaBackend::upload(const std::vector<uint8_t>&, DType, const ch
 Tensor CudaBackend::to_device(const Tensor& host) {
   DEGEN_ASSERT(host.device == Device::cpu, "to_device of a device tensor");
   Tensor t = device_tensor(host.shape, host.dtype, "to_device");
+  if (graphs_segment() && graphs_->upload(t.raw(), host.raw(), t.nbytes(), "to_device")) return t;  // staged
   if (t.nbytes()) CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), t.nbytes(), cudaMemcpyHostToDevice, ctx_->stream()));
   return t;
 }
 
 Tensor CudaBackend::to_host(const Tensor& dev) {
   require_device(dev, "to_host");
+  if (graphs_segment())
+    throw std::logic_error("graphs=on: a device tensor read on the host inside a graph step (the engine pauses the step around host reads)");
   Tensor h = host_tensor(dev.shape, dev.dtype);
   if (h.nbytes()) CUDA_CHECK(cudaMemcpyAsync(h.raw(), dev.raw(), h.nbytes(), cudaMemcpyDeviceToHost, ctx_->stream()));
   ctx_->sync();
@@ -174,14 +205,16 @@ const Tensor& CudaBackend::weight(const TensorView& w, bool keep_dtype) {
     return it->second.t;
   if (!w.data)
     throw std::logic_error(cat("cuda backend: weight ", w.name, " has no host data and no registered device copy"));
+  if (graphs_segment() && graphs_->mode() != cuda::StepGraphs::Mode::record)
+    throw std::logic_error(cat("graphs=on: weight ", w.name, " first used in a captured or replayed step"));
   // Upload as stored, then round on the device (bf16 as is; A_log / dt_bias keep f32 or bf16).
   DType to = DType::bf16;
   if (keep_dtype) to = (w.dtype == DType::bf16 || w.dtype == DType::f32) ? w.dtype : DType::f32;
-  Tensor raw = device_tensor(w.shape, w.dtype, w.name.c_str());
+  Tensor raw = device_tensor(w.shape, w.dtype, w.name.c_str(), /*step_buffer=*/false);
   if (w.nbytes) CUDA_CHECK(cudaMemcpyAsync(raw.raw(), w.data, w.nbytes, cudaMemcpyHostToDevice, ctx_->stream()));
   Tensor dev = raw;
   if (to != w.dtype) {
-    dev = device_tensor(w.shape, to, w.name.c_str());
+    dev = device_tensor(w.shape, to, w.name.c_str(), /*step_buffer=*/false);
     cuda::convert_cuda(raw.raw(), w.dtype, dev.raw(), to, w.numel(), ctx_->stream());
   }
   weight_bytes_ += static_cast<int64_t>(dev.nbytes());
@@ -209,7 +242,7 @@ Tensor CudaBackend::slice_cols(const Tensor& x, int64_t c0, int64_t n) {
   DEGEN_ASSERT(c0 >= 0 && n >= 0 && c0 + n <= C, "slice_cols ", c0, "+", n, " of ", C);
   Tensor out = device_tensor({R, n}, x.dtype, "slice_cols");
   const size_t es = dtype_size(x.dtype);
-  if (R * n != 0)
+  if (R * n != 0 && enqueue_allowed())
     CUDA_CHECK(cudaMemcpy2DAsync(out.raw(), n * es, static_cast<const uint8_t*>(x.raw()) + c0 * es, C * es, n * es, R,
                                  cudaMemcpyDeviceToDevice, ctx_->stream()));
   return out;
@@ -233,6 +266,7 @@ Tensor CudaBackend::concat_cols(const Tensor& a, const Tensor& b) {
   Tensor out = device_tensor({R, ca + cb}, a.dtype, "concat_cols");
   const size_t es = dtype_size(a.dtype), ld = (ca + cb) * es;
   uint8_t* dst = static_cast<uint8_t*>(out.raw());
+  if (!enqueue_allowed()) return out;
   if (R * ca != 0) CUDA_CHECK(cudaMemcpy2DAsync(dst, ld, a.raw(), ca * es, ca * es, R, cudaMemcpyDeviceToDevice, ctx_->stream()));
   if (R * cb != 0)
     CUDA_CHECK(cudaMemcpy2DAsync(dst + ca * es, ld, b.raw(), cb * es, cb * es, R, cudaMemcpyDeviceToDevice, ctx_->stream()));
@@ -262,7 +296,7 @@ Tensor CudaBackend::concat_rows(const std::vector<Tensor>& parts) {
   Tensor out = device_tensor({R, C}, parts[0].dtype, "concat_rows");
   size_t off = 0;
   for (const Tensor& p : parts) {
-    if (p.nbytes())
+    if (p.nbytes() && enqueue_allowed())
       CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(out.raw()) + off, p.raw(), p.nbytes(), cudaMemcpyDeviceToDevice,
                                  ctx_->stream()));
     off += p.nbytes();

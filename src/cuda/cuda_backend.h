@@ -30,7 +30,11 @@
 
 namespace degen {
 
-namespace cuda { class CudaContext; }
+namespace cuda {
+class CudaContext;
+class StepGraphs;
+struct GraphStats;
+}  // namespace cuda
 
 enum class GemmKind : uint8_t { cublas, simple };
 
@@ -55,7 +59,8 @@ struct CudaStats {
 class CudaBackend final : public Backend {
  public:
   // Opens `device` (UntestableError with the reason when it cannot).
-  explicit CudaBackend(int device = 0, GemmKind gemm = GemmKind::cublas);
+  // graphs: decode steps as CUDA graphs (graphs=on; cuda/graphs.h).
+  explicit CudaBackend(int device = 0, GemmKind gemm = GemmKind::cublas, bool graphs = false);
   ~CudaBackend() override;
 
   std::string name() const override;
@@ -123,8 +128,25 @@ class CudaBackend final : public Backend {
                      std::span<const int32_t> prompt_ids, std::span<const int32_t> generated_ids, uint32_t case_index,
                      uint32_t position) override;
 
+  // ---- CUDA graphs (graphs=on): decode steps recorded, captured, then replayed (cuda/graphs.h) ----
+  bool graphs() const override { return graphs_ != nullptr; }
+  bool graph_step_begin(const std::string& key) override;
+  void graph_step_pause() override;
+  void graph_step_resume() override;
+  void graph_step_end() override;
+  void graph_step_abort() noexcept override;
+  // Steps recorded / captured / replayed so far (zeros with graphs off).
+  cuda::GraphStats graph_stats() const;
+  // Inside a graph step and not paused: buffers come from the step's arena, host inputs are staged.
+  bool graphs_segment() const;
+  // Whether this thread may enqueue device work now (false while a graph step replays: the graph
+  // does the work). The op files check it before copies and memsets they enqueue themselves.
+  static bool enqueue_allowed();
+
   // ---- helpers shared by the op files ----
-  Tensor device_tensor(std::vector<int64_t> shape, DType dtype, const char* what);  // uninitialised
+  // Uninitialised. Inside a graph step (graphs_segment()) a step buffer comes from the step's arena;
+  // step_buffer = false for what outlives the step (weights).
+  Tensor device_tensor(std::vector<int64_t> shape, DType dtype, const char* what, bool step_buffer = true);
   // A host vector copied to a fresh device buffer (indices, positions, masks).
   template <typename T>
   Tensor upload(const std::vector<T>& v, DType dtype, const char* what);
@@ -152,6 +174,7 @@ class CudaBackend final : public Backend {
   };
   std::shared_ptr<cuda::CudaContext> ctx_;
   GemmKind gemm_;
+  std::unique_ptr<cuda::StepGraphs> graphs_;  // graphs=on
   CudaStats stats_;
   std::unordered_map<const TensorView*, CachedWeight> weights_[2];  // [keep_dtype]
   int64_t weight_bytes_ = 0;

@@ -216,6 +216,19 @@ class Backend {
                              std::span<const uint8_t> banned, std::span<const int32_t> prompt_ids,
                              std::span<const int32_t> generated_ids, uint32_t case_index, uint32_t position);
 
+  // ---- CUDA graphs for decode steps (graphs=on; see src/cuda/graphs.h) ----
+  // The engine brackets a decode step with these when graphs() is true. `key` names everything the
+  // step's launches depend on besides the host inputs its ops upload (toggles, batch shape, cache
+  // and state buffers); graph_step_begin returns false when this step runs as plain launches.
+  // Between graph_step_pause and graph_step_resume the ops may read results on the host (MoE
+  // routing). After an exception inside a step the engine calls graph_step_abort.
+  virtual bool graphs() const { return false; }
+  virtual bool graph_step_begin(const std::string& key) { (void)key; return false; }
+  virtual void graph_step_pause() {}
+  virtual void graph_step_resume() {}
+  virtual void graph_step_end() {}
+  virtual void graph_step_abort() noexcept {}
+
  protected:
   LayerNumerics numerics_;  // set by begin_layer; a backend initialises its storage dtypes to its own
 

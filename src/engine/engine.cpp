@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 
 #include <cmath>
+#include <cstdio>
 #include <thread>
 
 #include "diag/faults.h"
@@ -497,6 +498,10 @@ Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Tra
   // 1-4. router logits, softmax over all experts, top-k, renormalisation
   Tensor logits = be_.matmul(x, *m.router);
   tap(tr, Step::moe_router, l, logits, b, mtp);
+  // graphs=on: the routing is read on the host, which drives the experts, so the step's graph
+  // pauses here; `routed` is allocated before, as a buffer of the graph the next segment reads.
+  Tensor routed = be_.zeros({b.N, cfg_.hidden_size});
+  if (graph_step_) be_.graph_step_pause();
   MoeRouting route = be_.moe_route(logits, cfg_.experts_per_tok, cfg_.norm_topk_prob && !n.has(Fault::moe_no_renorm));
   // 5. routed experts: gather each expert's tokens, SwiGLU MLP, weighted scatter-add (in expert order)
   const int E = cfg_.num_experts, k = route.k;
@@ -508,12 +513,12 @@ Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Tra
       rows[e].push_back(t);
       wts[e].push_back(route.weights[t * k + i]);
     }
-  Tensor routed = be_.zeros({b.N, cfg_.hidden_size});
   for (int e = 0; e < E; ++e) {
     if (rows[e].empty()) continue;
     Tensor ye = mlp(m.experts[e], be_.gather_rows(x, rows[e]));
     be_.scatter_add_rows(routed, ye, rows[e], wts[e]);
   }
+  if (graph_step_) be_.graph_step_resume();
   tap(tr, Step::moe_routed, l, routed, b, mtp);
   // 6. shared expert with its scalar sigmoid gate
   if (!m.shared_gate) return routed;
@@ -577,6 +582,59 @@ ForwardOutput Engine::forward(const std::vector<SeqInput>& inputs, const Forward
   return out;
 }
 
+// ---- CUDA graphs (graphs=on, src/cuda/graphs.h) ----
+// A decode step runs as a graph when the backend has graphs on, every sequence brings one token,
+// nothing is traced, no hidden rows are kept, this is tensor-parallel rank 0 alone (tp = 1), and
+// every KV cache has room for the step's row and one spare (the kv-off-by-one fault writes one row
+// further), so that no cache grows inside the graph; otherwise the step runs as plain launches
+// (and grows the caches, so that the next step qualifies). The key names what the graph's
+// launches depend on besides the inputs the ops upload: the toggles and faults, the logits
+// options, the batch size, and the device buffers of every cache and state.
+std::string Engine::graph_key(const Batch& b, const ForwardOptions& fo, Trace* tr) const {
+  if (!be_.graphs() || tr || !b.one_token || fo.keep_hidden || comm_ || !peers_.empty()) return "";
+  std::string key = cat(opt_.run.str(), "|logits ", static_cast<int>(fo.logits), fo.vocab_mask ? " masked" : "", "|",
+                        b.states.size());
+  char buf[40];
+  for (const SeqState* st : b.states)
+    for (int l = 0; l < cfg_.num_layers; ++l) {
+      const void *p0, *p1;
+      if (cfg_.layer_types[static_cast<size_t>(l)] == LayerKind::full) {
+        const KvCache& c = st->kv[static_cast<size_t>(l)];
+        if (c.capacity() < c.len + 2) return "";
+        p0 = c.k.raw();
+        p1 = c.v.raw();
+      } else {
+        p0 = st->gdn[static_cast<size_t>(l)].conv.raw();
+        p1 = st->gdn[static_cast<size_t>(l)].S.raw();
+      }
+      std::snprintf(buf, sizeof buf, "|%p,%p", p0, p1);
+      key += buf;
+    }
+  return key;
+}
+
+namespace {
+// Brackets a graph step: graph_step_end() on success, graph_step_abort() when an exception leaves.
+struct GraphStepScope {
+  Backend& be;
+  bool& flag;
+  bool active = false;
+  GraphStepScope(Backend& b, bool& f, const std::string& key) : be(b), flag(f) {
+    if (!key.empty()) active = flag = be.graph_step_begin(key);
+  }
+  void end() {
+    if (!active) return;
+    active = flag = false;
+    be.graph_step_end();
+  }
+  ~GraphStepScope() {
+    if (!active) return;
+    flag = false;
+    be.graph_step_abort();
+  }
+};
+}  // namespace
+
 ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const ForwardOptions& fo, Trace* tr) {
   if (inputs.empty()) input_error("forward: no sequences given");
   // Batch layout: the rows of every sequence, concatenated in order.
@@ -607,6 +665,8 @@ ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const Fo
   // note: one-token calls always use the recurrent form, as HF does for cached decode.
   b.one_token = max_rows == 1;
 
+  GraphStepScope graph(be_, graph_step_, graph_key(b, fo, tr));
+
   // §4.1 embedding, §4.3 layers, final norm
   const LayerNumerics model_level = numerics(-1, false);
   be_.begin_layer(model_level);
@@ -634,6 +694,7 @@ ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const Fo
     out.logits = lm_head(hn, rows, fo.vocab_mask);
     tap(tr, Step::logits, -1, out.logits, lb);
   }
+  graph.end();
   return out;
 }
 

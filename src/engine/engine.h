@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/backend.h"
@@ -134,6 +135,8 @@ class Engine {
   Tensor ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Trace* tr, bool mtp, const LayerNumerics& n);
   Tensor mlp(const MlpWeights& mw, const Tensor& x);
   Tensor lm_head(const Tensor& hn, const std::vector<int64_t>& rows, const std::vector<uint8_t>* mask);
+  // graphs=on: the key of a decode step that may run as a CUDA graph, "" when it may not.
+  std::string graph_key(const Batch& b, const ForwardOptions& fo, Trace* tr) const;
   void tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp = false);
   void observe(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp);
   void tap_tp(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp);
@@ -149,6 +152,7 @@ class Engine {
   TpGroup* group_ = nullptr;                // rank 0 at tp > 1
   std::vector<std::unique_ptr<Engine>> peers_;  // rank 0 at tp > 1: ranks 1..tp-1
   bool skip_last_allreduce_ = false;        // fault tp-skip-last-allreduce
+  bool graph_step_ = false;                 // a CUDA graph step is running (forward_rank)
   std::vector<std::pair<Fault, FaultSpec>> faults_;  // the RunConfig's forward-pass faults, checked
   std::vector<int64_t> qkvz_rows_, ba_rows_;  // Qwen3-Next de-interleave permutation (spec §4.7.1)
 };

@@ -956,6 +956,7 @@ cudaError_t cudaEventCreate(cudaEvent_t* e) {
   *e = new CUevent_st();
   return cudaSuccess;
 }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
   return cudaSuccess;
