@@ -172,6 +172,7 @@ int run_run(const RunArgs& a) {
   // NaN/Inf logits: find the tensor responsible (check_weights throws naming it) or say so.
   bool warned = false;
   Trace watch;
+  watch.logits_only = true;  // graphs=on runs the decode steps as graphs
   watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
     if (ev.step != Step::logits || warned) return;
     std::vector<float> v = b.to_host_f32(t);

@@ -57,6 +57,19 @@ void CudaBackend::graph_step_end() { graphs_->end(); }
 void CudaBackend::graph_step_abort() noexcept {
   if (graphs_) graphs_->abort();
 }
+std::string CudaBackend::graph_summary() const {
+  if (!graphs_) return "";
+  const cuda::GraphStats g = graphs_->stats();
+  return cat("graphs=on: ", g.replayed, " decode steps replayed from CUDA graphs, ", g.captured, " captured, ", g.recorded,
+             " recorded with plain launches (the first step of each batch shape and cache size), ", g.segments,
+             " graph launches");
+}
+
+void CudaBackend::set_graphs(bool on) {
+  if (on && !graphs_) graphs_ = std::make_unique<cuda::StepGraphs>(ctx_);
+  if (!on) graphs_.reset();
+}
+
 cuda::GraphStats CudaBackend::graph_stats() const { return graphs_ ? graphs_->stats() : cuda::GraphStats{}; }
 bool CudaBackend::graphs_segment() const { return graphs_ && graphs_->in_segment(); }
 bool CudaBackend::enqueue_allowed() { return !cuda::launches_suppressed(); }

@@ -135,6 +135,9 @@ class CudaBackend final : public Backend {
   void graph_step_resume() override;
   void graph_step_end() override;
   void graph_step_abort() noexcept override;
+  std::string graph_summary() const override;
+  // Turns graphs on or off between steps (bench measures both on one backend and its weights).
+  void set_graphs(bool on);
   // Steps recorded / captured / replayed so far (zeros with graphs off).
   cuda::GraphStats graph_stats() const;
   // Inside a graph step and not paused: buffers come from the step's arena, host inputs are staged.

@@ -301,6 +301,7 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
       const bool track = j == i + 1;
       std::map<int64_t, TopK> seen;
       Trace watch;
+      watch.logits_only = true;  // so that graphs=on runs its decode steps as graphs
       watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
         if (ev.step != Step::logits || ev.mtp) return;
         std::vector<float> v = b.to_host_f32(t);
@@ -533,6 +534,7 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
       std::fprintf(progress, "compare: case %s: %s (%.2f s)\n", cr.id.c_str(), metrics::verdict_name(cr.verdict), cr.seconds);
     r.cases.push_back(std::move(cr));
   }
+  if (progress && !be->graph_summary().empty()) std::fprintf(progress, "compare: %s\n", be->graph_summary().c_str());
   r.fail_on_model_degeneration = opt.fail_on_model_degeneration;
   r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, opt.fail_on_model_degeneration));
   r.seconds = std::chrono::duration<double>(clock::now() - t0).count();

@@ -418,6 +418,7 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
       go.first_case = static_cast<uint32_t>(ci);
       bool nonfinite = false;
       Trace watch;
+      watch.logits_only = true;
       watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
         if (ev.step != Step::logits || nonfinite) return;
         std::vector<float> v = b.to_host_f32(t);

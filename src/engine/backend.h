@@ -228,6 +228,8 @@ class Backend {
   virtual void graph_step_resume() {}
   virtual void graph_step_end() {}
   virtual void graph_step_abort() noexcept {}
+  // One line on how the decode steps ran ("" when graphs are off).
+  virtual std::string graph_summary() const { return ""; }
 
  protected:
   LayerNumerics numerics_;  // set by begin_layer; a backend initialises its storage dtypes to its own

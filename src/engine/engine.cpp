@@ -299,6 +299,7 @@ GdnCheckpoint Engine::checkpoint_gdn(const SeqState& s) {
 
 void Engine::tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp) {
   if (!tr || !tr->on()) return;
+  if (tr->logits_only && s != Step::logits && s != Step::mtp_logits) return;
   if (comm_) return tap_tp(tr, s, layer, t, b, mtp);
   observe(tr, s, layer, t, b, mtp);
 }
@@ -584,14 +585,14 @@ ForwardOutput Engine::forward(const std::vector<SeqInput>& inputs, const Forward
 
 // ---- CUDA graphs (graphs=on, src/cuda/graphs.h) ----
 // A decode step runs as a graph when the backend has graphs on, every sequence brings one token,
-// nothing is traced, no hidden rows are kept, this is tensor-parallel rank 0 alone (tp = 1), and
+// nothing but the logits is traced (they are offered after the graph ran), no hidden rows are kept, this is tensor-parallel rank 0 alone (tp = 1), and
 // every KV cache has room for the step's row and one spare (the kv-off-by-one fault writes one row
 // further), so that no cache grows inside the graph; otherwise the step runs as plain launches
 // (and grows the caches, so that the next step qualifies). The key names what the graph's
 // launches depend on besides the inputs the ops upload: the toggles and faults, the logits
 // options, the batch size, and the device buffers of every cache and state.
 std::string Engine::graph_key(const Batch& b, const ForwardOptions& fo, Trace* tr) const {
-  if (!be_.graphs() || tr || !b.one_token || fo.keep_hidden || comm_ || !peers_.empty()) return "";
+  if (!be_.graphs() || (tr && tr->on() && !tr->logits_only) || !b.one_token || fo.keep_hidden || comm_ || !peers_.empty()) return "";
   std::string key = cat(opt_.run.str(), "|logits ", static_cast<int>(fo.logits), fo.vocab_mask ? " masked" : "", "|",
                         b.states.size());
   char buf[40];
@@ -692,6 +693,7 @@ ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const Fo
       if (fo.logits == LogitsRows::last) rows.push_back(s.row0 + s.rows - 1);
     }
     out.logits = lm_head(hn, rows, fo.vocab_mask);
+    graph.end();
     tap(tr, Step::logits, -1, out.logits, lb);
   }
   graph.end();

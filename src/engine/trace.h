@@ -95,6 +95,10 @@ using TraceObserver = std::function<void(const TraceEvent& ev, Tensor& t, Backen
 
 struct Trace {
   TraceObserver observer;
+  // The observer wants the logits only (Step::logits and mtp_logits; compare's generation watch):
+  // the other steps are not offered, and a decode step may run as a CUDA graph (graphs=on), whose
+  // logits are offered after the graph ran.
+  bool logits_only = false;
   bool on() const { return static_cast<bool>(observer); }
 };
 
