@@ -12,8 +12,9 @@
 #      (an attention one and a GDN one) that must be caught;
 #   4. `bench --backend cuda --synthetic qwen36-27b` (random weights made on the device, all 64
 #      layers unless $BENCH_LAYERS): issue 10's figures first — batch-1 decode (no MTP) as a fraction
-#      of the memory-bandwidth floor, prefill tokens/s of a 2048-token prompt and the GDN core's share
-#      of it — then batch-16 throughput with 128-token prompts;
+#      of the memory-bandwidth floor, with plain launches and as CUDA graphs, prefill tokens/s of a
+#      2048-token prompt and the GDN core's share of it, mtp=3 — then batch-16 throughput with
+#      128-token prompts;
 #   5. a short summary table, printed LAST.
 # Usage: scripts/gpu-check.sh [LOGDIR]   full logs (build.log, cuda-tests.log, compare.log, bench.log,
 #        bench-b16.log, summary.txt) go to LOGDIR when given, else to a temporary folder.
@@ -136,6 +137,7 @@ worst="$(grep '^op-check' "$logdir/cuda-tests.log" | awk '{for(i=1;i<=NF;i++) if
   | sort -g -r | head -1 | cut -d' ' -f1)"
 row "  largest op NMSE vs cpu:bf16" "${worst:-n/a}"
 grep '^e2e-check' "$logdir/cuda-tests.log" | while read -r _ m rest; do row "  e2e $m" "$(echo "$rest" | cut -c1-90)"; done
+grep '^graph-check' "$logdir/cuda-tests.log" | while read -r _ m cfg rest; do row "  graphs $m $cfg" "$(echo "$rest" | cut -c1-100)"; done
 
 # ---- 3. compare of the shipped models on backend=cuda ----
 # Whether a record holds the bf16-class noise floors a GPU path is judged with (manifest of either
@@ -180,6 +182,9 @@ for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
     row "compare $m $2" "exit $rc: ${v:-?}$note$mark"
   }
   run_compare backend=cuda "backend=cuda" 0
+  if [ "$m" = tiny-qwen35 ] || [ "$m" = tiny-qwen35-moe ]; then
+    run_compare backend=cuda,graphs=on "graphs=on" 0
+  fi
   if [ "$m" = tiny-qwen35 ]; then
     run_compare backend=cuda,attn=flash "attn=flash (prefill passes)" 0 --no-decode
     run_compare backend=cuda,attn=splitkv "attn=splitkv" 0
@@ -196,19 +201,22 @@ layers_opt=()
 layers_label="all layers"
 if [ "$bench_layers" -gt 0 ]; then layers_opt=(--layers "$bench_layers"); layers_label="first $bench_layers layers"; fi
 bench_rows() {  # LOG: summary rows of the prefill / decode lines
-  grep -E '^(prefill|decode) ' "$1" | while read -r ph b tok s tps step gms gpc gb floor; do
+  grep -E '^(prefill|decode|decode-g) ' "$1" | while read -r ph b tok s tps step gms gpc gb floor; do
     if [ "$ph" = prefill ]; then
       row "  prefill batch $b ($tok tok)" "$tps tok/s, GDN core $gms ms = $gpc of a timed prefill"
-    else
+    elif [ "$ph" = decode ]; then
       row "  decode batch $b (no MTP)" "$tps tok/s, step $step ms, $gb GB/step, $floor of the bandwidth floor"
+    else
+      row "  decode batch $b, graphs=on" "$tps tok/s, step $step ms, $gb GB/step, $floor of the bandwidth floor"
     fi
   done
+  grep -E '^graphs ' "$1" | cut -c10-200 | while read -r l; do row "  graphs" "$l"; done
 }
 t0=$(date +%s)
 lim=$(budget 150)
 if [ "$lim" -gt 10 ]; then
   timeout "$lim" "$bin" bench --backend cuda --synthetic "$bench_preset" "${layers_opt[@]}" --prefill 2048 --decode 16 \
-    --batch 1 --mtp 3 > "$logdir/bench.log" 2>&1
+    --batch 1 --mtp 3 --graphs > "$logdir/bench.log" 2>&1
   rc=$?
   row "bench $bench_preset ($layers_label), 2048-token prompt$tag" "exit $rc ($(elapsed "$t0") s)"
   grep -E '^probe' "$logdir/bench.log" | cut -c10-150 | while read -r l; do row "  probe" "$l"; done

@@ -14,6 +14,7 @@ struct BenchCudaArgs {
   std::vector<int> batches{1, 16};
   int device = 0;
   int mtp = 0;            // > 0: also greedy generation at batch 1 with this many MTP drafts per step
+  bool graphs = false;    // also the decode steps as CUDA graphs (graphs=on), against plain launches
 };
 
 int run_bench_cuda(const BenchCudaArgs& a);
