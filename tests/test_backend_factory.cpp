@@ -49,7 +49,10 @@ TEST_CASE("backend=cuda: untestable with the reason where it cannot run, the CUD
   CHECK(be->name().find("fallback") == std::string::npos);  // the GDN core runs on the device (issue 10)
   CHECK(be->act_dtype() == DType::bf16);
   CHECK(make_backend(parse_run_config("backend=cuda,gemm=simple"), cfg)->name().find("gemm-simple") != std::string::npos);
-  CHECK_THROWS_AS(make_backend(parse_run_config("backend=cuda,graphs=on"), cfg), UntestableError);
+  CHECK(make_backend(parse_run_config("backend=cuda,graphs=on"), cfg)->graphs());
+  CHECK_FALSE(be->graphs());
+  CHECK_THROWS_WITH_AS(make_backend(parse_run_config("backend=cuda,graphs=on,tp=2"), cfg),
+                       doctest::Contains("graphs=on with tp > 1 is not built"), UntestableError);
   CHECK_THROWS_AS(make_backend(parse_run_config("backend=cuda,precision=bf16"), cfg), UntestableError);
 }
 

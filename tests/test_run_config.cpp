@@ -85,6 +85,8 @@ TEST_CASE("run_config: errors name the key, the value and what is allowed") {
 
 TEST_CASE("run_config: toggles a backend cannot honour give a reason") {
   CHECK(parse_run_config("graphs=on").untestable_reason(true).find("backend=cuda") != std::string::npos);
+  CHECK(parse_run_config("backend=cuda,graphs=on,tp=2").untestable_reason(true).find("tp > 1") != std::string::npos);
+  CHECK(parse_run_config("backend=cuda,graphs=on").untestable_reason(true).empty());
   CHECK(parse_run_config("gemm=simple").untestable_reason(true).find("CUDA toggle") != std::string::npos);
   CHECK(parse_run_config("backend=cuda").untestable_reason(false).find("no CUDA backend") != std::string::npos);
   CHECK(parse_run_config("backend=cuda").untestable_reason(true).empty());

@@ -231,6 +231,8 @@ const Tensor& CudaBackend::weight(const TensorView& w, bool keep_dtype) {
     cuda::convert_cuda(raw.raw(), w.dtype, dev.raw(), to, w.numel(), ctx_->stream());
   }
   weight_bytes_ += static_cast<int64_t>(dev.nbytes());
+  // note: an expert first used between a MoE step's pause and resume is no graph's buffer
+  if (graphs_ && (graphs_->mode() == cuda::StepGraphs::Mode::off || graphs_segment())) graphs_->invalidate();
   CachedWeight& c = cache[&w];
   if (!c.t.empty()) weight_bytes_ -= static_cast<int64_t>(c.t.nbytes());
   c = CachedWeight{dev, w.data, w.nbytes, w.name};
@@ -242,6 +244,7 @@ void CudaBackend::register_weight(const TensorView& w, Tensor device_copy) {
   DEGEN_ASSERT(device_copy.numel() == w.numel(), "register_weight ", w.name);
   DEGEN_ASSERT(device_copy.dtype == DType::bf16 || device_copy.dtype == DType::f32, "register_weight ", w.name, " dtype");
   weight_bytes_ += static_cast<int64_t>(device_copy.nbytes());
+  if (graphs_) graphs_->invalidate();
   // keep-dtype lookups (A_log, dt_bias) take it as registered; bf16 lookups only a bf16 copy
   if (device_copy.dtype == DType::bf16) weights_[0][&w] = CachedWeight{device_copy, w.data, w.nbytes, w.name};
   weights_[1][&w] = CachedWeight{std::move(device_copy), w.data, w.nbytes, w.name};

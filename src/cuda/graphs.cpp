@@ -48,8 +48,24 @@ void StepGraphs::free_entries() {
   entries_.clear();
 }
 
+template <typename F>
+void StepGraphs::guarded(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    const char* what = mode_ == Mode::capture ? "captured" : mode_ == Mode::replay ? "replayed" : "recorded";
+    abort();
+    throw std::runtime_error(cat("graphs=on: a decode step could not be ", what, " as a CUDA graph: ", e.what(),
+                                 " (graphs=off runs the same steps with plain launches)"));
+  }
+}
+
 void StepGraphs::begin(const std::string& key) {
   DEGEN_ASSERT(mode_ == Mode::off, "graphs: a decode step began inside another");
+  if (stale_) {  // the weights changed: every graph may hold a buffer that is gone
+    free_entries();
+    stale_ = false;
+  }
   auto it = entries_.find(key);
   if (it == entries_.end()) {
     if (entries_.size() >= kMaxKeys) free_entries();
@@ -64,6 +80,10 @@ void StepGraphs::begin(const std::string& key) {
   key_ = key;
   paused_ = false;
   item_ = arena_off_ = staging_off_ = seg_ = 0;
+  guarded([&] { start(); });
+}
+
+void StepGraphs::start() {
   if (mode_ == Mode::capture) {
     size_t arena = 0, staging = 0;
     for (const Item& i : cur_->sig) {
@@ -152,7 +172,7 @@ void StepGraphs::close_segment() {
 void StepGraphs::pause() {
   DEGEN_ASSERT(in_segment(), "graphs: pause outside a graph segment");
   check_item('p', 0, "pause");
-  close_segment();
+  guarded([&] { close_segment(); });
   paused_ = true;
 }
 
@@ -161,11 +181,12 @@ void StepGraphs::resume() {
   paused_ = false;
   if (mode_ == Mode::capture) {
     ctx_->set_capturing(true);
-    CUDA_CHECK(cudaStreamBeginCapture(ctx_->stream(), cudaStreamCaptureModeThreadLocal));
+    guarded([&] { CUDA_CHECK(cudaStreamBeginCapture(ctx_->stream(), cudaStreamCaptureModeThreadLocal)); });
   } else if (mode_ == Mode::replay) {
     tl_suppressed = true;
   }
 }
+
 
 void StepGraphs::end() {
   DEGEN_ASSERT(in_segment(), "graphs: end outside a graph segment");
@@ -175,8 +196,10 @@ void StepGraphs::end() {
     throw std::logic_error(cat("graphs=on: this decode step ended after ", n, " of the ", want,
                                " items recorded for its key; the key misses something the step depends on"));
   }
-  close_segment();
-  if (mode_ != Mode::record) CUDA_CHECK(cudaEventRecord(cur_->done, ctx_->stream()));
+  guarded([&] {
+    close_segment();
+    if (mode_ != Mode::record) CUDA_CHECK(cudaEventRecord(cur_->done, ctx_->stream()));
+  });
   if (mode_ == Mode::capture) cur_->state = 1;
   mode_ = Mode::off;
   cur_ = nullptr;

@@ -67,6 +67,10 @@ class StepGraphs {
   // mode (the caller copies normally).
   bool upload(void* dst, const void* src, size_t n, const char* what);
 
+  // The weights on the device changed (one uploaded or replaced): graphs hold their addresses, so
+  // every key starts over at its next step.
+  void invalidate() { stale_ = true; }
+
   const GraphStats& stats() const { return stats_; }
   void reset_stats() { stats_ = GraphStats{}; }
 
@@ -86,6 +90,9 @@ class StepGraphs {
     cudaEvent_t done = nullptr;  // after the last launch: the staging block may be rewritten
     ~Entry();
   };
+  void start();  // begin()'s device part: the capture's arena, staging and stream capture
+  template <typename F>
+  void guarded(F&& f);  // f(); on an exception: abort(), then an error that names graphs=off
   void check_item(char kind, size_t bytes, const char* what);
   void close_segment();  // capture: end it and instantiate; both: launch it
   void free_entries();
@@ -96,6 +103,7 @@ class StepGraphs {
   std::string key_;
   Mode mode_ = Mode::off;
   bool paused_ = false;
+  bool stale_ = false;
   size_t item_ = 0, arena_off_ = 0, staging_off_ = 0, seg_ = 0;
   GraphStats stats_;
 };

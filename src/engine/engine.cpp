@@ -590,11 +590,12 @@ ForwardOutput Engine::forward(const std::vector<SeqInput>& inputs, const Forward
 // further), so that no cache grows inside the graph; otherwise the step runs as plain launches
 // (and grows the caches, so that the next step qualifies). The key names what the graph's
 // launches depend on besides the inputs the ops upload: the toggles and faults, the logits
-// options, the batch size, and the device buffers of every cache and state.
+// options, the batch size, the weights, and the device buffers of every cache and state (the
+// backend also drops its graphs when its device weights change).
 std::string Engine::graph_key(const Batch& b, const ForwardOptions& fo, Trace* tr) const {
   if (!be_.graphs() || (tr && tr->on() && !tr->logits_only) || !b.one_token || fo.keep_hidden || comm_ || !peers_.empty()) return "";
   std::string key = cat(opt_.run.str(), "|logits ", static_cast<int>(fo.logits), fo.vocab_mask ? " masked" : "", "|",
-                        b.states.size());
+                        b.states.size(), "|", static_cast<const void*>(&w_));
   char buf[40];
   for (const SeqState* st : b.states)
     for (int l = 0; l < cfg_.num_layers; ++l) {

@@ -48,7 +48,9 @@ struct ForwardOptions {
 };
 
 struct ForwardOutput {
-  Tensor logits;                  // [rows, V]: last row of each sequence, or every row, in batch order
+  // [rows, V]: last row of each sequence, or every row, in batch order. graphs=on: a decode step's
+  // logits live in its CUDA graph's buffers, valid until the next decode step of the same shape.
+  Tensor logits;
   Tensor hidden;                  // [N, H] after model.norm (when keep_hidden): the MTP input
   std::vector<TraceSeq> seqs;     // row layout of the batch (rows of every [N, ...] tensor)
   std::vector<int64_t> logits_row0;  // first logits row of each sequence

@@ -337,6 +337,8 @@ std::string RunConfig::untestable_reason(bool cuda_built) const {
   } else {
     if (!cuda_built) return "this build has no CUDA backend (rebuild with nvcc and -DDEGEN_CUDA=ON)";
     if (precision != Precision::ref) return "precision is a CPU toggle; the CUDA path stores bf16 by construction";
+    // note: a graph step runs rank 0 alone; every rank's all-reduces would have to be captured at once.
+    if (graphs && *graphs && tp > 1) return "graphs=on with tp > 1 is not built (decode steps of several ranks are not captured)";
   }
   return "";
 }

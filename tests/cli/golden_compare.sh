@@ -50,8 +50,8 @@ expect_out "made for another model"
 expect_exit 1 "$BIN" compare --golden "$g" --model "$WORK/r3" --allow-model-mismatch
 expect_out "--allow-model-mismatch"
 
-# Untestable configuration (graphs=on is untestable on every machine for now): 125, with JSON and JUnit saying so.
-expect_exit 125 "$BIN" compare --golden "$g" --model "$m" --config backend=cuda,graphs=on --json "$WORK/u.json" --junit "$WORK/u.xml"
+# Untestable configuration (precision is a CPU toggle, on every machine): 125, with JSON and JUnit saying so.
+expect_exit 125 "$BIN" compare --golden "$g" --model "$m" --config backend=cuda,precision=bf16 --json "$WORK/u.json" --junit "$WORK/u.xml"
 expect_out "untestable"
 grep -q '"verdict": "untestable"' "$WORK/u.json" || fail "untestable JSON"
 grep -q '<skipped' "$WORK/u.xml" || fail "untestable JUnit"

@@ -20,7 +20,7 @@ expect_out "unknown key 'colour'"
 expect_exit 128 "$BIN" run --model "$fx" --tokens 1,2 --config gdn=fast
 expect_out "expected one of chunked, recurrent"
 expect_exit 128 "$BIN" run --model "$fx" --tokens 1,2 --config temp=-1
-expect_exit 125 "$BIN" run --model "$fx" --tokens 1,2 --config backend=cuda,graphs=on  # untestable with or without a GPU
+expect_exit 125 "$BIN" run --model "$fx" --tokens 1,2 --config backend=cuda,precision=bf16  # untestable with or without a GPU
 expect_exit 128 "$BIN" run --model "$fx" --tokens 1,x
 expect_exit 128 "$BIN" run --model "$fx" --tokens 1,600
 expect_out "vocab_size"
