@@ -1,5 +1,8 @@
-// Shared test helpers: paths to the source tree and fresh temporary folders.
+// Shared test helpers: paths to the source tree, fresh temporary folders, seeded token ids.
 #pragma once
+#include <vector>
+#include <random>
+#include <cstdint>
 #include <atomic>
 #include <filesystem>
 #include <string>
@@ -28,5 +31,14 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// n token ids drawn uniformly from [0, V) with a fixed seed (the same on every backend and run).
+inline std::vector<int32_t> random_ids(size_t n, int64_t V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(V - 1));
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
 
 }  // namespace degen::test

@@ -16,6 +16,7 @@
 #include "tolerances.h"
 
 using namespace degen;
+using test::random_ids;
 using namespace degen::test;
 
 namespace {
@@ -37,14 +38,6 @@ std::vector<double> normal(size_t n, uint32_t seed, double scale = 1.0) {
   std::normal_distribution<double> d(0.0, scale);
   std::vector<double> v(n);
   for (double& x : v) x = d(rng);
-  return v;
-}
-
-std::vector<int32_t> random_ids(size_t n, int64_t V, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(V - 1));
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(rng);
   return v;
 }
 

@@ -22,6 +22,7 @@
 #include "util/error.h"
 
 using namespace degen;
+using test::random_ids;
 using namespace degen::test;
 
 namespace {
@@ -115,14 +116,6 @@ struct SynthModel {
   }
   LoadedModel* operator->() { return m.get(); }
 };
-
-std::vector<int32_t> random_ids(size_t n, int64_t V, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(V - 1));
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 // Bytes of a tensor's first `rows` rows (all rows when rows < 0).
 std::vector<uint8_t> bytes(const Tensor& t, int64_t rows = -1) {

@@ -23,6 +23,7 @@
 #include "model/weights.h"
 
 using namespace degen;
+using test::random_ids;
 
 namespace {
 
@@ -39,14 +40,6 @@ struct Model {
     w = bind_weights(cfg, *ckpt);
   }
 };
-
-std::vector<int32_t> random_ids(size_t n, int64_t V, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(V - 1));
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 std::vector<uint8_t> bytes(CudaBackend& be, const Tensor& t, int64_t rows = -1) {
   if (t.empty()) return {};

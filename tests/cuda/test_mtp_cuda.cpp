@@ -20,6 +20,7 @@
 #include "model/weights.h"
 
 using namespace degen;
+using test::random_ids;
 
 namespace {
 
@@ -42,14 +43,6 @@ struct CudaModel {
     eng = std::make_unique<Engine>(cfg, w, *be, EngineOptions{GdnAlgo::chunked});
   }
 };
-
-std::vector<int32_t> random_ids(size_t n, int64_t V, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(V - 1));
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 GenerateOptions greedy(int max_new, int k) {
   GenerateOptions go;
