@@ -222,10 +222,11 @@ int run_run(const RunArgs& a) {
   for (const auto& r : res) generated += r.tokens.size();
   std::printf("total: %zu generated tokens in %.3f s (%.1f tok/s), backend %s, config %s\n", generated, total,
               total > 0 ? generated / total : 0.0, be->name().c_str(), rc.str().c_str());
+  if (!be->graph_summary().empty()) std::printf("%s\n", be->graph_summary().c_str());
   return 0;
 }
 
-CommandRegistrar reg("run", "Generate with the CPU reference engine and print text, token count and tok/s", 20,
+CommandRegistrar reg("run", "Generate (the CPU reference by default, any --config) and print text, token count and tok/s", 20,
                      [](CLI::App* sub) -> std::function<int()> {
   auto a = std::make_shared<RunArgs>();
   sub->add_option("--model", a->model, "Model folder (config.json, *.safetensors, tokenizer.json)");
