@@ -27,7 +27,8 @@
 # so that the summary is printed in time).
 # GPU_CHECK_EMU=1: a dry run of this script on the CPU emulator of the CUDA runtime (tests/emu), on a
 # machine without a GPU: the same steps with degenbisect-emu and degen_cuda_emu_tests, the bench on
-# BENCH_PRESET (default tiny-qwen35 there, qwen36-27b on a GPU). It checks the script, not a GPU:
+# BENCH_PRESET (default tiny-qwen35 there, qwen36-27b on a GPU) with BENCH_PREFILL prompt tokens
+# (default 128 there, 2048 on a GPU). It checks the script, not a GPU:
 # its timings are CPU timings and its rows say EMULATOR.
 # Designed to finish in under 8 minutes on one H200.
 set -uo pipefail
@@ -44,9 +45,11 @@ bench_layers="${BENCH_LAYERS:-0}"
 emu="${GPU_CHECK_EMU:-0}"
 if [ "$emu" = 1 ]; then
   bench_preset="${BENCH_PRESET:-tiny-qwen35}"
+  bench_prefill="${BENCH_PREFILL:-128}"  # the emulator is slow at long prefills
   tag=" [EMULATOR]"
 else
   bench_preset="${BENCH_PRESET:-qwen36-27b}"
+  bench_prefill="${BENCH_PREFILL:-2048}"
   tag=""
 fi
 deadline=$(( t_start + ${DEADLINE:-450} ))
@@ -215,15 +218,15 @@ bench_rows() {  # LOG: summary rows of the prefill / decode lines
 t0=$(date +%s)
 lim=$(budget 150)
 if [ "$lim" -gt 10 ]; then
-  timeout "$lim" "$bin" bench --backend cuda --synthetic "$bench_preset" "${layers_opt[@]}" --prefill 2048 --decode 16 \
+  timeout "$lim" "$bin" bench --backend cuda --synthetic "$bench_preset" "${layers_opt[@]}" --prefill "$bench_prefill" --decode 16 \
     --batch 1 --mtp 3 --graphs > "$logdir/bench.log" 2>&1
   rc=$?
-  row "bench $bench_preset ($layers_label), 2048-token prompt$tag" "exit $rc ($(elapsed "$t0") s)"
+  row "bench $bench_preset ($layers_label), $bench_prefill-token prompt$tag" "exit $rc ($(elapsed "$t0") s)"
   grep -E '^probe' "$logdir/bench.log" | cut -c10-150 | while read -r l; do row "  probe" "$l"; done
   bench_rows "$logdir/bench.log"
   grep -E '^mtp ' "$logdir/bench.log" | cut -c10-200 | while read -r l; do row "  mtp=3 (random MTP head)" "$l"; done
 else
-  row "bench qwen36-27b, 2048-token prompt" "skipped: DEADLINE reached"
+  row "bench $bench_preset, $bench_prefill-token prompt" "skipped: DEADLINE reached"
 fi
 t0=$(date +%s)
 lim=$(budget 120)
