@@ -50,10 +50,14 @@ void StepGraphs::free_entries() {
 
 template <typename F>
 void StepGraphs::guarded(F&& f) {
+  const char* what = mode_ == Mode::capture ? "captured" : mode_ == Mode::replay ? "replayed" : "recorded";
   try {
     f();
+  } catch (const UntestableError& e) {  // a CUDA error, or no device memory for the arena: still 125
+    abort();
+    throw UntestableError(cat("graphs=on: a decode step could not be ", what, " as a CUDA graph: ", e.what(),
+                              " (graphs=off runs the same steps with plain launches)"));
   } catch (const std::exception& e) {
-    const char* what = mode_ == Mode::capture ? "captured" : mode_ == Mode::replay ? "replayed" : "recorded";
     abort();
     throw std::runtime_error(cat("graphs=on: a decode step could not be ", what, " as a CUDA graph: ", e.what(),
                                  " (graphs=off runs the same steps with plain launches)"));

@@ -168,4 +168,15 @@ TEST_CASE("cuda graphs: a step that does not match its key's record is an error,
   std::vector<float> again = be.to_host_f32(step(4));
   CHECK(again == std::vector<float>(16, 1.0f));
   CHECK(be.graph_stats().recorded == 2);
+  // a synchronisation inside a capture invalidates it (CUDA's rule): the error comes out, abort
+  // ends the capture, and the next step of the key is recorded again
+  REQUIRE(be.graph_step_begin("k"));  // captured
+  (void)be.add(be.slice_cols(x, 0, 4), be.slice_cols(x, 0, 4));
+  CHECK_THROWS_AS(be.sync(), UntestableError);
+  be.graph_step_abort();
+  CHECK(be.to_host_f32(step(4)) == std::vector<float>(16, 1.0f));
+  CHECK(be.graph_stats().recorded == 3);
+  CHECK(be.to_host_f32(step(4)) == std::vector<float>(16, 1.0f));  // captured
+  CHECK(be.to_host_f32(step(4)) == std::vector<float>(16, 1.0f));  // replayed
+  CHECK(be.graph_stats().replayed == 3);  // with the replay that failed its check above
 }
