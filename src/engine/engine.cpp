@@ -585,15 +585,18 @@ ForwardOutput Engine::forward(const std::vector<SeqInput>& inputs, const Forward
 
 // ---- CUDA graphs (graphs=on, src/cuda/graphs.h) ----
 // A decode step runs as a graph when the backend has graphs on, every sequence brings one token,
-// nothing but the logits is traced (they are offered after the graph ran), no hidden rows are kept, this is tensor-parallel rank 0 alone (tp = 1), and
-// every KV cache has room for the step's row and one spare (the kv-off-by-one fault writes one row
-// further), so that no cache grows inside the graph; otherwise the step runs as plain launches
-// (and grows the caches, so that the next step qualifies). The key names what the graph's
+// nothing but the logits is traced (they are offered after the graph ran), no hidden rows are
+// kept, there is no tensor parallelism (tp = 1), and every KV cache has room for the step's row
+// and one spare (the kv-off-by-one fault writes one row further), so that no cache grows inside
+// the graph; otherwise the step runs as plain launches (and grows the caches, so that the next
+// step qualifies). The key names what the graph's
 // launches depend on besides the inputs the ops upload: the toggles and faults, the logits
 // options, the batch size, the weights, and the device buffers of every cache and state (the
 // backend also drops its graphs when its device weights change).
 std::string Engine::graph_key(const Batch& b, const ForwardOptions& fo, Trace* tr) const {
-  if (!be_.graphs() || (tr && tr->on() && !tr->logits_only) || !b.one_token || fo.keep_hidden || comm_ || !peers_.empty()) return "";
+  if (!be_.graphs() || (tr && tr->on() && !tr->logits_only) || !b.one_token || fo.keep_hidden || comm_ ||
+      !peers_.empty())
+    return "";
   std::string key = cat(opt_.run.str(), "|logits ", static_cast<int>(fo.logits), fo.vocab_mask ? " masked" : "", "|",
                         b.states.size(), "|", static_cast<const void*>(&w_));
   char buf[40];
