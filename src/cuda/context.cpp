@@ -106,9 +106,10 @@ std::shared_ptr<uint8_t> CudaContext::alloc(const std::shared_ptr<CudaContext>& 
 }
 
 void CudaContext::release(void* p, size_t n) {
-  {
+  // note: every buffer's deleter comes here; only during a capture does it take the lock
+  if (capturing_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(deferred_mutex_);
-    if (capturing_) {
+    if (capturing_.load(std::memory_order_relaxed)) {
       deferred_.emplace_back(p, n);
       return;
     }
@@ -121,7 +122,7 @@ void CudaContext::set_capturing(bool on) {
   std::vector<std::pair<void*, size_t>> now;
   {
     std::lock_guard<std::mutex> lock(deferred_mutex_);
-    capturing_ = on;
+    capturing_.store(on, std::memory_order_release);
     if (!on) now.swap(deferred_);
   }
   for (auto& [p, n] : now) release(p, n);

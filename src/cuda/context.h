@@ -66,7 +66,7 @@ class CudaContext {
   std::atomic<int64_t> live_{0}, peak_{0};
   void* cublas_workspace_ = nullptr;
   std::mutex deferred_mutex_;
-  bool capturing_ = false;
+  std::atomic<bool> capturing_{false};  // written under deferred_mutex_; read first without it
   std::vector<std::pair<void*, size_t>> deferred_;  // (buffer, bytes) released during a capture
   void release(void* p, size_t n);
 };

@@ -232,7 +232,7 @@ const Tensor& CudaBackend::weight(const TensorView& w, bool keep_dtype) {
   }
   weight_bytes_ += static_cast<int64_t>(dev.nbytes());
   // note: an expert first used between a MoE step's pause and resume is no graph's buffer
-  if (graphs_ && (graphs_->mode() == cuda::StepGraphs::Mode::off || graphs_segment())) graphs_->invalidate();
+  if (graphs_ && !graphs_->paused()) graphs_->invalidate();
   CachedWeight& c = cache[&w];
   if (!c.t.empty()) weight_bytes_ -= static_cast<int64_t>(c.t.nbytes());
   c = CachedWeight{dev, w.data, w.nbytes, w.name};

@@ -79,7 +79,7 @@ void StepGraphs::begin(const std::string& key) {
     stats_.recorded++;
   } else {
     cur_ = it->second.get();
-    mode_ = cur_->state == 0 ? Mode::capture : Mode::replay;
+    mode_ = cur_->captured() ? Mode::replay : Mode::capture;
   }
   key_ = key;
   paused_ = false;
@@ -191,7 +191,6 @@ void StepGraphs::resume() {
   }
 }
 
-
 void StepGraphs::end() {
   DEGEN_ASSERT(in_segment(), "graphs: end outside a graph segment");
   if (mode_ != Mode::record && item_ != cur_->sig.size()) {
@@ -204,7 +203,6 @@ void StepGraphs::end() {
     close_segment();
     if (mode_ != Mode::record) CUDA_CHECK(cudaEventRecord(cur_->done, ctx_->stream()));
   });
-  if (mode_ == Mode::capture) cur_->state = 1;
   mode_ = Mode::off;
   cur_ = nullptr;
 }
@@ -223,9 +221,9 @@ void StepGraphs::abort() noexcept {
   cur_ = nullptr;
   try {
     ctx_->sync();
-    entries_.erase(key_);  // recorded again from scratch next time
   } catch (...) {  // note: a device fault is reported by the next checked call
   }
+  entries_.erase(key_);  // recorded again from scratch next time (its destructor throws nothing)
 }
 
 }  // namespace degen::cuda

@@ -54,6 +54,8 @@ class StepGraphs {
   Mode mode() const { return mode_; }
   // A graph step is running and not paused: the ops' buffers and inputs go through alloc/upload.
   bool in_segment() const { return mode_ != Mode::off && !paused_; }
+  // Between pause() and resume(): the ops run as plain launches on ordinary memory.
+  bool paused() const { return paused_; }
 
   void begin(const std::string& key);
   void pause();
@@ -82,7 +84,7 @@ class StepGraphs {
   };
   struct Entry {
     std::vector<Item> sig;
-    int state = 0;  // 0 recorded, 1 captured
+    bool captured() const { return !segs.empty(); }  // (an entry whose capture failed is dropped)
     size_t arena_bytes = 0, staging_bytes = 0;
     std::shared_ptr<uint8_t> arena;
     uint8_t* staging = nullptr;  // pinned

@@ -779,7 +779,9 @@ static cudaError_t check_side(const void* p, size_t n, bool device, const char* 
   return cudaSuccess;
 }
 
-static cudaError_t emu_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* call) {
+// Which sides of a copy of `kind` are device memory (*dd, *sd), each side checked.
+static cudaError_t copy_sides(const void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* call,
+                              bool* dd_out, bool* sd_out) {
   bool dd = false, sd = false;
   switch (kind) {
     case cudaMemcpyHostToDevice: dd = true; break;
@@ -794,6 +796,14 @@ static cudaError_t emu_copy(void* dst, const void* src, size_t n, cudaMemcpyKind
   }
   if (cudaError_t e = check_side(dst, n, dd, call, "destination")) return e;
   if (cudaError_t e = check_side(src, n, sd, call, "source")) return e;
+  *dd_out = dd;
+  *sd_out = sd;
+  return cudaSuccess;
+}
+
+static cudaError_t emu_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* call) {
+  bool dd, sd;
+  if (cudaError_t e = copy_sides(dst, src, n, kind, call, &dd, &sd)) return e;
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -808,10 +818,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
 // device sides are checked at capture and again at every launch.
 static cudaError_t capture_copy(cudaStream_t s, void* dst, const void* src, size_t n, cudaMemcpyKind kind,
                                 const char* call) {
-  const bool dd = kind == cudaMemcpyDefault ? emu::is_device_range(dst, 0) : kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyHostToHost;
-  const bool sd = kind == cudaMemcpyDefault ? emu::is_device_range(src, 0) : kind != cudaMemcpyHostToDevice && kind != cudaMemcpyHostToHost;
-  if (cudaError_t e = check_side(dst, n, dd, call, "destination")) return e;
-  if (cudaError_t e = check_side(src, n, sd, call, "source")) return e;
+  bool dd, sd;
+  if (cudaError_t e = copy_sides(dst, src, n, kind, call, &dd, &sd)) return e;
   if ((!dd && !emu::is_pinned(dst, n)) || (!sd && !emu::is_pinned(src, n))) {
     report("%s captured with pageable host memory (%p): a graph copies from / to that address at every launch; "
            "use pinned memory (cudaMallocHost)", call, dd ? src : dst);
