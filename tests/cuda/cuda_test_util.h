@@ -1,6 +1,6 @@
-// Helpers of the GPU op tests: seeded inputs scaled like real activations (bf16-exact, so every
-// backend gets the same values), host-owned weights, NaN/Inf counts, NMSE, and the one-line result
-// records that scripts/gpu-check.sh collects ("op-check ...").
+// Helpers of the GPU tests: a synthetic model on disk, seeded inputs scaled like real activations
+// (bf16-exact, so every backend gets the same values), host-owned weights, NaN/Inf counts, NMSE,
+// and the one-line result records that scripts/gpu-check.sh collects ("op-check ...").
 #pragma once
 #include <cmath>
 #include <cstdio>
@@ -9,10 +9,33 @@
 #include <string>
 #include <vector>
 
+#include "../helpers.h"
 #include "engine/backend.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "model/synth.h"
+#include "model/weights.h"
 #include "util/dtype.h"
 
 namespace degen::test {
+
+// A synthetic preset written to a temporary folder, opened and bound (the weights stay on the host;
+// each test makes the backends it compares). mtp: with the MTP layer.
+struct SynthModel {
+  TempDir dir{"cuda-model"};
+  ModelConfig cfg;
+  std::unique_ptr<Checkpoint> ckpt;
+  ModelWeights w;
+  explicit SynthModel(const std::string& preset, bool mtp = false) {
+    const SynthPreset& sp = find_synth_preset(preset);
+    SynthOptions o = sp.options;
+    if (mtp) o.mtp = true;
+    synth_checkpoint(sp.config, o, dir.path());
+    cfg = load_model_config(dir.path());
+    ckpt = Checkpoint::open(dir.path());
+    w = bind_weights(cfg, *ckpt);
+  }
+};
 
 // n values ~ N(0, scale²) rounded to bf16 (exactly representable in every backend's dtype).
 inline std::vector<double> randn_bf16(size_t n, double scale, uint32_t seed) {

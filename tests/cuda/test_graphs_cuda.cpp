@@ -8,38 +8,21 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
-#include <random>
 
-#include "../helpers.h"
+#include "cuda_test_util.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/graphs.h"
 #include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/run_config.h"
-#include "model/config.h"
-#include "model/safetensors.h"
-#include "model/synth.h"
-#include "model/weights.h"
 
 using namespace degen;
 using test::random_ids;
 
 namespace {
 
-struct Model {
-  test::TempDir dir{"graphs-cuda"};
-  ModelConfig cfg;
-  std::unique_ptr<Checkpoint> ckpt;
-  ModelWeights w;
-  explicit Model(const std::string& preset) {
-    const SynthPreset& sp = find_synth_preset(preset);
-    synth_checkpoint(sp.config, sp.options, dir.path());
-    cfg = load_model_config(dir.path());
-    ckpt = Checkpoint::open(dir.path());
-    w = bind_weights(cfg, *ckpt);
-  }
-};
+using Model = test::SynthModel;
 
 std::vector<uint8_t> bytes(CudaBackend& be, const Tensor& t, int64_t rows = -1) {
   if (t.empty()) return {};

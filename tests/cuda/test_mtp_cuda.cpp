@@ -7,38 +7,23 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
-#include <random>
 
-#include "../helpers.h"
+#include "cuda_test_util.h"
 #include "cuda/cuda_backend.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/spec_decode.h"
-#include "model/config.h"
-#include "model/safetensors.h"
-#include "model/synth.h"
-#include "model/weights.h"
 
 using namespace degen;
 using test::random_ids;
 
 namespace {
 
-struct CudaModel {
-  test::TempDir dir{"mtp-cuda"};
-  ModelConfig cfg;
-  std::unique_ptr<Checkpoint> ckpt;
-  ModelWeights w;
+// A preset with its MTP layer, on backend=cuda.
+struct CudaModel : test::SynthModel {
   std::unique_ptr<CudaBackend> be;
   std::unique_ptr<Engine> eng;
-  explicit CudaModel(const std::string& preset) {
-    const SynthPreset& sp = find_synth_preset(preset);
-    SynthOptions o = sp.options;
-    o.mtp = true;
-    synth_checkpoint(sp.config, o, dir.path());
-    cfg = load_model_config(dir.path());
-    ckpt = Checkpoint::open(dir.path());
-    w = bind_weights(cfg, *ckpt);
+  explicit CudaModel(const std::string& preset) : SynthModel(preset, /*mtp=*/true) {
     be = std::make_unique<CudaBackend>(0);
     eng = std::make_unique<Engine>(cfg, w, *be, EngineOptions{GdnAlgo::chunked});
   }
