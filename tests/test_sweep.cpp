@@ -184,6 +184,8 @@ TEST_CASE("sweep: closing table and main effects") {
   CHECK(me.find("ssm_dtype      fp16") != std::string::npos);
   CHECK(me.find("bad 4/4 with, 0/8 without") != std::string::npos);   // every fp16 cell is bad
   CHECK(me.find("bad 2/6 with, 2/6 without") != std::string::npos);   // attn is irrelevant
+  CHECK(me.find("-> attn: no effect (2/6 bad with each value)") != std::string::npos);
+  CHECK(me.find("-> ssm_dtype: effect (bad:") != std::string::npos);
 }
 
 TEST_CASE("sweep: matrix files") {

@@ -421,6 +421,7 @@ std::string sweep_main_effects(const SweepMatrix& m, const std::vector<SweepRow>
   for (const auto& r : rows) bad += r.summary.verdict == "bad";
   os << "main effects (bad cells with a value / cells with it, against those without it):\n";
   for (size_t a = 0; a < m.axes.size(); ++a) {
+    std::vector<std::pair<size_t, size_t>> fractions;  // (bad, cells) per value
     for (const auto& v : m.axes[a].values) {
       size_t with = 0, bad_with = 0;
       for (const auto& r : rows)
@@ -432,6 +433,23 @@ std::string sweep_main_effects(const SweepMatrix& m, const std::vector<SweepRow>
       std::snprintf(buf, sizeof buf, "  %-14s %-40s bad %zu/%zu with, %zu/%zu without\n", m.axes[a].name.c_str(),
                     v.c_str(), bad_with, with, bad - bad_with, total - with);
       os << buf;
+      fractions.push_back({bad_with, with});
+    }
+    // The axis's conclusion: no effect when every value has the same share of bad cells (the seed's
+    // "switched the attention backend, still degenerate"), else the shares side by side.
+    bool same = true;
+    for (const auto& f : fractions)
+      same = same && f.first * fractions.front().second == fractions.front().first * f.second;
+    if (fractions.size() >= 2) {
+      if (same) {
+        os << "  -> " << m.axes[a].name << ": no effect (" << fractions.front().first << "/" << fractions.front().second
+           << " bad with each value)\n";
+      } else {
+        os << "  -> " << m.axes[a].name << ": effect (bad:";
+        for (size_t i = 0; i < fractions.size(); ++i)
+          os << " " << m.axes[a].values[i] << " " << fractions[i].first << "/" << fractions[i].second;
+        os << ")\n";
+      }
     }
   }
   return os.str();
