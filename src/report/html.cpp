@@ -39,6 +39,7 @@ tr.culprit td{background:#fdecea;font-weight:600}tr.over td{background:#fff6f5}
 .plot,.grid{max-width:100%;height:auto;display:block;margin:8px 0}
 .plots{display:flex;flex-wrap:wrap;gap:8px}
 .sbs{display:grid;grid-template-columns:1fr 1fr;gap:12px;margin:6px 0 14px}
+.sbs .loop{outline:2px solid #c62828;background:#ffebee}.sbs .loop-label{color:#c62828;font-weight:normal;font-size:12px}
 .sbs pre{white-space:pre-wrap;word-break:break-word;background:#fafafa;border:1px solid #e0e0e0;padding:8px;margin:0;font-size:12.5px;max-height:360px;overflow:auto}
 mark{background:#ffe0b2;color:#7a2e00;border-bottom:2px solid #ef6c00}
 .note{color:#555;font-size:13px}.warn{color:#8a4b00}
@@ -403,12 +404,31 @@ std::string text_pair(const json& k) {
     const json& t = g["text"];
     const std::string golden = s(t["golden"]), tested = s(t["tested"]);
     const size_t n = std::min<size_t>(t["common_prefix_bytes"].get<size_t>(), std::min(golden.size(), tested.size()));
-    auto side = [&](const std::string& title, const std::string& text) {
-      return "<div><h4>" + h(title) + "</h4><pre>" + h(text.substr(0, n)) + (n < text.size() ? "<mark>" + h(text.substr(n)) + "</mark>" : "") +
-             "</pre></div>";
+    // Highlighted from the first difference (n); the loop, from its onset to the end, framed in red
+    // and labelled with its period.
+    auto side = [&](const std::string& title, const std::string& text, const json& loop_at, const char* onset_key,
+                    const char* period_key) {
+      const size_t lb = loop_at.is_number_unsigned() ? std::min<size_t>(loop_at.get<size_t>(), text.size()) : text.size();
+      auto piece = [&](size_t a, size_t b) {  // [a, b) with the difference highlight
+        std::string r;
+        if (a < std::min(b, n)) r += h(text.substr(a, std::min(b, n) - a));
+        if (std::max(a, n) < b) r += "<mark>" + h(text.substr(std::max(a, n), b - std::max(a, n))) + "</mark>";
+        return r;
+      };
+      std::string body = piece(0, lb);
+      std::string label;
+      if (lb < text.size()) {
+        label = cat("loop from token ", opt_int_str(g[onset_key]),
+                    g[period_key].is_number() ? cat(", period ", g[period_key].get<int64_t>(), " tokens") : std::string());
+        body += "<span class=\"loop\" title=\"" + h(label) + "\">" + piece(lb, text.size()) + "</span>";
+      }
+      return "<div><h4>" + h(title) + (label.empty() ? "" : " <span class=\"loop-label\">" + h(label) + "</span>") +
+             "</h4><pre>" + body + "</pre></div>";
     };
-    o += side("golden (CPU reference)", golden) + side("tested", tested) + "</div>";
-    o += "<p class=\"note\">Highlighted: from the first character that differs. Text decoded with " + h(s(t["source"])) + ".</p>";
+    o += side("golden (CPU reference)", golden, t.value("golden_loop_bytes", json()), "golden_loop_onset", "golden_tail_period") +
+         side("tested", tested, t.value("tested_loop_bytes", json()), "loop_onset", "tail_period") + "</div>";
+    o += "<p class=\"note\">Highlighted: from the first character that differs; framed in red: the loop, from its onset "
+         "to the end. Text decoded with " + h(s(t["source"])) + ".</p>";
     return o;
   }
   // No tokenizer: the token ids, highlighted from the first divergence.

@@ -194,6 +194,7 @@ json compare_case(const json& c, const Tokenizer* tok, const std::string& tok_so
               {"golden_degenerate", opt_bool(gd, "degenerate")},
               {"golden_rule", str_or_null(gd, "rule")},
               {"golden_loop_onset", int_or_null(opt_int(gd, "loop_onset"))},
+              {"golden_tail_period", int_or_null(opt_int(gd, "tail_period"))},
               {"cause", str_or_null(g, "cause")},
               {"verdict", str_or_null(g, "verdict")}};
   // The text: from the result itself when it carries it, else decoded with the model's tokenizer.
@@ -215,6 +216,16 @@ json compare_case(const json& c, const Tokenizer* tok, const std::string& tok_so
     tested = utf8_truncate(sanitize_utf8(tested), opt.max_text_bytes);
     golden = utf8_truncate(sanitize_utf8(golden), opt.max_text_bytes);
     text = {{"golden", golden}, {"tested", tested}, {"common_prefix_bytes", utf8_common_prefix(golden, tested)}, {"source", source}};
+    // Where each text's loop starts, in bytes of the shown text (the tokens before the loop onset,
+    // decoded the same way); null without a loop, a tokenizer, or when the loop starts past the cut.
+    auto loop_bytes = [&](const json& ids, std::optional<int64_t> onset, const std::string& shown) -> json {
+      if (!onset || !tok || !ids.is_array() || *onset < 0 || static_cast<size_t>(*onset) > ids.size()) return nullptr;
+      const json head(ids.begin(), ids.begin() + *onset);
+      const size_t at = sanitize_utf8(decode_tokens(*tok, head)).size();
+      return at < shown.size() ? json(at) : json(nullptr);
+    };
+    text["tested_loop_bytes"] = loop_bytes(gen["tokens"], opt_int(d, "loop_onset"), tested);
+    text["golden_loop_bytes"] = loop_bytes(gen["golden_tokens"], opt_int(gd, "loop_onset"), golden);
   }
   gen["text"] = text;
   o["generation"] = gen;

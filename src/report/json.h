@@ -53,7 +53,9 @@
 //                                            "degenerate", "rule", "reason", "golden_degenerate",
 //                                            "golden_rule", "golden_loop_onset", "cause", "verdict",
 //                                            "text": {"golden", "tested", "common_prefix_bytes",
-//                                                     "source"} | null}}] }]
+//                                                     "source", "tested_loop_bytes",
+//                                                     "golden_loop_bytes"} | null}}] }]
+//   (*_loop_bytes: byte offset in that text where its loop onset is, or null)
 // }
 #pragma once
 #include <filesystem>
