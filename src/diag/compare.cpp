@@ -67,7 +67,8 @@ json logits_json(const LogitsResult& l) {
           {"top1_agree", l.top1_agree}};
 }
 
-// Ids whose bytes are whitespace only (they do not count as answer content).
+}  // namespace
+
 std::vector<int32_t> whitespace_ids(const Tokenizer& tok) {
   std::vector<int32_t> out;
   for (int32_t id = 0; id < tok.vocab_end(); ++id) {
@@ -78,6 +79,8 @@ std::vector<int32_t> whitespace_ids(const Tokenizer& tok) {
   }
   return out;
 }
+
+namespace {
 
 constexpr int kGenTopK = 20;  // log-probs kept per generated position for the consistency check
 

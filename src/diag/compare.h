@@ -150,6 +150,9 @@ struct CompareResult {
 CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, const CompareOptions& opt,
                              const BackendFactory& factory, std::FILE* progress = nullptr);
 
+// Ids whose bytes are whitespace only: they do not count as answer content (empty_content).
+std::vector<int32_t> whitespace_ids(const Tokenizer& tok);
+
 // The text printed on stdout: a compact per-layer table (worst over the cases; per_case: one table
 // per case), one line per case, the reasons, and the verdict.
 std::string format_compare(const CompareResult& r, bool per_case = false);
