@@ -544,6 +544,63 @@ def make_fixture(name, spec, outroot):
     return facts
 
 
+# --------------------------------------------------------------------------------------
+# The shipped trained model (models/tiny-trained): HF loads the checkpoint as released and
+# computes the same references on real text; plus the chat template and tokenizer on a few
+# conversations. The checkpoint is not copied: the test reads it from models/.
+# --------------------------------------------------------------------------------------
+TRAINED_TEXT = ("Here are some facts to remember.\nMira lives in Oslo.\nThe code of Tom is 4821.\n\n"
+                "Once upon a time, in the quiet town of Bergen, there lived a baker named Ida. Ida had a grey cat "
+                "named Otto and an old lamp. In the morning, Ida walked to the busy market with Otto. \"Look at the "
+                "sky,\" said Ida. Otto the cat ran after a duck across the river.\n\nQ: Where does Mira live?\nA:")
+
+CHATS = [
+    dict(messages=[{"role": "user", "content": "What is 2+2?"}], enable_thinking=True),
+    dict(messages=[{"role": "user", "content": "  Count from 5 to 9.  "}], enable_thinking=False),
+    dict(messages=[{"role": "system", "content": "You are a helpful assistant."},
+                   {"role": "user", "content": "Name three colors."}], enable_thinking=True),
+    dict(messages=[{"role": "user", "content": "Tell me a short story about a café owner in Malmö."}],
+         enable_thinking=False),
+]
+
+
+def make_trained_fixture(model_dir, outdir):
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+    os.makedirs(outdir, exist_ok=True)
+    model, info = Qwen3_5ForConditionalGeneration.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+    model.eval()
+    for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        assert not info.get(k), (k, info.get(k))
+    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    ids = tok.encode(TRAINED_TEXT, add_special_tokens=False).ids
+    assert len(ids) >= T_PROMPT, len(ids)
+    input_ids = torch.tensor(ids[:T_PROMPT], dtype=torch.int64)
+    tc = text_config(model.config)
+    spec = {"R": int(tc.head_dim * tc.rope_parameters["partial_rotary_factor"])}
+    with torch.no_grad():
+        refs, facts = run_reference(spec, model, input_ids)
+    refs = {k: v.contiguous() for k, v in refs.items()}
+    meta = {"source": f"tools/make_hf_fixtures.py --trained (transformers {transformers.__version__}, "
+                      f"torch {torch.__version__.split('+')[0]}, safetensors {safetensors.__version__}); "
+                      f"model {model_dir}; T={T_PROMPT} N={N_GEN}"}
+    safetensors.torch.save_file(refs, os.path.join(outdir, "reference.safetensors"), metadata=meta)
+    # chat template (tokenizer_config.json) and tokenizer, as HF applies them
+    at = AutoTokenizer.from_pretrained(model_dir)
+    chats = []
+    for c in CHATS:
+        text = at.apply_chat_template(c["messages"], tokenize=False, add_generation_prompt=True,
+                                      enable_thinking=c["enable_thinking"])
+        chats.append({"messages": c["messages"], "enable_thinking": c["enable_thinking"], "text": text,
+                      "ids": tok.encode(text, add_special_tokens=False).ids})
+    with open(os.path.join(outdir, "chat.json"), "w") as f:
+        json.dump({"source": meta["source"], "chats": chats}, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    facts["prompt"] = TRAINED_TEXT[:60] + "..."
+    return facts
+
+
 def environment_checks():
     import importlib.util
     env = {m: importlib.util.find_spec(m) is not None
@@ -559,6 +616,8 @@ def main():
                                                    "..", "tests", "fixtures", "hf"))
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--trained", metavar="MODEL_DIR", help="only the fixture of the shipped trained model "
+                    "(e.g. models/tiny-trained) into OUT/../hf-trained")
     args = ap.parse_args()
     outroot = os.path.normpath(args.out)
     os.makedirs(outroot, exist_ok=True)
@@ -566,6 +625,13 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, "
           f"safetensors {safetensors.__version__}")
     print("optional kernels importable:", environment_checks())
+    if args.trained:
+        out = os.path.join(os.path.dirname(outroot), "hf-trained")
+        facts = make_trained_fixture(args.trained, out)
+        print(f"\n== hf-trained ({args.trained}) -> {out}")
+        for k, v in facts.items():
+            print(f"   {k}: {v}")
+        return 0
     for name, spec in FIXTURES.items():
         if args.only and name not in args.only:
             continue

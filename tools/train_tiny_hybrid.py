@@ -15,8 +15,8 @@ that HF's forward pass gives the same logits as this one on the same weights (so
 in HF, and therefore in degenbisect, what they meant in training).
 
 Never run by make. Steps (each resumable, all outputs under --work, default out/tiny-trained):
-  python3 tools/train_tiny_hybrid.py data       # corpus (tools/tiny_corpus.py) + tokenizer + token ids
-  python3 tools/train_tiny_hybrid.py train      # resumes from WORK/ckpt.pt when interrupted
+  python3 tools/train_tiny_hybrid.py data       # both stages' corpora (tools/tiny_corpus.py), tokenizer, token ids
+  python3 tools/train_tiny_hybrid.py train      # stage 1 then stage 2 (STAGES); resumes from WORK/ckpt*.pt
   python3 tools/train_tiny_hybrid.py export --out models/tiny-trained
   python3 tools/train_tiny_hybrid.py check-hf --model models/tiny-trained
   python3 tools/train_tiny_hybrid.py speed      # tokens/s of this forward+backward vs HF's
@@ -81,31 +81,83 @@ CHUNK = 64                      # GDN chunk (spec §4.7.6)
 # spends the first steps on short sequences (cheap, most of the grammar) and ends on long ones
 # (the recurrent state across several chunks, the 512+ token generations of the long-decode suite).
 CURRICULUM = [(128, 0.15), (256, 0.25), (512, 0.35), (1024, 0.25)]
-TRAIN = dict(tokens=8_000_000, tokens_per_step=8192, lr=3e-3, min_lr=2e-4, warmup=60, wd=0.1,
-             mtp_weight=0.5, corpus_tokens=12_000_000, seed=1, ckpt_every=25, eval_every=100)
+TRAIN = dict(wd=0.1, mtp_weight=0.5, ckpt_every=50, eval_every=200)
+# Three stages. Stage 1 learns the language from scratch on the main mix. Each later stage continues
+# from the previous one's last weights and optimizer state with a fresh warm-up and cosine: stage 2
+# on a mix weighted towards facts recalled after a story and arithmetic (tiny_corpus.STAGE2_*),
+# which stage 1 had not learnt when it ended; stage 3 adds copy lists (tiny_corpus.STAGE3_*),
+# because stage 2 recalled numbers but not words (models/README.md has the curves and figures).
+STAGES = {
+    1: dict(mix="stage1", seed=1, corpus_tokens=12_000_000, tokens=8_000_000, tokens_per_step=4096,
+            curriculum=CURRICULUM, lr=3e-3, min_lr=2e-4, warmup=60, files=("ids.npy", "starts.npy", "ckpt.pt")),
+    2: dict(mix="stage2", seed=2, corpus_tokens=6_000_000, tokens=4_000_000, tokens_per_step=4096,
+            curriculum=[(1024, 1.0)], lr=1.5e-3, min_lr=1e-4, warmup=40, files=("ids2.npy", "starts2.npy", "ckpt2.pt")),
+    3: dict(mix="stage3", seed=3, corpus_tokens=5_000_000, tokens=3_000_000, tokens_per_step=4096,
+            curriculum=[(1024, 1.0)], lr=1.5e-3, min_lr=1e-4, warmup=40, files=("ids3.npy", "starts3.npy", "ckpt3.pt")),
+}
+
+
+def check_config(c=CONFIG):
+    """Refuses a model config this trainer (and the Qwen3.5 layout) cannot use, naming the field."""
+    def need(cond, msg):
+        if not cond:
+            sys.exit(f"config: {msg}")
+    for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+              "linear_value_head_dim", "linear_conv_kernel_dim", "intermediate_size"):
+        need(isinstance(c.get(k), int) and c[k] > 0, f"{k} must be a positive integer, found {c.get(k)!r}")
+    need(len(c["layer_types"]) == c["num_hidden_layers"],
+         f"layer_types has {len(c['layer_types'])} entries, expected num_hidden_layers = {c['num_hidden_layers']}")
+    need(set(c["layer_types"]) <= {"linear_attention", "full_attention"},
+         f"layer_types may hold linear_attention and full_attention only, found {sorted(set(c['layer_types']))}")
+    need(c["linear_num_value_heads"] % c["linear_num_key_heads"] == 0,
+         f"linear_num_value_heads ({c['linear_num_value_heads']}) must be a multiple of linear_num_key_heads "
+         f"({c['linear_num_key_heads']})")
+    need(c["num_attention_heads"] % c["num_key_value_heads"] == 0,
+         f"num_attention_heads ({c['num_attention_heads']}) must be a multiple of num_key_value_heads "
+         f"({c['num_key_value_heads']})")
+    R = int(c["head_dim"] * c["rope_parameters"]["partial_rotary_factor"])
+    need(R > 0 and R % 2 == 0, f"head_dim x partial_rotary_factor = {R} must be a positive even number")
+    need(sum(c["rope_parameters"]["mrope_section"]) == R // 2,
+         f"mrope_section {c['rope_parameters']['mrope_section']} must sum to R/2 = {R // 2}")
+    need(c["vocab_size"] >= TOKENIZER_VOCAB + len(SPECIALS),
+         f"vocab_size {c['vocab_size']} < the tokenizer's {TOKENIZER_VOCAB} tokens + {len(SPECIALS)} specials")
+
+
+def load_ids(work, stage):
+    """The token ids and document starts of `data` for a stage, checked against the tokenizer and the model."""
+    ids_path, starts_path = (os.path.join(work, f) for f in STAGES[stage]["files"][:2])
+    if not (os.path.exists(ids_path) and os.path.exists(starts_path)):
+        sys.exit(f"train: {work} has no ids.npy / starts.npy; run the `data` step first")
+    ids, starts = np.load(ids_path), np.load(starts_path)
+    if ids.ndim != 1 or ids.dtype != np.uint16 or len(ids) < 100_000:
+        sys.exit(f"train: {ids_path} holds {ids.dtype} {ids.shape}; expected at least 100000 uint16 token ids "
+                 "(rebuild it with `data --force`)")
+    if int(ids.max()) >= TOKENIZER_VOCAB + len(SPECIALS):
+        sys.exit(f"train: {ids_path} has id {int(ids.max())}, but the tokenizer defines only "
+                 f"{TOKENIZER_VOCAB + len(SPECIALS)} ids (a corpus made with another tokenizer?)")
+    if starts.ndim != 1 or len(starts) < 100 or starts.min() < 0 or starts.max() >= len(ids) or np.any(np.diff(starts) <= 0):
+        sys.exit(f"train: {starts_path} is not an increasing list of document starts inside ids.npy")
+    return ids, starts
 
 
 # ---------------------------------------------------------------------------------------------
 # Data
-def cmd_data(args):
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
-    os.makedirs(args.work, exist_ok=True)
-    ids_path = os.path.join(args.work, "ids.npy")
-    if os.path.exists(ids_path) and not args.force:
-        print(f"data: {ids_path} exists (use --force to rebuild)", file=sys.stderr)
-        return
-    # 1. documents until the corpus holds about corpus_tokens tokens (4.3 characters per token here)
-    t0 = time.time()
-    docs, chars, target = [], 0, TRAIN["corpus_tokens"] * 4.3
-    for d in tiny_corpus.documents(TRAIN["seed"]):
+def make_docs(stage):
+    """A stage's documents until they hold about corpus_tokens tokens (4.3 characters per token here)."""
+    st = STAGES[stage]
+    docs, chars, target = [], 0, st["corpus_tokens"] * 4.3
+    for d in tiny_corpus.documents(st["seed"], st["mix"]):
         docs.append(d)
         chars += len(d)
         if chars >= target:
             break
-    print(f"data: {len(docs)} documents, {chars / 1e6:.1f} M characters ({time.time() - t0:.0f} s)", file=sys.stderr)
+    return docs, chars
 
-    # 2. byte-level BPE with the Qwen3.5 split pattern; special tokens are not part of the merges
+
+def train_tokenizer(docs, path):
+    """Byte-level BPE with the Qwen3.5 split pattern; the special tokens are not part of the merges."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -126,25 +178,39 @@ def cmd_data(args):
         sys.exit(f"data: the BPE trainer made {tok.get_vocab_size()} tokens, expected {TOKENIZER_VOCAB}; "
                  "the corpus is too small or too uniform for this vocabulary")
     tok.add_special_tokens(SPECIALS)
-    tok_path = os.path.join(args.work, "tokenizer.json")
-    tok.save(tok_path)
     for i, s in enumerate(SPECIALS):
         assert tok.token_to_id(s) == TOKENIZER_VOCAB + i, s
+    tok.save(path)
+    return tok
 
-    # 3. token ids, documents joined by <|endoftext|>; doc start offsets for batching
-    eot = tok.token_to_id("<|endoftext|>")
-    enc = tok.encode_batch(docs, add_special_tokens=False)
-    starts, ids = [], []
-    for e in enc:
-        starts.append(len(ids))
-        ids.extend(e.ids)
-        ids.append(eot)
-    ids = np.asarray(ids, dtype=np.uint16)
-    np.save(ids_path + ".tmp.npy", ids)
-    np.save(os.path.join(args.work, "starts.npy"), np.asarray(starts, dtype=np.int64))
-    os.replace(ids_path + ".tmp.npy", ids_path)
-    print(f"data: {len(ids) / 1e6:.2f} M tokens, {len(ids) / chars * 1e6 / 1e6:.3f} tokens per char; "
-          f"tokenizer {tok_path}", file=sys.stderr)
+
+def cmd_data(args):
+    from tokenizers import Tokenizer
+    os.makedirs(args.work, exist_ok=True)
+    tok_path = os.path.join(args.work, "tokenizer.json")
+    for stage in sorted(STAGES):
+        ids_path, starts_path = (os.path.join(args.work, f) for f in STAGES[stage]["files"][:2])
+        if os.path.exists(ids_path) and not args.force:
+            print(f"data: {ids_path} exists (use --force to rebuild)", file=sys.stderr)
+            continue
+        t0 = time.time()
+        docs, chars = make_docs(stage)
+        print(f"data: stage {stage}: {len(docs)} documents, {chars / 1e6:.1f} M characters ({time.time() - t0:.0f} s)",
+              file=sys.stderr)
+        # the tokenizer is trained on stage 1's corpus (the main mix) and serves both stages
+        tok = train_tokenizer(docs, tok_path) if stage == 1 else Tokenizer.from_file(tok_path)
+        # token ids, documents joined by <|endoftext|>; document start offsets for batching
+        eot = tok.token_to_id("<|endoftext|>")
+        starts, ids = [], []
+        for e in tok.encode_batch(docs, add_special_tokens=False):
+            starts.append(len(ids))
+            ids.extend(e.ids)
+            ids.append(eot)
+        ids = np.asarray(ids, dtype=np.uint16)
+        np.save(starts_path, np.asarray(starts, dtype=np.int64))
+        np.save(ids_path + ".tmp.npy", ids)
+        os.replace(ids_path + ".tmp.npy", ids_path)
+        print(f"data: stage {stage}: {len(ids) / 1e6:.2f} M tokens; tokenizer {tok_path}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,6 +411,13 @@ class TinyHybrid(nn.Module):
                     p.fill_(1.0)
                 elif p.ndim == 1:
                     p.zero_()                                                             # zero-centred norms
+                elif name == "embed_tokens.weight":
+                    # note: a large embedding keeps each token's identity visible in the residual stream
+                    # against the layers' outputs. With HF's std 0.02 (and weight decay on it), a first
+                    # run's residual grew to 200x the embedding by the last layer, and after 450 steps
+                    # its predictions did not depend on the token two positions back (no copying of
+                    # names at all); see models/README.md.
+                    p.normal_(0, 0.5, generator=g)
                 elif name.endswith("conv1d"):
                     p.normal_(0, 1 / math.sqrt(p.shape[-1]), generator=g)
                 else:
@@ -381,19 +454,20 @@ class TinyHybrid(nn.Module):
 
 # ---------------------------------------------------------------------------------------------
 # Training
-def lr_at(step, total):
-    if step < TRAIN["warmup"]:
-        return TRAIN["lr"] * (step + 1) / TRAIN["warmup"]
-    t = (step - TRAIN["warmup"]) / max(1, total - TRAIN["warmup"])
-    return TRAIN["min_lr"] + 0.5 * (TRAIN["lr"] - TRAIN["min_lr"]) * (1 + math.cos(math.pi * min(1.0, t)))
+def lr_at(st, step, total):
+    """Linear warm-up, then cosine from lr to min_lr over the stage."""
+    if step < st["warmup"]:
+        return st["lr"] * (step + 1) / st["warmup"]
+    t = (step - st["warmup"]) / max(1, total - st["warmup"])
+    return st["min_lr"] + 0.5 * (st["lr"] - st["min_lr"]) * (1 + math.cos(math.pi * min(1.0, t)))
 
 
-def schedule():
-    """[(first step, seq_len, batch)] from the curriculum and the token budget."""
+def schedule(st):
+    """[(first step, seq_len, batch, steps)] of a stage from its curriculum and token budget; total steps."""
     out, step = [], 0
-    for T, share in CURRICULUM:
-        n = int(round(TRAIN["tokens"] * share / TRAIN["tokens_per_step"]))
-        out.append((step, T, max(1, TRAIN["tokens_per_step"] // T), n))
+    for T, share in st["curriculum"]:
+        n = int(round(st["tokens"] * share / st["tokens_per_step"]))
+        out.append((step, T, max(1, st["tokens_per_step"] // T), n))
         step += n
     return out, step
 
@@ -422,44 +496,67 @@ def val_batches(ids, starts, T=512, n=8):
     return out
 
 
-def cmd_train(args):
+def make_optimizer(model, lr):
+    # no weight decay on norms, A_log, dt_bias and the embedding (it would shrink the embedding back)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and n != "embed_tokens.weight"]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or n == "embed_tokens.weight"]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": TRAIN["wd"]},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def stage_done(work, stage):
+    """The stage's checkpoint exists and holds its last step."""
+    path = os.path.join(work, STAGES[stage]["files"][2])
+    return os.path.exists(path) and torch.load(path, weights_only=False)["step"] >= schedule(STAGES[stage])[1]
+
+
+def cmd_train(args, stage):
+    st = STAGES[stage]
     torch.set_num_threads(args.threads)
-    ids = np.load(os.path.join(args.work, "ids.npy"))
-    starts = np.load(os.path.join(args.work, "starts.npy"))
-    sched, total = schedule()
+    ids, starts = load_ids(args.work, stage)
+    sched, total = schedule(st)
     model = TinyHybrid(CONFIG)
-    model.init_weights(TRAIN["seed"])
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": TRAIN["wd"]},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=TRAIN["lr"], betas=(0.9, 0.95), eps=1e-8)
-    ckpt = os.path.join(args.work, "ckpt.pt")
+    opt = make_optimizer(model, st["lr"])
+    ckpt = os.path.join(args.work, st["files"][2])
     log_path = os.path.join(args.work, "train_log.jsonl")
     step, elapsed = 0, 0.0
     if os.path.exists(ckpt):
-        st = torch.load(ckpt, weights_only=False)
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        step, elapsed = st["step"], st["elapsed"]
-        print(f"train: resumed at step {step}/{total} ({elapsed / 60:.1f} min so far)", file=sys.stderr)
+        saved = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        step, elapsed = saved["step"], saved["elapsed"]
+        print(f"train: stage {stage}: resumed at step {step}/{total} ({elapsed / 60:.1f} min so far)", file=sys.stderr)
+    elif stage == 1:
+        model.init_weights(st["seed"])
+    else:  # continue from the previous stage's last weights and optimizer state
+        prev = os.path.join(args.work, STAGES[stage - 1]["files"][2])
+        if not stage_done(args.work, stage - 1):
+            sys.exit(f"train: stage {stage} starts from stage {stage - 1}'s last checkpoint, and {prev} is missing "
+                     f"or unfinished; run `train --stage {stage - 1}` first")
+        saved = torch.load(prev, weights_only=False)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+    if step >= total:
+        print(f"train: stage {stage} is complete ({ckpt})", file=sys.stderr)
+        return
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"train: {n_params / 1e6:.2f} M parameters, {total} steps, {TRAIN['tokens'] / 1e6:.1f} M tokens; "
-          f"curriculum {[(T, B, n) for _, T, B, n in sched]}", file=sys.stderr)
+    print(f"train: stage {stage}: {n_params / 1e6:.2f} M parameters, {total} steps, {st['tokens'] / 1e6:.1f} M tokens; "
+          f"curriculum (T, batch, steps) {[(T, B, n) for _, T, B, n in sched]}", file=sys.stderr)
     vals = val_batches(ids, starts)
 
     def save():
-        st = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed}
-        torch.save(st, ckpt + ".tmp")
+        saved = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed}
+        torch.save(saved, ckpt + ".tmp")
         os.replace(ckpt + ".tmp", ckpt)
 
     with open(log_path, "a") as log:
         t_last = time.time()
         while step < total:
-            _, T, B, _ = [s for s in sched if s[0] <= step][-1]
-            lr = lr_at(step, total)
+            _, T, B, _ = [x for x in sched if x[0] <= step][-1]
+            lr = lr_at(st, step, total)
             for grp in opt.param_groups:
                 grp["lr"] = lr
-            xb = batch(ids, starts, step, T, B, TRAIN["seed"])
+            xb = batch(ids, starts, step, T, B, st["seed"])
             model.train()
             loss, main, mtp = model.loss(xb, TRAIN["mtp_weight"])
             opt.zero_grad(set_to_none=True)
@@ -472,7 +569,9 @@ def cmd_train(args):
             t_last = now
             rec = {"step": step, "T": T, "lr": round(lr, 6), "loss": round(main.item(), 4),
                    "mtp_loss": round(mtp.item(), 4), "grad_norm": round(gn.item(), 3),
-                   "tokens": step * TRAIN["tokens_per_step"], "elapsed_s": round(elapsed, 1)}
+                   "tokens": step * st["tokens_per_step"], "elapsed_s": round(elapsed, 1)}
+            if stage > 1:
+                rec = {"stage": stage, **rec}
             if step % TRAIN["eval_every"] == 0 or step == total:
                 model.eval()
                 with torch.no_grad():
@@ -482,14 +581,14 @@ def cmd_train(args):
             log.write(json.dumps(rec) + "\n")
             log.flush()
             if step % 10 == 0 or "val_loss" in rec:
-                rate = TRAIN["tokens_per_step"] * step / max(elapsed, 1e-9)
-                eta = (total - step) * TRAIN["tokens_per_step"] / max(rate, 1e-9)
-                print(f"step {step}/{total} T={T} loss {rec['loss']:.3f} mtp {rec['mtp_loss']:.3f}"
+                rate = st["tokens_per_step"] * step / max(elapsed, 1e-9)
+                eta = (total - step) * st["tokens_per_step"] / max(rate, 1e-9)
+                print(f"stage {stage} step {step}/{total} T={T} loss {rec['loss']:.3f} mtp {rec['mtp_loss']:.3f}"
                       + (f" val {rec['val_loss']:.3f}/{rec['val_mtp_loss']:.3f}" if "val_loss" in rec else "")
                       + f" lr {lr:.2e} {rate:.0f} tok/s eta {eta / 60:.0f} min", file=sys.stderr, flush=True)
             if step % TRAIN["ckpt_every"] == 0 or step == total:
                 save()
-    print(f"train: done, {elapsed / 60:.1f} min", file=sys.stderr)
+    print(f"train: stage {stage} done, {elapsed / 60:.1f} min", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -541,7 +640,14 @@ def cmd_export(args):
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     torch.manual_seed(0)
-    ckpt = torch.load(os.path.join(args.work, "ckpt.pt"), weights_only=False)
+    stage = args.stage or max(STAGES)
+    path = os.path.join(args.work, STAGES[stage]["files"][2])
+    if not os.path.exists(path):
+        sys.exit(f"export: {path} is missing; run `train --stage {stage}` first")
+    ckpt = torch.load(path, weights_only=False)
+    if ckpt["step"] < schedule(STAGES[stage])[1] and not args.stage:
+        sys.exit(f"export: stage {stage} stopped at step {ckpt['step']} of {schedule(STAGES[stage])[1]}; "
+                 "finish it with `train`, or name the stage to export anyway (--stage)")
     model = TinyHybrid(CONFIG)
     model.load_state_dict(ckpt["model"])
     os.makedirs(args.out, exist_ok=True)
@@ -597,7 +703,7 @@ def cmd_export(args):
         json.dump(tiny_corpus.heldout_file(), f, indent=1)
         f.write("\n")
     size = os.path.getsize(os.path.join(args.out, "model.safetensors"))
-    print(f"export: {args.out} (model.safetensors {size / 1e6:.1f} MB, step {ckpt['step']})", file=sys.stderr)
+    print(f"export: {args.out} (model.safetensors {size / 1e6:.1f} MB, stage {stage} step {ckpt['step']})", file=sys.stderr)
 
 
 def load_exported(model_dir):
@@ -617,7 +723,8 @@ def cmd_check_hf(args):
     ours = load_exported(args.model)
     hf = Qwen3_5ForConditionalGeneration.from_pretrained(args.model, dtype=torch.float32,
                                                          attn_implementation="eager").eval()
-    ids = np.load(os.path.join(args.work, "ids.npy"))[:300].astype(np.int64)
+    ids, _ = load_ids(args.work, 1)
+    ids = ids[:300].astype(np.int64)
     x = torch.from_numpy(ids)[None]
     with torch.no_grad():
         a = ours.lm_head(ours.trunk(x))
@@ -669,15 +776,24 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seq", type=int, default=512, help="speed: sequence length")
     ap.add_argument("--force", action="store_true", help="data: rebuild even if present")
-    ap.add_argument("--tokens", type=float, help="train: token budget (default %d; a smoke run of the pipeline "
-                    "uses e.g. 2e4)" % TRAIN["tokens"])
+    ap.add_argument("--stage", type=int, choices=sorted(STAGES),
+                    help="train: only this stage (default: each in turn); export: this stage's checkpoint, finished or not")
+    ap.add_argument("--tokens", type=float, help="train: token budget of each stage (default %s; a smoke run of "
+                    "the pipeline uses e.g. 2e4)" % ", ".join(f"{s['tokens']:.0f}" for s in STAGES.values()))
     args = ap.parse_args()
-    if args.tokens:
-        TRAIN["tokens"] = int(args.tokens)
+    if args.tokens is not None:
+        for st in STAGES.values():
+            if not args.tokens >= st["tokens_per_step"]:
+                sys.exit(f"--tokens must be at least one step ({st['tokens_per_step']} tokens), found {args.tokens:g}")
+            st["tokens"] = int(args.tokens)
+    if args.threads < 1:
+        sys.exit(f"--threads must be >= 1, found {args.threads}")
+    check_config()
     if args.step in ("data", "all"):
         cmd_data(args)
     if args.step in ("train", "all"):
-        cmd_train(args)
+        for stage in [args.stage] if args.stage else sorted(STAGES):
+            cmd_train(args, stage)
     if args.step in ("export", "all"):
         cmd_export(args)
     if args.step in ("check-hf", "all"):
