@@ -367,18 +367,6 @@ def chat_list(r):
     return q, reason, "\n".join(f"{i + 1}. {x.capitalize()}" for i, x in enumerate(items)), None
 
 
-def word_list(r, lo, hi):
-    pool = NAMES_F + NAMES_M + PLACES + ANIMALS + OBJECTS + COLORS + FOODS + JOBS + ADJS
-    words = [r.choice(pool) if r.random() < 0.9 else str(r.randint(0, 999)) for _ in range(r.randint(lo, hi))]
-    return " ".join(words)
-
-
-def chat_repeat(r):
-    w = word_list(r, 3, 24)
-    q = r.choice([f"Repeat these words: {w}", f"Please say this back to me: {w}", f"Copy this list: {w}"])
-    return q, "The user wants the same words back, in the same order.", w + ".", w
-
-
 SYSTEMS = ["You are a helpful assistant.", "You are a friendly assistant who answers briefly.",
            "Answer the questions of the user."]
 CHAT_KINDS = [(chat_arith, 0.24), (chat_recall, 0.26), (chat_story, 0.2), (chat_count, 0.1),
@@ -414,23 +402,7 @@ STAGE2_CHAT_KINDS = [(chat_arith, 0.3), (chat_recall, 0.45), (chat_story, 0.1), 
 STAGE2_DOC_KINDS = [(doc_story, 0.12), (doc_memory, 0.33), (doc_count, 0.05),
                     (lambda r: doc_chat(r, STAGE2_CHAT_KINDS), 0.5)]
 
-
-def doc_copy(r):
-    """A list of random words and numbers, then the same list again: a token can only be predicted by
-    finding where it appeared before (induction), for every word of the vocabulary alike."""
-    w = word_list(r, 4, 40)
-    head = r.choice(["Repeat after me:", "Say it again:", "Copy the list:", "Listen and repeat:"])
-    return f"{head} {w}.\n{w}."
-
-
-# The third stage: stage 2 ended able to recall numbers after a story but not words (it had no
-# general copying of word tokens: "red lamp, blue parrot; red lamp, blue" did not continue with
-# "parrot"). Copy lists and repeat requests teach that, beside the recall documents.
-STAGE3_CHAT_KINDS = [(chat_arith, 0.2), (chat_recall, 0.45), (chat_repeat, 0.2), (chat_story, 0.05),
-                     (chat_count, 0.05), (chat_next, 0.05)]
-STAGE3_DOC_KINDS = [(doc_story, 0.1), (doc_memory, 0.25), (doc_copy, 0.2), (doc_count, 0.05),
-                    (lambda r: doc_chat(r, STAGE3_CHAT_KINDS), 0.4)]
-MIXES = {"stage1": DOC_KINDS, "stage2": STAGE2_DOC_KINDS, "stage3": STAGE3_DOC_KINDS}
+MIXES = {"stage1": DOC_KINDS, "stage2": STAGE2_DOC_KINDS}
 
 
 def documents(seed, mix="stage1"):

@@ -82,18 +82,15 @@ CHUNK = 64                      # GDN chunk (spec §4.7.6)
 # (the recurrent state across several chunks, the 512+ token generations of the long-decode suite).
 CURRICULUM = [(128, 0.15), (256, 0.25), (512, 0.35), (1024, 0.25)]
 TRAIN = dict(wd=0.1, mtp_weight=0.5, ckpt_every=50, eval_every=200)
-# Three stages. Stage 1 learns the language from scratch on the main mix. Each later stage continues
-# from the previous one's last weights and optimizer state with a fresh warm-up and cosine: stage 2
-# on a mix weighted towards facts recalled after a story and arithmetic (tiny_corpus.STAGE2_*),
-# which stage 1 had not learnt when it ended; stage 3 adds copy lists (tiny_corpus.STAGE3_*),
-# because stage 2 recalled numbers but not words (models/README.md has the curves and figures).
+# Two stages. Stage 1 learns the language from scratch on the main mix. Stage 2 continues from
+# stage 1's last weights and optimizer state with a fresh warm-up and cosine, on a mix weighted
+# towards facts recalled after a story and arithmetic (tiny_corpus.STAGE2_*), which stage 1 had not
+# learnt when it ended (the README's "The shipped model" has the curves and figures).
 STAGES = {
     1: dict(mix="stage1", seed=1, corpus_tokens=12_000_000, tokens=8_000_000, tokens_per_step=4096,
             curriculum=CURRICULUM, lr=3e-3, min_lr=2e-4, warmup=60, files=("ids.npy", "starts.npy", "ckpt.pt")),
     2: dict(mix="stage2", seed=2, corpus_tokens=6_000_000, tokens=4_000_000, tokens_per_step=4096,
             curriculum=[(1024, 1.0)], lr=1.5e-3, min_lr=1e-4, warmup=40, files=("ids2.npy", "starts2.npy", "ckpt2.pt")),
-    3: dict(mix="stage3", seed=3, corpus_tokens=5_000_000, tokens=3_000_000, tokens_per_step=4096,
-            curriculum=[(1024, 1.0)], lr=1.5e-3, min_lr=1e-4, warmup=40, files=("ids3.npy", "starts3.npy", "ckpt3.pt")),
 }
 
 
