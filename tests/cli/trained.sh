@@ -49,6 +49,23 @@ expect_out "within 2 points (or one item) of the reference"
 expect_exit 1 "$BIN" -q eval --model "$M" --config "fault=$BUG" --limit 20 --mtp-max 0
 expect_out "verdict: bad (exit 1): task accuracy differs by"
 
+# the fault table, one fault: both scopes, compare's verdict, the free-running and question figures
+expect_exit 0 "$BIN" -q eval --model "$M" --golden "$G/long-decode" --faults --fault conv-window-stuck \
+  --case greedy-recall --limit 4 --fault-questions 8 --mtp-max 0 --json "$WORK/faults.json"
+expect_out "conv-window-stuck        all GDN layers"
+expect_out "conv-window-stuck        layer 4"
+python3 - "$WORK/faults.json" <<'PY' || fail "fault table JSON"
+import json, sys
+rows = json.load(open(sys.argv[1]))["faults"]
+assert [r["scope"] for r in rows] == ["all GDN layers", "layer 4"], rows
+for r in rows:
+    assert r["verdict"] == "bad" and r["exit_code"] == 1 and r["cases"] == 1 and r["questions"] == 8, r
+    assert r["first_layer"] is not None and r["example"].startswith("greedy-recall: "), r
+PY
+expect_exit 128 "$BIN" eval --model "$M" --faults --limit 2                       # the table needs the record
+expect_exit 128 "$BIN" eval --model "$M" --golden "$G/long-decode" --faults --fault nope --limit 2 --mtp-max 0
+expect_out "--fault 'nope' is not in the catalogue"
+
 # 4. The seed's scenario: a GDN bug in every cell, three attention backends.
 expect_exit 1 "$BIN" -q sweep --golden "$G/smoke" --model "$M" --base "precision=bf16,fault=$BUG" \
   --axis attn=naive,flash,splitkv --case two-plus-two --out "$WORK/sweep"
