@@ -1,6 +1,6 @@
 # degenbisect: the commands a new user needs.
 #   make test    install missing Debian packages, configure, build, run every test (ctest)
-#   make demo    build, then run the main job on the shipped (synthetic) model
+#   make demo    build, then run the main job on the shipped trained model (models/tiny-trained)
 #   make build   configure and build only
 #   make models  synthesize the shipped tiny models into models/
 #   make clean   remove build outputs
