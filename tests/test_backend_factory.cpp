@@ -5,7 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "build_config.h"
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
 #include "model/config.h"
 #include "model/synth.h"
 #include "util/error.h"

@@ -1,4 +1,4 @@
-// The fault catalogue (DESIGN.md §7, src/diag/faults.cpp) in the forward pass: every fault breaks
+// The fault catalogue (DESIGN.md §7, src/engine/faults.cpp) in the forward pass: every fault breaks
 // the run it is injected into at its catalogue op, and leaves every layer before its scope bit for
 // bit as the clean run; scopes that cannot host a fault are input errors naming the layer kind;
 // faults that cannot act on a model or need tensor parallelism are untestable; hand cases for the
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <set>
 
-#include "diag/faults.h"
+#include "engine/faults.h"
 #include "tolerances.h"
 #include "toggle_test_util.h"
 

@@ -13,7 +13,8 @@
 #include <random>
 #include <set>
 
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
+#include "diag/metrics.h"
 #include "engine/generate.h"
 #include "engine/spec_decode.h"
 #include "engine_test_util.h"

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/faults.h"
+#include "engine/faults.h"
 #include "engine/run_config.h"
 #include "helpers.h"
 #include "model/safetensors.h"

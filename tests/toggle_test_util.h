@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
 #include "engine_test_util.h"
 #include "model/synth.h"
 

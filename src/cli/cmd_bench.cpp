@@ -16,14 +16,16 @@
 #include <vector>
 
 #include "build_config.h"
-#include "cli/bench_cuda.h"
 #include "cli/command.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/eigen.h"
+#if DEGEN_WITH_CUDA
+#include "cuda/bench.h"
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -206,7 +208,7 @@ int run_bench(const BenchArgs& a) {
 #if DEGEN_WITH_CUDA
     if (!a.preset.empty()) input_error("bench --backend cuda: use --synthetic PRESET (weights made on the device)");
     if (a.precision != "ref") input_error("bench --backend cuda: --precision is a CPU option");
-    BenchCudaArgs c;
+    cuda::BenchArgs c;
     c.model = a.model;
     c.synthetic = a.synthetic;
     c.layers = a.layers;
@@ -216,7 +218,7 @@ int run_bench(const BenchArgs& a) {
     c.device = global_options().device;
     c.mtp = a.mtp;
     c.graphs = a.graphs;
-    return run_bench_cuda(c);
+    return cuda::run_bench(c);
 #else
     throw UntestableError("bench: this build has no CUDA backend (rebuild with nvcc and -DDEGEN_CUDA=ON)");
 #endif

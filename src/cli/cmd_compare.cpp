@@ -8,7 +8,7 @@
 #include "cli/command.h"
 #include "cli/session.h"
 #include "diag/compare.h"
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "report/junit.h"
 #include "util/error.h"

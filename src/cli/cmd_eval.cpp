@@ -10,7 +10,7 @@
 #include "cli/command.h"
 #include "cli/session.h"
 #include "diag/model_eval.h"
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "util/error.h"
 

@@ -1,4 +1,4 @@
-// `degenbisect faults`: the fault catalogue (DESIGN.md §7, src/diag/faults.cpp): every named bug
+// `degenbisect faults`: the fault catalogue (DESIGN.md §7, src/engine/faults.cpp): every named bug
 // class a run can inject with `--config fault=NAME[@layers]`, where it can act, the trace step it
 // corrupts first, what the buggy engine does and the public report it mirrors.
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "diag/faults.h"
+#include "engine/faults.h"
 #include "engine/backend.h"
 
 namespace degen::cli {
@@ -22,7 +22,7 @@ int run_faults(bool json_out) {
                    {"op", f.op},
                    {"description", f.description},
                    {"source", f.source},
-                   {"forward_pass", fault_from_name(f.name).has_value()}});
+                   {"forward_pass", f.pass.has_value()}});
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }

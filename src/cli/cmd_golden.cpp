@@ -8,7 +8,7 @@
 #include "cli/command.h"
 #include "diag/cases.h"
 #include "diag/golden.h"
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "util/error.h"

@@ -36,12 +36,21 @@ struct InspectArgs {
   int tp = 1;
 };
 
-int run_inspect(const InspectArgs& a) {
-  namespace fs = std::filesystem;
-  using nlohmann::json;
-  ModelConfig cfg = load_model_config(a.model);
-  json out;
-  out["model"] = a.model;
+// What inspect finds, for the JSON and the text.
+struct InspectFacts {
+  nlohmann::json out;
+  bool has_weights = false;
+  int mtp_layers = 0;
+  int64_t weight_bytes = 0;
+  int exit_code = 0;
+  MemoryEstimate mem, rank_mem;
+  TpMemory tpm;
+};
+
+// The architecture, as config.json declares it.
+nlohmann::json describe_config(const std::string& model, const ModelConfig& cfg) {
+  nlohmann::json out;
+  out["model"] = model;
   out["model_type"] = cfg.model_type;
   out["arch"] = arch_name(cfg.arch);
   out["tensor_prefix"] = cfg.tensor_prefix;
@@ -64,45 +73,24 @@ int run_inspect(const InspectArgs& a) {
     out["intermediate_size"] = cfg.intermediate_size;
   out["tie_word_embeddings"] = cfg.tie_word_embeddings;
   if (cfg.mamba_ssm_dtype) out["mamba_ssm_dtype"] = *cfg.mamba_ssm_dtype;
+  return out;
+}
 
-  bool has_weights = fs::exists(fs::path(a.model) / "model.safetensors") ||
-                     fs::exists(fs::path(a.model) / "model.safetensors.index.json");
-  if (!has_weights)
-    for (const auto& e : fs::directory_iterator(a.model))
-      if (e.path().extension() == ".safetensors") has_weights = true;
+bool has_safetensors(const std::string& model) {
+  namespace fs = std::filesystem;
+  bool has = fs::exists(fs::path(model) / "model.safetensors") || fs::exists(fs::path(model) / "model.safetensors.index.json");
+  if (!has)
+    for (const auto& e : fs::directory_iterator(model))
+      if (e.path().extension() == ".safetensors") has = true;
+  return has;
+}
 
-  int exit_code = 0;
-  int mtp_layers = 0;
-  int64_t weight_bytes = 0;
-  if (has_weights) {
-    auto ckpt = Checkpoint::open(a.model);
-    CheckpointLayout lay = detect_layout(cfg, *ckpt);
-    mtp_layers = lay.mtp_layers;
-    json params = json::object();
-    int64_t total = 0;
-    for (const auto& pc : count_params(cfg, *ckpt)) {
-      params[pc.kind] = pc.count;
-      total += pc.count;
-    }
-    params["total"] = total;
-    out["params"] = params;
-    std::map<std::string, int> dtypes;
-    for (const TensorView* t : ckpt->tensors()) dtypes[std::string(dtype_name(t->dtype))]++;
-    out["dtypes"] = dtypes;
-    out["tensors"] = ckpt->tensors().size();
-    out["shards"] = ckpt->files().size();
-    out["experts_fused"] = lay.experts_fused;
-    weight_bytes = static_cast<int64_t>(ckpt->total_bytes());
-    try {
-      bind_weights(cfg, *ckpt);
-      out["valid"] = true;
-    } catch (const InputError& e) {
-      out["valid"] = false;
-      out["validation_error"] = e.what();
-      exit_code = static_cast<int>(ExitCode::input);
-    }
-    out["fingerprint"] = model_fingerprint(cfg, *ckpt);
-  } else {
+// The checkpoint: parameters, dtypes, validity and fingerprint; without weights, the sizes the
+// config implies (bf16, the declared MTP layers).
+void describe_weights(const std::string& model, const ModelConfig& cfg, InspectFacts& f) {
+  using nlohmann::json;
+  json& out = f.out;
+  if (!f.has_weights) {
     CheckpointLayout lay;
     lay.mtp_layers = cfg.mtp_num_layers;
     int64_t total = 0;
@@ -112,42 +100,70 @@ int run_inspect(const InspectArgs& a) {
       for (int64_t d : spec.shape) n *= d;
       total += n;
     }
-    mtp_layers = lay.mtp_layers;
-    weight_bytes = total * 2;
+    f.mtp_layers = lay.mtp_layers;
+    f.weight_bytes = total * 2;
     out["params"] = {{"total", total}};
     out["valid"] = nullptr;
     out["weights"] = "absent (config only); sizes assume bf16 and the declared MTP layers";
+    return;
   }
-  out["mtp_layers"] = mtp_layers;
-  MemoryEstimate mem = estimate_memory(cfg, weight_bytes, mtp_layers);
-  out["memory"] = {{"weight_bytes", mem.weight_bytes},
-                   {"kv_bytes_per_token", mem.kv_bytes_per_token},
-                   {"mtp_kv_bytes_per_token", mem.mtp_kv_bytes_per_token},
-                   {"ssm_state_bytes_per_seq", mem.ssm_state_bytes_per_seq},
-                   {"conv_bytes_per_seq", mem.conv_bytes_per_seq}};
+  auto ckpt = Checkpoint::open(model);
+  CheckpointLayout lay = detect_layout(cfg, *ckpt);
+  f.mtp_layers = lay.mtp_layers;
+  json params = json::object();
+  int64_t total = 0;
+  for (const auto& pc : count_params(cfg, *ckpt)) {
+    params[pc.kind] = pc.count;
+    total += pc.count;
+  }
+  params["total"] = total;
+  out["params"] = params;
+  std::map<std::string, int> dtypes;
+  for (const TensorView* t : ckpt->tensors()) dtypes[std::string(dtype_name(t->dtype))]++;
+  out["dtypes"] = dtypes;
+  out["tensors"] = ckpt->tensors().size();
+  out["shards"] = ckpt->files().size();
+  out["experts_fused"] = lay.experts_fused;
+  f.weight_bytes = static_cast<int64_t>(ckpt->total_bytes());
+  try {
+    bind_weights(cfg, *ckpt);
+    out["valid"] = true;
+  } catch (const InputError& e) {
+    out["valid"] = false;
+    out["validation_error"] = e.what();
+    f.exit_code = static_cast<int>(ExitCode::input);
+  }
+  out["fingerprint"] = model_fingerprint(cfg, *ckpt);
+}
 
-  // Tensor parallelism: what one rank holds (model/shard.h), when asked.
-  TpMemory tpm;
-  MemoryEstimate rank_mem;
-  if (a.tp > 1) {
-    tpm = tp_memory(cfg, a.tp, mtp_layers > 0);  // InputError naming the dimension when it does not split
-    rank_mem = estimate_memory(rank_config(cfg, a.tp), tpm.rank_weight_bytes, mtp_layers);
-    out["tp"] = {{"ranks", a.tp},
-                 {"rank_weight_bytes", tpm.rank_weight_bytes},
-                 {"sharded_weight_bytes", tpm.sharded_bytes},
-                 {"replicated_weight_bytes", tpm.replicated_bytes},
-                 {"rank_kv_bytes_per_token", rank_mem.kv_bytes_per_token},
-                 {"rank_mtp_kv_bytes_per_token", rank_mem.mtp_kv_bytes_per_token},
-                 {"rank_ssm_state_bytes_per_seq", rank_mem.ssm_state_bytes_per_seq},
-                 {"rank_conv_bytes_per_seq", rank_mem.conv_bytes_per_seq},
-                 {"allreduces_per_token", tpm.allreduces_per_forward},
-                 {"allreduce_bytes", tpm.allreduce_bytes_per_token}};
-  }
+// Memory of the whole model and, at tp > 1, of one rank (model/shard.h).
+void describe_memory(const ModelConfig& cfg, int tp, InspectFacts& f) {
+  nlohmann::json& out = f.out;
+  out["mtp_layers"] = f.mtp_layers;
+  f.mem = estimate_memory(cfg, f.weight_bytes, f.mtp_layers);
+  out["memory"] = {{"weight_bytes", f.mem.weight_bytes},
+                   {"kv_bytes_per_token", f.mem.kv_bytes_per_token},
+                   {"mtp_kv_bytes_per_token", f.mem.mtp_kv_bytes_per_token},
+                   {"ssm_state_bytes_per_seq", f.mem.ssm_state_bytes_per_seq},
+                   {"conv_bytes_per_seq", f.mem.conv_bytes_per_seq}};
+  if (tp <= 1) return;
+  f.tpm = tp_memory(cfg, tp, f.mtp_layers > 0);  // InputError naming the dimension when it does not split
+  f.rank_mem = estimate_memory(rank_config(cfg, tp), f.tpm.rank_weight_bytes, f.mtp_layers);
+  out["tp"] = {{"ranks", tp},
+               {"rank_weight_bytes", f.tpm.rank_weight_bytes},
+               {"sharded_weight_bytes", f.tpm.sharded_bytes},
+               {"replicated_weight_bytes", f.tpm.replicated_bytes},
+               {"rank_kv_bytes_per_token", f.rank_mem.kv_bytes_per_token},
+               {"rank_mtp_kv_bytes_per_token", f.rank_mem.mtp_kv_bytes_per_token},
+               {"rank_ssm_state_bytes_per_seq", f.rank_mem.ssm_state_bytes_per_seq},
+               {"rank_conv_bytes_per_seq", f.rank_mem.conv_bytes_per_seq},
+               {"allreduces_per_token", f.tpm.allreduces_per_forward},
+               {"allreduce_bytes", f.tpm.allreduce_bytes_per_token}};
+}
 
-  if (a.json) {
-    std::printf("%s\n", out.dump(2).c_str());
-    return exit_code;
-  }
+void print_inspect(const InspectArgs& a, const ModelConfig& cfg, const InspectFacts& f) {
+  const nlohmann::json& out = f.out;
+  const MemoryEstimate& mem = f.mem;
   std::printf("model        %s\n", a.model.c_str());
   std::printf("architecture %s (model_type %s, tensors under %s)\n", arch_name(cfg.arch), cfg.model_type.c_str(),
               cfg.tensor_prefix.c_str());
@@ -165,7 +181,7 @@ int run_inspect(const InspectArgs& a) {
                 (long long)cfg.shared_expert_intermediate_size, cfg.norm_topk_prob ? "yes" : "no");
   else
     std::printf("mlp          dense, intermediate %lld\n", (long long)cfg.intermediate_size);
-  std::printf("mtp          %s\n", mtp_layers ? (std::to_string(mtp_layers) + " layer(s)").c_str() : "absent");
+  std::printf("mtp          %s\n", f.mtp_layers ? (std::to_string(f.mtp_layers) + " layer(s)").c_str() : "absent");
   if (out["params"].contains("total")) {
     std::printf("parameters   %s", human_count(out["params"]["total"].get<double>()).c_str());
     std::string sep = " (";
@@ -189,17 +205,29 @@ int run_inspect(const InspectArgs& a) {
   if (a.tp > 1)
     std::printf("tp=%d         per rank: weights %s (%s sharded 1/%d + %s replicated); KV cache %s per token; "
                 "GDN state %s + conv window %s per sequence; %d all-reduces of %s per decoded token\n",
-                a.tp, human_bytes(double(tpm.rank_weight_bytes)).c_str(), human_bytes(double(tpm.sharded_bytes)).c_str(),
-                a.tp, human_bytes(double(tpm.replicated_bytes)).c_str(),
-                human_bytes(double(rank_mem.kv_bytes_per_token)).c_str(),
-                human_bytes(double(rank_mem.ssm_state_bytes_per_seq)).c_str(),
-                human_bytes(double(rank_mem.conv_bytes_per_seq)).c_str(), tpm.allreduces_per_forward,
-                human_bytes(double(tpm.allreduce_bytes_per_token)).c_str());
-  if (!has_weights) std::printf("weights      absent (config only)\n");
+                a.tp, human_bytes(double(f.tpm.rank_weight_bytes)).c_str(), human_bytes(double(f.tpm.sharded_bytes)).c_str(),
+                a.tp, human_bytes(double(f.tpm.replicated_bytes)).c_str(),
+                human_bytes(double(f.rank_mem.kv_bytes_per_token)).c_str(),
+                human_bytes(double(f.rank_mem.ssm_state_bytes_per_seq)).c_str(),
+                human_bytes(double(f.rank_mem.conv_bytes_per_seq)).c_str(), f.tpm.allreduces_per_forward,
+                human_bytes(double(f.tpm.allreduce_bytes_per_token)).c_str());
+  if (!f.has_weights) std::printf("weights      absent (config only)\n");
   else if (out["valid"].get<bool>()) std::printf("validation   ok\n");
   else std::printf("validation   FAILED\n%s\n", out["validation_error"].get<std::string>().c_str());
   if (out.contains("fingerprint")) std::printf("fingerprint  %s\n", out["fingerprint"].get<std::string>().c_str());
-  return exit_code;
+}
+
+
+int run_inspect(const InspectArgs& a) {
+  ModelConfig cfg = load_model_config(a.model);
+  InspectFacts f;
+  f.out = describe_config(a.model, cfg);
+  f.has_weights = has_safetensors(a.model);
+  describe_weights(a.model, cfg, f);
+  describe_memory(cfg, a.tp, f);
+  if (a.json) std::printf("%s\n", f.out.dump(2).c_str());
+  else print_inspect(a, cfg, f);
+  return f.exit_code;
 }
 
 CommandRegistrar reg("inspect", "Describe a checkpoint: architecture, layer map, parameters, memory, validity", 10,

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "cli/command.h"
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/spec_decode.h"

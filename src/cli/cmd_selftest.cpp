@@ -10,7 +10,7 @@
 #include "cli/session.h"
 #include "diag/golden.h"
 #include "diag/selftest.h"
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "model/synth.h"
 #include "util/error.h"

@@ -8,7 +8,7 @@
 #include "cli/session.h"
 #include "diag/cases.h"
 #include "diag/evaluate.h"
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "util/error.h"
 

@@ -6,7 +6,7 @@
 
 #include "build_config.h"
 #include "cli/command.h"
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
 #include "util/error.h"
 #if DEGEN_WITH_CUDA
 #include "cuda/check.h"

@@ -34,9 +34,7 @@ constexpr int64_t kSplits = 4;      // split-KV parts of a decode step (capped a
 // Makes room for rows [0, need), growing geometrically; keeps every row it had (also a row written
 // past len by the kv-off-by-one fault).
 void kv_reserve(CpuBackend& be, KvCache& c, int64_t need, int64_t n_kv, int64_t D, DType dtype) {
-  if (!c.k.empty() && c.k.dtype != dtype)
-    input_error("KV cache holds ", dtype_name(c.k.dtype), " rows but this layer stores ", dtype_name(dtype),
-                ": a state must be used with the toggles it was made with");
+  check_kv_dtype(c, dtype);
   if (need <= c.capacity()) return;
   int64_t cap = std::max<int64_t>({need, 2 * c.capacity(), 16});
   Tensor k = be.zeros({cap, n_kv, D}, dtype), v = be.zeros({cap, n_kv, D}, dtype);
@@ -96,13 +94,9 @@ void flash_range(const T* qv, const T* K, const T* V, int64_t n_kv, int64_t j, i
 
 }  // namespace
 
-Tensor CpuBackend::attention(const Tensor& q0, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+Tensor CpuBackend::do_attention(const Tensor& q0, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
                              const std::vector<KvCache*>& caches) {
-  DEGEN_ASSERT(q0.shape.size() == 3 && k.shape.size() == 3 && k.shape == v.shape, "attention shapes ",
-               shape_str(q0.shape), shape_str(k.shape), shape_str(v.shape));
   const int64_t N = q0.shape[0], n_q = q0.shape[1], D = q0.shape[2], n_kv = k.shape[1];
-  DEGEN_ASSERT(k.shape[0] == N && k.shape[2] == D && n_q % n_kv == 0, "attention head layout");
-  DEGEN_ASSERT(spans.size() == caches.size(), "attention: one cache per sequence");
   const Tensor q = wide(q0);
   const int64_t group = n_q / n_kv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));

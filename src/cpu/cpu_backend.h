@@ -54,6 +54,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(CpuPrecision precision = CpuPrecision::ref);
   std::string name() const override;
   DType act_dtype() const override;
+  bool gpu_path() const override { return gpu_storage(); }
   DType state_dtype() const override { return compute_dtype(); }
   // The dtype every op computes in: fp64 under precision=fp64, else fp32.
   DType compute_dtype() const { return precision_ == CpuPrecision::fp64 ? DType::f64 : DType::f32; }
@@ -86,18 +87,18 @@ class CpuBackend final : public Backend {
   Tensor add(const Tensor& a, const Tensor& b) override;
   Tensor sigmoid_mul(const Tensor& x, const Tensor& gate) override;
   Tensor swiglu(const Tensor& gate, const Tensor& up) override;
-  Tensor rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) override;
-  Tensor gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) override;
+  Tensor do_rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) override;
+  Tensor do_gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) override;
   Tensor l2norm(const Tensor& x, double eps, double scale) override;
 
   Tensor matmul(const Tensor& x, const TensorView& w) override;
 
   void rope_partial(Tensor& x, const std::vector<int64_t>& pos, int rotary_dim, double theta) override;
-  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
-                   const std::vector<KvCache*>& caches) override;
+  Tensor do_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                      const std::vector<KvCache*>& caches) override;
 
-  Tensor conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
-                       const std::vector<Tensor*>& windows) override;
+  Tensor do_conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
+                          const std::vector<Tensor*>& windows) override;
   void gdn_gates(const Tensor& a, const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
                  Tensor& g, Tensor& beta) override;
   Tensor gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,

@@ -26,9 +26,7 @@ namespace {
 // Makes room for rows [0, need), growing geometrically; keeps every row it had (also a row written
 // past len by the kv-off-by-one fault); new rows are zero.
 void kv_reserve(CudaBackend& be, KvCache& c, int64_t need, int64_t n_kv, int64_t D, DType dtype) {
-  if (!c.k.empty() && c.k.dtype != dtype)
-    input_error("KV cache holds ", dtype_name(c.k.dtype), " rows but this layer stores ", dtype_name(dtype),
-                ": a state must be used with the toggles it was made with");
+  check_kv_dtype(c, dtype);
   if (!c.k.empty() && c.k.device != Device::cuda)
     throw std::logic_error("cuda backend: attention was given a KV cache made by another backend");
   if (need <= c.capacity()) return;
@@ -45,16 +43,12 @@ void kv_reserve(CudaBackend& be, KvCache& c, int64_t need, int64_t n_kv, int64_t
 
 }  // namespace
 
-Tensor CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+Tensor CudaBackend::do_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
                               const std::vector<KvCache*>& caches) {
   require_device(q, "attention");
   require_device(k, "attention");
   require_device(v, "attention");
-  DEGEN_ASSERT(q.shape.size() == 3 && k.shape.size() == 3 && k.shape == v.shape, "attention shapes ",
-               shape_str(q.shape), shape_str(k.shape), shape_str(v.shape));
   const int64_t N = q.shape[0], n_q = q.shape[1], D = q.shape[2], n_kv = k.shape[1];
-  DEGEN_ASSERT(k.shape[0] == N && k.shape[2] == D && n_q % n_kv == 0, "attention head layout");
-  DEGEN_ASSERT(spans.size() == caches.size(), "attention: one cache per sequence");
   DEGEN_ASSERT(q.dtype == DType::bf16 && k.dtype == DType::bf16 && v.dtype == DType::bf16, "attention: bf16 q/k/v");
   if (D > cuda::kAttnMaxHeadDim)
     throw UntestableError(cat("attention: head_dim ", D, " exceeds the CUDA kernels' limit ", cuda::kAttnMaxHeadDim));

@@ -4,7 +4,7 @@
 // allocator, so an op's scratch costs no device synchronisation); every buffer keeps the context
 // alive, so tensors may outlive the backend that made them.
 // Device selection: the global `--device N` option (set_default_device) or CUDA_VISIBLE_DEVICES.
-// TODO: NCCL communicators join this context with tensor parallelism (tp > 1).
+// Tensor parallelism (tp > 1): one context per rank; the ranks' NCCL communicator is cuda/nccl_comm.h.
 #pragma once
 #include <atomic>
 #include <cstdint>

@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override;
   DType act_dtype() const override { return DType::bf16; }
+  bool gpu_path() const override { return true; }
   DType state_dtype() const override { return DType::f32; }
 
   const std::shared_ptr<cuda::CudaContext>& context() const { return ctx_; }
@@ -104,18 +105,18 @@ class CudaBackend final : public Backend {
   Tensor add(const Tensor& a, const Tensor& b) override;
   Tensor sigmoid_mul(const Tensor& x, const Tensor& gate) override;
   Tensor swiglu(const Tensor& gate, const Tensor& up) override;
-  Tensor rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) override;
-  Tensor gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) override;
+  Tensor do_rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) override;
+  Tensor do_gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) override;
   Tensor l2norm(const Tensor& x, double eps, double scale) override;
 
   Tensor matmul(const Tensor& x, const TensorView& w) override;
 
   void rope_partial(Tensor& x, const std::vector<int64_t>& pos, int rotary_dim, double theta) override;
-  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
-                   const std::vector<KvCache*>& caches) override;
+  Tensor do_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                      const std::vector<KvCache*>& caches) override;
 
-  Tensor conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
-                       const std::vector<Tensor*>& windows) override;
+  Tensor do_conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
+                          const std::vector<Tensor*>& windows) override;
   void gdn_gates(const Tensor& a, const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
                  Tensor& g, Tensor& beta) override;
   Tensor gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,

@@ -1,5 +1,6 @@
 // CudaBackend elementwise ops (kernels/elementwise.cu; src/cpu/elementwise.cpp is the reference):
 // embedding gather, residual add, sigmoid gate, SwiGLU, logits padding mask.
+#include "cuda/bf16_args.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
@@ -8,14 +9,11 @@
 namespace degen {
 
 namespace {
-using bf16 = __nv_bfloat16;
-const bf16* cbf(const Tensor& t) { return static_cast<const bf16*>(t.raw()); }
-bf16* mbf(Tensor& t) { return static_cast<bf16*>(t.raw()); }
+using cuda::bf16;
+using cuda::cbf;
+using cuda::check_bf16;
+using cuda::mbf;
 
-void check_bf16(const Tensor& t, const char* op) {
-  if (t.dtype != DType::bf16)
-    throw std::logic_error(cat("cuda backend: ", op, " takes bf16 activations, got ", dtype_name(t.dtype)));
-}
 void check_same(const Tensor& a, const Tensor& b, const char* op) {
   if (a.shape != b.shape || a.dtype != b.dtype)
     throw std::logic_error(cat("cuda backend: ", op, ": ", shape_str(a.shape), " ", dtype_name(a.dtype), " vs ",

@@ -173,28 +173,19 @@ json CompareResult::to_json() const {
 }
 
 // ---- the comparison ----
+//
+// compare_golden runs its steps in this order: check that the record is this model's and select the
+// cases (check_record, select_cases); open the tested path (CompareRun); generate free-running, tested
+// and where needed reference (run_generations: first, so that batch=all can batch it); then per case
+// the teacher-forced and isolated runs of each mode (forced_and_isolated), the consistency check of
+// the generation's logits (generation_consistency) and the verdict (case_verdict).
 
-CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, const CompareOptions& opt,
-                             const BackendFactory& factory, std::FILE* progress) {
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
+namespace {
+
+// Step 0: is this record for this model? A record of another model is refused unless asked for; a
+// record whose weight sample differs is compared and flagged.
+void check_record(const GoldenRecord& rec, const Model& model, const CompareOptions& opt, CompareResult& r) {
   const ModelConfig& cfg = model.config;
-  const int L = cfg.num_layers;
-  const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
-  CompareResult r;
-  r.golden_dir = rec.dir().string();
-  r.model_dir = model.dir.string();
-  r.config = opt.config.str();
-  r.suite = rec.suite();
-  r.record_fingerprint = rec.model_fingerprint();
-  r.model_fingerprint = model.fingerprint;
-  const FloorClass fclass = floor_class_for(opt.config);
-  const int fc = static_cast<int>(fclass);
-  r.floor_class = floor_class_name(fclass);
-  r.floors = rec.floors_present(fclass);
-  r.floors_reason = rec.floors_reason(fclass);
-
-  // 0. Is this record for this model?
   if (rec.model_fingerprint() != model.fingerprint) {
     const std::string made_for = rec.manifest().at("model").value("name", std::string("?"));
     if (!opt.allow_model_mismatch)
@@ -206,10 +197,14 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
   } else if (!rec.weights_sample().empty() && rec.weights_sample() != weights_sample_digest(*model.checkpoint)) {
     r.weights_differ = true;
   }
-  if (rec.num_layers() != L || rec.hidden() != H || rec.vocab() != V)
+  if (rec.num_layers() != cfg.num_layers || rec.hidden() != cfg.hidden_size || rec.vocab() != cfg.vocab_size)
     input_error("golden record ", rec.dir().string(), " has ", rec.num_layers(), " layers, hidden ", rec.hidden(), ", vocabulary ",
-                rec.vocab(), "; the model has ", L, ", ", H, ", ", V, ": they cannot be compared");
+                rec.vocab(), "; the model has ", cfg.num_layers, ", ", cfg.hidden_size, ", ", cfg.vocab_size,
+                ": they cannot be compared");
+}
 
+// The record's indices of the cases asked for (all when none).
+std::vector<size_t> select_cases(const GoldenRecord& rec, const CompareOptions& opt) {
   std::vector<size_t> selected;
   for (const std::string& id : opt.cases) {
     auto it = std::find_if(rec.cases().begin(), rec.cases().end(), [&](const GoldenCase& c) { return c.id == id; });
@@ -218,31 +213,53 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
   }
   if (opt.cases.empty())
     for (size_t i = 0; i < rec.cases().size(); ++i) selected.push_back(i);
+  return selected;
+}
 
-  // 1. The tested path.
-  validate_run_config(opt.config, cfg);
-  std::unique_ptr<Backend> be = factory(opt.config, cfg);
-  Engine eng(cfg, model.weights, *be, engine_options(opt.config));
-  const MtpOptions mtp = mtp_options(opt.config, cfg);
-  check_mtp_supported(eng, mtp);  // UntestableError: drafts asked of a checkpoint without MTP weights
-  r.backend = be->name();
-
+// What every step of one comparison shares: the record, the model, the tested engine, the
+// tokenizer's masks and stop ids, the floor class, and the reference engine (made on first use).
+struct CompareRun {
+  const GoldenRecord& rec;
+  const Model& model;
+  const ModelConfig& cfg;
+  const CompareOptions& opt;
+  const BackendFactory& factory;
+  int L;
+  int64_t H, V;
+  FloorClass fclass;
+  int fc;
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<Engine> eng;
+  MtpOptions mtp;
   std::vector<uint8_t> mask;
+  const std::vector<uint8_t>* maskp = nullptr;
   std::vector<int32_t> stops, ws_ids;
-  if (tok) {
-    mask = tok->padding_mask(V);
-    stops = stop_token_ids(model.dir / "generation_config.json", *tok);
-    ws_ids = whitespace_ids(*tok);
-  } else {
-    for (int64_t e : cfg.eos_token_ids) stops.push_back(static_cast<int32_t>(e));
-  }
-  const std::vector<uint8_t>* maskp = mask.empty() ? nullptr : &mask;
-  const std::optional<int32_t> think_end = tok ? tok->token_id("</think>") : std::nullopt;
-
-  // The reference, for golden continuations under a sampling the record does not hold.
+  std::optional<int32_t> think_end;
   std::unique_ptr<Backend> ref_be;
   std::unique_ptr<Engine> ref_eng;
-  auto reference = [&]() -> Engine& {
+
+  CompareRun(const GoldenRecord& rec_, const Model& model_, const Tokenizer* tok, const CompareOptions& opt_,
+             const BackendFactory& factory_)
+      : rec(rec_), model(model_), cfg(model_.config), opt(opt_), factory(factory_), L(cfg.num_layers),
+        H(cfg.hidden_size), V(cfg.vocab_size), fclass(floor_class_for(opt_.config)), fc(static_cast<int>(fclass)) {
+    validate_run_config(opt.config, cfg);
+    be = factory(opt.config, cfg);
+    eng = std::make_unique<Engine>(cfg, model.weights, *be, engine_options(opt.config));
+    mtp = mtp_options(opt.config, cfg);
+    check_mtp_supported(*eng, mtp);  // UntestableError: drafts asked of a checkpoint without MTP weights
+    if (tok) {
+      mask = tok->padding_mask(V);
+      stops = stop_token_ids(model.dir / "generation_config.json", *tok);
+      ws_ids = whitespace_ids(*tok);
+    } else {
+      for (int64_t e : cfg.eos_token_ids) stops.push_back(static_cast<int32_t>(e));
+    }
+    maskp = mask.empty() ? nullptr : &mask;
+    think_end = tok ? tok->token_id("</think>") : std::nullopt;
+  }
+
+  // The reference, for golden continuations under a sampling the record does not hold.
+  Engine& reference() {
     if (!ref_eng) {
       RunConfig rc;
       rc.precision = rec.manifest().at("settings").value("precision", std::string("fp32")) == "fp64" ? Precision::fp64 : Precision::ref;
@@ -250,294 +267,376 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
       ref_eng = std::make_unique<Engine>(cfg, model.weights, *ref_be, engine_options(rc));
     }
     return *ref_eng;
-  };
-
-  // 3 (first, so batch=all can batch it). Free-running generation, tested and, where needed, reference.
-  std::vector<GenerationResult> gens(selected.size());
-  std::vector<bool> gen_nonfinite(selected.size(), false);
-  {
-    std::vector<GenJob> jobs;
-    for (size_t s = 0; s < selected.size(); ++s) {
-      const GoldenCase& gc = rec.cases()[selected[s]];
-      GoldenCase full = rec.load_case(selected[s], false);
-      RunConfig base;
-      base.sampling = opt.config.sampling;
-      SamplingParams sp = apply_run_config(base, gc.sampling).sampling;
-      jobs.push_back({s, full.prompt, sp, gc.max_new_tokens, gc.ignore_stop, static_cast<uint32_t>(gc.index),
-                      full.continuation});
-      GenerationResult& g = gens[s];
-      if (sampling_str(sp) == gc.sampling) {
-        g.golden_tokens = full.continuation;
-      } else {
-        g.golden_rerun = true;
-        GenerateOptions go;
-        go.max_new_tokens = gc.max_new_tokens;
-        if (!gc.ignore_stop) go.stop_ids = stops;
-        go.sampling = sp;
-        go.vocab_mask = maskp;
-        go.first_case = static_cast<uint32_t>(gc.index);
-        if (gc.max_new_tokens > 0) g.golden_tokens = generate(reference(), {full.prompt}, go).at(0).tokens;
-      }
-    }
-    // Groups: one job each, or with batch=all, runs of consecutive cases with equal settings.
-    size_t i = 0;
-    while (i < jobs.size()) {
-      size_t j = i + 1;
-      if (opt.config.batch == BatchMode::all)
-        while (j < jobs.size() && sampling_str(jobs[j].sampling) == sampling_str(jobs[i].sampling) &&
-               jobs[j].max_new_tokens == jobs[i].max_new_tokens && jobs[j].ignore_stop == jobs[i].ignore_stop &&
-               jobs[j].case_index == jobs[j - 1].case_index + 1)
-          ++j;
-      GenerateOptions go;
-      go.max_new_tokens = jobs[i].max_new_tokens;
-      if (!jobs[i].ignore_stop) go.stop_ids = stops;
-      go.sampling = jobs[i].sampling;
-      go.vocab_mask = maskp;
-      go.first_case = jobs[i].case_index;
-      go.mtp = mtp;
-      std::vector<std::vector<int32_t>> prompts;
-      for (size_t k = i; k < j; ++k) prompts.push_back(jobs[k].prompt);
-      bool nonfinite = false;
-      // One sequence per call: the top-K of every logits row it evaluates, by position (the last
-      // evaluation wins: speculative decoding re-evaluates positions after a rollback), to be checked
-      // against the teacher-forced run over the same tokens.
-      const bool track = j == i + 1;
-      std::map<int64_t, TopK> seen;
-      Trace watch;
-      watch.logits_only = true;  // so that graphs=on runs its decode steps as graphs
-      watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
-        if (ev.step != Step::logits || ev.mtp) return;
-        std::vector<float> v = b.to_host_f32(t);
-        for (size_t x = 0; x < v.size() && !nonfinite; ++x)
-          if (!std::isfinite(v[x]) && !(v[x] < 0 && maskp && mask[x % V])) nonfinite = true;
-        if (!track) return;
-        const int64_t Tp = static_cast<int64_t>(jobs[i].prompt.size());
-        for (const TraceSeq& ts : ev.seqs)
-          for (int64_t r = 0; r < ts.rows; ++r)
-            if (ts.pos0 + r >= Tp - 1) seen[ts.pos0 + r] = topk_of_row(v.data() + (ts.row0 + r) * V, V, maskp, kGenTopK);
-      };
-      const auto g0 = clock::now();
-      std::vector<GenerateResult> res;
-      if (go.max_new_tokens > 0) res = generate(eng, prompts, go, &watch);
-      const double dt = std::chrono::duration<double>(clock::now() - g0).count();
-      for (size_t k = i; k < j; ++k) {
-        GenerationResult& g = gens[jobs[k].slot];
-        if (!res.empty()) {
-          g.tokens = res[k - i].tokens;
-          g.stop_reason = stop_reason_name(res[k - i].reason);
-          g.verify_steps = res[k - i].verify_steps;
-          if (mtp.draft_tokens > 0 && jobs[k].sampling.temperature == 0 && !g.golden_rerun)
-            g.mtp_equiv = metrics::mtp_equiv(g.tokens, g.golden_tokens);
-          if (track) {
-            // Valid rows: the tokens consumed before them are the record's (prefix before the first
-            // difference, d) and were committed (not a rejected draft: up to the last consumed token).
-            const std::vector<int32_t>& cont = jobs[k].continuation;
-            int64_t d = 0;
-            while (d < static_cast<int64_t>(std::min(g.tokens.size(), cont.size())) &&
-                   g.tokens[static_cast<size_t>(d)] == cont[static_cast<size_t>(d)])
-              ++d;
-            const int64_t Tp = static_cast<int64_t>(jobs[k].prompt.size());
-            const int64_t last = std::min(Tp - 1 + d, Tp + static_cast<int64_t>(g.tokens.size()) - 2);
-            for (auto& [pos, tk] : seen)
-              if (pos <= last && !tk.ids.empty()) g.rows.emplace(pos, std::move(tk));
-          }
-        } else {
-          g.stop_reason = "no budget";
-        }
-        g.seconds = dt / static_cast<double>(j - i);
-        gen_nonfinite[jobs[k].slot] = nonfinite;
-      }
-      i = j;
-    }
   }
 
+  GenerateOptions generate_options(const SamplingParams& sp, int max_new_tokens, bool ignore_stop, uint32_t first_case) const {
+    GenerateOptions go;
+    go.max_new_tokens = max_new_tokens;
+    if (!ignore_stop) go.stop_ids = stops;
+    go.sampling = sp;
+    go.vocab_mask = maskp;
+    go.first_case = first_case;
+    return go;
+  }
+};
+
+// The generation jobs of the selected cases, with each case's golden continuation: the record's,
+// or the reference's own under a sampling the record does not hold (golden_rerun).
+std::vector<GenJob> generation_jobs(CompareRun& run, const std::vector<size_t>& selected, std::vector<GenerationResult>& gens) {
+  std::vector<GenJob> jobs;
   for (size_t s = 0; s < selected.size(); ++s) {
-    const auto c0 = clock::now();
-    const GoldenCase g = rec.load_case(selected[s]);
-    CaseResult cr;
-    cr.id = g.id;
-    const std::vector<int32_t> seq = g.sequence();
-    const int64_t T = static_cast<int64_t>(seq.size());
-    cr.prompt_tokens = static_cast<int64_t>(g.prompt.size());
-    cr.positions = T;
-    cr.stored_positions = g.P;
-    for (int32_t id : seq)
-      if (id >= V) input_error("golden record: case '", g.id, "': token id ", id, " >= the model's vocab_size ", V);
-    std::vector<int32_t> next(seq.begin() + 1, seq.end());
-    next.push_back(-1);
-    std::vector<int32_t> mtp_next;
-    for (int64_t i = 0; i + 1 < T; ++i) mtp_next.push_back(i + 2 < T ? seq[static_cast<size_t>(i + 2)] : -1);
-    const LayerInputs inputs = make_layer_inputs(g.embed, g.l_out, g.P, H);
-    std::vector<bool> stored = rec.stored_layers();
-
-    cr.layers.resize(static_cast<size_t>(L));
-    for (int l = 0; l < L; ++l) {
-      cr.layers[l].layer = l;
-      cr.layers[l].kind = cfg.layer_types.empty() ? '?' : (cfg.layer_types[l] == LayerKind::full ? 'A' : 'G');
+    const GoldenCase& gc = run.rec.cases()[selected[s]];
+    GoldenCase full = run.rec.load_case(selected[s], false);
+    RunConfig base;
+    base.sampling = run.opt.config.sampling;
+    SamplingParams sp = apply_run_config(base, gc.sampling).sampling;
+    jobs.push_back({s, full.prompt, sp, gc.max_new_tokens, gc.ignore_stop, static_cast<uint32_t>(gc.index),
+                    full.continuation});
+    GenerationResult& g = gens[s];
+    if (sampling_str(sp) == gc.sampling) {
+      g.golden_tokens = full.continuation;
+    } else {
+      g.golden_rerun = true;
+      GenerateOptions go = run.generate_options(sp, gc.max_new_tokens, gc.ignore_stop, static_cast<uint32_t>(gc.index));
+      if (gc.max_new_tokens > 0) g.golden_tokens = generate(run.reference(), {full.prompt}, go).at(0).tokens;
     }
-    for (int m = 0; m < kModes; ++m) {
-      const ForcedMode mode = static_cast<ForcedMode>(m);
-      if (mode == ForcedMode::decode && !opt.decode_mode) continue;
-      // 1. teacher-forced: drift and logits
-      ForcedOptions fo;
-      fo.mode = mode;
-      fo.capture_positions = g.P;
-      fo.capture_layers = stored;
-      fo.vocab_mask = maskp;
-      fo.mtp = mode == ForcedMode::prefill && !g.mtp_topk.ids.empty() && eng.has_mtp();
-      fo.mtp_prenorm_hidden = mtp.prenorm_hidden;
-      ForcedRun tf = forced_run(eng, seq, fo);
-      if (!g.embed.empty() && tf.embed.size() == g.embed.size())
-        cr.embed[m] = metrics::tensor_error(std::span<const float>(tf.embed), std::span<const float>(g.embed));
-      auto drift = layer_errors(tf.l_out, g.l_out, nullptr);
-      for (int l = 0; l < L; ++l) {
-        cr.layers[l].drift[m] = drift[l];
-        std::span<const float> a(tf.l_out_norm.data() + l * T, static_cast<size_t>(T));
-        std::span<const float> b(g.l_out_norm.data() + l * T, static_cast<size_t>(T));
-        cr.layers[l].drift_norm[m] = metrics::tensor_error(a, b).rel_l2;
+  }
+  return jobs;
+}
+
+// One generate() call for jobs [i, j) on the tested engine. A single sequence also keeps the top-K
+// of every logits row it evaluates, by position (the last evaluation wins: speculative decoding
+// re-evaluates positions after a rollback), for the consistency check against the teacher-forced
+// run over the same tokens.
+void generate_group(CompareRun& run, const std::vector<GenJob>& jobs, size_t i, size_t j,
+                    std::vector<GenerationResult>& gens, std::vector<bool>& gen_nonfinite) {
+  using clock = std::chrono::steady_clock;
+  const int64_t V = run.V;
+  GenerateOptions go = run.generate_options(jobs[i].sampling, jobs[i].max_new_tokens, jobs[i].ignore_stop, jobs[i].case_index);
+  go.mtp = run.mtp;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t k = i; k < j; ++k) prompts.push_back(jobs[k].prompt);
+  bool nonfinite = false;
+  const bool track = j == i + 1;
+  std::map<int64_t, TopK> seen;
+  Trace watch;
+  watch.logits_only = true;  // so that graphs=on runs its decode steps as graphs
+  watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
+    if (ev.step != Step::logits || ev.mtp) return;
+    std::vector<float> v = b.to_host_f32(t);
+    for (size_t x = 0; x < v.size() && !nonfinite; ++x)
+      if (!std::isfinite(v[x]) && !(v[x] < 0 && run.maskp && run.mask[x % V])) nonfinite = true;
+    if (!track) return;
+    const int64_t Tp = static_cast<int64_t>(jobs[i].prompt.size());
+    for (const TraceSeq& ts : ev.seqs)
+      for (int64_t r = 0; r < ts.rows; ++r)
+        if (ts.pos0 + r >= Tp - 1) seen[ts.pos0 + r] = topk_of_row(v.data() + (ts.row0 + r) * V, V, run.maskp, kGenTopK);
+  };
+  const auto g0 = clock::now();
+  std::vector<GenerateResult> res;
+  if (go.max_new_tokens > 0) res = generate(*run.eng, prompts, go, &watch);
+  const double dt = std::chrono::duration<double>(clock::now() - g0).count();
+  for (size_t k = i; k < j; ++k) {
+    GenerationResult& g = gens[jobs[k].slot];
+    if (!res.empty()) {
+      g.tokens = res[k - i].tokens;
+      g.stop_reason = stop_reason_name(res[k - i].reason);
+      g.verify_steps = res[k - i].verify_steps;
+      if (run.mtp.draft_tokens > 0 && jobs[k].sampling.temperature == 0 && !g.golden_rerun)
+        g.mtp_equiv = metrics::mtp_equiv(g.tokens, g.golden_tokens);
+      if (track) {
+        // Valid rows: the tokens consumed before them are the record's (prefix before the first
+        // difference, d) and were committed (not a rejected draft: up to the last consumed token).
+        const std::vector<int32_t>& cont = jobs[k].continuation;
+        int64_t d = 0;
+        while (d < static_cast<int64_t>(std::min(g.tokens.size(), cont.size())) &&
+               g.tokens[static_cast<size_t>(d)] == cont[static_cast<size_t>(d)])
+          ++d;
+        const int64_t Tp = static_cast<int64_t>(jobs[k].prompt.size());
+        const int64_t last = std::min(Tp - 1 + d, Tp + static_cast<int64_t>(g.tokens.size()) - 2);
+        for (auto& [pos, tk] : seen)
+          if (pos <= last && !tk.ids.empty()) g.rows.emplace(pos, std::move(tk));
       }
-      const std::optional<CaseFloors>& floors = g.floors[fc];
-      const std::optional<double> kfloor = floors ? floors->kld[m] : std::nullopt;
-      cr.logits[m] = logits_result(logit_positions(tf.logits, T, V, g.topk, next, maskp), kfloor, opt.rules.kld,
-                                   opt.rules.fallback_kld);
-      if (!tf.mtp_logits.empty())
-        cr.mtp = logits_result(logit_positions(tf.mtp_logits, T - 1, V, g.mtp_topk, mtp_next, maskp),
-                               floors ? floors->mtp_kld : std::nullopt, opt.rules.kld, opt.rules.fallback_kld);
-      // 2. isolated: golden inputs injected into every layer
-      if (g.P > 0) {
-        ForcedOptions io;
-        io.mode = mode;
-        io.run_positions = g.P;
-        io.capture_positions = g.P;
-        io.capture_layers = stored;
-        io.inject = &inputs;
-        io.logits = false;
-        ForcedRun iso = forced_run(eng, seq, io);
-        auto errs = layer_errors(iso.l_out, g.l_out, &inputs);
-        for (int l = 0; l < L; ++l) {
-          LayerRow& row = cr.layers[l];
-          row.iso[m] = errs[l];
-          if (!errs[l]) continue;
-          const double err = errs[l]->rel_l2;
-          row.floor[m] = floors ? floors->iso[m][l] : std::nullopt;
-          if (row.floor[m]) {
-            row.limit[m] = opt.rules.layer.k * *row.floor[m] + opt.rules.layer.eps;
-            row.floor_ratio[m] = metrics::floor_ratio(err, *row.floor[m]);
-            row.pass[m] = metrics::floor_pass(err, *row.floor[m], opt.rules.layer);
-          } else {
-            row.limit[m] = opt.rules.fallback_rel_l2;
-            row.pass[m] = err <= opt.rules.fallback_rel_l2;  // NaN fails
-          }
-          if (!errs[l]->passes_nonfinite()) row.pass[m] = false;
-        }
+    } else {
+      g.stop_reason = "no budget";
+    }
+    g.seconds = dt / static_cast<double>(j - i);
+    gen_nonfinite[jobs[k].slot] = nonfinite;
+  }
+}
+
+// Step 3 (run first, so batch=all can batch it): free-running generation of every selected case,
+// one job per call, or with batch=all, runs of consecutive cases with equal settings.
+void run_generations(CompareRun& run, const std::vector<size_t>& selected, std::vector<GenerationResult>& gens,
+                     std::vector<bool>& gen_nonfinite) {
+  const std::vector<GenJob> jobs = generation_jobs(run, selected, gens);
+  size_t i = 0;
+  while (i < jobs.size()) {
+    size_t j = i + 1;
+    if (run.opt.config.batch == BatchMode::all)
+      while (j < jobs.size() && sampling_str(jobs[j].sampling) == sampling_str(jobs[i].sampling) &&
+             jobs[j].max_new_tokens == jobs[i].max_new_tokens && jobs[j].ignore_stop == jobs[i].ignore_stop &&
+             jobs[j].case_index == jobs[j - 1].case_index + 1)
+        ++j;
+    generate_group(run, jobs, i, j, gens, gen_nonfinite);
+    i = j;
+  }
+}
+
+// The isolated errors of one mode: the golden inputs injected into every layer, each layer's output
+// against the record's, judged by the floor rule (or the fixed limit without floors).
+void isolated_errors(CompareRun& run, const GoldenCase& g, const std::vector<int32_t>& seq, ForcedMode mode,
+                     const LayerInputs& inputs, const std::vector<bool>& stored, CaseResult& cr) {
+  const int m = static_cast<int>(mode);
+  const std::optional<CaseFloors>& floors = g.floors[run.fc];
+  const CompareRules& rules = run.opt.rules;
+  ForcedOptions io;
+  io.mode = mode;
+  io.run_positions = g.P;
+  io.capture_positions = g.P;
+  io.capture_layers = stored;
+  io.inject = &inputs;
+  io.logits = false;
+  ForcedRun iso = forced_run(*run.eng, seq, io);
+  auto errs = layer_errors(iso.l_out, g.l_out, &inputs);
+  for (int l = 0; l < run.L; ++l) {
+    LayerRow& row = cr.layers[l];
+    row.iso[m] = errs[l];
+    if (!errs[l]) continue;
+    const double err = errs[l]->rel_l2;
+    row.floor[m] = floors ? floors->iso[m][l] : std::nullopt;
+    if (row.floor[m]) {
+      row.limit[m] = rules.layer.k * *row.floor[m] + rules.layer.eps;
+      row.floor_ratio[m] = metrics::floor_ratio(err, *row.floor[m]);
+      row.pass[m] = metrics::floor_pass(err, *row.floor[m], rules.layer);
+    } else {
+      row.limit[m] = rules.fallback_rel_l2;
+      row.pass[m] = err <= rules.fallback_rel_l2;  // NaN fails
+    }
+    if (!errs[l]->passes_nonfinite()) row.pass[m] = false;
+  }
+}
+
+// Steps 1 and 2 of each mode: teacher-forced (drift of every layer, logits and MTP logits against
+// the record) and isolated (isolated_errors).
+void forced_and_isolated(CompareRun& run, const GoldenCase& g, const std::vector<int32_t>& seq,
+                         const std::vector<int32_t>& next, CaseResult& cr) {
+  const int64_t T = static_cast<int64_t>(seq.size());
+  const int64_t V = run.V;
+  const CompareRules& rules = run.opt.rules;
+  std::vector<int32_t> mtp_next;
+  for (int64_t i = 0; i + 1 < T; ++i) mtp_next.push_back(i + 2 < T ? seq[static_cast<size_t>(i + 2)] : -1);
+  const LayerInputs inputs = make_layer_inputs(g.embed, g.l_out, g.P, run.H);
+  std::vector<bool> stored = run.rec.stored_layers();
+  for (int m = 0; m < kModes; ++m) {
+    const ForcedMode mode = static_cast<ForcedMode>(m);
+    if (mode == ForcedMode::decode && !run.opt.decode_mode) continue;
+    ForcedOptions fo;
+    fo.mode = mode;
+    fo.capture_positions = g.P;
+    fo.capture_layers = stored;
+    fo.vocab_mask = run.maskp;
+    fo.mtp = mode == ForcedMode::prefill && !g.mtp_topk.ids.empty() && run.eng->has_mtp();
+    fo.mtp_prenorm_hidden = run.mtp.prenorm_hidden;
+    ForcedRun tf = forced_run(*run.eng, seq, fo);
+    if (!g.embed.empty() && tf.embed.size() == g.embed.size())
+      cr.embed[m] = metrics::tensor_error(std::span<const float>(tf.embed), std::span<const float>(g.embed));
+    auto drift = layer_errors(tf.l_out, g.l_out, nullptr);
+    for (int l = 0; l < run.L; ++l) {
+      cr.layers[l].drift[m] = drift[l];
+      std::span<const float> a(tf.l_out_norm.data() + l * T, static_cast<size_t>(T));
+      std::span<const float> b(g.l_out_norm.data() + l * T, static_cast<size_t>(T));
+      cr.layers[l].drift_norm[m] = metrics::tensor_error(a, b).rel_l2;
+    }
+    const std::optional<CaseFloors>& floors = g.floors[run.fc];
+    const std::optional<double> kfloor = floors ? floors->kld[m] : std::nullopt;
+    cr.logits[m] = logits_result(logit_positions(tf.logits, T, V, g.topk, next, run.maskp), kfloor, rules.kld,
+                                 rules.fallback_kld);
+    if (!tf.mtp_logits.empty())
+      cr.mtp = logits_result(logit_positions(tf.mtp_logits, T - 1, V, g.mtp_topk, mtp_next, run.maskp),
+                             floors ? floors->mtp_kld : std::nullopt, rules.kld, rules.fallback_kld);
+    if (g.P > 0) isolated_errors(run, g, seq, mode, inputs, stored, cr);
+  }
+}
+
+// Step 3b. Consistency: the generation's own logits against a teacher-forced run over the same tokens
+// taken in the generation's order (the prompt in one call, then the record's continuation one token
+// per call): the same computation, so only a real inconsistency between generation and teacher
+// forcing shows (state corrupted during generation, an MTP rollback bug). Judged like the
+// teacher-forced KLD of the decode mode (prefill under --no-decode).
+void generation_consistency(CompareRun& run, const GoldenCase& g, const std::vector<int32_t>& seq,
+                            const std::vector<int32_t>& next, const CaseResult& cr, GenerationResult& gen) {
+  if (gen.rows.empty()) return;
+  const int64_t T = static_cast<int64_t>(seq.size());
+  const int64_t V = run.V;
+  ForcedOptions co;
+  co.mode = ForcedMode::decode;
+  co.prefill_positions = cr.prompt_tokens;
+  co.vocab_mask = run.maskp;
+  const ForcedRun ref = forced_run(*run.eng, seq, co);
+  std::vector<metrics::LogitPosition> pos;
+  std::span<const uint8_t> ex;
+  if (run.maskp) ex = *run.maskp;
+  for (const auto& [p, tk] : gen.rows) {
+    if (p < ref.logits_pos0 || p >= T) continue;
+    metrics::GoldenTopK gk{tk.ids, tk.logprobs, tk.lse};
+    const float* row = ref.logits.data() + (p - ref.logits_pos0) * V;
+    pos.push_back(metrics::compare_logits_topk(std::span<const float>(row, static_cast<size_t>(V)), gk,
+                                               next[static_cast<size_t>(p)], ex, 10));
+  }
+  const int cm = static_cast<int>(run.opt.decode_mode ? ForcedMode::decode : ForcedMode::prefill);
+  const std::optional<double> kfloor = g.floors[run.fc] ? g.floors[run.fc]->kld[cm] : std::nullopt;
+  if (!pos.empty()) gen.logits = logits_result(pos, kfloor, run.opt.rules.kld, run.opt.rules.fallback_kld);
+}
+
+// The reasons of the teacher-forced and isolated steps (non-finite values, the first floor break,
+// logits and MTP KLD over their limits, the consistency check) into `bad`.
+void forced_reasons(const CaseResult& cr, const GenerationResult& gen, std::vector<std::string>& bad) {
+  for (int m = 0; m < kModes; ++m) {
+    const std::string mn = forced_mode_name(static_cast<ForcedMode>(m));
+    if (cr.embed[m] && !cr.embed[m]->passes_nonfinite()) bad.push_back(cat("non-finite values in the embedding (", mn, ")"));
+    for (const LayerRow& row : cr.layers)
+      if (row.drift[m] && !row.drift[m]->passes_nonfinite()) {
+        bad.push_back(cat("non-finite values in l_out-", row.layer, " (teacher-forced ", mn, ")"));
+        break;
       }
-    }
+  }
+  if (cr.first_break) {
+    const auto [m, l] = *cr.first_break;
+    const LayerRow& row = cr.layers[l];
+    bad.push_back(cat("isolated error breaks ", row.floor[m] ? "the floor rule" : "the fixed limit (no floors)",
+                      " first at layer ", l, " (", forced_mode_name(static_cast<ForcedMode>(m)), "): rel_l2 ",
+                      sci(row.iso[m]->rel_l2), " > ", sci(*row.limit[m]),
+                      row.floor_ratio[m] ? cat(" (floor_ratio ", sci(*row.floor_ratio[m]), ")") : std::string()));
+  }
+  for (int m = 0; m < kModes; ++m) {
+    if (!cr.logits[m] || cr.logits[m]->pass) continue;
+    const LogitsResult& lr = *cr.logits[m];
+    if (lr.nonfinite) bad.push_back(cat("non-finite logits at ", lr.nonfinite, " positions (", forced_mode_name(static_cast<ForcedMode>(m)), ")"));
+    else bad.push_back(cat("mean KLD ", sci(lr.mean_kld), " > ", sci(lr.limit), " (teacher-forced ",
+                           forced_mode_name(static_cast<ForcedMode>(m)), lr.floor ? "" : ", no floors: fixed limit", ")"));
+  }
+  if (gen.logits && !gen.logits->pass)
+    bad.push_back(cat("free-running logits differ from the teacher-forced ones over the same tokens (",
+                      gen.logits->kld.size(), " positions): mean KLD ", sci(gen.logits->mean_kld), " > ",
+                      sci(gen.logits->limit), " (state corrupted during generation?)"));
+  if (cr.mtp && !cr.mtp->pass)
+    bad.push_back(cat("MTP drafts: mean KLD ", sci(cr.mtp->mean_kld), " > ", sci(cr.mtp->limit),
+                      cr.mtp->nonfinite ? " (non-finite logits)" : ""));
+}
 
-    // 3b. Consistency: the generation's own logits against a teacher-forced run over the same tokens
-    // taken in the generation's order (the prompt in one call, then the record's continuation one
-    // token per call): the same computation, so only a real inconsistency between generation and
-    // teacher forcing shows (state corrupted during generation, an MTP rollback bug). Judged like the
-    // teacher-forced KLD of the decode mode (prefill under --no-decode).
-    if (!gens[s].rows.empty()) {
-      ForcedOptions co;
-      co.mode = ForcedMode::decode;
-      co.prefill_positions = cr.prompt_tokens;
-      co.vocab_mask = maskp;
-      const ForcedRun ref = forced_run(eng, seq, co);
-      std::vector<metrics::LogitPosition> pos;
-      std::span<const uint8_t> ex;
-      if (maskp) ex = *maskp;
-      for (const auto& [p, tk] : gens[s].rows) {
-        if (p < ref.logits_pos0 || p >= T) continue;
-        metrics::GoldenTopK gk{tk.ids, tk.logprobs, tk.lse};
-        const float* row = ref.logits.data() + (p - ref.logits_pos0) * V;
-        pos.push_back(metrics::compare_logits_topk(std::span<const float>(row, static_cast<size_t>(V)), gk,
-                                                   next[static_cast<size_t>(p)], ex, 10));
-      }
-      const int cm = static_cast<int>(opt.decode_mode ? ForcedMode::decode : ForcedMode::prefill);
-      const std::optional<double> kfloor = g.floors[fc] ? g.floors[fc]->kld[cm] : std::nullopt;
-      if (!pos.empty()) gens[s].logits = logits_result(pos, kfloor, opt.rules.kld, opt.rules.fallback_kld);
-    }
+// The free-running figures of a case (degeneration of both texts, first divergence and the golden's
+// margin there, MTP equivalence and acceptance) and their reasons into `bad` and `warn`.
+void free_running_figures(const CompareRun& run, const GoldenCase& g, const CaseResult& cr, bool nonfinite,
+                          GenerationResult& gen, std::vector<std::string>& bad, std::vector<std::string>& warn) {
+  const int64_t T = cr.positions;
+  gen.stop_reason = gen.stop_reason.empty() ? "no budget" : gen.stop_reason;
+  metrics::ContentOptions content;
+  if (g.opened_think) content.think_end = run.think_end;
+  content.stop_ids = g.ignore_stop ? std::vector<int32_t>{} : run.stops;
+  content.ignore_ids = run.ws_ids;
+  gen.degen = metrics::degeneration(gen.tokens, run.opt.rules.degen, nonfinite, content);
+  gen.golden_degen = metrics::degeneration(gen.golden_tokens, run.opt.rules.degen, !gen.golden_rerun && g.nonfinite_logits, content);
+  const size_t n = std::min(gen.tokens.size(), gen.golden_tokens.size());
+  for (size_t i = 0; i < n && !gen.first_divergence; ++i)
+    if (gen.tokens[i] != gen.golden_tokens[i]) gen.first_divergence = static_cast<int64_t>(i);
+  if (!gen.first_divergence && gen.tokens.size() != gen.golden_tokens.size()) gen.first_divergence = static_cast<int64_t>(n);
+  if (gen.first_divergence && !gen.golden_rerun && g.topk.K >= 2) {
+    const int64_t row = cr.prompt_tokens + *gen.first_divergence - 1;
+    if (row >= 0 && row < T)
+      gen.golden_margin = double(g.topk.logprobs[row * g.topk.K]) - double(g.topk.logprobs[row * g.topk.K + 1]);
+  }
+  if (gen.mtp_equiv && !gen.mtp_equiv->mtp_equiv && run.fclass == FloorClass::fp32)
+    bad.push_back(cat("mtp_equiv: greedy output with mtp=", run.opt.config.mtp, " differs from the golden (MTP off) at token ",
+                      gen.mtp_equiv->first_difference.value_or(-1), " (exact on the CPU reference path)"));
+  if (!gen.verify_steps.empty()) gen.spec = metrics::spec_decode(gen.verify_steps, gen.degen.loop_onset);
+  if (gen.spec && gen.spec->accept_anomaly) warn.push_back(cat("MTP acceptance: ", *gen.spec->accept_anomaly));
+  gen.verdict = metrics::degeneration_verdict(gen.degen.degenerate, gen.golden_degen.degenerate);
+  if (gen.verdict == Verdict::bad)
+    bad.push_back(cat("engine-induced degeneration: ", gen.degen.reason, " (the golden run is not degenerate)"));
+  else if (gen.verdict == Verdict::model_intrinsic)
+    warn.push_back(cat("model-intrinsic degeneration: ", gen.degen.reason, " (the golden run degenerates too: ",
+                       gen.golden_degen.rule.value_or("?"), ")"));
+}
 
-    // Verdict.
-    std::vector<std::string> bad, warn;
-    for (int m = 0; m < kModes; ++m) {
-      const std::string mn = forced_mode_name(static_cast<ForcedMode>(m));
-      if (cr.embed[m] && !cr.embed[m]->passes_nonfinite()) bad.push_back(cat("non-finite values in the embedding (", mn, ")"));
-      for (const LayerRow& row : cr.layers)
-        if (row.drift[m] && !row.drift[m]->passes_nonfinite()) {
-          bad.push_back(cat("non-finite values in l_out-", row.layer, " (teacher-forced ", mn, ")"));
-          break;
-        }
-    }
-    for (const LayerRow& row : cr.layers) {
-      for (int m = 0; m < kModes && !cr.first_break; ++m)
-        if (!row.pass[m]) cr.first_break = std::make_pair(m, row.layer);
-      if (cr.first_break) break;
-    }
-    if (cr.first_break) {
-      const auto [m, l] = *cr.first_break;
-      const LayerRow& row = cr.layers[l];
-      bad.push_back(cat("isolated error breaks ", row.floor[m] ? "the floor rule" : "the fixed limit (no floors)",
-                        " first at layer ", l, " (", forced_mode_name(static_cast<ForcedMode>(m)), "): rel_l2 ",
-                        sci(row.iso[m]->rel_l2), " > ", sci(*row.limit[m]),
-                        row.floor_ratio[m] ? cat(" (floor_ratio ", sci(*row.floor_ratio[m]), ")") : std::string()));
-    }
-    for (int m = 0; m < kModes; ++m) {
-      if (!cr.logits[m] || cr.logits[m]->pass) continue;
-      const LogitsResult& lr = *cr.logits[m];
-      if (lr.nonfinite) bad.push_back(cat("non-finite logits at ", lr.nonfinite, " positions (", forced_mode_name(static_cast<ForcedMode>(m)), ")"));
-      else bad.push_back(cat("mean KLD ", sci(lr.mean_kld), " > ", sci(lr.limit), " (teacher-forced ",
-                             forced_mode_name(static_cast<ForcedMode>(m)), lr.floor ? "" : ", no floors: fixed limit", ")"));
-    }
-    if (gens[s].logits && !gens[s].logits->pass)
-      bad.push_back(cat("free-running logits differ from the teacher-forced ones over the same tokens (",
-                        gens[s].logits->kld.size(), " positions): mean KLD ", sci(gens[s].logits->mean_kld), " > ",
-                        sci(gens[s].logits->limit), " (state corrupted during generation?)"));
-    if (cr.mtp && !cr.mtp->pass)
-      bad.push_back(cat("MTP drafts: mean KLD ", sci(cr.mtp->mean_kld), " > ", sci(cr.mtp->limit),
-                        cr.mtp->nonfinite ? " (non-finite logits)" : ""));
+// The verdict of one case: the first floor break, every reason, and the case's verdict.
+void case_verdict(const CompareRun& run, const GoldenCase& g, bool nonfinite, GenerationResult& gen, CaseResult& cr) {
+  std::vector<std::string> bad, warn;
+  for (const LayerRow& row : cr.layers) {
+    for (int m = 0; m < kModes && !cr.first_break; ++m)
+      if (!row.pass[m]) cr.first_break = std::make_pair(m, row.layer);
+    if (cr.first_break) break;
+  }
+  forced_reasons(cr, gen, bad);
+  free_running_figures(run, g, cr, nonfinite, gen, bad, warn);
+  cr.verdict = !bad.empty() ? Verdict::bad : gen.verdict == Verdict::model_intrinsic ? Verdict::model_intrinsic : Verdict::good;
+  cr.reasons = bad;
+  cr.reasons.insert(cr.reasons.end(), warn.begin(), warn.end());
+}
 
-    GenerationResult& gen = gens[s];
-    gen.stop_reason = gen.stop_reason.empty() ? "no budget" : gen.stop_reason;
-    metrics::ContentOptions content;
-    if (g.opened_think) content.think_end = think_end;
-    content.stop_ids = g.ignore_stop ? std::vector<int32_t>{} : stops;
-    content.ignore_ids = ws_ids;
-    gen.degen = metrics::degeneration(gen.tokens, opt.rules.degen, gen_nonfinite[s], content);
-    gen.golden_degen = metrics::degeneration(gen.golden_tokens, opt.rules.degen, !gen.golden_rerun && g.nonfinite_logits, content);
-    const size_t n = std::min(gen.tokens.size(), gen.golden_tokens.size());
-    for (size_t i = 0; i < n && !gen.first_divergence; ++i)
-      if (gen.tokens[i] != gen.golden_tokens[i]) gen.first_divergence = static_cast<int64_t>(i);
-    if (!gen.first_divergence && gen.tokens.size() != gen.golden_tokens.size()) gen.first_divergence = static_cast<int64_t>(n);
-    if (gen.first_divergence && !gen.golden_rerun && g.topk.K >= 2) {
-      const int64_t row = cr.prompt_tokens + *gen.first_divergence - 1;
-      if (row >= 0 && row < T)
-        gen.golden_margin = double(g.topk.logprobs[row * g.topk.K]) - double(g.topk.logprobs[row * g.topk.K + 1]);
-    }
-    if (gen.mtp_equiv && !gen.mtp_equiv->mtp_equiv && fclass == FloorClass::fp32)
-      bad.push_back(cat("mtp_equiv: greedy output with mtp=", opt.config.mtp, " differs from the golden (MTP off) at token ",
-                        gen.mtp_equiv->first_difference.value_or(-1), " (exact on the CPU reference path)"));
-    if (!gen.verify_steps.empty()) gen.spec = metrics::spec_decode(gen.verify_steps, gen.degen.loop_onset);
-    if (gen.spec && gen.spec->accept_anomaly) warn.push_back(cat("MTP acceptance: ", *gen.spec->accept_anomaly));
-    gen.verdict = metrics::degeneration_verdict(gen.degen.degenerate, gen.golden_degen.degenerate);
-    if (gen.verdict == Verdict::bad)
-      bad.push_back(cat("engine-induced degeneration: ", gen.degen.reason, " (the golden run is not degenerate)"));
-    else if (gen.verdict == Verdict::model_intrinsic)
-      warn.push_back(cat("model-intrinsic degeneration: ", gen.degen.reason, " (the golden run degenerates too: ",
-                         gen.golden_degen.rule.value_or("?"), ")"));
+// One case: its sequence, the forced and isolated runs, the consistency check and the verdict.
+CaseResult compare_case(CompareRun& run, size_t index, GenerationResult& gen, bool nonfinite) {
+  using clock = std::chrono::steady_clock;
+  const auto c0 = clock::now();
+  const GoldenCase g = run.rec.load_case(index);
+  CaseResult cr;
+  cr.id = g.id;
+  const std::vector<int32_t> seq = g.sequence();
+  const int64_t T = static_cast<int64_t>(seq.size());
+  cr.prompt_tokens = static_cast<int64_t>(g.prompt.size());
+  cr.positions = T;
+  cr.stored_positions = g.P;
+  for (int32_t id : seq)
+    if (id >= run.V) input_error("golden record: case '", g.id, "': token id ", id, " >= the model's vocab_size ", run.V);
+  std::vector<int32_t> next(seq.begin() + 1, seq.end());
+  next.push_back(-1);
+  cr.layers.resize(static_cast<size_t>(run.L));
+  for (int l = 0; l < run.L; ++l) {
+    cr.layers[l].layer = l;
+    cr.layers[l].kind = run.cfg.layer_types.empty() ? '?' : (run.cfg.layer_types[l] == LayerKind::full ? 'A' : 'G');
+  }
+  forced_and_isolated(run, g, seq, next, cr);
+  generation_consistency(run, g, seq, next, cr, gen);
+  case_verdict(run, g, nonfinite, gen, cr);
+  cr.seconds = std::chrono::duration<double>(clock::now() - c0).count() + gen.seconds;
+  cr.gen = std::move(gen);
+  return cr;
+}
 
-    cr.verdict = !bad.empty() ? Verdict::bad : gen.verdict == Verdict::model_intrinsic ? Verdict::model_intrinsic : Verdict::good;
-    cr.reasons = bad;
-    cr.reasons.insert(cr.reasons.end(), warn.begin(), warn.end());
-    cr.seconds = std::chrono::duration<double>(clock::now() - c0).count() + gen.seconds;
-    cr.gen = std::move(gen);
+}  // namespace
+
+CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, const CompareOptions& opt,
+                             const BackendFactory& factory, std::FILE* progress) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  CompareResult r;
+  r.golden_dir = rec.dir().string();
+  r.model_dir = model.dir.string();
+  r.config = opt.config.str();
+  r.suite = rec.suite();
+  r.record_fingerprint = rec.model_fingerprint();
+  r.model_fingerprint = model.fingerprint;
+  const FloorClass fclass = floor_class_for(opt.config);
+  r.floor_class = floor_class_name(fclass);
+  r.floors = rec.floors_present(fclass);
+  r.floors_reason = rec.floors_reason(fclass);
+  check_record(rec, model, opt, r);
+  const std::vector<size_t> selected = select_cases(rec, opt);
+
+  CompareRun run(rec, model, tok, opt, factory);
+  r.backend = run.be->name();
+  std::vector<GenerationResult> gens(selected.size());
+  std::vector<bool> gen_nonfinite(selected.size(), false);
+  run_generations(run, selected, gens, gen_nonfinite);
+
+  for (size_t s = 0; s < selected.size(); ++s) {
+    CaseResult cr = compare_case(run, selected[s], gens[s], gen_nonfinite[s]);
     r.verdict = metrics::worst(r.verdict, cr.verdict);
     if (progress)
       std::fprintf(progress, "compare: case %s: %s (%.2f s)\n", cr.id.c_str(), metrics::verdict_name(cr.verdict), cr.seconds);
     r.cases.push_back(std::move(cr));
   }
-  if (progress && !be->graph_summary().empty()) std::fprintf(progress, "compare: %s\n", be->graph_summary().c_str());
+  if (progress && !run.be->graph_summary().empty()) std::fprintf(progress, "compare: %s\n", run.be->graph_summary().c_str());
   r.fail_on_model_degeneration = opt.fail_on_model_degeneration;
   r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, opt.fail_on_model_degeneration));
   r.seconds = std::chrono::duration<double>(clock::now() - t0).count();

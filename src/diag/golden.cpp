@@ -338,63 +338,251 @@ FloorClass floor_class_for(const RunConfig& rc) {
   return neutral.str() == RunConfig{}.str() ? FloorClass::fp32 : FloorClass::bf16;
 }
 
-GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const fs::path& out,
-                           const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress) {
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  const ModelConfig& cfg = model.config;
-  const int L = cfg.num_layers;
-  const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
+namespace {
+
+// What every case of one record shares: the reference engine, the noise-floor engines (one per
+// class, where this build can make it), the padding mask, the stop ids and the top-K width.
+struct GoldenRun {
+  const Model& model;
+  const Tokenizer* tok;
+  const GoldenOptions& opt;
+  const ModelConfig& cfg;
+  int L;
+  int64_t H, V;
+  std::vector<bool> stored;
+  int n_stored;
+  RunConfig rc;
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<Engine> eng;
+  std::vector<uint8_t> mask;
+  const std::vector<uint8_t>* maskp = nullptr;
+  std::vector<int32_t> stops;
+  int K = 0;
+  RunConfig floor_rc[2];
+  std::unique_ptr<Backend> floor_be[2];
+  std::unique_ptr<Engine> floor_eng[2];
+
+  GoldenRun(const Model& model_, const Tokenizer* tok_, const GoldenOptions& opt_, const BackendFactory& factory,
+            GoldenSummary& sum)
+      : model(model_), tok(tok_), opt(opt_), cfg(model_.config), L(cfg.num_layers), H(cfg.hidden_size),
+        V(cfg.vocab_size), stored(parse_layer_list(opt_.layers, cfg)),
+        n_stored(static_cast<int>(std::count(stored.begin(), stored.end(), true))) {
+    rc.precision = opt.precision;
+    be = factory(rc, cfg);
+    eng = std::make_unique<Engine>(cfg, model.weights, *be, engine_options(rc));
+    if (tok) {
+      mask = tok->padding_mask(V);
+      stops = stop_token_ids(model.dir / "generation_config.json", *tok);
+    } else {
+      for (int64_t e : cfg.eos_token_ids) stops.push_back(static_cast<int32_t>(e));
+    }
+    maskp = mask.empty() ? nullptr : &mask;
+    const int real_ids = static_cast<int>(V - std::count(mask.begin(), mask.end(), uint8_t(1)));
+    K = std::min(opt.topk, real_ids);
+    floor_rc[0].precision = Precision::bf16;
+    floor_rc[1].precision = opt.precision == Precision::fp64 ? Precision::ref : Precision::fp64;
+    for (int fc = 0; fc < 2; ++fc) {
+      if (!opt.floors) {
+        sum.floors_reason[fc] = "not measured (--no-floors)";
+        continue;
+      }
+      try {
+        floor_be[fc] = factory(floor_rc[fc], cfg);
+        floor_eng[fc] = std::make_unique<Engine>(cfg, model.weights, *floor_be[fc], engine_options(floor_rc[fc]));
+        sum.floors[fc] = true;
+      } catch (const UntestableError& e) {
+        sum.floors_reason[fc] = e.what();
+      }
+    }
+  }
+};
+
+// The options write_golden refuses, and an `out` it may not replace.
+void check_golden_options(const GoldenOptions& opt, const fs::path& out) {
   if (opt.precision == Precision::bf16)
     input_error("golden: --precision must be fp32 or fp64 (the reference); bf16 is what the noise floors measure");
   if (opt.topk < 1 || opt.topk > 1000) input_error("golden: --topk must be in [1, 1000], found ", opt.topk);
   if (opt.gen_tokens && (*opt.gen_tokens < 0 || *opt.gen_tokens > kMaxNewTokensLimit))
     input_error("golden: --gen-tokens must be in [0, ", kMaxNewTokensLimit, "], found ", *opt.gen_tokens);
   validate_positions(opt.positions);
-  const std::vector<bool> stored = parse_layer_list(opt.layers, cfg);
-  const int n_stored = static_cast<int>(std::count(stored.begin(), stored.end(), true));
+}
+
+// One case of the record, written as TMP/ID.safetensors: 1. the continuation, through the
+// generation loop; 2. one teacher-forced prefill over prompt + continuation (top-K, stored layers,
+// MTP top-K); 3. the noise floors of each class against it. Returns the case's manifest entry.
+json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::path& tmp, json& jfiles, GoldenSummary& sum,
+                 std::FILE* progress) {
+  const int64_t H = run.H, V = run.V;
+  Case c = suite_case;
+  if (run.opt.gen_tokens) c.max_new_tokens = *run.opt.gen_tokens;
+  const CasePrompt cp = encode_case(c, run.tok, run.cfg);
+  const SamplingParams sp = case_sampling(c, SamplingParams{});
+  // 1. the continuation
+  GenerateOptions go;
+  go.max_new_tokens = c.max_new_tokens;
+  if (!c.ignore_stop) go.stop_ids = run.stops;
+  go.sampling = sp;
+  go.vocab_mask = run.maskp;
+  go.first_case = static_cast<uint32_t>(ci);
+  bool nonfinite = false;
+  Trace watch;
+  watch.logits_only = true;
+  watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
+    if (ev.step != Step::logits || nonfinite) return;
+    std::vector<float> v = b.to_host_f32(t);
+    for (size_t j = 0; j < v.size(); ++j)
+      if (!std::isfinite(v[j]) && !(v[j] < 0 && run.maskp && run.mask[j % V])) nonfinite = true;
+  };
+  GenerateResult gen;
+  if (c.max_new_tokens > 0) gen = generate(*run.eng, {cp.ids}, go, &watch).at(0);
+  std::vector<int32_t> seq = cp.ids;
+  seq.insert(seq.end(), gen.tokens.begin(), gen.tokens.end());
+  const int64_t T = static_cast<int64_t>(seq.size());
+  const int64_t P = run.n_stored == 0 ? 0 : choose_positions(run.opt.positions, T, (run.n_stored + 1) * H * 4);
+
+  // 2. the teacher-forced prefill
+  ForcedOptions fo;
+  fo.capture_positions = P;
+  fo.capture_layers = run.stored;
+  fo.mtp = true;
+  fo.vocab_mask = run.maskp;
+  ForcedRun g = forced_run(*run.eng, seq, fo);
+
+  SafetensorsWriter w;
+  w.set_metadata("format", kGoldenFormat);
+  w.set_metadata("case", c.id);
+  w.set_metadata("model_fingerprint", run.model.fingerprint);
+  add_i32(w, "prompt", cp.ids, {static_cast<int64_t>(cp.ids.size())});
+  add_i32(w, "continuation", gen.tokens, {static_cast<int64_t>(gen.tokens.size())});
+  auto topk_checked = [&](const std::vector<float>& logits, int64_t rows, bool mtp) {
+    TopKBlock b = topk_block(logits, rows, V, run.maskp, run.K);
+    if (b.undefined_row >= 0)
+      input_error("golden: case '", c.id, "': the reference's ", mtp ? "MTP " : "", "logits at position ",
+                  b.undefined_row, " are not a distribution (NaN or +inf); the checkpoint is broken "
+                  "(try `degenbisect run --check-weights`)");
+    return b;
+  };
+  const TopKBlock main_k = topk_checked(g.logits, T, false);
+  add_i32(w, "topk_ids", main_k.ids, {T, run.K});
+  add_f32(w, "topk_logprobs", main_k.logprobs, {T, run.K});
+  add_f32(w, "lse", main_k.lse, {T});
+  if (!g.embed.empty()) add_f32(w, "embed", g.embed, {P, H});
+  for (int l = 0; l < run.L; ++l)
+    if (!g.l_out[l].empty()) add_f32(w, trace_name(Step::l_out, l), g.l_out[l], {P, H});
+  add_f32(w, "l_out_norm", g.l_out_norm, {run.L, T});
+  TopKBlock mtp_k;
+  if (!g.mtp_logits.empty()) {
+    mtp_k = topk_checked(g.mtp_logits, T - 1, true);
+    add_i32(w, "mtp_topk_ids", mtp_k.ids, {T - 1, run.K});
+    add_f32(w, "mtp_topk_logprobs", mtp_k.logprobs, {T - 1, run.K});
+    add_f32(w, "mtp_lse", mtp_k.lse, {T - 1});
+  }
+
+  // 3. noise floors: each class's run against this record (isolated, then teacher-forced)
+  json jfloors = json::object();
+  for (int fc = 0; fc < 2; ++fc) {
+    const char* cn = floor_class_name(static_cast<FloorClass>(fc));
+    if (!run.floor_eng[fc]) {
+      jfloors[cn] = nullptr;
+      continue;
+    }
+    jfloors[cn] = measure_floors(*run.floor_eng[fc], seq, g, run.stored, main_k, mtp_k, run.maskp);
+  }
+
+  const std::string file = c.id + ".safetensors";
+  w.write(tmp / file);
+  const std::string bytes = read_file(tmp / file);
+  jfiles[file] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
+  sum.bytes += static_cast<int64_t>(bytes.size());
+
+  metrics::ContentOptions content;
+  if (run.tok && cp.opened_think) content.think_end = run.tok->token_id("</think>");
+  content.stop_ids = run.stops;
+  metrics::Degeneration dg = metrics::degeneration(gen.tokens, metrics::DegenRules{}, nonfinite, content);
+  json jc = {{"id", c.id},
+             {"index", ci},
+             {"input", case_input_name(c.input)},
+             {"opened_think", cp.opened_think},
+             {"max_new_tokens", c.max_new_tokens},
+             {"ignore_stop", c.ignore_stop},
+             {"sampling", sampling_str(sp)},
+             {"prompt_tokens", cp.ids.size()},
+             {"generated_tokens", gen.tokens.size()},
+             {"stop_reason", c.max_new_tokens > 0 ? stop_reason_name(gen.reason) : "no budget"},
+             {"nonfinite_logits", nonfinite},
+             {"positions_stored", P},
+             {"file", file},
+             {"degeneration", dg.to_json()},
+             {"floors", jfloors}};
+  sum.lines.push_back(cat("case ", c.id, ": ", cp.ids.size(), " prompt + ", gen.tokens.size(), " generated tokens (",
+                          jc["stop_reason"].get<std::string>(), "), ", P, " of ", T, " positions stored, ",
+                          (bytes.size() + 512) / 1024, " KiB", dg.degenerate ? cat(", degenerate (", *dg.rule, ")") : ""));
+  if (progress) std::fprintf(progress, "golden: %s\n", sum.lines.back().c_str());
+  return jc;
+}
+
+// The record's manifest.json: what it was made with (tool, command, model, tokenizer, suite,
+// reference settings, noise floors), its cases and the checksums of its files.
+json golden_manifest(const GoldenRun& run, const Suite& suite, const GoldenSummary& sum, json jcases, json jfiles) {
+  const GoldenOptions& opt = run.opt;
+  std::vector<int> layer_list;
+  for (int l = 0; l < run.L; ++l)
+    if (run.stored[static_cast<size_t>(l)]) layer_list.push_back(l);
+  return {
+      {"format", kGoldenFormat},
+      {"format_version", kGoldenFormatVersion},
+      {"tool_version", kVersion},
+      {"command", opt.command},
+      {"model",
+       {{"fingerprint", run.model.fingerprint},
+        {"weights_sample", weights_sample_digest(*run.model.checkpoint)},
+        {"name", run.model.dir.filename().string()},
+        {"model_type", run.cfg.model_type},
+        {"num_hidden_layers", run.L},
+        {"hidden_size", run.H},
+        {"vocab_size", run.V},
+        {"has_mtp", run.eng->has_mtp()}}},
+      {"tokenizer", {{"fingerprint", run.tok ? json(run.tok->fingerprint()) : json(nullptr)}}},
+      {"suite", {{"name", suite.name}, {"sha256", suite.sha256}, {"cases", suite.cases.size()}}},
+      {"settings",
+       {{"precision", opt.precision == Precision::fp64 ? "fp64" : "fp32"},
+        {"reference_config", run.rc.str()},
+        {"backend", run.be->name()},
+        {"gdn", gdn_algo_name(engine_options(run.rc).gdn)},
+        {"gen_tokens", opt.gen_tokens ? json(*opt.gen_tokens) : json(nullptr)},
+        {"layers", layer_list},
+        {"positions", opt.positions},
+        {"topk", run.K}}},
+      {"noise_floors",
+       {{"status", sum.floors[0] && sum.floors[1] ? "measured" : sum.floors[0] || sum.floors[1] ? "partial" : "absent"},
+        {"reason", sum.floors[0] ? json(nullptr) : json(sum.floors_reason[0])},
+        {"metric", "rel_l2 of the isolated layer output (metrics.md §1, §3); kld: mean kld_topk, teacher-forced"},
+        {"classes",
+         {{"bf16", {{"config", run.floor_rc[0].str()}, {"measured", sum.floors[0]},
+                    {"reason", sum.floors[0] ? json(nullptr) : json(sum.floors_reason[0])},
+                    {"judges", "precision=bf16, backend=cuda and any narrow storage or attention toggle"}}},
+          {"fp32", {{"config", run.floor_rc[1].str()}, {"measured", sum.floors[1]},
+                    {"reason", sum.floors[1] ? json(nullptr) : json(sum.floors_reason[1])},
+                    {"judges", "the CPU at precision=ref or fp64 without storage or attention toggles"}}}}}}},
+      {"cases", std::move(jcases)},
+      {"files", std::move(jfiles)}};
+}
+
+}  // namespace
+
+GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const fs::path& out,
+                           const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  check_golden_options(opt, out);
+  (void)parse_layer_list(opt.layers, model.config);  // a bad --layers is refused before an existing `out`
   if (fs::exists(out) && !opt.force)
     input_error("golden: ", out.string(), " already exists (use --force to replace a golden record)");
   if (fs::exists(out) && !replaceable(out))
     input_error("golden: ", out.string(), " exists and is not a golden record or an empty folder; not replacing it");
 
-  // Reference engine, padding mask, stop ids.
-  RunConfig rc;
-  rc.precision = opt.precision;
-  std::unique_ptr<Backend> be = factory(rc, cfg);
-  Engine eng(cfg, model.weights, *be, engine_options(rc));
-  std::vector<uint8_t> mask;
-  std::vector<int32_t> stops;
-  if (tok) {
-    mask = tok->padding_mask(V);
-    stops = stop_token_ids(model.dir / "generation_config.json", *tok);
-  } else {
-    for (int64_t e : cfg.eos_token_ids) stops.push_back(static_cast<int32_t>(e));
-  }
-  const std::vector<uint8_t>* maskp = mask.empty() ? nullptr : &mask;
-  const int real_ids = static_cast<int>(V - std::count(mask.begin(), mask.end(), uint8_t(1)));
-  const int K = std::min(opt.topk, real_ids);
-
-  // Noise floors: one engine per class, if this build can make it.
   GoldenSummary sum;
-  RunConfig floor_rc[2];
-  floor_rc[0].precision = Precision::bf16;
-  floor_rc[1].precision = opt.precision == Precision::fp64 ? Precision::ref : Precision::fp64;
-  std::unique_ptr<Backend> floor_be[2];
-  std::unique_ptr<Engine> floor_eng[2];
-  for (int fc = 0; fc < 2; ++fc) {
-    if (!opt.floors) {
-      sum.floors_reason[fc] = "not measured (--no-floors)";
-      continue;
-    }
-    try {
-      floor_be[fc] = factory(floor_rc[fc], cfg);
-      floor_eng[fc] = std::make_unique<Engine>(cfg, model.weights, *floor_be[fc], engine_options(floor_rc[fc]));
-      sum.floors[fc] = true;
-    } catch (const UntestableError& e) {
-      sum.floors_reason[fc] = e.what();
-    }
-  }
+  GoldenRun run(model, tok, opt, factory, sum);
 
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
   fs::create_directories(parent);
@@ -404,156 +592,9 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
 
   json jcases = json::array(), jfiles = json::object();
   try {
-    for (size_t ci = 0; ci < suite.cases.size(); ++ci) {
-      Case c = suite.cases[ci];
-      if (opt.gen_tokens) c.max_new_tokens = *opt.gen_tokens;
-      const CasePrompt cp = encode_case(c, tok, cfg);
-      const SamplingParams sp = case_sampling(c, SamplingParams{});
-      // 1. the continuation, through the generation loop
-      GenerateOptions go;
-      go.max_new_tokens = c.max_new_tokens;
-      if (!c.ignore_stop) go.stop_ids = stops;
-      go.sampling = sp;
-      go.vocab_mask = maskp;
-      go.first_case = static_cast<uint32_t>(ci);
-      bool nonfinite = false;
-      Trace watch;
-      watch.logits_only = true;
-      watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
-        if (ev.step != Step::logits || nonfinite) return;
-        std::vector<float> v = b.to_host_f32(t);
-        for (size_t j = 0; j < v.size(); ++j)
-          if (!std::isfinite(v[j]) && !(v[j] < 0 && maskp && mask[j % V])) nonfinite = true;
-      };
-      GenerateResult gen;
-      if (c.max_new_tokens > 0) gen = generate(eng, {cp.ids}, go, &watch).at(0);
-      std::vector<int32_t> seq = cp.ids;
-      seq.insert(seq.end(), gen.tokens.begin(), gen.tokens.end());
-      const int64_t T = static_cast<int64_t>(seq.size());
-      const int64_t P = n_stored == 0 ? 0 : choose_positions(opt.positions, T, (n_stored + 1) * H * 4);
-
-      // 2. one teacher-forced prefill over prompt + continuation
-      ForcedOptions fo;
-      fo.capture_positions = P;
-      fo.capture_layers = stored;
-      fo.mtp = true;
-      fo.vocab_mask = maskp;
-      ForcedRun g = forced_run(eng, seq, fo);
-
-      SafetensorsWriter w;
-      w.set_metadata("format", kGoldenFormat);
-      w.set_metadata("case", c.id);
-      w.set_metadata("model_fingerprint", model.fingerprint);
-      add_i32(w, "prompt", cp.ids, {static_cast<int64_t>(cp.ids.size())});
-      add_i32(w, "continuation", gen.tokens, {static_cast<int64_t>(gen.tokens.size())});
-      auto topk_checked = [&](const std::vector<float>& logits, int64_t rows, bool mtp) {
-        TopKBlock b = topk_block(logits, rows, V, maskp, K);
-        if (b.undefined_row >= 0)
-          input_error("golden: case '", c.id, "': the reference's ", mtp ? "MTP " : "", "logits at position ",
-                      b.undefined_row, " are not a distribution (NaN or +inf); the checkpoint is broken "
-                      "(try `degenbisect run --check-weights`)");
-        return b;
-      };
-      const TopKBlock main_k = topk_checked(g.logits, T, false);
-      add_i32(w, "topk_ids", main_k.ids, {T, K});
-      add_f32(w, "topk_logprobs", main_k.logprobs, {T, K});
-      add_f32(w, "lse", main_k.lse, {T});
-      if (!g.embed.empty()) add_f32(w, "embed", g.embed, {P, H});
-      for (int l = 0; l < L; ++l)
-        if (!g.l_out[l].empty()) add_f32(w, trace_name(Step::l_out, l), g.l_out[l], {P, H});
-      add_f32(w, "l_out_norm", g.l_out_norm, {L, T});
-      TopKBlock mtp_k;
-      if (!g.mtp_logits.empty()) {
-        mtp_k = topk_checked(g.mtp_logits, T - 1, true);
-        add_i32(w, "mtp_topk_ids", mtp_k.ids, {T - 1, K});
-        add_f32(w, "mtp_topk_logprobs", mtp_k.logprobs, {T - 1, K});
-        add_f32(w, "mtp_lse", mtp_k.lse, {T - 1});
-      }
-
-      // 3. noise floors: each class's run against this record (isolated, then teacher-forced)
-      json jfloors = json::object();
-      for (int fc = 0; fc < 2; ++fc) {
-        const char* cn = floor_class_name(static_cast<FloorClass>(fc));
-        if (!floor_eng[fc]) {
-          jfloors[cn] = nullptr;
-          continue;
-        }
-        jfloors[cn] = measure_floors(*floor_eng[fc], seq, g, stored, main_k, mtp_k, maskp);
-      }
-
-      const std::string file = c.id + ".safetensors";
-      w.write(tmp / file);
-      const std::string bytes = read_file(tmp / file);
-      jfiles[file] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
-      sum.bytes += static_cast<int64_t>(bytes.size());
-
-      metrics::ContentOptions content;
-      if (tok && cp.opened_think) content.think_end = tok->token_id("</think>");
-      content.stop_ids = stops;
-      metrics::Degeneration dg = metrics::degeneration(gen.tokens, metrics::DegenRules{}, nonfinite, content);
-      json jc = {{"id", c.id},
-                 {"index", ci},
-                 {"input", case_input_name(c.input)},
-                 {"opened_think", cp.opened_think},
-                 {"max_new_tokens", c.max_new_tokens},
-                 {"ignore_stop", c.ignore_stop},
-                 {"sampling", sampling_str(sp)},
-                 {"prompt_tokens", cp.ids.size()},
-                 {"generated_tokens", gen.tokens.size()},
-                 {"stop_reason", c.max_new_tokens > 0 ? stop_reason_name(gen.reason) : "no budget"},
-                 {"nonfinite_logits", nonfinite},
-                 {"positions_stored", P},
-                 {"file", file},
-                 {"degeneration", dg.to_json()},
-                 {"floors", jfloors}};
-      jcases.push_back(jc);
-      sum.lines.push_back(cat("case ", c.id, ": ", cp.ids.size(), " prompt + ", gen.tokens.size(), " generated tokens (",
-                              jc["stop_reason"].get<std::string>(), "), ", P, " of ", T, " positions stored, ",
-                              (bytes.size() + 512) / 1024, " KiB", dg.degenerate ? cat(", degenerate (", *dg.rule, ")") : ""));
-      if (progress) std::fprintf(progress, "golden: %s\n", sum.lines.back().c_str());
-    }
-
-    std::vector<int> layer_list;
-    for (int l = 0; l < L; ++l)
-      if (stored[static_cast<size_t>(l)]) layer_list.push_back(l);
-    json manifest = {
-        {"format", kGoldenFormat},
-        {"format_version", kGoldenFormatVersion},
-        {"tool_version", kVersion},
-        {"command", opt.command},
-        {"model",
-         {{"fingerprint", model.fingerprint},
-          {"weights_sample", weights_sample_digest(*model.checkpoint)},
-          {"name", model.dir.filename().string()},
-          {"model_type", cfg.model_type},
-          {"num_hidden_layers", L},
-          {"hidden_size", H},
-          {"vocab_size", V},
-          {"has_mtp", eng.has_mtp()}}},
-        {"tokenizer", {{"fingerprint", tok ? json(tok->fingerprint()) : json(nullptr)}}},
-        {"suite", {{"name", suite.name}, {"sha256", suite.sha256}, {"cases", suite.cases.size()}}},
-        {"settings",
-         {{"precision", opt.precision == Precision::fp64 ? "fp64" : "fp32"},
-          {"reference_config", rc.str()},
-          {"backend", be->name()},
-          {"gdn", gdn_algo_name(engine_options(rc).gdn)},
-          {"gen_tokens", opt.gen_tokens ? json(*opt.gen_tokens) : json(nullptr)},
-          {"layers", layer_list},
-          {"positions", opt.positions},
-          {"topk", K}}},
-        {"noise_floors",
-         {{"status", sum.floors[0] && sum.floors[1] ? "measured" : sum.floors[0] || sum.floors[1] ? "partial" : "absent"},
-          {"reason", sum.floors[0] ? json(nullptr) : json(sum.floors_reason[0])},
-          {"metric", "rel_l2 of the isolated layer output (metrics.md §1, §3); kld: mean kld_topk, teacher-forced"},
-          {"classes",
-           {{"bf16", {{"config", floor_rc[0].str()}, {"measured", sum.floors[0]},
-                      {"reason", sum.floors[0] ? json(nullptr) : json(sum.floors_reason[0])},
-                      {"judges", "precision=bf16, backend=cuda and any narrow storage or attention toggle"}}},
-            {"fp32", {{"config", floor_rc[1].str()}, {"measured", sum.floors[1]},
-                      {"reason", sum.floors[1] ? json(nullptr) : json(sum.floors_reason[1])},
-                      {"judges", "the CPU at precision=ref or fp64 without storage or attention toggles"}}}}}}},
-        {"cases", jcases},
-        {"files", jfiles}};
+    for (size_t ci = 0; ci < suite.cases.size(); ++ci)
+      jcases.push_back(record_case(run, suite.cases[ci], ci, tmp, jfiles, sum, progress));
+    const json manifest = golden_manifest(run, suite, sum, std::move(jcases), std::move(jfiles));
     write_file_atomic(tmp / "manifest.json", manifest.dump(1) + "\n");
     // Into place: an existing record is moved aside first, then removed.
     if (fs::exists(out)) {

@@ -193,28 +193,6 @@ void check_n(int n, const char* who) {
 
 }  // namespace
 
-// ---- JSON helpers ----
-
-nlohmann::json json_number(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
-
-nlohmann::json json_number(const std::optional<double>& v) {
-  return v ? json_number(*v) : nlohmann::json(nullptr);
-}
-
-double number_from_json(const nlohmann::json& j) {
-  if (j.is_number()) return j.get<double>();
-  if (j.is_string()) {
-    const auto& s = j.get_ref<const std::string&>();
-    if (s == "inf") return kInf;
-    if (s == "-inf") return -kInf;
-    if (s == "nan") return kNaN;
-  }
-  throw std::invalid_argument(cat("number_from_json: expected a number or \"inf\"/\"-inf\"/\"nan\", found ", j.dump()));
-}
 
 // ==== §1 ====
 
@@ -742,55 +720,6 @@ nlohmann::json Degeneration::to_json() const {
 }
 
 // ==== §5 ====
-
-SpecDecode spec_decode(std::span<const VerifyStep> steps, std::optional<int64_t> loop_onset, const SpecRules& rules) {
-  SpecDecode s;
-  int64_t emitted = 0, prop_before = 0, acc_before = 0, prop_loop = 0, acc_loop = 0;
-  for (const auto& st : steps) {
-    if (st.proposed < 0 || st.accepted < 0 || st.accepted > st.proposed)
-      throw std::invalid_argument(cat("spec_decode: step at position ", st.position, " accepted ", st.accepted,
-                                      " of ", st.proposed, " drafts"));
-    ++s.steps;
-    s.proposed += st.proposed;
-    s.accepted += st.accepted;
-    emitted += st.accepted + 1;
-    if (loop_onset) {
-      if (st.position >= *loop_onset) {
-        prop_loop += st.proposed;
-        acc_loop += st.accepted;
-      } else {
-        prop_before += st.proposed;
-        acc_before += st.accepted;
-      }
-    }
-  }
-  auto rate = [](int64_t a, int64_t p) {
-    return p > 0 ? std::optional<double>(static_cast<double>(a) / static_cast<double>(p)) : std::nullopt;
-  };
-  s.accept_rate = rate(s.accepted, s.proposed);
-  if (s.steps > 0) s.accept_len = static_cast<double>(emitted) / static_cast<double>(s.steps);
-  if (loop_onset) {
-    s.accept_rate_before = rate(acc_before, prop_before);
-    s.accept_rate_loop = rate(acc_loop, prop_loop);
-    if (s.accept_rate_before && s.accept_rate_loop) {
-      if (*s.accept_rate_loop >= rules.high && *s.accept_rate_before < rules.high) s.accept_anomaly = "accept_rate_jump";
-      else if (*s.accept_rate_loop <= rules.low && *s.accept_rate_before > rules.low)
-        s.accept_anomaly = "accept_rate_collapse";
-    }
-  }
-  return s;
-}
-
-nlohmann::json SpecDecode::to_json() const {
-  return {{"steps", steps},
-          {"proposed", proposed},
-          {"accepted", accepted},
-          {"accept_rate", json_number(accept_rate)},
-          {"accept_len", json_number(accept_len)},
-          {"accept_rate_before", json_number(accept_rate_before)},
-          {"accept_rate_loop", json_number(accept_rate_loop)},
-          {"accept_anomaly", accept_anomaly ? nlohmann::json(*accept_anomaly) : nlohmann::json(nullptr)}};
-}
 
 MtpEquiv mtp_equiv(std::span<const int32_t> mtp_on, std::span<const int32_t> mtp_off) {
   MtpEquiv m;

@@ -24,19 +24,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/spec_stats.h"
 #include "util/error.h"
+#include "util/json_number.h"
 
 namespace degen::metrics {
 
-// ---- JSON helpers ----
-
-// A double as JSON: a number when finite, else the string "inf", "-inf" or "nan".
-nlohmann::json json_number(double v);
-// An optional double: null when absent, else json_number(v).
-nlohmann::json json_number(const std::optional<double>& v);
-// Inverse of json_number: accepts a number or one of "inf", "-inf", "nan"; anything else throws
-// std::invalid_argument.
-double number_from_json(const nlohmann::json& j);
+// ---- JSON helpers (util/json_number.h) and the speculative-decoding records (engine/spec_stats.h) ----
+using degen::json_number;
+using degen::number_from_json;
+using degen::SpecDecode;
+using degen::SpecRules;
+using degen::VerifyStep;
+using degen::spec_decode;
 
 // ==== §1 Tensor error ====
 
@@ -327,32 +327,6 @@ Degeneration degeneration(std::span<const int32_t> x, const DegenRules& rules = 
                           const std::optional<ContentOptions>& content = std::nullopt);
 
 // ==== §5 Speculative decoding (MTP) ====
-
-// One verify step: `proposed` drafts checked, `accepted` of them accepted (0 ≤ accepted ≤ proposed);
-// the step emits accepted + 1 tokens, the first at index `position` of the generated sequence.
-struct VerifyStep {
-  int proposed = 0;
-  int accepted = 0;
-  int64_t position = 0;
-};
-// Secondary signal: inside a loop (steps with position ≥ loop_onset), an acceptance rate ≥ high
-// while it was < high before ("accept_rate_jump"), or ≤ low while it was > low before
-// ("accept_rate_collapse"). Needs steps on both sides of the onset.
-struct SpecRules {
-  double high = 0.95;
-  double low = 0.05;
-};
-struct SpecDecode {
-  int64_t steps = 0, proposed = 0, accepted = 0;
-  std::optional<double> accept_rate;         // accepted / proposed (null when nothing proposed)
-  std::optional<double> accept_len;          // mean(accepted + 1) over steps (null when no step)
-  std::optional<double> accept_rate_before;  // before loop_onset
-  std::optional<double> accept_rate_loop;    // from loop_onset on
-  std::optional<std::string> accept_anomaly; // "accept_rate_jump" / "accept_rate_collapse"
-  nlohmann::json to_json() const;
-};
-SpecDecode spec_decode(std::span<const VerifyStep> steps, std::optional<int64_t> loop_onset = std::nullopt,
-                       const SpecRules& rules = {});
 
 // mtp_equiv: greedy with MTP on equals greedy with MTP off token for token. first_difference = the
 // first index where they differ, or the shorter length when one is a strict prefix of the other;

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "diag/compare.h"
-#include "diag/faults.h"
+#include "engine/faults.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/spec_decode.h"
@@ -509,8 +509,8 @@ std::vector<FaultRow> fault_table(const Model& model, const Tokenizer& tok, cons
       r.scope = sc.label;
       RunConfig rc = opt.base;
       std::string extra;
-      if (std::string(fi.name).rfind("tp-", 0) == 0) extra = "tp=2,";
-      if (std::string(fi.name).rfind("mtp-", 0) == 0) extra = "mtp=2,";
+      if (fi.needs_tp) extra = "tp=2,";
+      if (fi.needs_mtp) extra = "mtp=2,";
       try {
         rc = apply_run_config(rc, cat(extra, "fault=", fi.name, sc.suffix));
         validate_run_config(rc, model.config);

@@ -7,7 +7,7 @@
 
 #include "diag/bisect.h"
 #include "diag/evaluate.h"
-#include "diag/faults.h"
+#include "engine/faults.h"
 #include "diag/subop.h"
 #include "util/error.h"
 
@@ -101,8 +101,8 @@ std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& mode
       continue;
     }
     std::string frag = layer >= 0 ? cat("fault=", f->name, "@", layer) : cat("fault=", f->name);
-    if (std::string(f->name).rfind("mtp-", 0) == 0) frag = "mtp=2," + frag;
-    if (std::string(f->name).rfind("tp-", 0) == 0 && base_rc.tp == 1) frag = "tp=2," + frag;  // needs ranks
+    if (f->needs_mtp) frag = "mtp=2," + frag;
+    if (f->needs_tp && base_rc.tp == 1) frag = "tp=2," + frag;  // needs ranks
     if (progress) std::fprintf(progress, "[%zu/%zu] %s\n", k, work.size(), frag.c_str());
     try {
       RunConfig bad = apply_run_config(base_rc, frag);
@@ -119,7 +119,7 @@ std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& mode
       } else if (o.status == "bad-is-good" && f->magnitude_dependent) {
         row.status = "skip";
         row.note = "not observable on this model: the fault needs larger activations than it has";
-      } else if (o.status == "bad-is-good" && std::string(f->name) == "mtp-no-rollback") {
+      } else if (o.status == "bad-is-good" && f->id == FaultId::mtp_no_rollback) {
         // The corrupted state only matters to tokens generated after a rejected draft; a case that
         // stops right after the first rejection (a stop token) cannot show it.
         row.status = "skip";

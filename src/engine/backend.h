@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/faults.h"
 #include "engine/state.h"
 #include "engine/tensor.h"
 #include "model/safetensors.h"
@@ -41,32 +42,6 @@ const char* gdn_algo_name(GdnAlgo a);
 enum class AttnAlgo : uint8_t { naive, flash, splitkv };
 const char* attn_algo_name(AttnAlgo a);
 
-// The faults of the catalogue (src/diag/faults.cpp) that live in the forward pass, each a deviation
-// of one op (DESIGN.md §7). The engine decides per layer which are active (LayerNumerics::faults).
-// It implements the ones that change the layer's data flow through the ops' own parameters; the
-// backend ops read the others from LayerNumerics, and a CUDA kernel mirrors them with the same flag.
-// (mtp-no-rollback and mtp-prenorm-hidden live in engine/spec_decode; tp-skip-last-allreduce, a
-// model-level fault, in the engine's layer loop.)
-enum class Fault : uint8_t {
-  rope_interleaved,       // op rope_partial: pairs (2i, 2i+1) instead of (i, i + R/2)
-  rope_all_dims,          // engine: rope_partial with rotary_dim = head_dim
-  norm_no_plus_one,       // engine: the layer's zero-centred norms with NormKind::plain
-  gdn_norm_plus_one,      // op gated_rmsnorm: weight (1 + w)
-  qgate_split,            // engine: q_proj output split as [all queries | all gates]
-  gdn_read_before_decay,  // op gdn: error read from the state before the decay
-  gdn_skip_l2norm,        // op l2norm: x * scale, not normalised
-  gdn_head_mod,           // op gdn: value head j reads key head j mod n_k
-  gdn_out_fp16,           // op gdn: o rounded to fp16 (inf beyond 65504)
-  conv_window_stuck,      // op conv1d_causal: window not advanced by one-token calls
-  alog_no_exp,            // op gdn_gates: g = -A_log * softplus(.)
-  kv_off_by_one,          // op attention: one-token calls write their K/V row at pos + 1
-  moe_no_renorm,          // engine: moe_route without renormalisation
-  tp_gdn_no_allreduce,    // engine (tp > 1): the GDN out_proj partial sums are not all-reduced
-  tp_moe_double_allreduce,  // engine (tp > 1): the MoE block output is all-reduced twice (x tp)
-  count
-};
-const char* fault_name(Fault f);                          // the catalogue name, "rope-interleaved"
-std::optional<Fault> fault_from_name(std::string_view name);  // nullopt: not a forward-pass fault
 
 // The numerics the ops of one layer run with: the toggles and faults of DESIGN.md §5 and §7
 // resolved for that layer by the engine (Engine::numerics) and handed to the backend by
@@ -109,6 +84,9 @@ class Backend {
   virtual std::string name() const = 0;     // "cpu:ref", "cpu:fp64", ...
   virtual DType act_dtype() const = 0;      // activations, KV cache, conv window
   virtual DType state_dtype() const = 0;    // GDN recurrent state S
+  // The GPU path (the CUDA backend, or the CPU's emulation of its storage at precision=bf16): the
+  // toggles left unset take the GPU defaults RunConfig resolves (e.g. the SSM state dtype).
+  virtual bool gpu_path() const = 0;
 
   // ---- per-layer numerics ----
   // The engine calls begin_layer before the ops of each decoder layer (and of the MTP layer), and
@@ -158,10 +136,11 @@ class Backend {
   virtual Tensor sigmoid_mul(const Tensor& x, const Tensor& gate) = 0;
   virtual Tensor swiglu(const Tensor& gate, const Tensor& up) = 0;  // silu(gate) * up
   // RMSNorm over the last dimension (spec §4.2a/b without gate); w has cols() elements.
-  virtual Tensor rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) = 0;
+  // (The arguments are checked here, once for every backend; the backend computes: do_rmsnorm.)
+  Tensor rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind);
   // Gated RMSNorm, norm before gate (spec §4.2b): w ⊙ x̂ ⊙ silu(z); x, z [rows, d].
-  // numerics(): fault gdn_norm_plus_one.
-  virtual Tensor gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) = 0;
+  // numerics(): fault gdn_norm_plus_one. (Checked here; computed by do_gated_rmsnorm.)
+  Tensor gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps);
   // x / sqrt(sum x² + eps) * scale over the last dimension (GDN q/k, spec §4.7.3).
   // numerics(): fault gdn_skip_l2norm.
   virtual Tensor l2norm(const Tensor& x, double eps, double scale) = 0;
@@ -177,16 +156,16 @@ class Backend {
   // Appends k, v [N, n_kv, D] to each sequence's cache (cache len must equal span.pos0), then
   // causal GQA softmax attention of q [N, n_q, D] over the cache, scale D^-1/2 -> [N, n_q * D].
   // numerics(): attn (the algorithm), kv_dtype (cache storage, used when the cache is allocated
-  // and checked against an existing one), fault kv_off_by_one.
-  virtual Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
-                           const std::vector<KvCache*>& caches) = 0;
+  // and checked against an existing one), fault kv_off_by_one. (Checked here; computed by do_attention.)
+  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                   const std::vector<KvCache*>& caches);
 
   // ---- Gated DeltaNet (spec §4.7) ----
   // Depthwise causal conv + SiLU over x [N, C] with w [C, 1, K]; each sequence starts from its
   // window [K-1, C] (the previous pre-conv rows) and leaves the last K-1 rows in it, rounded to the
-  // window's dtype. numerics(): fault conv_window_stuck.
-  virtual Tensor conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
-                               const std::vector<Tensor*>& windows) = 0;
+  // window's dtype. numerics(): fault conv_window_stuck. (Checked here; computed by do_conv1d_causal.)
+  Tensor conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
+                       const std::vector<Tensor*>& windows);
   // g = -exp(A_log)·softplus(a + dt_bias), beta = sigmoid(b); a, b [N, n_v] -> g, beta [N, n_v].
   // note: g is returned in the backend's compute dtype (fp32 on the GPU path, spec §4.10), beta in
   // the activation dtype. numerics(): fault alog_no_exp.
@@ -232,10 +211,21 @@ class Backend {
   virtual std::string graph_summary() const { return ""; }
 
  protected:
+  // The ops whose arguments the interface checks (above): a backend implements only the computation.
+  virtual Tensor do_rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) = 0;
+  virtual Tensor do_gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) = 0;
+  virtual Tensor do_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                              const std::vector<KvCache*>& caches) = 0;
+  virtual Tensor do_conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
+                                  const std::vector<Tensor*>& windows) = 0;
   LayerNumerics numerics_;  // set by begin_layer; a backend initialises its storage dtypes to its own
 
  private:
   std::shared_ptr<TpGroup> tp_group_;
 };
+
+// A KV cache keeps the dtype it was made with: a state used with other toggles is an input error
+// (both backends call this before they grow or write a cache).
+void check_kv_dtype(const KvCache& c, DType dtype);
 
 }  // namespace degen

@@ -1,9 +1,7 @@
-// Builds the Backend and EngineOptions a RunConfig asks for (the backend from backend, precision
-// and tp; the engine options carry the per-layer toggles and faults). A configuration this build or machine
-// cannot run throws UntestableError (exit 125) with the reason; it never falls back silently.
-// note: make_backend is defined with the backends (src/cpu/backend_factory.cpp), not in degen_core:
-// diagnostic code in degen_core takes a BackendFactory argument instead of calling it, so the core
-// library never depends on a concrete backend.
+// How the diagnostics get a backend without knowing the backends: a BackendFactory (make_backend of
+// src/backends/make_backend.h, passed in by the CLI or a test), and the EngineOptions a RunConfig
+// asks for (the per-layer toggles and faults). The engine and the diagnostics never include a
+// concrete backend.
 #pragma once
 #include <functional>
 #include <memory>
@@ -16,11 +14,7 @@
 
 namespace degen {
 
-std::unique_ptr<Backend> make_backend(const RunConfig& rc, const ModelConfig& cfg);
 using BackendFactory = std::function<std::unique_ptr<Backend>(const RunConfig&, const ModelConfig&)>;
 EngineOptions engine_options(const RunConfig& rc);
-// The CUDA devices of the ranks of backend=cuda,tp=N (the CLI's --devices); empty: N consecutive
-// devices from --device.
-void set_tp_devices(const std::vector<int>& devices);
 
 }  // namespace degen

@@ -11,31 +11,12 @@
 #include <cstdio>
 #include <thread>
 
-#include "diag/faults.h"
+#include "engine/faults.h"
 #include "util/error.h"
 
 namespace degen {
 
 namespace {
-
-constexpr std::pair<Fault, const char*> kFaultNames[] = {
-    {Fault::rope_interleaved, "rope-interleaved"},
-    {Fault::rope_all_dims, "rope-all-dims"},
-    {Fault::norm_no_plus_one, "norm-no-plus-one"},
-    {Fault::gdn_norm_plus_one, "gdn-norm-plus-one"},
-    {Fault::qgate_split, "qgate-split"},
-    {Fault::gdn_read_before_decay, "gdn-read-before-decay"},
-    {Fault::gdn_skip_l2norm, "gdn-skip-l2norm"},
-    {Fault::gdn_head_mod, "gdn-head-mod"},
-    {Fault::gdn_out_fp16, "gdn-out-fp16"},
-    {Fault::conv_window_stuck, "conv-window-stuck"},
-    {Fault::alog_no_exp, "alog-no-exp"},
-    {Fault::kv_off_by_one, "kv-off-by-one"},
-    {Fault::moe_no_renorm, "moe-no-renorm"},
-    {Fault::tp_gdn_no_allreduce, "tp-gdn-no-allreduce"},
-    {Fault::tp_moe_double_allreduce, "tp-moe-double-allreduce"},
-};
-static_assert(std::size(kFaultNames) == static_cast<size_t>(Fault::count), "a Fault without a catalogue name");
 
 // Whether decoder layer l (or the MTP layer) can host a fault of this site.
 bool site_hosts(FaultSite site, const ModelConfig& cfg, int l, bool mtp) {
@@ -69,18 +50,6 @@ const char* attn_algo_name(AttnAlgo a) {
   return "?";
 }
 
-const char* fault_name(Fault f) {
-  for (const auto& [id, name] : kFaultNames)
-    if (id == f) return name;
-  return "?";
-}
-
-std::optional<Fault> fault_from_name(std::string_view name) {
-  for (const auto& [id, n] : kFaultNames)
-    if (name == n) return id;
-  return std::nullopt;
-}
-
 void check_faults(const RunConfig& rc, const ModelConfig& cfg) {
   for (const FaultSpec& fs : rc.faults) {
     const FaultInfo* info = find_fault(fs.name);
@@ -88,7 +57,7 @@ void check_faults(const RunConfig& rc, const ModelConfig& cfg) {
     const std::string label = fs.name + fs.scope.str();
     if (info->site == FaultSite::model) {
       if (!fs.scope.all) input_error("fault ", label, ": a model-level fault takes no layer scope");
-      if (fs.name.rfind("tp-", 0) == 0 && rc.tp <= 1)
+      if (info->needs_tp && rc.tp <= 1)
         throw UntestableError(cat("fault ", label, ": needs tp > 1 (it skips the last tensor-parallel all-reduce)"));
       continue;  // mtp-no-rollback, mtp-prenorm-hidden: engine/spec_decode; tp-skip-last-allreduce: Engine::layer
     }
@@ -104,14 +73,10 @@ void check_faults(const RunConfig& rc, const ModelConfig& cfg) {
                   fault_site_name(info->site), " only");
     }
     // Faults that cannot change anything on this model: untestable here, not silently clean.
-    if (fs.name.rfind("tp-", 0) == 0 && rc.tp <= 1)
+    if (info->needs_tp && rc.tp <= 1)
       throw UntestableError(cat("fault ", label, ": needs tp > 1 (it is a fault of the tensor-parallel all-reduce)"));
-    std::string why;
-    if (fs.name == "gdn-head-mod" && cfg.n_v == cfg.n_k) why = "n_v = n_k, so j mod n_k = j / r";
-    if (fs.name == "qgate-split" && cfg.n_q == 1) why = "one query head: both splits are the same";
-    if (fs.name == "rope-all-dims" && cfg.rotary_dim == cfg.head_dim) why = "RoPE already rotates every dim";
-    if (fs.name == "moe-no-renorm" && !cfg.norm_topk_prob) why = "this model does not renormalise (norm_topk_prob false)";
-    if (!why.empty()) throw UntestableError(cat("fault ", label, " changes nothing on ", cfg.origin, ": ", why));
+    if (const char* why = info->inert_on ? info->inert_on(cfg) : nullptr)
+      throw UntestableError(cat("fault ", label, " changes nothing on ", cfg.origin, ": ", why));
   }
 }
 
@@ -165,8 +130,9 @@ void Engine::init() {
   validate_run_config(opt_.run, full_cfg_);
   check_faults(opt_.run, full_cfg_);
   for (const FaultSpec& fs : opt_.run.faults) {
-    if (std::optional<Fault> f = fault_from_name(fs.name)) faults_.emplace_back(*f, fs);
-    if (fs.name == "tp-skip-last-allreduce") skip_last_allreduce_ = true;
+    const FaultInfo* info = find_fault(fs.name);  // check_faults: every name is in the catalogue
+    if (info->pass) faults_.emplace_back(*info->pass, fs);
+    if (info->id == FaultId::tp_skip_last_allreduce) skip_last_allreduce_ = true;
   }
   if (cfg_.arch == Arch::qwen3_next) {  // this rank's key groups (the whole model at tp = 1)
     qkvz_rows_ = gdn_qkvz_rows(cfg_);
@@ -199,11 +165,10 @@ LayerNumerics Engine::numerics(int l, bool mtp) const {
     return false;
   };
   n.attn = value(rc.attn);
-  // Storage dtypes: explicit toggles always; unset ones are the backend's own (a backend with
-  // 16-bit activations is the GPU path, whose defaults RunConfig resolves).
+  // Storage dtypes: explicit toggles always; unset ones are the backend's own (on the GPU path,
+  // the defaults RunConfig resolves).
   const DType act = be_.act_dtype();
-  const bool gpu = act == DType::bf16 || act == DType::f16;
-  n.ssm_dtype = (in_layer && (gpu || rc.ssm_dtype_set || scoped_here(rc.ssm_dtype))) ? rc.ssm_dtype_at(l, cfg_)
+  n.ssm_dtype = (in_layer && (be_.gpu_path() || rc.ssm_dtype_set || scoped_here(rc.ssm_dtype))) ? rc.ssm_dtype_at(l, cfg_)
                                                                                    : be_.state_dtype();
   n.conv_dtype = (rc.conv_dtype_set || scoped_here(rc.conv_dtype)) ? value(rc.conv_dtype) : act;
   n.kv_dtype = (rc.kv_dtype.base != DType::bf16 || scoped_here(rc.kv_dtype)) ? value(rc.kv_dtype) : act;
@@ -686,21 +651,22 @@ ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const Fo
   ForwardOutput out;
   out.seqs = b.seqs;
   if (fo.keep_hidden) out.hidden = hn;
-  if (fo.logits != LogitsRows::none) {
-    std::vector<int64_t> rows;  // empty: all rows
-    Batch lb;                   // row layout of the logits, for the trace
-    for (const TraceSeq& s : b.seqs) {
-      const int64_t n = fo.logits == LogitsRows::all ? s.rows : 1;
-      out.logits_row0.push_back(lb.N);
-      lb.seqs.push_back({s.seq, lb.N, n, fo.logits == LogitsRows::all ? s.pos0 : s.pos0 + s.rows - 1});
-      lb.N += n;
-      if (fo.logits == LogitsRows::last) rows.push_back(s.row0 + s.rows - 1);
-    }
-    out.logits = lm_head(hn, rows, fo.vocab_mask);
+  if (fo.logits == LogitsRows::none) {
     graph.end();
-    tap(tr, Step::logits, -1, out.logits, lb);
+    return out;
   }
-  graph.end();
+  std::vector<int64_t> rows;  // empty: all rows
+  Batch lb;                   // row layout of the logits, for the trace
+  for (const TraceSeq& s : b.seqs) {
+    const int64_t n = fo.logits == LogitsRows::all ? s.rows : 1;
+    out.logits_row0.push_back(lb.N);
+    lb.seqs.push_back({s.seq, lb.N, n, fo.logits == LogitsRows::all ? s.pos0 : s.pos0 + s.rows - 1});
+    lb.N += n;
+    if (fo.logits == LogitsRows::last) rows.push_back(s.row0 + s.rows - 1);
+  }
+  out.logits = lm_head(hn, rows, fo.vocab_mask);
+  graph.end();  // the step ends before the trace copies the logits to the host
+  tap(tr, Step::logits, -1, out.logits, lb);
   return out;
 }
 

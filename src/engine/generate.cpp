@@ -108,7 +108,7 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
                                          res[i].tokens, a, [&](int32_t tok, int64_t pos) { return push(i, tok, pos); },
                                          &res[i].decode_seconds);
       }
-      res[i].spec = metrics::spec_decode(res[i].verify_steps);
+      res[i].spec = spec_decode(res[i].verify_steps);
     }
     return res;
   }

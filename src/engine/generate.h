@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "diag/metrics.h"
+#include "engine/spec_stats.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/spec_decode.h"
@@ -38,8 +38,8 @@ struct GenerateResult {
   double decode_seconds = 0;    // wall time of the decode steps this sequence took part in
   // MTP (options.mtp.draft_tokens > 0): one entry per verify step, and their summary
   // (accept_rate, accept_len; metrics.md §5). Empty / nullopt without MTP.
-  std::vector<metrics::VerifyStep> verify_steps;
-  std::optional<metrics::SpecDecode> spec;
+  std::vector<VerifyStep> verify_steps;
+  std::optional<SpecDecode> spec;
 };
 
 // Throws InputError for an empty prompt or bad sampling parameters, UntestableError for MTP drafts

@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "diag/faults.h"
+#include "engine/faults.h"
 #include "util/error.h"
 
 namespace degen {

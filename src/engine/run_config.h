@@ -58,7 +58,7 @@ struct Scoped {
 };
 
 struct FaultSpec {
-  std::string name;   // a fault of the catalogue (src/diag/faults.h)
+  std::string name;   // a fault of the catalogue (src/engine/faults.h)
   LayerScope scope;   // layers it applies to (all applicable layers when unscoped)
 };
 
@@ -107,7 +107,7 @@ void validate_run_config(const RunConfig& rc, const ModelConfig& cfg);
 struct ToggleInfo { const char* key; const char* values; const char* meaning; bool scoped; };
 const std::vector<ToggleInfo>& toggle_table();
 
-// Hook filled by the fault catalogue (src/diag/faults): the known fault names. Used by the parser.
+// The known fault names (defined with the fault catalogue, src/engine/faults.cpp). Used by the parser.
 const std::vector<std::string>& known_fault_names();
 
 }  // namespace degen

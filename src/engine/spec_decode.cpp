@@ -13,8 +13,8 @@ namespace degen {
 MtpOptions mtp_options(const RunConfig& rc, const ModelConfig& cfg) {
   MtpOptions o;
   o.draft_tokens = rc.mtp;
-  o.no_rollback = rc.has_fault("mtp-no-rollback", -1, &cfg);
-  o.prenorm_hidden = rc.has_fault("mtp-prenorm-hidden", -1, &cfg);
+  o.no_rollback = rc.has_fault(fault_info(FaultId::mtp_no_rollback).name, -1, &cfg);
+  o.prenorm_hidden = rc.has_fault(fault_info(FaultId::mtp_prenorm_hidden).name, -1, &cfg);
   return o;
 }
 
@@ -125,7 +125,7 @@ Tensor rows_of(Backend& be, const Tensor& x, int64_t r0, int64_t n) {
 
 }  // namespace
 
-std::vector<metrics::VerifyStep> mtp_decode(Engine& eng, SeqState& st, std::span<const int32_t> prompt,
+std::vector<VerifyStep> mtp_decode(Engine& eng, SeqState& st, std::span<const int32_t> prompt,
                                             const Tensor& prompt_hidden, std::vector<int32_t>& generated,
                                             const MtpDecodeArgs& a, const std::function<bool(int32_t, int64_t)>& emit,
                                             double* seconds) {
@@ -139,7 +139,7 @@ std::vector<metrics::VerifyStep> mtp_decode(Engine& eng, SeqState& st, std::span
   const int k = a.mtp.draft_tokens;
   const int64_t T = static_cast<int64_t>(prompt.size());
   DEGEN_ASSERT(k > 0 && !generated.empty() && st.pos == T && prompt_hidden.rows() == T, "mtp_decode after prefill");
-  std::vector<metrics::VerifyStep> steps;
+  std::vector<VerifyStep> steps;
 
   // The MTP head over rows (h, next token); returns the last row's draft logits and keeps its
   // post-mtp.norm hidden (the input of a chained draft).

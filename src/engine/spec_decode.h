@@ -40,7 +40,7 @@
 //     sampling rule (Leviathan et al. 2023, Chen et al. 2023): the emitted tokens follow the target
 //     distribution exactly, but are not the same tokens as mtp=0 sampling.
 //
-// Faults (DESIGN.md §7, src/diag/faults.h):
+// Faults (DESIGN.md §7, src/engine/faults.h):
 //   mtp-no-rollback: after a rejection pos and KV lengths are rolled back but the GDN conv window
 //     and S keep the rejected drafts' updates.
 //   mtp-prenorm-hidden: the MTP head is fed the last decoder layer's output before model.norm
@@ -51,7 +51,7 @@
 #include <span>
 #include <vector>
 
-#include "diag/metrics.h"
+#include "engine/spec_stats.h"
 #include "engine/engine.h"
 #include "engine/run_config.h"
 #include "engine/sampler.h"
@@ -147,7 +147,7 @@ struct MtpDecodeArgs {
 // decode). Returns one VerifyStep per verify pass (proposed = drafts verified, fewer than k near
 // max_new_tokens or the context end; accepted = drafts the verifier accepted, even when a stop id
 // among them ended the sequence before all were emitted); adds the wall time to *seconds.
-std::vector<metrics::VerifyStep> mtp_decode(Engine& engine, SeqState& state, std::span<const int32_t> prompt,
+std::vector<VerifyStep> mtp_decode(Engine& engine, SeqState& state, std::span<const int32_t> prompt,
                                             const Tensor& prompt_hidden, std::vector<int32_t>& generated,
                                             const MtpDecodeArgs& args,
                                             const std::function<bool(int32_t token, int64_t pos)>& emit,

@@ -13,7 +13,6 @@ const std::vector<StepInfo>& trace_steps() {
 }
 
 const char* step_name(Step s) { return trace_steps()[static_cast<size_t>(s)].name; }
-bool step_per_layer(Step s) { return trace_steps()[static_cast<size_t>(s)].per_layer; }
 
 std::string trace_name(Step s, int layer) {
   std::string n = step_name(s);

@@ -69,7 +69,6 @@ struct StepInfo {
 };
 const std::vector<StepInfo>& trace_steps();  // every step, in forward order
 const char* step_name(Step s);
-bool step_per_layer(Step s);
 std::string trace_name(Step s, int layer);   // "attn_norm-3", or "logits" when layer < 0
 
 // One sequence's rows inside a batch tensor.

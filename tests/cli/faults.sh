@@ -1,11 +1,11 @@
-# `faults` lists every entry of the fault catalogue (src/diag/faults.cpp), in text and JSON; `run`
+# `faults` lists every entry of the fault catalogue (src/engine/faults.cpp), in text and JSON; `run`
 # takes faults and the bf16 emulation toggles through --config: a fault scoped to a layer that
 # cannot host it is an input error naming the layer kind (128), tp-skip-last-allreduce is
 # untestable without tensor parallelism (125).
 source "$(dirname "$0")/lib.bash"
-names=$(grep -oE '^ +\{"[a-z0-9-]+", FaultSite::' "$SRC/src/diag/faults.cpp" | grep -oE '"[a-z0-9-]+"' | tr -d '"')
+names=$(grep -oE '^ +\{FaultId::[a-z0-9_]+, "[a-z0-9-]+", FaultSite::' "$SRC/src/engine/faults.cpp" | grep -oE '"[a-z0-9-]+"' | tr -d '"')
 n=$(echo "$names" | wc -l)
-[ "$n" -ge 16 ] || fail "found only $n catalogue names in src/diag/faults.cpp"
+[ "$n" -ge 16 ] || fail "found only $n catalogue names in src/engine/faults.cpp"
 expect_exit 0 "$BIN" faults
 expect_out "$n faults."
 for name in $names; do

@@ -12,7 +12,7 @@
 #include "diag/cases.h"
 #include "diag/compare.h"
 #include "diag/golden.h"
-#include "engine/backend_factory.h"
+#include "backends/make_backend.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "model/tokenizer.h"

@@ -14,14 +14,13 @@
 //            1 % of its weight bytes and not counted.)
 // note: decode feeds random token ids rather than the argmax of the logits (the step's cost does not
 // depend on the ids, and copying [B, V] logits to the host every step would be measured too).
-#include "build_config.h"
-#if DEGEN_WITH_CUDA
-#include "cli/bench_cuda.h"
+#include "cuda/bench.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -38,7 +37,7 @@
 #include "synth_weights.h"
 #include "util/error.h"
 
-namespace degen::cli {
+namespace degen::cuda {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -146,9 +145,129 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The cuBLAS probe: a bf16 product at the MLP's shape (the first dense MLP's up projection), best
+// of five; printed with the copy bandwidth.
+void gemm_probe(CudaBackend& be, const ModelConfig& cfg, const ModelWeights& weights, double bw) {
+  const int64_t M = 2048, K = cfg.hidden_size;
+  const TensorView* wv = nullptr;
+  for (const LayerWeights& lw : weights.layers)
+    if (!lw.moe && lw.mlp.up) { wv = lw.mlp.up; break; }
+  if (!wv) {
+    std::printf("probe    device-to-device copy 2 GiB: %.0f GB/s (read + write)\n", bw / 1e9);
+    return;
+  }
+  Tensor x = be.device_tensor({M, K}, DType::bf16, "gemm probe");
+  cuda::fill_random_cuda(x.raw(), DType::bf16, x.numel(), 7, 7, 0.0f, 1.0f, be.context()->stream());
+  be.matmul(x, *wv);
+  be.sync();
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = clock_type::now();
+    be.matmul(x, *wv);
+    be.sync();
+    best = std::min(best, seconds_since(t0));
+  }
+  const double gemm_tflops = 2.0 * double(M) * double(K) * double(wv->shape[0]) / best / 1e12;
+  std::printf("probe    device-to-device copy 2 GiB: %.0f GB/s (read + write);  cuBLAS bf16 GEMM [%lld x %lld] x "
+              "[%lld x %lld]^T: %.0f TFLOP/s\n",
+              bw / 1e9, static_cast<long long>(M), static_cast<long long>(K),
+              static_cast<long long>(wv->shape[0]), static_cast<long long>(K), gemm_tflops);
+}
+
+// One batch size: a prefill with the GDN ops timed (its share), a plain prefill, then the decode
+// steps on the prefilled states (and, with --graphs, the same steps as CUDA graphs).
+void bench_batch(Engine& eng, CudaBackend& be, const BenchArgs& a, int B, double bw,
+                 const std::function<std::vector<int32_t>(int)>& tokens) {
+  auto fresh_inputs = [&](std::vector<SeqState>& states) {
+    states.clear();
+    for (int i = 0; i < B; ++i) states.push_back(eng.new_state());
+    std::vector<SeqInput> in;
+    for (int i = 0; i < B; ++i) in.push_back(SeqInput{&states[i], tokens(a.prefill)});
+    return in;
+  };
+  // GDN share: a prefill with the GDN ops timed (synchronised), on states thrown away after
+  double gdn_s = 0, timed_s = 0;
+  {
+    std::vector<SeqState> tmp;
+    std::vector<SeqInput> in = fresh_inputs(tmp);
+    be.stats().reset();
+    be.stats().time_gdn = true;
+    const auto t0 = clock_type::now();
+    eng.forward(in);
+    be.sync();
+    timed_s = seconds_since(t0);
+    gdn_s = be.stats().gdn_seconds;
+    be.stats().time_gdn = false;
+  }
+  std::vector<SeqState> states;
+  std::vector<SeqInput> in = fresh_inputs(states);
+  be.stats().reset();
+  auto t0 = clock_type::now();
+  eng.forward(in);
+  be.sync();
+  const double t_pre = seconds_since(t0);
+  std::printf("%-8s %5d %9lld %12.3f %12.1f %12s %12.1f %7.1f%% %14s %10s\n", "prefill", B,
+              static_cast<long long>(B) * a.prefill, t_pre, B * a.prefill / t_pre, "-", 1e3 * gdn_s,
+              100.0 * gdn_s / std::max(timed_s, 1e-9), "-", "-");
+  // decode steps on the prefilled states; `extra` more first (graphs=on: the first step of a
+  // key is recorded, the second captured); the median step is reported
+  auto decode_row = [&](const char* label, int extra) {
+    std::vector<double> steps;
+    double bytes = 0;
+    for (int s = 0; s < a.decode + extra; ++s) {
+      in.clear();
+      for (int i = 0; i < B; ++i) in.push_back(SeqInput{&states[i], tokens(1)});
+      be.stats().reset();
+      t0 = clock_type::now();
+      eng.forward(in);
+      be.sync();
+      if (s >= extra) steps.push_back(seconds_since(t0));
+      bytes = be.stats().weight_bytes;
+    }
+    const double step = median(steps);
+    const double floor_s = bytes / bw;  // every weight byte read once at the copy rate
+    std::printf("%-8s %5d %9lld %12.3f %12.1f %12.2f %12s %8s %14.3f %9.1f%%\n", label, B,
+                static_cast<long long>(B) * a.decode, step * a.decode, B / step, 1e3 * step, "-", "-", bytes / 1e9,
+                100.0 * floor_s / step);
+    return step;
+  };
+  const double plain_step = decode_row("decode", 0);
+  if (a.graphs) {
+    be.set_graphs(true);
+    const double graph_step = decode_row("decode-g", 2);
+    const cuda::GraphStats gs = be.graph_stats();
+    std::printf("graphs   batch %d: %.2fx the plain decode rate; %lld steps replayed, %lld captured, %lld recorded\n", B,
+                plain_step / graph_step, static_cast<long long>(gs.replayed), static_cast<long long>(gs.captured),
+                static_cast<long long>(gs.recorded));
+    be.set_graphs(false);
+  }
+}
+
+// MTP: the same prompt generated greedily without and with drafts, at batch 1.
+void bench_mtp(Engine& eng, const BenchArgs& a, bool synthetic, const std::function<std::vector<int32_t>(int)>& tokens) {
+  GenerateOptions go;
+  go.max_new_tokens = std::max(a.decode, 16);
+  const std::vector<int32_t> prompt = tokens(a.prefill);
+  const GenerateResult plain = generate(eng, {prompt}, go).at(0);
+  go.mtp.draft_tokens = a.mtp;
+  check_mtp_supported(eng, go.mtp);
+  const GenerateResult spec = generate(eng, {prompt}, go).at(0);
+  const double r0 = double(plain.tokens.size()) / std::max(plain.decode_seconds, 1e-9);
+  const double r1 = double(spec.tokens.size()) / std::max(spec.decode_seconds, 1e-9);
+  const auto opt = [](const std::optional<double>& v) { return v ? cat(*v) : std::string("-"); };
+  std::printf("mtp      batch 1, greedy, %zu new tokens: plain decode %.1f tok/s; mtp=%d %.1f tok/s (x%.2f), "
+              "acceptance %s of the drafts, %s tokens per verify step (%lld steps)\n",
+              spec.tokens.size(), r0, a.mtp, r1, r1 / r0, spec.spec ? opt(spec.spec->accept_rate).c_str() : "-",
+              spec.spec ? opt(spec.spec->accept_len).c_str() : "-",
+              static_cast<long long>(spec.spec ? spec.spec->steps : 0));
+  if (synthetic)
+    std::printf("note     synthetic weights: a random MTP head's drafts are seldom accepted, so this rate is the cost "
+                "of drafting and verifying; --model with a real checkpoint gives the acceptance that matters\n");
+}
+
 }  // namespace
 
-int run_bench_cuda(const BenchCudaArgs& a) {
+int run_bench(const BenchArgs& a) {
   if (a.model.empty() == a.synthetic.empty())
     input_error("bench --backend cuda: give exactly one of --model DIR or --synthetic PRESET");
   if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
@@ -183,33 +302,7 @@ int run_bench_cuda(const BenchCudaArgs& a) {
 
   // Probes: device-to-device copy, and a cuBLAS product at the MLP's shape.
   const double bw = copy_bandwidth(be, size_t(2) << 30, 5);
-  double gemm_tflops = 0;
-  {
-    const int64_t M = 2048, K = cfg.hidden_size;
-    const TensorView* wv = nullptr;
-    for (const LayerWeights& lw : weights->layers)
-      if (!lw.moe && lw.mlp.up) { wv = lw.mlp.up; break; }
-    if (wv) {
-      Tensor x = be.device_tensor({M, K}, DType::bf16, "gemm probe");
-      cuda::fill_random_cuda(x.raw(), DType::bf16, x.numel(), 7, 7, 0.0f, 1.0f, ctx.stream());
-      be.matmul(x, *wv);
-      be.sync();
-      double best = 1e30;
-      for (int r = 0; r < 5; ++r) {
-        const auto t0 = clock_type::now();
-        be.matmul(x, *wv);
-        be.sync();
-        best = std::min(best, seconds_since(t0));
-      }
-      gemm_tflops = 2.0 * double(M) * double(K) * double(wv->shape[0]) / best / 1e12;
-      std::printf("probe    device-to-device copy 2 GiB: %.0f GB/s (read + write);  cuBLAS bf16 GEMM [%lld x %lld] x "
-                  "[%lld x %lld]^T: %.0f TFLOP/s\n",
-                  bw / 1e9, static_cast<long long>(M), static_cast<long long>(K),
-                  static_cast<long long>(wv->shape[0]), static_cast<long long>(K), gemm_tflops);
-    } else {
-      std::printf("probe    device-to-device copy 2 GiB: %.0f GB/s (read + write)\n", bw / 1e9);
-    }
-  }
+  gemm_probe(be, cfg, *weights, bw);
 
   Engine eng(cfg, *weights, be, EngineOptions{GdnAlgo::chunked});
   std::mt19937 rng(1234);
@@ -228,96 +321,12 @@ int run_bench_cuda(const BenchCudaArgs& a) {
 
   std::printf("%-8s %5s %9s %12s %12s %12s %12s %8s %14s %10s\n", "phase", "batch", "tokens", "seconds", "tok/s",
               "step ms", "gdn ms", "gdn %", "weights GB/st", "of floor");
-  for (int B : a.batches) {
-    auto fresh_inputs = [&](std::vector<SeqState>& states) {
-      states.clear();
-      for (int i = 0; i < B; ++i) states.push_back(eng.new_state());
-      std::vector<SeqInput> in;
-      for (int i = 0; i < B; ++i) in.push_back(SeqInput{&states[i], tokens(a.prefill)});
-      return in;
-    };
-    // GDN share: a prefill with the GDN ops timed (synchronised), on states thrown away after
-    double gdn_s = 0, timed_s = 0;
-    {
-      std::vector<SeqState> tmp;
-      std::vector<SeqInput> in = fresh_inputs(tmp);
-      be.stats().reset();
-      be.stats().time_gdn = true;
-      const auto t0 = clock_type::now();
-      eng.forward(in);
-      be.sync();
-      timed_s = seconds_since(t0);
-      gdn_s = be.stats().gdn_seconds;
-      be.stats().time_gdn = false;
-    }
-    std::vector<SeqState> states;
-    std::vector<SeqInput> in = fresh_inputs(states);
-    be.stats().reset();
-    auto t0 = clock_type::now();
-    eng.forward(in);
-    be.sync();
-    const double t_pre = seconds_since(t0);
-    std::printf("%-8s %5d %9lld %12.3f %12.1f %12s %12.1f %7.1f%% %14s %10s\n", "prefill", B,
-                static_cast<long long>(B) * a.prefill, t_pre, B * a.prefill / t_pre, "-", 1e3 * gdn_s,
-                100.0 * gdn_s / std::max(timed_s, 1e-9), "-", "-");
-    // decode steps on the prefilled states; `extra` more first (graphs=on: the first step of a
-    // key is recorded, the second captured); the median step is reported
-    auto decode_row = [&](const char* label, int extra) {
-      std::vector<double> steps;
-      double bytes = 0;
-      for (int s = 0; s < a.decode + extra; ++s) {
-        in.clear();
-        for (int i = 0; i < B; ++i) in.push_back(SeqInput{&states[i], tokens(1)});
-        be.stats().reset();
-        t0 = clock_type::now();
-        eng.forward(in);
-        be.sync();
-        if (s >= extra) steps.push_back(seconds_since(t0));
-        bytes = be.stats().weight_bytes;
-      }
-      const double step = median(steps);
-      const double floor_s = bytes / bw;  // every weight byte read once at the copy rate
-      std::printf("%-8s %5d %9lld %12.3f %12.1f %12.2f %12s %8s %14.3f %9.1f%%\n", label, B,
-                  static_cast<long long>(B) * a.decode, step * a.decode, B / step, 1e3 * step, "-", "-", bytes / 1e9,
-                  100.0 * floor_s / step);
-      return step;
-    };
-    const double plain_step = decode_row("decode", 0);
-    if (a.graphs) {
-      be.set_graphs(true);
-      const double graph_step = decode_row("decode-g", 2);
-      const cuda::GraphStats gs = be.graph_stats();
-      std::printf("graphs   batch %d: %.2fx the plain decode rate; %lld steps replayed, %lld captured, %lld recorded\n", B,
-                  plain_step / graph_step, static_cast<long long>(gs.replayed), static_cast<long long>(gs.captured),
-                  static_cast<long long>(gs.recorded));
-      be.set_graphs(false);
-    }
-  }
-  if (a.mtp > 0) {  // MTP: the same prompt generated greedily without and with drafts, at batch 1
-    GenerateOptions go;
-    go.max_new_tokens = std::max(a.decode, 16);
-    const std::vector<int32_t> prompt = tokens(a.prefill);
-    const GenerateResult plain = generate(eng, {prompt}, go).at(0);
-    go.mtp.draft_tokens = a.mtp;
-    check_mtp_supported(eng, go.mtp);
-    const GenerateResult spec = generate(eng, {prompt}, go).at(0);
-    const double r0 = double(plain.tokens.size()) / std::max(plain.decode_seconds, 1e-9);
-    const double r1 = double(spec.tokens.size()) / std::max(spec.decode_seconds, 1e-9);
-    const auto opt = [](const std::optional<double>& v) { return v ? cat(*v) : std::string("-"); };
-    std::printf("mtp      batch 1, greedy, %zu new tokens: plain decode %.1f tok/s; mtp=%d %.1f tok/s (x%.2f), "
-                "acceptance %s of the drafts, %s tokens per verify step (%lld steps)\n",
-                spec.tokens.size(), r0, a.mtp, r1, r1 / r0, spec.spec ? opt(spec.spec->accept_rate).c_str() : "-",
-                spec.spec ? opt(spec.spec->accept_len).c_str() : "-",
-                static_cast<long long>(spec.spec ? spec.spec->steps : 0));
-    if (synth)
-      std::printf("note     synthetic weights: a random MTP head's drafts are seldom accepted, so this rate is the cost "
-                  "of drafting and verifying; --model with a real checkpoint gives the acceptance that matters\n");
-  }
+  for (int B : a.batches) bench_batch(eng, be, a, B, bw, tokens);
+  if (a.mtp > 0) bench_mtp(eng, a, synth != nullptr, tokens);
   std::printf("note     floor = weight bytes per decode step / copy bandwidth (decode without MTP); gdn = conv1d + "
               "gates + delta rule of a timed prefill (%% of that prefill's time); peak device memory %s\n",
               cuda::gib(ctx.peak_bytes()).c_str());
   return 0;
 }
 
-}  // namespace degen::cli
-#endif  // DEGEN_WITH_CUDA
+}  // namespace degen::cuda

@@ -1,5 +1,5 @@
-// Backend selection from a RunConfig (see backend_factory.h).
-#include "engine/backend_factory.h"
+// Backend selection from a RunConfig (see make_backend.h).
+#include "backends/make_backend.h"
 
 #include <algorithm>
 
@@ -142,13 +142,6 @@ std::unique_ptr<Backend> make_backend(const RunConfig& rc, const ModelConfig& cf
   first->attach_tp_group(group);
   first->bind_thread();  // the caller's thread works with rank 0 (its device current again)
   return first;
-}
-
-EngineOptions engine_options(const RunConfig& rc) {
-  EngineOptions o;
-  o.gdn = rc.gdn.base;
-  o.run = rc;
-  return o;
 }
 
 }  // namespace degen

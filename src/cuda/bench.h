@@ -1,11 +1,12 @@
-// `degenbisect bench --backend cuda` (src/cli/bench_cuda.cpp; built with the CUDA backend only).
+// `degenbisect bench --backend cuda`: the GPU path's throughput (src/cuda/bench.cpp; the CLI's bench
+// subcommand calls it in a CUDA build).
 #pragma once
 #include <string>
 #include <vector>
 
-namespace degen::cli {
+namespace degen::cuda {
 
-struct BenchCudaArgs {
+struct BenchArgs {
   std::string model;      // checkpoint folder (weights uploaded from the memory map), or
   std::string synthetic;  // a synth preset: config only, random weights generated on the device
   int layers = 0;         // > 0: keep only the first N decoder layers of the config (time budget)
@@ -17,6 +18,6 @@ struct BenchCudaArgs {
   bool graphs = false;    // also the decode steps as CUDA graphs (graphs=on), against plain launches
 };
 
-int run_bench_cuda(const BenchCudaArgs& a);
+int run_bench(const BenchArgs& a);
 
-}  // namespace degen::cli
+}  // namespace degen::cuda

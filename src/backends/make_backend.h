@@ -1,0 +1,22 @@
+// Builds the Backend a RunConfig asks for (from backend, precision and tp: the CPU reference, the
+// CUDA backend, or a tensor-parallel group of either). A configuration this build or machine cannot
+// run throws UntestableError (exit 125) with the reason; it never falls back silently.
+// This part sits above both backends (src/cpu, src/cuda), which know nothing of each other; the
+// diagnostics take it as a BackendFactory (engine/backend_factory.h) instead of calling it.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/backend_factory.h"
+#include "engine/run_config.h"
+#include "model/config.h"
+
+namespace degen {
+
+std::unique_ptr<Backend> make_backend(const RunConfig& rc, const ModelConfig& cfg);
+// The CUDA devices of the ranks of backend=cuda,tp=N (the CLI's --devices); empty: N consecutive
+// devices from --device.
+void set_tp_devices(const std::vector<int>& devices);
+
+}  // namespace degen

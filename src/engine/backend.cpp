@@ -1,0 +1,49 @@
+// The argument checks of the Backend interface: made once here, so that a backend only computes.
+#include "engine/backend.h"
+
+#include "util/error.h"
+
+namespace degen {
+
+Tensor Backend::rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) {
+  DEGEN_ASSERT(w.numel() == x.cols(), "rmsnorm weight ", w.name, " has ", w.numel(), " elements, rows have ", x.cols());
+  return do_rmsnorm(x, w, eps, kind);
+}
+
+Tensor Backend::gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) {
+  DEGEN_ASSERT(x.shape == z.shape && x.dtype == z.dtype, "gated_rmsnorm: operands differ: ", shape_str(x.shape), " vs ",
+               shape_str(z.shape));
+  DEGEN_ASSERT(w.numel() == x.cols(), "gated norm weight ", w.name, " has ", w.numel(), " elements, rows have ", x.cols());
+  return do_gated_rmsnorm(x, z, w, eps);
+}
+
+Tensor Backend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                          const std::vector<KvCache*>& caches) {
+  DEGEN_ASSERT(q.shape.size() == 3 && k.shape.size() == 3 && k.shape == v.shape, "attention shapes ",
+               shape_str(q.shape), shape_str(k.shape), shape_str(v.shape));
+  DEGEN_ASSERT(k.shape[0] == q.shape[0] && k.shape[2] == q.shape[2] && k.shape[1] > 0 && q.shape[1] % k.shape[1] == 0,
+               "attention head layout");
+  DEGEN_ASSERT(spans.size() == caches.size(), "attention: one cache per sequence");
+  return do_attention(q, k, v, spans, caches);
+}
+
+Tensor Backend::conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
+                              const std::vector<Tensor*>& windows) {
+  const int64_t C = x.cols();
+  DEGEN_ASSERT(w.shape.size() == 3 && w.shape[0] == C && w.shape[1] == 1, "conv weight ", w.name, " ",
+               shape_str(w.shape), " for ", C, " channels");
+  const int64_t K = w.shape[2];
+  DEGEN_ASSERT(spans.size() == windows.size(), "conv1d: one window per sequence");
+  for (const Tensor* win : windows)
+    DEGEN_ASSERT(win->rows() == K - 1 && win->cols() == C, "conv window ", shape_str(win->shape), ", expected [", K - 1,
+                 ", ", C, "]");
+  return do_conv1d_causal(x, w, spans, windows);
+}
+
+void check_kv_dtype(const KvCache& c, DType dtype) {
+  if (!c.k.empty() && c.k.dtype != dtype)
+    input_error("KV cache holds ", dtype_name(c.k.dtype), " rows but this layer stores ", dtype_name(dtype),
+                ": a state must be used with the toggles it was made with");
+}
+
+}  // namespace degen

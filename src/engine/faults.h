@@ -1,0 +1,103 @@
+// The fault catalogue (DESIGN.md §7): named, layer-targetable bug classes that real engines have
+// shipped for this model family. A fault is a deviation of ONE op of the forward pass (not a second
+// model), selected with the toggle `fault=NAME[@layers]` and honoured by every backend. It is the
+// ground truth of the test suite: inject fault X at layer L, the tool must name X's op at L.
+// One table (fault_catalogue) holds each fault's typed id, name, site, first corrupted op, the
+// op flag the backends honour (for faults of the forward pass), whether it needs tp > 1, and the rule
+// saying when it cannot change a model; everything else (fault_name, fault_from_name, check_faults,
+// `degenbisect faults`, selftest) reads it.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/config.h"
+
+namespace degen {
+
+// The faults of the catalogue (src/engine/faults.cpp) that live in the forward pass, each a deviation
+// of one op (DESIGN.md §7). The engine decides per layer which are active (LayerNumerics::faults).
+// It implements the ones that change the layer's data flow through the ops' own parameters; the
+// backend ops read the others from LayerNumerics, and a CUDA kernel mirrors them with the same flag.
+// (mtp-no-rollback and mtp-prenorm-hidden live in engine/spec_decode; tp-skip-last-allreduce, a
+// model-level fault, in the engine's layer loop.)
+enum class Fault : uint8_t {
+  rope_interleaved,       // op rope_partial: pairs (2i, 2i+1) instead of (i, i + R/2)
+  rope_all_dims,          // engine: rope_partial with rotary_dim = head_dim
+  norm_no_plus_one,       // engine: the layer's zero-centred norms with NormKind::plain
+  gdn_norm_plus_one,      // op gated_rmsnorm: weight (1 + w)
+  qgate_split,            // engine: q_proj output split as [all queries | all gates]
+  gdn_read_before_decay,  // op gdn: error read from the state before the decay
+  gdn_skip_l2norm,        // op l2norm: x * scale, not normalised
+  gdn_head_mod,           // op gdn: value head j reads key head j mod n_k
+  gdn_out_fp16,           // op gdn: o rounded to fp16 (inf beyond 65504)
+  conv_window_stuck,      // op conv1d_causal: window not advanced by one-token calls
+  alog_no_exp,            // op gdn_gates: g = -A_log * softplus(.)
+  kv_off_by_one,          // op attention: one-token calls write their K/V row at pos + 1
+  moe_no_renorm,          // engine: moe_route without renormalisation
+  tp_gdn_no_allreduce,    // engine (tp > 1): the GDN out_proj partial sums are not all-reduced
+  tp_moe_double_allreduce,  // engine (tp > 1): the MoE block output is all-reduced twice (x tp)
+  count
+};
+const char* fault_name(Fault f);                          // the catalogue name, "rope-interleaved"
+std::optional<Fault> fault_from_name(std::string_view name);  // nullopt: not a forward-pass fault
+
+// Every fault of the catalogue, in its order.
+enum class FaultId : uint8_t {
+  rope_interleaved,
+  rope_all_dims,
+  norm_no_plus_one,
+  gdn_norm_plus_one,
+  qgate_split,
+  gdn_read_before_decay,
+  gdn_skip_l2norm,
+  gdn_head_mod,
+  gdn_out_fp16,
+  conv_window_stuck,
+  alog_no_exp,
+  kv_off_by_one,
+  moe_no_renorm,
+  mtp_prenorm_hidden,
+  mtp_no_rollback,
+  tp_skip_last_allreduce,
+  tp_gdn_no_allreduce,
+  tp_moe_double_allreduce,
+};
+
+// Where a fault can apply.
+enum class FaultSite : uint8_t {
+  full_layer,    // full-attention layers
+  linear_layer,  // Gated DeltaNet layers
+  any_layer,     // every decoder layer
+  moe_layer,     // layers whose FFN is the MoE block
+  model,         // not tied to a decoder layer (MTP, tensor parallelism)
+};
+const char* fault_site_name(FaultSite s);
+
+struct FaultInfo {
+  FaultId id;
+  const char* name;         // toggle value: fault=NAME
+  FaultSite site;
+  const char* op;           // the trace step (src/engine/trace.h) whose output it corrupts first
+  const char* description;  // one line: what the buggy engine does
+  const char* source;       // the public report it mirrors (../shared/spec/model.md §8)
+  // The fault shows only on activations of a size small models do not reach (e.g. fp16 overflow
+  // of the GDN readout needs |o| > 65504); selftest reports it as skipped, not failed, where the
+  // injected run stays good.
+  bool magnitude_dependent = false;
+  // Its deviation as an op flag of the forward pass (LayerNumerics::faults), or none: a fault of
+  // the engine's own steps (the MTP drafting and rollback, the last tensor-parallel all-reduce).
+  std::optional<Fault> pass = std::nullopt;
+  bool needs_tp = false;    // a fault of the tensor-parallel all-reduces: untestable at tp = 1
+  bool needs_mtp = false;   // a fault of MTP drafting: shows only with mtp > 0
+  // Why the fault cannot change this model (e.g. gdn-head-mod where n_v = n_k), or nullptr.
+  const char* (*inert_on)(const ModelConfig& cfg) = nullptr;
+};
+
+const std::vector<FaultInfo>& fault_catalogue();
+const FaultInfo* find_fault(const std::string& name);  // nullptr when unknown
+const FaultInfo& fault_info(FaultId id);
+
+}  // namespace degen
