@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The direction of dependency (docs/architecture.md): each folder of src/ (and kernels/) may include
+# only the folders listed for it below. Prints every include that breaks it, as
+#   FILE:LINE: FOLDER may not include "PATH" (FOLDER may include: ...)
+# and exits 1; exits 0 when every include keeps to the table. Usage: scripts/check-layers.sh [ROOT]
+# (ROOT: the repository, default this script's). Run by the test cli:layers on every `make test`.
+set -euo pipefail
+root=${1:-"$(cd "$(dirname "$0")/.." && pwd)"}
+declare -A allowed=(
+  [util]="util"
+  [model]="util model"
+  [engine]="util model engine"
+  [cpu]="util model engine cpu"
+  [cuda]="util model engine cuda"
+  [kernels]="util cuda kernels"
+  [backends]="util model engine cpu cuda backends"
+  [diag]="util model engine diag"
+  [report]="util model engine diag report"
+  [cli]="util model engine cpu cuda backends diag report cli"
+)
+bad=0
+for folder in "${!allowed[@]}"; do
+  dir="$root/src/$folder"
+  [ "$folder" = kernels ] && dir="$root/kernels"
+  [ -d "$dir" ] || { echo "check-layers: $dir is missing (expected a folder of the table)" >&2; exit 128; }
+  # every '#include "X/..."' of the folder's sources, as FILE:LINE:X/...
+  while IFS= read -r hit; do
+    file=${hit%%:*}; rest=${hit#*:}; line=${rest%%:*}
+    inc=$(sed -E 's/^[^"]*"([^"]+)".*/\1/' <<<"${rest#*:}")
+    top=${inc%%/*}
+    [ "$top" = "$inc" ] && continue   # no folder: a generated header (build_config.h) or a local one
+    case " ${allowed[$folder]} " in
+      *" $top "*) ;;
+      *) echo "${file#"$root"/}:$line: $folder may not include \"$inc\" ($folder may include: ${allowed[$folder]})"
+         bad=1 ;;
+    esac
+  done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$dir" --include='*.h' --include='*.cpp' \
+             --include='*.cu' --include='*.cuh' || true)
+done
+# folders of src/ the table does not know
+for d in "$root"/src/*/; do
+  f=$(basename "$d")
+  [ -n "${allowed[$f]+x}" ] || { echo "src/$f: a folder the layer table does not know (add it to scripts/check-layers.sh and docs/architecture.md)"; bad=1; }
+done
+if [ "$bad" = 0 ]; then echo "check-layers: every include keeps to the direction of dependency"; fi
+exit "$bad"

@@ -1,0 +1,21 @@
+# The direction of dependency (docs/architecture.md, scripts/check-layers.sh): the sources keep to it,
+# and an include against it (the engine reaching up into the diagnostics, one backend including the
+# other) is named with its file, line and the folders allowed.
+source "$(dirname "$0")/lib.bash"
+expect_exit 0 bash "$SRC/scripts/check-layers.sh" "$SRC"
+expect_out "every include keeps to the direction of dependency"
+# a copy of the sources with two includes against the direction
+mkdir -p "$WORK/copy"
+cp -r "$SRC/src" "$SRC/kernels" "$WORK/copy/"
+printf '#include "diag/metrics.h"\n' >> "$WORK/copy/src/engine/generate.cpp"
+sed -i '1i #include "cuda/context.h"' "$WORK/copy/src/cpu/cpu_backend.cpp"
+expect_exit 1 bash "$SRC/scripts/check-layers.sh" "$WORK/copy"
+cat "$WORK/out"
+expect_out 'engine may not include "diag/metrics.h" (engine may include: util model engine)'
+expect_out 'src/cpu/cpu_backend.cpp:1: cpu may not include "cuda/context.h"'
+[ "$(wc -l <"$WORK/out")" = 2 ] || fail "expected exactly the two planted includes"
+# a new folder of src/ must be placed in the table
+mkdir "$WORK/copy/src/newpart"
+expect_exit 1 bash "$SRC/scripts/check-layers.sh" "$WORK/copy"
+expect_out "src/newpart: a folder the layer table does not know"
+echo ok
