@@ -11,7 +11,7 @@
 
 namespace degen::cuda {
 
-static __global__ void round_dtypes_f32(const float* x, uint16_t* bf16, uint16_t* f16, uint8_t* e4m3, size_t n) {
+static __global__ void round_dtypes_f32_kernel(const float* x, uint16_t* bf16, uint16_t* f16, uint8_t* e4m3, size_t n) {
   size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   float v = x[i];
@@ -26,8 +26,8 @@ void round_dtypes_f32_cuda(const float* x, uint16_t* bf16, uint16_t* f16, uint8_
                            cudaStream_t stream) {
   if (n == 0) return;
   unsigned blocks = static_cast<unsigned>((n + 255) / 256);
-  round_dtypes_f32<<<blocks, 256, 0, stream>>>(x, bf16, f16, e4m3, n);
-  CUDA_CHECK_LAUNCH("round_dtypes_f32");
+  round_dtypes_f32_kernel<<<blocks, 256, 0, stream>>>(x, bf16, f16, e4m3, n);
+  CUDA_CHECK_LAUNCH("round_dtypes_f32_kernel");
 }
 
 }  // namespace degen::cuda

@@ -15,29 +15,29 @@ unsigned grid_for(int64_t n) { return std::min<unsigned>(blocks_for(n, kThreads)
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
-static __global__ void embed_bf16(const bf16* table, int64_t H, const int32_t* ids, int64_t N, bf16* out) {
+static __global__ void embed_bf16_kernel(const bf16* table, int64_t H, const int32_t* ids, int64_t N, bf16* out) {
   GRID_STRIDE(i, N * H) { out[i] = table[int64_t(ids[i / H]) * H + i % H]; }
 }
 
 void embed_cuda(const bf16* table, int64_t H, const int32_t* ids, int64_t N, bf16* out, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (N * H == 0) return;
-  embed_bf16<<<grid_for(N * H), kThreads, 0, stream>>>(table, H, ids, N, out);
-  CUDA_CHECK_LAUNCH("embed_bf16");
+  embed_bf16_kernel<<<grid_for(N * H), kThreads, 0, stream>>>(table, H, ids, N, out);
+  CUDA_CHECK_LAUNCH("embed_bf16_kernel");
 }
 
-static __global__ void add_bf16(const bf16* a, const bf16* b, bf16* out, int64_t n) {
+static __global__ void add_bf16_kernel(const bf16* a, const bf16* b, bf16* out, int64_t n) {
   GRID_STRIDE(i, n) { out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i])); }
 }
 
 void add_cuda(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (n == 0) return;
-  add_bf16<<<grid_for(n), kThreads, 0, stream>>>(a, b, out, n);
-  CUDA_CHECK_LAUNCH("add_bf16");
+  add_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, out, n);
+  CUDA_CHECK_LAUNCH("add_bf16_kernel");
 }
 
-static __global__ void sigmoid_mul_bf16(const bf16* x, const bf16* gate, bf16* out, int64_t R, int64_t C, bool bcast) {
+static __global__ void sigmoid_mul_bf16_kernel(const bf16* x, const bf16* gate, bf16* out, int64_t R, int64_t C, bool bcast) {
   GRID_STRIDE(i, R * C) {
     const float g = __bfloat162float(bcast ? gate[i / C] : gate[i]);
     out[i] = __float2bfloat16_rn(__bfloat162float(x[i]) * sigmoidf_(g));
@@ -48,19 +48,19 @@ void sigmoid_mul_cuda(const bf16* x, const bf16* gate, bf16* out, int64_t R, int
                       cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R * C == 0) return;
-  sigmoid_mul_bf16<<<grid_for(R * C), kThreads, 0, stream>>>(x, gate, out, R, C, bcast);
-  CUDA_CHECK_LAUNCH("sigmoid_mul_bf16");
+  sigmoid_mul_bf16_kernel<<<grid_for(R * C), kThreads, 0, stream>>>(x, gate, out, R, C, bcast);
+  CUDA_CHECK_LAUNCH("sigmoid_mul_bf16_kernel");
 }
 
-static __global__ void swiglu_bf16(const bf16* gate, const bf16* up, bf16* out, int64_t n) {
+static __global__ void swiglu_bf16_kernel(const bf16* gate, const bf16* up, bf16* out, int64_t n) {
   GRID_STRIDE(i, n) { out[i] = __float2bfloat16_rn(siluf_(__bfloat162float(gate[i])) * __bfloat162float(up[i])); }
 }
 
 void swiglu_cuda(const bf16* gate, const bf16* up, bf16* out, int64_t n, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (n == 0) return;
-  swiglu_bf16<<<grid_for(n), kThreads, 0, stream>>>(gate, up, out, n);
-  CUDA_CHECK_LAUNCH("swiglu_bf16");
+  swiglu_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, out, n);
+  CUDA_CHECK_LAUNCH("swiglu_bf16_kernel");
 }
 
 template <typename T>

@@ -27,7 +27,7 @@ constexpr int kRowsPerThread = 4;
 // y[n, o] = Σ_i x[n, i] w[o, i]: tiles of kTile rows of x and kTile rows of W over kTile columns of
 // `in`, staged through shared memory (padded by one to avoid bank conflicts).
 static __global__ void __launch_bounds__(kTile * kTile / kRowsPerThread)
-    matmul_bf16_simple(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t in, int64_t out) {
+    matmul_bf16_simple_kernel(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t in, int64_t out) {
   __shared__ float xs[kTile][kTile + 1];
   __shared__ float ws[kTile][kTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;  // tx over output columns, ty over groups of rows
@@ -61,8 +61,8 @@ void matmul_bf16_simple_cuda(const bf16* x, const bf16* w, bf16* y, int64_t N, i
   if (N == 0 || out == 0) return;
   const dim3 block(kTile, kTile / kRowsPerThread);
   const dim3 grid(static_cast<unsigned>((out + kTile - 1) / kTile), static_cast<unsigned>((N + kTile - 1) / kTile));
-  matmul_bf16_simple<<<grid, block, 0, stream>>>(x, w, y, N, in, out);
-  CUDA_CHECK_LAUNCH("matmul_bf16_simple");
+  matmul_bf16_simple_kernel<<<grid, block, 0, stream>>>(x, w, y, N, in, out);
+  CUDA_CHECK_LAUNCH("matmul_bf16_simple_kernel");
 }
 
 }  // namespace degen::cuda

@@ -12,7 +12,7 @@ namespace {
 int threads_for(int64_t C) { return C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32); }
 }  // namespace
 
-static __global__ void rmsnorm_bf16(const bf16* x, const bf16* w, bf16* out, int64_t C, float eps, bool plus_one) {
+static __global__ void rmsnorm_bf16_kernel(const bf16* x, const bf16* w, bf16* out, int64_t C, float eps, bool plus_one) {
   __shared__ float scratch[32];
   const bf16* xr = x + blockIdx.x * C;
   bf16* orow = out + blockIdx.x * C;
@@ -33,11 +33,11 @@ void rmsnorm_cuda(const bf16* x, const bf16* w, bf16* out, int64_t R, int64_t C,
                   cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
-  rmsnorm_bf16<<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, w, out, C, eps, plus_one);
-  CUDA_CHECK_LAUNCH("rmsnorm_bf16");
+  rmsnorm_bf16_kernel<<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, w, out, C, eps, plus_one);
+  CUDA_CHECK_LAUNCH("rmsnorm_bf16_kernel");
 }
 
-static __global__ void gated_rmsnorm_bf16(const bf16* x, const bf16* z, const bf16* w, bf16* out, int64_t C, float eps,
+static __global__ void gated_rmsnorm_bf16_kernel(const bf16* x, const bf16* z, const bf16* w, bf16* out, int64_t C, float eps,
                                           bool plus_one) {
   __shared__ float scratch[32];
   const int64_t base = blockIdx.x * C;
@@ -58,11 +58,11 @@ void gated_rmsnorm_cuda(const bf16* x, const bf16* z, const bf16* w, bf16* out, 
                         bool plus_one, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
-  gated_rmsnorm_bf16<<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, z, w, out, C, eps, plus_one);
-  CUDA_CHECK_LAUNCH("gated_rmsnorm_bf16");
+  gated_rmsnorm_bf16_kernel<<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, z, w, out, C, eps, plus_one);
+  CUDA_CHECK_LAUNCH("gated_rmsnorm_bf16_kernel");
 }
 
-static __global__ void l2norm_bf16(const bf16* x, bf16* out, int64_t C, float eps, float scale, bool skip) {
+static __global__ void l2norm_bf16_kernel(const bf16* x, bf16* out, int64_t C, float eps, float scale, bool skip) {
   __shared__ float scratch[32];
   const int64_t base = blockIdx.x * C;
   float ss = 0.0f;
@@ -78,8 +78,8 @@ static __global__ void l2norm_bf16(const bf16* x, bf16* out, int64_t C, float ep
 void l2norm_cuda(const bf16* x, bf16* out, int64_t R, int64_t C, float eps, float scale, bool skip, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
-  l2norm_bf16<<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, out, C, eps, scale, skip);
-  CUDA_CHECK_LAUNCH("l2norm_bf16");
+  l2norm_bf16_kernel<<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, out, C, eps, scale, skip);
+  CUDA_CHECK_LAUNCH("l2norm_bf16_kernel");
 }
 
 }  // namespace degen::cuda

@@ -9,7 +9,7 @@
 
 namespace degen::cuda {
 
-static __global__ void rope_partial_bf16(bf16* x, const int64_t* pos, const float* inv_freq, int64_t N, int64_t heads,
+static __global__ void rope_partial_bf16_kernel(bf16* x, const int64_t* pos, const float* inv_freq, int64_t N, int64_t heads,
                                          int64_t D, int m, bool interleaved) {
   const int64_t total = N * heads * m;
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
@@ -32,9 +32,9 @@ void rope_partial_cuda(bf16* x, const int64_t* pos, const float* inv_freq, int64
   const int m = rotary_dim / 2;
   const int64_t total = N * heads * m;
   if (total == 0) return;
-  rope_partial_bf16<<<std::min<unsigned>(blocks_for(total, 256), 65535u * 8), 256, 0, stream>>>(x, pos, inv_freq, N, heads,
+  rope_partial_bf16_kernel<<<std::min<unsigned>(blocks_for(total, 256), 65535u * 8), 256, 0, stream>>>(x, pos, inv_freq, N, heads,
                                                                                                   D, m, interleaved);
-  CUDA_CHECK_LAUNCH("rope_partial_bf16");
+  CUDA_CHECK_LAUNCH("rope_partial_bf16_kernel");
 }
 
 }  // namespace degen::cuda

@@ -66,7 +66,7 @@ Scratch carve(void* base, int64_t V) {
 unsigned grid_for(int64_t n) { return std::min<unsigned>(blocks_for(n, kThreads), 4096); }
 
 // 1. copy, banned and NaN removed
-__global__ void load_logits(const void* logits, bool f32, int64_t V, const uint8_t* banned, double* x) {
+__global__ void load_logits_kernel(const void* logits, bool f32, int64_t V, const uint8_t* banned, double* x) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < V; i += int64_t(gridDim.x) * blockDim.x) {
     const float v = f32 ? static_cast<const float*>(logits)[i] : __bfloat162float(static_cast<const bf16*>(logits)[i]);
     x[i] = ((banned && banned[i]) || isnan(v)) ? -INFINITY : static_cast<double>(v);
@@ -74,7 +74,7 @@ __global__ void load_logits(const void* logits, bool f32, int64_t V, const uint8
 }
 
 // 2. repetition penalty (ids distinct, in range)
-__global__ void repetition_penalty(double* x, const int32_t* ids, int n, double r) {
+__global__ void repetition_penalty_kernel(double* x, const int32_t* ids, int n, double r) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   double& v = x[ids[i]];
@@ -82,7 +82,7 @@ __global__ void repetition_penalty(double* x, const int32_t* ids, int n, double 
 }
 
 // 3. presence penalty (ids distinct, in range)
-__global__ void presence_penalty(double* x, const int32_t* ids, int n, double q) {
+__global__ void presence_penalty_kernel(double* x, const int32_t* ids, int n, double q) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   double& v = x[ids[i]];
@@ -90,7 +90,7 @@ __global__ void presence_penalty(double* x, const int32_t* ids, int n, double q)
 }
 
 // 4. argmax over live x, lowest id on ties, and the live count; one block.
-__global__ void argmax_live(const double* x, int64_t V, int32_t* out) {
+__global__ void argmax_live_kernel(const double* x, int64_t V, int32_t* out) {
   __shared__ double bv[1024];
   __shared__ int32_t bi[1024];
   __shared__ int32_t bc[1024];
@@ -126,9 +126,9 @@ __global__ void argmax_live(const double* x, int64_t V, int32_t* out) {
 
 // 5. z = (x - x_max) / T; removed ids stay -inf
 // note: x_max is read from a copy (scalars[2]): the kernel overwrites x[best] itself.
-__global__ void copy_max(const double* x, int32_t best, double* out) { *out = x[best]; }
+__global__ void copy_max_kernel(const double* x, int32_t best, double* out) { *out = x[best]; }
 
-__global__ void temperature_shift(double* x, int64_t V, const double* xmax_p, double t) {
+__global__ void temperature_shift_kernel(double* x, int64_t V, const double* xmax_p, double t) {
   const double xmax = *xmax_p;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < V; i += int64_t(gridDim.x) * blockDim.x) {
     const double v = x[i];
@@ -138,47 +138,47 @@ __global__ void temperature_shift(double* x, int64_t V, const double* xmax_p, do
 }
 
 // 6. top-k: remove z < the k-th largest
-__global__ void top_k_cut(double* z, int64_t V, const double* sorted, int k) {
+__global__ void top_k_cut_kernel(double* z, int64_t V, const double* sorted, int k) {
   const double kth = sorted[k - 1];
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < V; i += int64_t(gridDim.x) * blockDim.x)
     if (live_d(z[i]) && z[i] < kth) z[i] = -INFINITY;
 }
 
 // 7. unnormalised weights w = exp(z) (z_max = 0: the argmax survives every filter), ids 0..V-1
-__global__ void exp_weights(const double* z, int64_t V, double* w, int32_t* ids) {
+__global__ void exp_weights_kernel(const double* z, int64_t V, double* w, int32_t* ids) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < V; i += int64_t(gridDim.x) * blockDim.x) {
     w[i] = live_d(z[i]) ? exp(z[i]) : 0.0;
     ids[i] = static_cast<int32_t>(i);
   }
 }
 
-__global__ void scale_by_inverse(double* p, int64_t V, const double* sum) {
+__global__ void scale_by_inverse_kernel(double* p, int64_t V, const double* sum) {
   const double s = *sum;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < V; i += int64_t(gridDim.x) * blockDim.x)
     p[i] /= s;
 }
 
 // 8. top-p: keep the sorted entry j iff j == 0 or the mass above it < top_p
-__global__ void top_p_cut(double* p, int64_t V, const int32_t* ids_sorted, const double* p_sorted,
+__global__ void top_p_cut_kernel(double* p, int64_t V, const int32_t* ids_sorted, const double* p_sorted,
                           const double* above, double top_p) {
   for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < V; j += int64_t(gridDim.x) * blockDim.x)
     if (j > 0 && p_sorted[j] > 0 && !(above[j] < top_p)) p[ids_sorted[j]] = 0.0;
 }
 
 // 9. min-p: remove p < min_p * p_max
-__global__ void min_p_cut(double* p, int64_t V, const double* pmax, double min_p) {
+__global__ void min_p_cut_kernel(double* p, int64_t V, const double* pmax, double min_p) {
   const double th = min_p * *pmax;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < V; i += int64_t(gridDim.x) * blockDim.x)
     if (p[i] < th) p[i] = 0.0;
 }
 
-__global__ void init_token(int32_t* ints) {
+__global__ void init_token_kernel(int32_t* ints) {
   ints[2] = INT32_MAX;
   ints[3] = -1;
 }
 
 // 11. the first id with p > 0 and u·T < C (T = C[V-1]); the last id with p > 0 as a guard
-__global__ void inverse_cdf_pick(const double* p, const double* C, int64_t V, DeviceSampling ps, int32_t* ints) {
+__global__ void inverse_cdf_pick_kernel(const double* p, const double* C, int64_t V, DeviceSampling ps, int32_t* ints) {
   const double u = philox_uniform(ps.seed, ps.case_index, ps.position, kPhiloxStreamToken);
   const double target = u * C[V - 1];
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < V; i += int64_t(gridDim.x) * blockDim.x) {
@@ -188,7 +188,7 @@ __global__ void inverse_cdf_pick(const double* p, const double* C, int64_t V, De
   }
 }
 
-__global__ void finish_token(const int32_t* ints, int32_t* token) { *token = ints[2] != INT32_MAX ? ints[2] : ints[3]; }
+__global__ void finish_token_kernel(const int32_t* ints, int32_t* token) { *token = ints[2] != INT32_MAX ? ints[2] : ints[3]; }
 
 }  // namespace
 
@@ -205,18 +205,18 @@ void sample_penalise_argmax_cuda(const void* logits, DType dtype, int64_t V, con
                dtype_name(dtype));
   DEGEN_ASSERT(V > 0 && V < (int64_t(1) << 31), "device sampler: vocabulary ", V);
   Scratch s = carve(scratch, V);
-  load_logits<<<grid_for(V), kThreads, 0, stream>>>(logits, dtype == DType::f32, V, banned, s.x);
-  CUDA_CHECK_LAUNCH("load_logits");
+  load_logits_kernel<<<grid_for(V), kThreads, 0, stream>>>(logits, dtype == DType::f32, V, banned, s.x);
+  CUDA_CHECK_LAUNCH("load_logits_kernel");
   if (n_rep > 0 && p.repetition_penalty != 1.0) {
-    repetition_penalty<<<blocks_for(n_rep, kThreads), kThreads, 0, stream>>>(s.x, rep_ids, n_rep, p.repetition_penalty);
-    CUDA_CHECK_LAUNCH("repetition_penalty");
+    repetition_penalty_kernel<<<blocks_for(n_rep, kThreads), kThreads, 0, stream>>>(s.x, rep_ids, n_rep, p.repetition_penalty);
+    CUDA_CHECK_LAUNCH("repetition_penalty_kernel");
   }
   if (n_pres > 0 && p.presence_penalty != 0.0) {
-    presence_penalty<<<blocks_for(n_pres, kThreads), kThreads, 0, stream>>>(s.x, pres_ids, n_pres, p.presence_penalty);
-    CUDA_CHECK_LAUNCH("presence_penalty");
+    presence_penalty_kernel<<<blocks_for(n_pres, kThreads), kThreads, 0, stream>>>(s.x, pres_ids, n_pres, p.presence_penalty);
+    CUDA_CHECK_LAUNCH("presence_penalty_kernel");
   }
-  argmax_live<<<1, 1024, 0, stream>>>(s.x, V, s.ints);
-  CUDA_CHECK_LAUNCH("argmax_live");
+  argmax_live_kernel<<<1, 1024, 0, stream>>>(s.x, V, s.ints);
+  CUDA_CHECK_LAUNCH("argmax_live_kernel");
   CUDA_CHECK(cudaMemcpyAsync(best, s.ints, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
   CUDA_CHECK(cudaMemcpyAsync(live, s.ints + 1, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
 }
@@ -228,44 +228,44 @@ void sample_draw_cuda(int64_t V, int32_t best, int32_t live, const DeviceSamplin
   const int n = static_cast<int>(V);
   size_t tmp = s.cub_bytes;
   const unsigned g = grid_for(V);
-  copy_max<<<1, 1, 0, stream>>>(s.x, best, s.scalars + 2);
-  CUDA_CHECK_LAUNCH("copy_max");
-  temperature_shift<<<g, kThreads, 0, stream>>>(s.x, V, s.scalars + 2, p.temperature);
-  CUDA_CHECK_LAUNCH("temperature_shift");
+  copy_max_kernel<<<1, 1, 0, stream>>>(s.x, best, s.scalars + 2);
+  CUDA_CHECK_LAUNCH("copy_max_kernel");
+  temperature_shift_kernel<<<g, kThreads, 0, stream>>>(s.x, V, s.scalars + 2, p.temperature);
+  CUDA_CHECK_LAUNCH("temperature_shift_kernel");
   if (p.top_k > 0 && p.top_k < live) {
     CUDA_CHECK(cub::DeviceRadixSort::SortKeysDescending(s.cub_tmp, tmp, s.x, s.z_sorted, n, 0, 64, stream));
-    top_k_cut<<<g, kThreads, 0, stream>>>(s.x, V, s.z_sorted, p.top_k);
-    CUDA_CHECK_LAUNCH("top_k_cut");
+    top_k_cut_kernel<<<g, kThreads, 0, stream>>>(s.x, V, s.z_sorted, p.top_k);
+    CUDA_CHECK_LAUNCH("top_k_cut_kernel");
   }
-  exp_weights<<<g, kThreads, 0, stream>>>(s.x, V, s.p, s.ids);
-  CUDA_CHECK_LAUNCH("exp_weights");
+  exp_weights_kernel<<<g, kThreads, 0, stream>>>(s.x, V, s.p, s.ids);
+  CUDA_CHECK_LAUNCH("exp_weights_kernel");
   CUDA_CHECK(cub::DeviceReduce::Sum(s.cub_tmp, tmp, s.p, s.scalars, n, stream));
-  scale_by_inverse<<<g, kThreads, 0, stream>>>(s.p, V, s.scalars);
-  CUDA_CHECK_LAUNCH("scale_by_inverse");
+  scale_by_inverse_kernel<<<g, kThreads, 0, stream>>>(s.p, V, s.scalars);
+  CUDA_CHECK_LAUNCH("scale_by_inverse_kernel");
   if (p.top_p < 1.0) {
     CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(s.cub_tmp, tmp, s.p, s.p_sorted, s.ids, s.ids_sorted, n, 0, 64,
                                                          stream));
     CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.cub_tmp, tmp, s.p_sorted, s.scan, n, stream));
-    top_p_cut<<<g, kThreads, 0, stream>>>(s.p, V, s.ids_sorted, s.p_sorted, s.scan, p.top_p);
-    CUDA_CHECK_LAUNCH("top_p_cut");
+    top_p_cut_kernel<<<g, kThreads, 0, stream>>>(s.p, V, s.ids_sorted, s.p_sorted, s.scan, p.top_p);
+    CUDA_CHECK_LAUNCH("top_p_cut_kernel");
   }
   if (p.min_p > 0) {
     CUDA_CHECK(cub::DeviceReduce::Max(s.cub_tmp, tmp, s.p, s.scalars + 1, n, stream));
-    min_p_cut<<<g, kThreads, 0, stream>>>(s.p, V, s.scalars + 1, p.min_p);
-    CUDA_CHECK_LAUNCH("min_p_cut");
+    min_p_cut_kernel<<<g, kThreads, 0, stream>>>(s.p, V, s.scalars + 1, p.min_p);
+    CUDA_CHECK_LAUNCH("min_p_cut_kernel");
   }
   // 10. renormalise
   CUDA_CHECK(cub::DeviceReduce::Sum(s.cub_tmp, tmp, s.p, s.scalars, n, stream));
-  scale_by_inverse<<<g, kThreads, 0, stream>>>(s.p, V, s.scalars);
-  CUDA_CHECK_LAUNCH("scale_by_inverse");
+  scale_by_inverse_kernel<<<g, kThreads, 0, stream>>>(s.p, V, s.scalars);
+  CUDA_CHECK_LAUNCH("scale_by_inverse_kernel");
   // 11. inverse CDF in ascending id order
   CUDA_CHECK(cub::DeviceScan::InclusiveSum(s.cub_tmp, tmp, s.p, s.scan, n, stream));
-  init_token<<<1, 1, 0, stream>>>(s.ints);
-  CUDA_CHECK_LAUNCH("init_token");
-  inverse_cdf_pick<<<g, kThreads, 0, stream>>>(s.p, s.scan, V, p, s.ints);
-  CUDA_CHECK_LAUNCH("inverse_cdf_pick");
-  finish_token<<<1, 1, 0, stream>>>(s.ints, token);
-  CUDA_CHECK_LAUNCH("finish_token");
+  init_token_kernel<<<1, 1, 0, stream>>>(s.ints);
+  CUDA_CHECK_LAUNCH("init_token_kernel");
+  inverse_cdf_pick_kernel<<<g, kThreads, 0, stream>>>(s.p, s.scan, V, p, s.ints);
+  CUDA_CHECK_LAUNCH("inverse_cdf_pick_kernel");
+  finish_token_kernel<<<1, 1, 0, stream>>>(s.ints, token);
+  CUDA_CHECK_LAUNCH("finish_token_kernel");
 }
 
 }  // namespace degen::cuda

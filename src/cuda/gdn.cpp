@@ -1,8 +1,5 @@
-// CudaBackend Gated DeltaNet ops (spec §4.7; src/cpu/conv1d.cpp and src/cpu/gdn.cpp are the
-// reference), all on the device:
-//   conv1d_causal: kernels/conv1d.cu — depthwise causal conv + SiLU per sequence span, from and into
-//     each sequence's window (stored in the window tensor's dtype, numerics().conv_dtype); fault
-//     conv-window-stuck honoured there.
+// CudaBackend Gated DeltaNet ops (spec §4.7; src/cpu/gdn.cpp is the reference), all on the device
+// (the short convolution before them is cuda/conv1d.cpp):
 //   gdn_gates: kernels/gdn_gates.cu, fault alog-no-exp honoured there.
 //   gdn: kernels/gdn.cu — recurrent (one token per step) or chunked (C = 64) gated delta rule per
 //     sequence span, continuing from and updating each state S (stored in S's dtype after every
@@ -10,33 +7,27 @@
 // The per-sequence tables (rows, window / state pointers, chunks) are small host arrays uploaded
 // with each call. With CudaStats::time_gdn on (bench), each of these ops is bracketed by stream
 // synchronisations and its wall time added to CudaStats::gdn_seconds.
-#include <chrono>
-#include <cstring>
 
-#include "conv1d.h"
+#include <algorithm>
+
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/seq_tables.h"
 #include "gdn.h"
 #include "gdn_gates.h"
 
 namespace degen {
 
+using cuda_detail::GdnTimer;
+using cuda_detail::words;
+
 namespace {
 using bf16 = __nv_bfloat16;
-using clock_type = std::chrono::steady_clock;
 
-static_assert(sizeof(cuda::Conv1dSeq) == 3 * sizeof(int64_t) && sizeof(cuda::GdnSeq) == 3 * sizeof(int64_t) &&
+static_assert(sizeof(cuda::GdnSeq) == 3 * sizeof(int64_t) &&
                   sizeof(cuda::GdnChunk) == 2 * sizeof(int64_t),
               "the per-sequence tables travel as int64 arrays");
-
-// A table of plain structs as the int64 words upload() takes.
-template <typename T>
-std::vector<int64_t> words(const std::vector<T>& v) {
-  std::vector<int64_t> w(v.size() * sizeof(T) / sizeof(int64_t));
-  if (!v.empty()) std::memcpy(w.data(), v.data(), v.size() * sizeof(T));
-  return w;
-}
 
 void check_spans(const std::vector<SeqSpan>& spans, int64_t N, const char* op) {
   for (const SeqSpan& s : spans)
@@ -44,26 +35,6 @@ void check_spans(const std::vector<SeqSpan>& spans, int64_t N, const char* op) {
                  " outside the ", N, " rows of the batch");
 }
 
-// Times one GDN op when CudaStats::time_gdn is on (bench), with a synchronisation on each side.
-struct GdnTimer {
-  CudaBackend& be;
-  clock_type::time_point t0;
-  explicit GdnTimer(CudaBackend& b) : be(b) {
-    if (be.stats().time_gdn) {
-      be.sync();
-      t0 = clock_type::now();
-    }
-  }
-  ~GdnTimer() {
-    if (!be.stats().time_gdn) return;
-    try {
-      be.sync();
-    } catch (...) {  // note: a fault is reported by the next checked call
-    }
-    be.stats().gdn_seconds += std::chrono::duration<double>(clock_type::now() - t0).count();
-    be.stats().gdn_calls++;
-  }
-};
 }  // namespace
 
 void CudaBackend::gdn_gates(const Tensor& a, const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
@@ -81,36 +52,6 @@ void CudaBackend::gdn_gates(const Tensor& a, const Tensor& b, const TensorView& 
   cuda::gdn_gates_cuda(static_cast<const bf16*>(a.raw()), static_cast<const bf16*>(b.raw()), A.raw(), A.dtype,
                        dt.raw(), dt.dtype, g.data<float>(), static_cast<bf16*>(beta.raw()), R, nv,
                        numerics_.has(Fault::alog_no_exp), context()->stream());
-}
-
-Tensor CudaBackend::do_conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
-                                     const std::vector<Tensor*>& windows) {
-  require_device(x, "conv1d_causal");
-  DEGEN_ASSERT(x.dtype == DType::bf16, "conv1d_causal: bf16 activations, got ", dtype_name(x.dtype));
-  const int64_t N = x.rows(), C = x.cols();
-  const int64_t K = w.shape[2];
-  check_spans(spans, N, "conv1d");
-  GdnTimer timer(*this);
-  std::vector<cuda::Conv1dSeq> seqs;
-  DType wdt = numerics_.conv_dtype;
-  int64_t max_rows = 0;
-  for (size_t s = 0; s < spans.size(); ++s) {
-    Tensor& win = *windows[s];
-    require_device(win, "conv1d window");
-    if (s == 0) wdt = win.dtype;
-    DEGEN_ASSERT(win.dtype == wdt, "conv1d: windows of one call in one dtype (", dtype_name(wdt), " and ",
-                 dtype_name(win.dtype), ")");
-    seqs.push_back(cuda::Conv1dSeq{spans[s].row0, spans[s].rows, win.raw()});
-    max_rows = std::max(max_rows, spans[s].rows);
-  }
-  Tensor out = device_tensor({N, C}, DType::bf16, "conv1d_causal");
-  if (seqs.empty()) return out;
-  const Tensor table = upload(words(seqs), DType::i64, "conv1d sequences");
-  cuda::conv1d_causal_cuda(static_cast<const bf16*>(x.raw()), static_cast<const bf16*>(weight(w).raw()),
-                           static_cast<bf16*>(out.raw()), C, K, static_cast<const cuda::Conv1dSeq*>(table.raw()),
-                           static_cast<int>(seqs.size()), max_rows, wdt, numerics_.has(Fault::conv_window_stuck),
-                           context()->stream());
-  return out;
 }
 
 Tensor CudaBackend::gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,

@@ -34,6 +34,9 @@ Tensor Backend::conv1d_causal(const Tensor& x, const TensorView& w, const std::v
                shape_str(w.shape), " for ", C, " channels");
   const int64_t K = w.shape[2];
   DEGEN_ASSERT(spans.size() == windows.size(), "conv1d: one window per sequence");
+  for (const SeqSpan& s : spans)
+    DEGEN_ASSERT(s.row0 >= 0 && s.rows >= 0 && s.row0 + s.rows <= x.rows(), "conv1d: span rows ", s.row0, "+", s.rows,
+                 " outside the ", x.rows(), " rows of the batch");
   for (const Tensor* win : windows)
     DEGEN_ASSERT(win->rows() == K - 1 && win->cols() == C, "conv window ", shape_str(win->shape), ", expected [", K - 1,
                  ", ", C, "]");

@@ -5,41 +5,15 @@
 // each changing the arguments of one op: qgate-split (the q_proj split), norm-no-plus-one (the
 // layer's zero-centred norms called as plain), rope-all-dims (rope_partial over head_dim),
 // moe-no-renorm (moe_route without renormalisation). The others are flags the ops read.
-#include "engine/engine.h"
+// Tensor parallelism's fan-out is engine_tp.cpp, the CUDA-graph policy engine_graphs.cpp.
+#include "engine/engine_impl.h"
 
 #include <cmath>
-#include <cstdio>
-#include <thread>
 
 #include "engine/faults.h"
 #include "util/error.h"
 
 namespace degen {
-
-namespace {
-
-// Whether decoder layer l (or the MTP layer) can host a fault of this site.
-bool site_hosts(FaultSite site, const ModelConfig& cfg, int l, bool mtp) {
-  if (!mtp && (l < 0 || l >= cfg.num_layers)) return false;
-  const bool full = mtp || cfg.layer_types[static_cast<size_t>(l)] == LayerKind::full;
-  switch (site) {
-    case FaultSite::full_layer: return full;
-    case FaultSite::linear_layer: return !full;
-    case FaultSite::any_layer: return true;
-    case FaultSite::moe_layer: return mtp ? cfg.is_moe() : cfg.is_moe_layer(l);
-    case FaultSite::model: return false;
-  }
-  return false;
-}
-
-// "layer 0 is a GDN (linear_attention) layer" / "layers 0, 1, 2 are dense-MLP layers"
-std::string layers_are(const std::vector<int>& layers, const char* kind) {
-  std::string list;
-  for (int l : layers) list += (list.empty() ? "" : ", ") + std::to_string(l);
-  return layers.size() == 1 ? cat("layer ", list, " is a ", kind, " layer") : cat("layers ", list, " are ", kind, " layers");
-}
-
-}  // namespace
 
 const char* attn_algo_name(AttnAlgo a) {
   switch (a) {
@@ -49,45 +23,6 @@ const char* attn_algo_name(AttnAlgo a) {
   }
   return "?";
 }
-
-void check_faults(const RunConfig& rc, const ModelConfig& cfg) {
-  for (const FaultSpec& fs : rc.faults) {
-    const FaultInfo* info = find_fault(fs.name);
-    if (!info) input_error("unknown fault '", fs.name, "' (see `degenbisect faults`)");
-    const std::string label = fs.name + fs.scope.str();
-    if (info->site == FaultSite::model) {
-      if (!fs.scope.all) input_error("fault ", label, ": a model-level fault takes no layer scope");
-      if (info->needs_tp && rc.tp <= 1)
-        throw UntestableError(cat("fault ", label, ": needs tp > 1 (it skips the last tensor-parallel all-reduce)"));
-      continue;  // mtp-no-rollback, mtp-prenorm-hidden: engine/spec_decode; tp-skip-last-allreduce: Engine::layer
-    }
-    const std::vector<int> layers = fs.scope.layers(cfg.num_layers, &cfg);
-    bool hosted = false;
-    for (int l : layers) hosted = hosted || site_hosts(info->site, cfg, l, false);
-    if (!hosted) {
-      const char* kind = info->site == FaultSite::full_layer     ? "GDN (linear_attention)"
-                         : info->site == FaultSite::linear_layer ? "full-attention"
-                                                                 : "dense-MLP";
-      if (layers.empty()) input_error("fault ", label, ": the scope selects no layer of this model");
-      input_error("fault ", label, ": ", layers_are(layers, kind), "; ", fs.name, " acts on ",
-                  fault_site_name(info->site), " only");
-    }
-    // Faults that cannot change anything on this model: untestable here, not silently clean.
-    if (info->needs_tp && rc.tp <= 1)
-      throw UntestableError(cat("fault ", label, ": needs tp > 1 (it is a fault of the tensor-parallel all-reduce)"));
-    if (const char* why = info->inert_on ? info->inert_on(cfg) : nullptr)
-      throw UntestableError(cat("fault ", label, " changes nothing on ", cfg.origin, ": ", why));
-  }
-}
-
-struct Engine::Batch {
-  std::vector<SeqSpan> spans;     // per sequence
-  std::vector<TraceSeq> seqs;     // the same, for the trace
-  std::vector<SeqState*> states;  // per sequence
-  std::vector<int64_t> pos;       // [N] absolute position of every row
-  int64_t N = 0;
-  bool one_token = false;         // every sequence brings one token: GDN runs recurrent (as HF's cached decode)
-};
 
 Engine::Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, EngineOptions opt)
     : shard_(backend.tp_group() ? std::make_shared<RankShard>(cfg, w, backend.tp_size(), 0) : nullptr),
@@ -111,19 +46,6 @@ Engine::Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, 
                                                         std::make_shared<RankShard>(cfg, w, group_->size(), r), r, comm_)));
 }
 
-Engine::Engine(const ModelConfig& full, const ModelWeights& full_w, Backend& be, EngineOptions opt,
-               std::shared_ptr<const RankShard> shard, int rank, TpComm* comm)
-    : shard_(std::move(shard)),
-      full_cfg_(full),
-      cfg_(shard_->config()),
-      w_(shard_->weights()),
-      be_(be),
-      opt_(std::move(opt)),
-      rank_(rank),
-      comm_(comm) {
-  init();
-}
-
 Engine::~Engine() = default;
 
 void Engine::init() {
@@ -138,17 +60,6 @@ void Engine::init() {
     qkvz_rows_ = gdn_qkvz_rows(cfg_);
     ba_rows_ = gdn_ba_rows(cfg_);
   }
-}
-
-const RankShard* Engine::shard(int rank) const {
-  if (rank == 0) return shard_.get();
-  DEGEN_ASSERT(rank > 0 && rank <= static_cast<int>(peers_.size()), "shard: no rank ", rank);
-  return peers_[static_cast<size_t>(rank - 1)]->shard_.get();
-}
-
-Tensor Engine::reduce(const Tensor& t, bool skip) {
-  if (!comm_ || skip) return t;
-  return comm_->all_reduce(be_, rank_, t);
 }
 
 LayerNumerics Engine::numerics(int l, bool mtp) const {
@@ -175,7 +86,7 @@ LayerNumerics Engine::numerics(int l, bool mtp) const {
   for (const auto& [f, spec] : faults_) {
     const FaultSite site = find_fault(spec.name)->site;
     const bool selected = spec.scope.all || (in_layer && spec.scope.contains(l, &cfg_));
-    if (selected && site_hosts(site, cfg_, l, mtp)) n.faults.set(static_cast<size_t>(f));
+    if (selected && fault_site_hosts(site, cfg_, l, mtp)) n.faults.set(static_cast<size_t>(f));
   }
   return n;
 }
@@ -228,40 +139,6 @@ GdnCheckpoint Engine::checkpoint_rank(const SeqState& st) {
   return cp;
 }
 
-// The state of rank r inside a sequence state made by this engine.
-template <typename S>
-static S& rank_state(S& s, int r, int tp) {
-  if (s.peers.size() != static_cast<size_t>(tp - 1))
-    input_error("a sequence state made for tp=", s.peers.size() + 1, " given to an engine of tp=", tp);
-  return r == 0 ? s : s.peers[static_cast<size_t>(r - 1)];
-}
-
-// Runs fn(rank engine, r) on every rank's thread and nests the results of ranks 1..tp-1 in rank 0's
-// `peers` (SeqState and GdnCheckpoint keep their peers' parts that way).
-template <typename T, typename F>
-T Engine::on_ranks(F fn) {
-  std::vector<T> parts(static_cast<size_t>(tp()));
-  run_ranks(*group_, [&](int r) { parts[static_cast<size_t>(r)] = fn(rank_engine(r), r); });
-  T out = std::move(parts[0]);
-  for (int r = 1; r < tp(); ++r) out.peers.push_back(std::move(parts[static_cast<size_t>(r)]));
-  return out;
-}
-
-SeqState Engine::new_state() {
-  if (peers_.empty()) return new_state_rank();
-  return on_ranks<SeqState>([](Engine& e, int) { return e.new_state_rank(); });
-}
-
-SeqState Engine::snapshot(const SeqState& s) {
-  if (peers_.empty()) return snapshot_rank(s);
-  return on_ranks<SeqState>([&](Engine& e, int r) { return e.snapshot_rank(rank_state(s, r, tp())); });
-}
-
-GdnCheckpoint Engine::checkpoint_gdn(const SeqState& s) {
-  if (peers_.empty()) return checkpoint_rank(s);
-  return on_ranks<GdnCheckpoint>([&](Engine& e, int r) { return e.checkpoint_rank(rank_state(s, r, tp())); });
-}
-
 void Engine::tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp) {
   if (!tr || !tr->on()) return;
   if (tr->logits_only && s != Step::logits && s != Step::mtp_logits) return;
@@ -278,83 +155,6 @@ void Engine::observe(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bo
   if (t.shape != shape || t.dtype != dtype)
     input_error("trace observer replaced ", name, " ", shape_str(shape), " ", dtype_name(dtype), " with ",
                 shape_str(t.shape), " ", dtype_name(t.dtype), ": shape and dtype must stay");
-}
-
-// Tracing at tp > 1. Rank 0 calls the observer with the full tensor:
-//   - replicated steps (the residual stream, norms, all-reduced outputs, router logits): rank 0's
-//     tensor; when the observer replaces it (golden injection), every rank takes the replacement;
-//   - rank-local steps (per-head tensors): gathered over the ranks into the tp = 1 layout; the
-//     [q | k | v] channels of gdn_qkv / gdn_conv per part; these cannot be replaced;
-//   - partial sums (moe_routed, moe_shared): summed over the ranks (in fp64, rounded once).
-// logits and mtp_logits are rank 0's alone (the peers do not compute them).
-void Engine::tap_tp(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp) {
-  enum class View { replicated, local, qkv, partial, rank0 };
-  View view = View::replicated;
-  switch (s) {
-    case Step::attn_q: case Step::attn_gate: case Step::attn_k: case Step::attn_v: case Step::attn_core:
-    case Step::attn_gated: case Step::gdn_z: case Step::gdn_b: case Step::gdn_a: case Step::gdn_q:
-    case Step::gdn_k: case Step::gdn_g: case Step::gdn_beta: case Step::gdn_core: case Step::gdn_norm:
-      view = View::local; break;
-    case Step::gdn_qkv: case Step::gdn_conv: view = View::qkv; break;
-    case Step::moe_routed: case Step::moe_shared: view = View::partial; break;
-    case Step::logits: case Step::mtp_logits: view = View::rank0; break;
-    default: break;
-  }
-  if (view == View::rank0) {
-    if (rank_ == 0) observe(tr, s, layer, t, b, mtp);
-    return;
-  }
-  const int n = comm_->size();
-  if (view == View::replicated) {
-    std::vector<double> msg{0.0};  // [replaced?, values...]
-    if (rank_ == 0) {
-      const Tensor before = t;
-      observe(tr, s, layer, t, b, mtp);
-      if (t.storage != before.storage || t.offset != before.offset) {
-        msg = be_.to_host_f64(t);
-        msg.insert(msg.begin(), 1.0);
-      }
-    }
-    comm_->broadcast(rank_, msg);
-    if (rank_ != 0 && msg[0] == 1.0) t = be_.from_host(std::vector<double>(msg.begin() + 1, msg.end()), t.shape, t.dtype);
-    return;
-  }
-  std::vector<std::vector<double>> parts = comm_->gather(rank_, be_.to_host_f64(t));
-  std::string err;
-  if (rank_ == 0) {
-    const int64_t rows = t.dim(0), local = t.numel() / std::max<int64_t>(1, rows);
-    std::vector<int64_t> shape = t.shape;
-    std::vector<double> full;
-    if (view == View::partial) {
-      full.assign(parts[0].size(), 0.0);
-      for (const auto& p : parts)
-        for (size_t i = 0; i < p.size(); ++i) full[i] += p[i];
-    } else {
-      // column segments of one row, in this rank's units: [q | k | v] or the whole row
-      std::vector<int64_t> seg = {local};
-      if (view == View::qkv) seg = {cfg_.d_key(), cfg_.d_key(), cfg_.d_val()};
-      full.reserve(parts[0].size() * static_cast<size_t>(n));
-      for (int64_t r = 0; r < rows; ++r) {
-        int64_t off = 0;
-        for (int64_t w : seg) {
-          for (int k = 0; k < n; ++k) {
-            const double* src = parts[static_cast<size_t>(k)].data() + r * local + off;
-            full.insert(full.end(), src, src + w);
-          }
-          off += w;
-        }
-      }
-      // the head (or channel) dimension grows n times: [N, h, X] -> [N, n h, X]; [N, c] -> [N, n c]
-      shape[shape.size() >= 3 ? 1 : shape.size() - 1] *= n;
-    }
-    Tensor g = be_.from_host(full, shape, t.dtype);
-    const Tensor before = g;
-    observe(tr, s, layer, g, b, mtp);
-    if (g.storage != before.storage || g.offset != before.offset)
-      err = cat("trace observer replaced ", trace_name(s, layer),
-                ": at tp > 1 only the replicated steps (residual stream, norms, layer outputs) can be replaced");
-  }
-  if (!err.empty()) input_error(err);
 }
 
 // ---- §4.4 gated full attention ----
@@ -528,83 +328,6 @@ Tensor Engine::lm_head(const Tensor& hn, const std::vector<int64_t>& rows, const
   return logits;
 }
 
-ForwardOutput Engine::forward(const std::vector<SeqInput>& inputs, const ForwardOptions& fo, Trace* tr) {
-  if (peers_.empty()) return forward_rank(inputs, fo, tr);
-  if (inputs.empty()) input_error("forward: no sequences given");
-  std::vector<std::vector<SeqInput>> in(static_cast<size_t>(tp()));
-  for (int r = 0; r < tp(); ++r)
-    for (const SeqInput& i : inputs) {
-      DEGEN_ASSERT(i.state, "forward: a sequence has no state");
-      in[static_cast<size_t>(r)].push_back({&rank_state(*i.state, r, tp()), i.tokens});
-    }
-  ForwardOptions peer_fo = fo;  // the peers compute no logits: rank 0's are the output
-  peer_fo.logits = LogitsRows::none;
-  peer_fo.keep_hidden = false;
-  ForwardOutput out;
-  run_ranks(*group_, [&](int r) {
-    if (r == 0) out = forward_rank(in[0], fo, tr);
-    else rank_engine(r).forward_rank(in[static_cast<size_t>(r)], peer_fo, tr);
-  });
-  return out;
-}
-
-// ---- CUDA graphs (graphs=on, src/cuda/graphs.h) ----
-// A decode step runs as a graph when the backend has graphs on, every sequence brings one token,
-// nothing but the logits is traced (they are offered after the graph ran), no hidden rows are
-// kept, there is no tensor parallelism (tp = 1), and every KV cache has room for the step's row
-// and one spare (the kv-off-by-one fault writes one row further), so that no cache grows inside
-// the graph; otherwise the step runs as plain launches (and grows the caches, so that the next
-// step qualifies). The key names what the graph's
-// launches depend on besides the inputs the ops upload: the toggles and faults, the logits
-// options, the batch size, the weights, and the device buffers of every cache and state (the
-// backend also drops its graphs when its device weights change).
-std::string Engine::graph_key(const Batch& b, const ForwardOptions& fo, Trace* tr) const {
-  if (!be_.graphs() || (tr && tr->on() && !tr->logits_only) || !b.one_token || fo.keep_hidden || comm_ ||
-      !peers_.empty())
-    return "";
-  std::string key = cat(opt_.run.str(), "|logits ", static_cast<int>(fo.logits), fo.vocab_mask ? " masked" : "", "|",
-                        b.states.size(), "|", static_cast<const void*>(&w_));
-  char buf[40];
-  for (const SeqState* st : b.states)
-    for (int l = 0; l < cfg_.num_layers; ++l) {
-      const void *p0, *p1;
-      if (cfg_.layer_types[static_cast<size_t>(l)] == LayerKind::full) {
-        const KvCache& c = st->kv[static_cast<size_t>(l)];
-        if (c.capacity() < c.len + 2) return "";
-        p0 = c.k.raw();
-        p1 = c.v.raw();
-      } else {
-        p0 = st->gdn[static_cast<size_t>(l)].conv.raw();
-        p1 = st->gdn[static_cast<size_t>(l)].S.raw();
-      }
-      std::snprintf(buf, sizeof buf, "|%p,%p", p0, p1);
-      key += buf;
-    }
-  return key;
-}
-
-namespace {
-// Brackets a graph step: graph_step_end() on success, graph_step_abort() when an exception leaves.
-struct GraphStepScope {
-  Backend& be;
-  bool& flag;
-  bool active = false;
-  GraphStepScope(Backend& b, bool& f, const std::string& key) : be(b), flag(f) {
-    if (!key.empty()) active = flag = be.graph_step_begin(key);
-  }
-  void end() {
-    if (!active) return;
-    active = flag = false;
-    be.graph_step_end();
-  }
-  ~GraphStepScope() {
-    if (!active) return;
-    flag = false;
-    be.graph_step_abort();
-  }
-};
-}  // namespace
-
 ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const ForwardOptions& fo, Trace* tr) {
   if (inputs.empty()) input_error("forward: no sequences given");
   // Batch layout: the rows of every sequence, concatenated in order.
@@ -667,29 +390,6 @@ ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const Fo
   out.logits = lm_head(hn, rows, fo.vocab_mask);
   graph.end();  // the step ends before the trace copies the logits to the host
   tap(tr, Step::logits, -1, out.logits, lb);
-  return out;
-}
-
-// ---- §6 MTP head ----
-Tensor Engine::mtp(const std::vector<MtpInput>& inputs, const std::vector<uint8_t>* vocab_mask, Trace* tr) {
-  if (peers_.empty()) return mtp_rank(inputs, vocab_mask, tr);
-  if (w_.mtp.empty()) input_error("this checkpoint has no MTP weights (mtp.*)");
-  // The hidden rows are rank 0's: host tensors are shared, device tensors go through the host here,
-  // on the calling thread, and onto each peer's device on its own thread.
-  std::vector<std::vector<double>> host(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].hidden.device != Device::cpu) host[i] = be_.to_host_f64(inputs[i].hidden);
-  Tensor out;
-  run_ranks(*group_, [&](int r) {
-    std::vector<MtpInput> in = inputs;
-    for (size_t i = 0; i < in.size(); ++i) {
-      DEGEN_ASSERT(in[i].state, "mtp: a sequence has no state");
-      in[i].state = &rank_state(*inputs[i].state, r, tp());
-      if (r > 0 && !host[i].empty()) in[i].hidden = rank_engine(r).be_.from_host(host[i], inputs[i].hidden.shape, inputs[i].hidden.dtype);
-    }
-    if (r == 0) out = mtp_rank(in, vocab_mask, tr);
-    else rank_engine(r).mtp_rank(in, vocab_mask, tr);
-  });
   return out;
 }
 

@@ -64,12 +64,6 @@ struct MtpInput {
   std::vector<int32_t> next_tokens;  // [n]
 };
 
-// Checks the RunConfig's faults against the model: InputError for a fault whose scope selects no
-// layer that can host it (naming the layers' kind), UntestableError for one that cannot change
-// anything on this model (e.g. gdn-head-mod when n_v = n_k) or needs what this run lacks
-// (tp-skip-last-allreduce without tensor parallelism).
-void check_faults(const RunConfig& rc, const ModelConfig& cfg);
-
 // Tensor parallelism (DESIGN.md §5 `tp`): when the backend carries a TpGroup (make_backend with
 // tp > 1), this Engine is rank 0 and runs every rank, each on its own thread with its backend, its
 // shard of the weights and its config (model/shard.h), through the same forward pass; the partial

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "engine/run_config.h"
+#include "util/error.h"
 
 namespace degen {
 
@@ -144,6 +145,59 @@ const std::vector<std::string>& known_fault_names() {
     return n;
   }();
   return names;
+}
+
+// Whether decoder layer l (or the MTP layer) can host a fault of this site.
+bool fault_site_hosts(FaultSite site, const ModelConfig& cfg, int l, bool mtp) {
+  if (!mtp && (l < 0 || l >= cfg.num_layers)) return false;
+  const bool full = mtp || cfg.layer_types[static_cast<size_t>(l)] == LayerKind::full;
+  switch (site) {
+    case FaultSite::full_layer: return full;
+    case FaultSite::linear_layer: return !full;
+    case FaultSite::any_layer: return true;
+    case FaultSite::moe_layer: return mtp ? cfg.is_moe() : cfg.is_moe_layer(l);
+    case FaultSite::model: return false;
+  }
+  return false;
+}
+
+namespace {
+// "layer 0 is a GDN (linear_attention) layer" / "layers 0, 1, 2 are dense-MLP layers"
+std::string layers_are(const std::vector<int>& layers, const char* kind) {
+  std::string list;
+  for (int l : layers) list += (list.empty() ? "" : ", ") + std::to_string(l);
+  return layers.size() == 1 ? cat("layer ", list, " is a ", kind, " layer") : cat("layers ", list, " are ", kind, " layers");
+}
+}  // namespace
+
+void check_faults(const RunConfig& rc, const ModelConfig& cfg) {
+  for (const FaultSpec& fs : rc.faults) {
+    const FaultInfo* info = find_fault(fs.name);
+    if (!info) input_error("unknown fault '", fs.name, "' (see `degenbisect faults`)");
+    const std::string label = fs.name + fs.scope.str();
+    if (info->site == FaultSite::model) {
+      if (!fs.scope.all) input_error("fault ", label, ": a model-level fault takes no layer scope");
+      if (info->needs_tp && rc.tp <= 1)
+        throw UntestableError(cat("fault ", label, ": needs tp > 1 (it skips the last tensor-parallel all-reduce)"));
+      continue;  // mtp-no-rollback, mtp-prenorm-hidden: engine/spec_decode; tp-skip-last-allreduce: Engine::layer
+    }
+    const std::vector<int> layers = fs.scope.layers(cfg.num_layers, &cfg);
+    bool hosted = false;
+    for (int l : layers) hosted = hosted || fault_site_hosts(info->site, cfg, l, false);
+    if (!hosted) {
+      const char* kind = info->site == FaultSite::full_layer     ? "GDN (linear_attention)"
+                         : info->site == FaultSite::linear_layer ? "full-attention"
+                                                                 : "dense-MLP";
+      if (layers.empty()) input_error("fault ", label, ": the scope selects no layer of this model");
+      input_error("fault ", label, ": ", layers_are(layers, kind), "; ", fs.name, " acts on ",
+                  fault_site_name(info->site), " only");
+    }
+    // Faults that cannot change anything on this model: untestable here, not silently clean.
+    if (info->needs_tp && rc.tp <= 1)
+      throw UntestableError(cat("fault ", label, ": needs tp > 1 (it is a fault of the tensor-parallel all-reduce)"));
+    if (const char* why = info->inert_on ? info->inert_on(cfg) : nullptr)
+      throw UntestableError(cat("fault ", label, " changes nothing on ", cfg.origin, ": ", why));
+  }
 }
 
 }  // namespace degen

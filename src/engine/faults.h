@@ -17,6 +17,8 @@
 
 namespace degen {
 
+struct RunConfig;
+
 // The faults of the catalogue (src/engine/faults.cpp) that live in the forward pass, each a deviation
 // of one op (DESIGN.md §7). The engine decides per layer which are active (LayerNumerics::faults).
 // It implements the ones that change the layer's data flow through the ops' own parameters; the
@@ -99,5 +101,14 @@ struct FaultInfo {
 const std::vector<FaultInfo>& fault_catalogue();
 const FaultInfo* find_fault(const std::string& name);  // nullptr when unknown
 const FaultInfo& fault_info(FaultId id);
+
+// Whether decoder layer l (or the MTP layer, mtp = true) can host a fault of this site.
+bool fault_site_hosts(FaultSite site, const ModelConfig& cfg, int l, bool mtp);
+
+// Checks the RunConfig's faults against the model: InputError for a fault whose scope selects no
+// layer that can host it (naming the layers' kind), UntestableError for one that cannot change
+// anything on this model (e.g. gdn-head-mod when n_v = n_k) or needs what this run lacks
+// (tp-skip-last-allreduce without tensor parallelism).
+void check_faults(const RunConfig& rc, const ModelConfig& cfg);
 
 }  // namespace degen
