@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Builds llama.cpp, the first third-party engine degenbisect puts under test, from its published
+# source: the llama.cpp that the PyPI source distribution of llama-cpp-python vendors under
+# vendor/llama.cpp (pinned version and SHA-256 below), CPU only, only the targets the tests need
+# (llama-server, llama-quantize, and our tools/llama_dump linked against its libllama).
+#
+#   scripts/build-llama-cpp.sh [--dir DIR] [--patch FILE] [--jobs N] [--targets "T ..."]
+#
+#   --dir DIR     where to put the source and the build (default: build/llama.cpp); binaries end up
+#                 in DIR/build/bin; DIR/ENGINE names the version and the patch, if any
+#   --patch FILE  apply FILE (a unified diff against vendor/llama.cpp, -p1) to the copy before
+#                 building: a deliberately broken engine for the tests (tests/llama/*.patch)
+#   --jobs N      parallel compile jobs (default: nproc)
+#   --targets     the llama.cpp targets to build (default: llama-server llama-quantize llama-dump)
+#
+# Needs pip (the download) and cmake/g++. Idempotent: a finished build in DIR is reused when its
+# version and patch match. Exit 0 on success, 1 when the download, the patch or the build fails.
+set -euo pipefail
+
+VERSION=0.3.36
+SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+DIR="$ROOT/build/llama.cpp"
+PATCH=""
+JOBS="$(nproc 2>/dev/null || echo 2)"
+
+TARGETS="llama-server llama-quantize llama-dump"
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dir) DIR="$2"; shift 2 ;;
+    --patch) PATCH="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
+    --jobs) JOBS="$2"; shift 2 ;;
+    --targets) TARGETS="$2"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "build-llama-cpp.sh: unknown argument '$1' (expected --dir, --patch, --jobs, --targets or --help)" >&2; exit 2 ;;
+  esac
+done
+[ -z "$PATCH" ] || [ -f "$PATCH" ] || { echo "build-llama-cpp.sh: no patch file '$PATCH'" >&2; exit 2; }
+
+mkdir -p "$DIR"
+DIR="$(cd "$DIR" && pwd)"
+want="llama-cpp-python $VERSION vendor/llama.cpp"
+[ -n "$PATCH" ] && want="$want + $(basename "$PATCH") $(sha256sum "$PATCH" | cut -c1-16)"
+have_all=1
+for t in $TARGETS; do [ -x "$DIR/build/bin/$t" ] || have_all=0; done
+# Our dump tool is rebuilt when its source changed since the build.
+[ -f "$DIR/src/tools/degen-dump/llama_dump.cpp" ] && ! cmp -s "$ROOT/tools/llama_dump.cpp" "$DIR/src/tools/degen-dump/llama_dump.cpp" &&
+  have_all=0
+if [ -f "$DIR/ENGINE" ] && [ "$(cat "$DIR/ENGINE")" = "$want" ] && [ "$have_all" = 1 ]; then
+  echo "build-llama-cpp.sh: $want already built in $DIR ($TARGETS)"
+  exit 0
+fi
+rm -f "$DIR/ENGINE"
+
+# 1. The source distribution, checked against the pinned digest (a cache shared by patched copies).
+CACHE="${DEGEN_LLAMA_CACHE:-$ROOT/build/llama-sdist}"
+TARBALL="$CACHE/llama_cpp_python-$VERSION.tar.gz"
+mkdir -p "$CACHE"
+if [ ! -f "$TARBALL" ] || ! echo "$SHA256  $TARBALL" | sha256sum -c --status; then
+  echo "build-llama-cpp.sh: downloading llama-cpp-python==$VERSION (source distribution) from PyPI" >&2
+  rm -f "$TARBALL"
+  python3 -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation -d "$CACHE" \
+    "llama-cpp-python==$VERSION" 2>"$CACHE/pip.log" ||
+    python3 -m pip download --quiet --no-deps --no-binary :all: -d "$CACHE" "llama-cpp-python==$VERSION" \
+      2>>"$CACHE/pip.log" || {
+      echo "build-llama-cpp.sh: pip could not download llama-cpp-python==$VERSION (see $CACHE/pip.log)" >&2
+      exit 1
+    }
+fi
+if ! echo "$SHA256  $TARBALL" | sha256sum -c --status; then
+  echo "build-llama-cpp.sh: $TARBALL has SHA-256 $(sha256sum "$TARBALL" | cut -d' ' -f1), expected $SHA256" >&2
+  exit 1
+fi
+
+# 2. vendor/llama.cpp, fresh, with the patch applied if any.
+SRC="$DIR/src"
+rm -rf "$SRC" "$DIR/unpack"
+mkdir -p "$DIR/unpack"
+tar -xzf "$TARBALL" -C "$DIR/unpack" "llama_cpp_python-$VERSION/vendor/llama.cpp"
+mv "$DIR/unpack/llama_cpp_python-$VERSION/vendor/llama.cpp" "$SRC"
+rm -rf "$DIR/unpack"
+if [ -n "$PATCH" ]; then
+  (cd "$SRC" && patch -p1 --quiet --forward <"$PATCH") || {
+    echo "build-llama-cpp.sh: $PATCH does not apply to llama.cpp from llama-cpp-python $VERSION" >&2
+    exit 1
+  }
+fi
+# Our dump tool, built inside llama.cpp's tree so that it links its libraries as its own tools do.
+mkdir -p "$SRC/tools/degen-dump"
+cp "$ROOT/tools/llama_dump.cpp" "$SRC/tools/degen-dump/llama_dump.cpp"
+cat >"$SRC/tools/degen-dump/CMakeLists.txt" <<'EOF'
+add_executable(llama-dump llama_dump.cpp)
+target_link_libraries(llama-dump PRIVATE llama ggml ${CMAKE_THREAD_LIBS_INIT})
+target_compile_features(llama-dump PRIVATE cxx_std_17)
+target_include_directories(llama-dump PRIVATE ${PROJECT_SOURCE_DIR}/vendor)
+EOF
+echo 'add_subdirectory(degen-dump)' >>"$SRC/tools/CMakeLists.txt"
+
+# 3. CPU-only build of the targets the tests need.
+t0=$(date +%s)
+echo "build-llama-cpp.sh: building llama.cpp (CPU) in $DIR/build with $JOBS jobs" >&2
+cmake -S "$SRC" -B "$DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_CUDA=OFF \
+  -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF >"$DIR/cmake.log" 2>&1 || {
+  echo "build-llama-cpp.sh: cmake failed (see $DIR/cmake.log)" >&2
+  tail -20 "$DIR/cmake.log" >&2
+  exit 1
+}
+# shellcheck disable=SC2086
+cmake --build "$DIR/build" -j"$JOBS" --target $TARGETS >"$DIR/build.log" 2>&1 || {
+  echo "build-llama-cpp.sh: the build failed (see $DIR/build.log)" >&2
+  grep -E "error" "$DIR/build.log" | head -20 >&2
+  exit 1
+}
+echo "$want" >"$DIR/ENGINE"
+echo "build-llama-cpp.sh: built $want in $(($(date +%s) - t0)) s: $TARGETS in $DIR/build/bin" >&2
