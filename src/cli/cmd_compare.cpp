@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "cli/session.h"
 #include "diag/compare.h"
+#include "diag/dump_compare.h"
 #include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "report/junit.h"
@@ -17,7 +18,7 @@ namespace degen::cli {
 namespace {
 
 struct CompareArgs {
-  std::string golden, model, config, json, junit;
+  std::string golden, model, config, json, junit, dump, dump_class = "fp32";
   std::vector<std::string> cases;
   bool allow_mismatch = false, fail_on_model = false, no_decode = false, per_case = false;
 };
@@ -45,7 +46,17 @@ int run_compare(const CompareArgs& a) {
 
   CompareResult r;
   try {
-    r = compare_golden(rec, *s.model, s.tok.get(), o, make_backend, progress);
+    if (!a.dump.empty()) {
+      if (!a.config.empty()) input_error("compare: --dump judges another engine's run; --config does not apply to it");
+      DumpCompareOptions d;
+      d.dir = a.dump;
+      d.fclass = a.dump_class == "bf16" ? FloorClass::bf16 : FloorClass::fp32;
+      d.cases = a.cases;
+      d.allow_model_mismatch = a.allow_mismatch;
+      r = compare_dump(rec, *s.model, s.tok.get(), d, make_backend, progress);
+    } else {
+      r = compare_golden(rec, *s.model, s.tok.get(), o, make_backend, progress);
+    }
   } catch (const UntestableError& e) {
     std::vector<std::string> ids;
     for (const GoldenCase& c : rec.cases()) ids.push_back(c.id);
@@ -83,6 +94,13 @@ CommandRegistrar reg("compare", "Measure a configuration against a golden record
                 "Exit 1 also when the output degenerates only where the golden run degenerates too");
   sub->add_flag("--per-case", a->per_case, "Print the per-layer table of every case (default: worst over the cases)");
   sub->add_flag("--no-decode", a->no_decode, "Skip the decode-mode (one token per call) teacher-forced passes");
+  sub->add_option("--dump", a->dump,
+                  "Judge another engine's dump instead of running ours: a folder of CASE.safetensors written by\n"
+                  "tools/llama_dump (llama.cpp) over this record's tokens (docs/dump-format.md); names the first\n"
+                  "layer over its drift floor and, in it, the first step");
+  sub->add_option("--dump-class", a->dump_class, "With --dump: the floor class the engine's run belongs to: fp32 (f32 "
+                  "weights, f32 caches, exact attention) or bf16 (16-bit weights or caches)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   sub->footer(
       "Per case: teacher-forced drift and KLD (prefill and decode mode), isolated layer errors with golden inputs\n"
       "injected and the first layer over its noise floor (k = 3), free-running generation with the degeneration\n"
@@ -90,9 +108,12 @@ CommandRegistrar reg("compare", "Measure a configuration against a golden record
       "without storage or attention toggles, its bf16 class otherwise. Without floors of that class the limits\n"
       "are fixed (isolated rel_l2 <= 1e-4, mean KLD <= 1e-4 nats), which suit fp32-class paths only.\n"
       "Exit: 0 good (or model-intrinsic degeneration), 1 bad, 125 untestable, 128 input error.\n"
+      "With --dump DIR: the other engine's teacher-forced run (logits and every layer's output) against the record;\n"
+      "its drift is judged against a known-good run of --dump-class measured on the CPU reference; no generation.\n"
       "Examples:\n"
       "  degenbisect compare --golden golden/tiny-qwen35/smoke --model models/tiny-qwen35 --config gdn=recurrent\n"
-      "  degenbisect compare --golden G --model M --config precision=fp64 --json out.json --junit junit.xml");
+      "  degenbisect compare --golden G --model M --config precision=fp64 --json out.json --junit junit.xml\n"
+      "  degenbisect compare --golden golden/tiny-trained/smoke --model models/tiny-trained --dump out/llama-dump");
   return [a] { return run_compare(*a); };
 });
 

@@ -36,22 +36,6 @@ std::string fmt_pad(const std::string& s, size_t w) { return s.size() >= w ? s :
 
 json opt_json(const std::optional<double>& v) { return v ? metrics::json_number(*v) : json(nullptr); }
 
-LogitsResult logits_result(const std::vector<metrics::LogitPosition>& pos, const std::optional<double>& floor,
-                           const metrics::FloorRule& rule, double fallback) {
-  LogitsResult r;
-  r.summary = metrics::summarize_logits(pos);
-  for (const auto& p : pos) {
-    r.kld.push_back(p.kld);
-    r.top1_agree.push_back(p.top1_agree ? 1 : 0);
-    if (p.test_nonfinite > 0) ++r.nonfinite;
-  }
-  r.mean_kld = pos.empty() ? 0 : r.summary.kld_mean.value;
-  r.floor = floor;
-  r.limit = floor ? rule.k * *floor + rule.eps : fallback;
-  r.pass = r.nonfinite == 0 && r.mean_kld <= r.limit;  // NaN fails
-  return r;
-}
-
 json logits_json(const LogitsResult& l) {
   return {{"summary", l.summary.to_json()},
           {"mean_kld", metrics::json_number(l.mean_kld)},
@@ -68,6 +52,22 @@ json logits_json(const LogitsResult& l) {
 }
 
 }  // namespace
+
+LogitsResult logits_result(const std::vector<metrics::LogitPosition>& pos, const std::optional<double>& floor,
+                           const metrics::FloorRule& rule, double fallback) {
+  LogitsResult r;
+  r.summary = metrics::summarize_logits(pos);
+  for (const auto& p : pos) {
+    r.kld.push_back(p.kld);
+    r.top1_agree.push_back(p.top1_agree ? 1 : 0);
+    if (p.test_nonfinite > 0) ++r.nonfinite;
+  }
+  r.mean_kld = pos.empty() ? 0 : r.summary.kld_mean.value;
+  r.floor = floor;
+  r.limit = floor ? rule.k * *floor + rule.eps : fallback;
+  r.pass = r.nonfinite == 0 && r.mean_kld <= r.limit;  // NaN fails
+  return r;
+}
 
 std::vector<int32_t> whitespace_ids(const Tokenizer& tok) {
   std::vector<int32_t> out;
@@ -151,7 +151,7 @@ json CaseResult::to_json() const {
 json CompareResult::to_json() const {
   json c = json::array();
   for (const auto& k : cases) c.push_back(k.to_json());
-  return {{"tool", "degenbisect compare"},
+  json j = {{"tool", "degenbisect compare"},
           {"golden", golden_dir},
           {"model", model_dir},
           {"config", config},
@@ -170,6 +170,9 @@ json CompareResult::to_json() const {
           {"exit_code", exit_code},
           {"fail_on_model_degeneration", fail_on_model_degeneration},
           {"seconds", seconds}};
+  if (!source.empty()) j["source"] = source;
+  if (!limits_note.empty()) j["limits"] = limits_note;
+  return j;
 }
 
 // ---- the comparison ----
@@ -729,7 +732,9 @@ std::string format_compare(const CompareResult& r, bool per_case) {
   if (r.weights_differ)
     o += "warning: same architecture and fingerprint as the record's model, but other weight values (another seed, a "
          "fine-tune or a modified copy?)\n";
-  if (r.floors)
+  if (!r.limits_note.empty())
+    o += r.limits_note + "\n";
+  else if (r.floors)
     o += cat("limits: ", r.floor_class, " noise floors of the record, k = 3 (floor class of this configuration)\n");
   else
     o += cat("note: the record has no ", r.floor_class, " noise floors (", r.floors_reason, ");\n      isolated errors are judged against rel_l2 <= ",

@@ -136,6 +136,8 @@ struct CompareResult {
   std::string floor_class;     // "fp32" or "bf16": the floors this configuration is judged with
   bool floors = false;         // the record has floors of that class
   std::string floors_reason;
+  std::string source;          // "" for our own engine; "dump" for another engine's dump (dump_compare.h)
+  std::string limits_note;     // replaces the limits line of the table when set
   std::vector<CaseResult> cases;
   metrics::Verdict verdict = metrics::Verdict::good;
   bool fail_on_model_degeneration = false;  // model-intrinsic counts as a failure (exit 1)
@@ -143,6 +145,10 @@ struct CompareResult {
   double seconds = 0;
   nlohmann::json to_json() const;
 };
+
+// The logits verdict of per-position metrics: mean KLD against k·floor + eps (or the fallback).
+LogitsResult logits_result(const std::vector<metrics::LogitPosition>& pos, const std::optional<double>& floor,
+                           const metrics::FloorRule& rule, double fallback);
 
 // Runs the comparison. InputError (exit 128) for a record made for another model (unless
 // allow_model_mismatch; even then the shapes must agree), unknown case ids, or a damaged record;

@@ -1,0 +1,329 @@
+// compare --dump (dump_compare.h): per case, read the dump, score its logits and its layer outputs
+// against the record, measure the known-good run's drift of the same class, name the first layer
+// over it and, in that layer, the first step over the known-good run's error at that step.
+#include "diag/dump_compare.h"
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+#include <cmath>
+#include <map>
+
+#include "engine/backend_factory.h"
+#include "engine/engine.h"
+#include "model/safetensors.h"
+#include "model/tokenizer.h"
+#include "util/error.h"
+
+namespace degen {
+
+const std::vector<DumpName>& llama_cpp_dump_names() {
+  using H = HeadOrder;
+  static const std::vector<DumpName> t = {
+      {'M', "model.input_embed", Step::embed, H::same, 0, false, "token embeddings"},
+      {'*', "attn_norm", Step::attn_norm, H::same, 0, false, "input_layernorm"},
+      // attention layer (models/qwen35.cpp build_layer_attn)
+      {'A', "Qcur", Step::attn_q, H::same, 0, false, "query after q_norm and RoPE (its last value)"},
+      {'A', "gate_reshaped", Step::attn_gate, H::same, 0, false, "output-gate logits"},
+      {'A', "Kcur", Step::attn_k, H::same, 0, false, "key after k_norm and RoPE (its last value)"},
+      {'A', "Vcur", Step::attn_v, H::same, 0, false, "value"},
+      {'A', "attn_pregate", Step::attn_core, H::same, 0, false, "softmax(qk)v"},
+      {'A', "attn_gated", Step::attn_gated, H::same, 0, false, "after the sigmoid gate"},
+      {'A', "attn_output", Step::mixer_out, H::same, 0, false, "o_proj"},
+      // Gated DeltaNet layer (build_layer_attn_linear, delta-net-base.cpp build_recurrent_attn)
+      {'G', "linear_attn_qkv_mixed", Step::gdn_qkv, H::vheads_tiled, 2, true, "in_proj_qkv"},
+      {'G', "z", Step::gdn_z, H::vheads_tiled, 0, true, "in_proj_z"},
+      {'G', "beta", Step::gdn_b, H::vheads_tiled, 0, false, "in_proj_b"},
+      {'G', "alpha", Step::gdn_a, H::vheads_tiled, 0, false, "in_proj_a"},
+      {'G', "conv_output_silu", Step::gdn_conv, H::vheads_tiled, 2, true, "causal conv + SiLU"},
+      {'G', "q_conv_predelta", Step::gdn_q, H::same, 0, false, "L2-normalised query (scaled by 1/sqrt(d_k) here)", true},
+      {'G', "k_conv_predelta", Step::gdn_k, H::same, 0, false, "L2-normalised key"},
+      {'G', "gate", Step::gdn_g, H::vheads_tiled, 0, false, "g = -exp(A_log)·softplus(a + dt_bias)"},
+      {'G', "beta_sigmoid", Step::gdn_beta, H::vheads_tiled, 0, false, "sigmoid(b)"},
+      {'G', "attn_output", Step::gdn_core, H::vheads_tiled, 0, true, "gated delta rule output"},
+      {'G', "final_output", Step::gdn_norm, H::vheads_tiled, 0, true, "gated RMSNorm"},
+      {'G', "linear_attn_out", Step::mixer_out, H::same, 0, false, "out_proj"},
+      // both
+      {'*', "attn_residual", Step::h_mid, H::same, 0, false, "residual after the mixer"},
+      {'*', "attn_post_norm", Step::ffn_norm, H::same, 0, false, "post_attention_layernorm"},
+      {'*', "ffn_out", Step::ffn_out, H::same, 0, false, "MLP"},
+      {'*', "l_out", Step::l_out, H::same, 0, false, "layer output"},
+      {'M', "result_norm", Step::final_norm, H::same, 0, false, "model.norm"},
+  };
+  return t;
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// One dump tensor as [rows, cols] float rows, in our column order.
+struct Rows {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> v;
+};
+
+Rows read_rows(const SafetensorsFile& f, const std::string& name, int64_t T) {
+  const TensorView* t = f.find(name);
+  Rows r;
+  if (!t) return r;
+  if (t->shape.empty() || t->shape[0] != T || t->numel() % T != 0)
+    input_error(f.path().string(), ": tensor '", name, "' has shape ", shape_str(t->shape), "; expected ", T,
+                " rows (one per token of the golden sequence)");
+  r.rows = T;
+  r.cols = t->numel() / T;
+  r.v.resize(static_cast<size_t>(t->numel()));
+  for (size_t i = 0; i < r.v.size(); ++i) r.v[i] = t->at(i);
+  return r;
+}
+
+// Tiled value heads back to our grouped order: ours[off + (k·r + v)·b + e] = theirs[off + (v·n_k + k)·b + e].
+void untile_vheads(Rows& x, const ModelConfig& cfg, int64_t off, int64_t block) {
+  const int64_t nk = cfg.n_k, r = cfg.r();
+  if (off + cfg.n_v * block > x.cols) return;  // not the layout we expect: compared as is (and fails loudly)
+  std::vector<float> row(static_cast<size_t>(cfg.n_v * block));
+  for (int64_t i = 0; i < x.rows; ++i) {
+    float* p = x.v.data() + i * x.cols + off;
+    for (int64_t k = 0; k < nk; ++k)
+      for (int64_t v = 0; v < r; ++v)
+        for (int64_t e = 0; e < block; ++e) row[static_cast<size_t>((k * r + v) * block + e)] = p[(v * nk + k) * block + e];
+    std::copy(row.begin(), row.end(), p);
+  }
+}
+
+Rows mapped(const SafetensorsFile& f, const DumpName& n, int layer, int64_t T, const ModelConfig& cfg) {
+  Rows r = read_rows(f, layer < 0 ? std::string(n.engine) : cat(n.engine, "-", layer), T);
+  if (!r.v.empty() && n.order == HeadOrder::vheads_tiled)
+    untile_vheads(r, cfg, n.offset_keys * cfg.d_key(), n.block_is_dv ? cfg.d_v : 1);
+  if (n.scale_q)
+    for (float& x : r.v) x = static_cast<float>(x / std::sqrt(static_cast<double>(cfg.d_k)));
+  return r;
+}
+
+// The steps of one layer (or l_out of every layer) of a teacher-forced prefill run on our engine.
+struct StepCapture {
+  std::map<std::pair<int, int>, std::vector<float>> t;  // (step, layer) -> [T, cols]
+};
+
+StepCapture traced_prefill(Engine& eng, const std::vector<int32_t>& seq, int layer) {
+  StepCapture c;
+  Trace tr;
+  tr.observer = [&](const TraceEvent& ev, Tensor& t, Backend& be) {
+    if (ev.mtp) return;
+    if (ev.layer == layer || ev.step == Step::l_out || ev.layer < 0)
+      c.t[{static_cast<int>(ev.step), ev.layer}] = be.to_host_f32(t);
+  };
+  SeqState st = eng.new_state();
+  ForwardOptions fo;
+  fo.logits = LogitsRows::none;
+  eng.forward({SeqInput{&st, seq}}, fo, &tr);
+  return c;
+}
+
+const std::vector<float>* step_of(const StepCapture& c, Step s, int layer) {
+  auto it = c.t.find({static_cast<int>(s), layer});
+  return it == c.t.end() ? nullptr : &it->second;
+}
+
+std::span<const float> first_rows(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  return {v.data(), static_cast<size_t>(std::min<int64_t>(rows * cols, static_cast<int64_t>(v.size())))};
+}
+
+struct DumpRun {
+  const GoldenRecord& rec;
+  const Model& model;
+  const ModelConfig& cfg;
+  const DumpCompareOptions& o;
+  std::unique_ptr<Backend> ref_be, floor_be;
+  std::unique_ptr<Engine> ref, floor;
+  std::vector<uint8_t> mask;
+  const std::vector<uint8_t>* maskp = nullptr;
+
+  DumpRun(const GoldenRecord& r, const Model& m, const Tokenizer* tok, const DumpCompareOptions& opt,
+          const BackendFactory& factory)
+      : rec(r), model(m), cfg(m.config), o(opt) {
+    RunConfig ref_rc, floor_rc;
+    const bool golden_fp64 = rec.manifest().at("settings").value("precision", std::string("fp32")) == "fp64";
+    ref_rc.precision = golden_fp64 ? Precision::fp64 : Precision::ref;
+    // The known-good run of each class, as the record's floors were made (golden.cpp GoldenRun).
+    floor_rc.precision = o.fclass == FloorClass::bf16 ? Precision::bf16 : golden_fp64 ? Precision::ref : Precision::fp64;
+    ref_be = factory(ref_rc, cfg);
+    ref = std::make_unique<Engine>(cfg, model.weights, *ref_be, engine_options(ref_rc));
+    floor_be = factory(floor_rc, cfg);
+    floor = std::make_unique<Engine>(cfg, model.weights, *floor_be, engine_options(floor_rc));
+    if (tok) mask = tok->padding_mask(cfg.vocab_size);
+    maskp = mask.empty() ? nullptr : &mask;
+  }
+};
+
+// Within layer `layer`: the first mapped step whose error against the reference breaks k·(the
+// known-good run's error at that step) + eps. Returns the reason line.
+std::string localise_step(DumpRun& run, const SafetensorsFile& f, const std::vector<int32_t>& seq, int layer) {
+  const int64_t T = static_cast<int64_t>(seq.size());
+  const char kind = run.cfg.layer_types[static_cast<size_t>(layer)] == LayerKind::full ? 'A' : 'G';
+  const StepCapture ref = traced_prefill(*run.ref, seq, layer);
+  const StepCapture good = traced_prefill(*run.floor, seq, layer);
+  const metrics::FloorRule& rule = run.o.rules.layer;
+  std::string within;
+  int compared = 0;
+  for (const DumpName& n : llama_cpp_dump_names()) {
+    if (n.kind != kind && n.kind != '*') continue;
+    const Rows d = mapped(f, n, layer, T, run.cfg);
+    const std::vector<float>* r = step_of(ref, n.step, layer);
+    const std::vector<float>* g = step_of(good, n.step, layer);
+    if (d.v.empty() || !r || !g) continue;
+    if (r->size() != d.v.size() || g->size() != r->size()) {
+      within += cat("; ", step_name(n.step), ": the engine's '", n.engine, "-", layer, "' has ", d.v.size(),
+                    " values, ours ", r->size(), " (not compared)");
+      continue;
+    }
+    ++compared;
+    const metrics::TensorError e = metrics::tensor_error(std::span<const float>(d.v), std::span<const float>(*r));
+    const double floor = metrics::tensor_error(std::span<const float>(*g), std::span<const float>(*r)).rel_l2;
+    if (!e.passes_nonfinite() || !metrics::floor_pass(e.rel_l2, floor, rule))
+      return cat("first step over its floor in layer ", layer, ": ", step_name(n.step), " (the engine's '", n.engine, "-",
+                 layer, "', ", n.note, "): rel_l2 ", e.rel_l2, " against the ", floor_class_name(run.o.fclass),
+                 " known-good run's ", floor, " (limit ", rule.k * floor + rule.eps, ")", within);
+  }
+  return cat("no mapped step of layer ", layer, " is over its floor (", compared,
+             " compared): the cause lies between the mapped steps", within);
+}
+
+CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::path& file) {
+  const auto t0 = clock_type::now();
+  const ModelConfig& cfg = run.cfg;
+  const int L = cfg.num_layers;
+  const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
+  const std::vector<int32_t> seq = g.sequence();
+  const int64_t T = static_cast<int64_t>(seq.size());
+  if (!std::filesystem::exists(file))
+    input_error("no dump for case '", g.id, "': expected ", file.string(), " (written by llama-dump or a hook script, ",
+                "docs/dump-format.md)");
+  const auto f = SafetensorsFile::open(file);
+  const auto& md = f->metadata();
+  auto meta = [&](const char* k) { auto it = md.find(k); return it == md.end() ? std::string() : it->second; };
+  if (meta("format") != "degenbisect-dump")
+    input_error(file.string(), ": metadata format '", meta("format"), "', expected 'degenbisect-dump' (docs/dump-format.md)");
+  if (meta("names") != "llama.cpp")
+    input_error(file.string(), ": names '", meta("names"), "': this version maps 'llama.cpp' names only");
+  if (!meta("case").empty() && meta("case") != g.id)
+    input_error(file.string(), ": a dump of case '", meta("case"), "', expected '", g.id, "'");
+  const TensorView* lg = f->find("logits");
+  if (!lg || lg->shape.size() != 2)
+    input_error(file.string(), ": no 'logits' tensor [tokens, vocabulary]");
+  if (lg->shape[0] != T)
+    input_error(file.string(), ": logits for ", lg->shape[0], " positions; the golden sequence of case '", g.id, "' has ", T,
+                " tokens (a dump of another sequence?)");
+  if (lg->shape[1] != V)
+    input_error(file.string(), ": logits over ", lg->shape[1], " ids; the model's vocabulary has ", V,
+                " (a dump of another model's vocabulary?)");
+
+  CaseResult cr;
+  cr.id = g.id;
+  cr.prompt_tokens = static_cast<int64_t>(g.prompt.size());
+  cr.positions = T;
+  cr.stored_positions = g.P;
+  // Logits.
+  std::vector<float> logits(static_cast<size_t>(T * V));
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = lg->at(i);
+  std::vector<int32_t> next(static_cast<size_t>(T), -1);
+  for (int64_t i = 0; i + 1 < T; ++i) next[static_cast<size_t>(i)] = seq[static_cast<size_t>(i + 1)];
+  const std::optional<CaseFloors>& floors = g.floors[static_cast<int>(run.o.fclass)];
+  cr.logits[0] = logits_result(logit_positions(logits, T, V, g.topk, next, run.maskp),
+                               floors ? floors->kld[0] : std::nullopt, run.o.rules.kld, run.o.rules.fallback_kld);
+  // Layers: the dump's drift against the known-good run's.
+  const StepCapture good = traced_prefill(*run.floor, seq, -2);
+  const DumpName* embed_name = &llama_cpp_dump_names().front();
+  const Rows emb = mapped(*f, *embed_name, -1, T, cfg);
+  if (!emb.v.empty() && !g.embed.empty())
+    cr.embed[0] = metrics::tensor_error(first_rows(emb.v, g.P, H), std::span<const float>(g.embed));
+  const DumpName l_out{'*', "l_out", Step::l_out, HeadOrder::same, 0, false, ""};
+  cr.layers.resize(static_cast<size_t>(L));
+  for (int l = 0; l < L; ++l) {
+    LayerRow& row = cr.layers[static_cast<size_t>(l)];
+    row.layer = l;
+    row.kind = cfg.layer_types[static_cast<size_t>(l)] == LayerKind::full ? 'A' : 'G';
+    const std::vector<float>& gl = g.l_out[static_cast<size_t>(l)];
+    const Rows d = mapped(*f, l_out, l, T, cfg);
+    const std::vector<float>* k = step_of(good, Step::l_out, l);
+    if (gl.empty() || !k) continue;
+    if (d.v.empty()) input_error(file.string(), ": no 'l_out-", l, "' tensor (every layer's output is needed)");
+    if (d.cols != H) input_error(file.string(), ": 'l_out-", l, "' has ", d.cols, " columns, hidden size is ", H);
+    row.drift[0] = metrics::tensor_error(first_rows(d.v, g.P, H), std::span<const float>(gl));
+    const double floor = metrics::tensor_error(first_rows(*k, g.P, H), std::span<const float>(gl)).rel_l2;
+    const metrics::FloorRule& rule = run.o.rules.layer;
+    row.floor[0] = floor;
+    row.limit[0] = rule.k * floor + rule.eps;
+    row.floor_ratio[0] = metrics::floor_ratio(row.drift[0]->rel_l2, floor);
+    row.pass[0] = row.drift[0]->passes_nonfinite() && metrics::floor_pass(row.drift[0]->rel_l2, floor, rule);
+    if (!row.pass[0] && !cr.first_break) cr.first_break = std::make_pair(0, l);
+  }
+  // Verdict.
+  if (cr.logits[0]->nonfinite > 0) cr.reasons.push_back(cat(cr.logits[0]->nonfinite, " positions with non-finite logits"));
+  if (cr.first_break) {
+    const int l = cr.first_break->second;
+    const LayerRow& row = cr.layers[static_cast<size_t>(l)];
+    cr.reasons.push_back(cat("first layer over its drift floor: ", l, " (", row.kind == 'A' ? "attention" : "Gated DeltaNet",
+                             "), rel_l2 ", row.drift[0]->rel_l2, " = ", *row.floor_ratio[0], " x the ",
+                             floor_class_name(run.o.fclass), " known-good run's drift"));
+    cr.reasons.push_back(localise_step(run, *f, seq, l));
+  }
+  if (!cr.logits[0]->pass)
+    cr.reasons.push_back(cat("mean KLD ", cr.logits[0]->mean_kld, " over its limit ", cr.logits[0]->limit,
+                             cr.logits[0]->floor ? " (k x the record's floor)" : " (fixed limit: no floors of this class)"));
+  cr.verdict = cr.reasons.empty() ? metrics::Verdict::good : metrics::Verdict::bad;
+  cr.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  return cr;
+}
+
+}  // namespace
+
+CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, const DumpCompareOptions& o,
+                           const BackendFactory& factory, std::FILE* progress) {
+  const auto t0 = clock_type::now();
+  const ModelConfig& cfg = model.config;
+  CompareResult r;
+  r.golden_dir = rec.dir().string();
+  r.model_dir = model.dir.string();
+  r.suite = rec.suite();
+  r.config = cat("dump ", o.dir);
+  r.backend = "another engine (llama.cpp names)";
+  r.source = "dump";
+  r.record_fingerprint = rec.model_fingerprint();
+  r.model_fingerprint = model.fingerprint;
+  if (rec.model_fingerprint() != model.fingerprint) {
+    if (!o.allow_model_mismatch)
+      input_error("golden record ", rec.dir().string(), " was made for another model than ", model.dir.string(),
+                  " (fingerprints differ); refusing to compare (--allow-model-mismatch to force)");
+    r.model_mismatch = true;
+  }
+  if (rec.num_layers() != cfg.num_layers || rec.hidden() != cfg.hidden_size || rec.vocab() != cfg.vocab_size)
+    input_error("golden record ", rec.dir().string(), " and model ", model.dir.string(), " differ in shape");
+  if (!std::filesystem::is_directory(o.dir)) input_error("--dump ", o.dir, ": not a folder");
+  r.floor_class = floor_class_name(o.fclass);
+  r.floors = rec.floors_present(o.fclass);
+  r.floors_reason = rec.floors_reason(o.fclass);
+  r.limits_note = cat("limits: layers: drift against the drift of a known-good ", r.floor_class,
+                      " run measured now (k = 3); logits: the record's ", r.floor_class,
+                      r.floors ? " KLD floor (k = 3)" : " KLD floor is absent: fixed 1e-4 nats",
+                      "; a dump has no isolated errors and no free-running generation");
+  DumpRun run(rec, model, tok, o, factory);
+  for (size_t i = 0; i < rec.cases().size(); ++i) {
+    const GoldenCase& meta = rec.cases()[i];
+    if (!o.cases.empty() && std::find(o.cases.begin(), o.cases.end(), meta.id) == o.cases.end()) continue;
+    const GoldenCase g = rec.load_case(i, true);
+    r.cases.push_back(dump_case(run, g, std::filesystem::path(o.dir) / (g.id + ".safetensors")));
+    r.verdict = metrics::worst(r.verdict, r.cases.back().verdict);
+    if (progress)
+      std::fprintf(progress, "compare: dump case %s: %s\n", g.id.c_str(), metrics::verdict_name(r.cases.back().verdict));
+  }
+  if (r.cases.empty()) input_error("compare --dump: no case selected");
+  for (const std::string& id : o.cases)
+    if (std::none_of(r.cases.begin(), r.cases.end(), [&](const CaseResult& c) { return c.id == id; }))
+      input_error("no case '", id, "' in ", rec.dir().string());
+  r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, false));
+  r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  return r;
+}
+
+}  // namespace degen

@@ -1,0 +1,63 @@
+// compare --dump: judge another engine's teacher-forced run, written as a dump (docs/dump-format.md:
+// one safetensors file per case, the engine's named intermediates over the golden token sequence and
+// its logits at every position), against a golden record, with the same result, table, JSON, JUnit
+// and exit codes as compare (compare.h).
+//
+// What a dump can give: the engine's own forward pass over the golden tokens, once (prefill). So:
+//  - logits: KLD / top-1 / Δp against the record's top-K at every position, judged against the
+//    record's KLD floor of the chosen class (metrics.md §2);
+//  - layers: drift_L (metrics.md §3) of l_out-L. The isolated error needs golden inputs injected
+//    into the engine, which a dump cannot do, so drift is judged against the drift of a known-good
+//    run of the same class measured now on our engine (fp32 class: the fp64 reference; bf16 class:
+//    the bf16 emulation): layer L passes when drift_L <= k·drift_floor_L + eps. A bug's drift jumps
+//    at its layer; a correct engine's drift grows with depth as the known-good run's does.
+//  - step: within the first layer over its floor, every mapped step of the engine (dump_names())
+//    against the same step of the reference over the same tokens, judged against the known-good
+//    run's error at that step: the first step over its floor is named.
+// Free-running generation is not in a dump; a server run gives it (issue: compare --server).
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "diag/compare.h"
+#include "engine/trace.h"
+
+namespace degen {
+
+// How an engine's per-head tensor is laid out against ours (spec model.md §4.7, grouped value heads
+// [K0v0 K0v1 .. K1v0 ..]): llama.cpp's converter reorders the value heads of every Gated DeltaNet
+// tensor to tiled order [K0v0 K1v0 .. K0v1 ..] for ggml's broadcast (convert_hf_to_gguf.py,
+// _LinearAttentionVReorderBase). vheads: columns [offset, offset + n_v·block) of each row are
+// value heads of `block` columns each, in tiled order.
+enum class HeadOrder : uint8_t { same, vheads_tiled };
+
+struct DumpName {
+  char kind;              // 'G' Gated DeltaNet layer, 'A' attention layer, '*' both, 'M' whole model
+  const char* engine;     // the engine's name (without -L)
+  Step step;              // ours
+  HeadOrder order;
+  int offset_keys;        // vheads: the offset is this many times n_k·d_k (gdn_qkv, gdn_conv: 2)
+  bool block_is_dv;       // vheads: block d_v (else 1: one column per head)
+  const char* note;
+  bool scale_q = false;   // ours is the engine's times 1/sqrt(d_k) (the query scale folded into gdn_q)
+};
+
+// The llama.cpp names (its qwen35 graph, models/qwen35.cpp and models/delta-net-base.cpp of the
+// version scripts/build-llama-cpp.sh builds) onto our steps, in forward order per layer kind.
+const std::vector<DumpName>& llama_cpp_dump_names();
+
+struct DumpCompareOptions {
+  std::string dir;                   // the dump folder
+  FloorClass fclass = FloorClass::fp32;
+  std::vector<std::string> cases;    // only these (empty: every case with a dump file)
+  bool allow_model_mismatch = false;
+  CompareRules rules;
+};
+
+// InputError (exit 128): no dump for a selected case, a dump of another format, sequence or
+// vocabulary (another model's), a tensor of the wrong shape.
+CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, const DumpCompareOptions& o,
+                           const BackendFactory& factory, std::FILE* progress = nullptr);
+
+}  // namespace degen

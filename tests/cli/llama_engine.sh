@@ -1,0 +1,102 @@
+# llama.cpp, a third-party engine, under the golden records through its dump (tools/llama_dump.cpp,
+# `compare --dump`): the trained model converted by llama.cpp's own converter
+# (models/tiny-trained-gguf, tools/convert_gguf.py) and quantised by its llama-quantize, scored
+# per layer and per position against golden/tiny-trained/smoke:
+#  - f32 GGUF, f32 caches, flash attention off: good against the fp32 class;
+#  - f32 GGUF with llama.cpp's defaults (f16 KV cache, CPU flash attention on): the attention
+#    layer's softmax(qk)v is named, the first step over the fp32 floor;
+#  - bf16 GGUF: good against the bf16 class; q8_0: a verdict (its figures are in the README);
+#  - a llama.cpp built with a deliberate GDN bug (tests/llama/gdn-read-before-decay.patch): bad, the
+#    first GDN layer and its gated-delta-rule step named;
+#  - bad dumps: missing, another case, truncated, another vocabulary -> exit 128 with the reason.
+# Needs scripts/build-llama-cpp.sh (and, for the bug, its --patch build); skips (77) without it.
+source "$(dirname "$0")/lib.bash"
+
+LLAMA="${DEGEN_LLAMA_CPP:-$SRC/build/llama.cpp}"
+BUG="${DEGEN_LLAMA_CPP_BUG:-$SRC/build/llama.cpp-gdn-bug}"
+bin="$LLAMA/build/bin"
+if [ ! -x "$bin/llama-dump" ] || [ ! -x "$bin/llama-quantize" ]; then
+  echo "SKIP: llama.cpp not built in $LLAMA: run scripts/build-llama-cpp.sh"
+  exit 77
+fi
+G="$SRC/golden/tiny-trained/smoke"
+M="$SRC/models/tiny-trained"
+F32="$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf"
+cmp_dump() { "$BIN" -q compare --golden "$G" --model "$M" "$@"; }
+
+# The quantised copies, from the converter's f32 with llama.cpp's own tool.
+for t in bf16 q8_0; do
+  "$bin/llama-quantize" "$F32" "$WORK/tiny-trained-$t.gguf" "$(echo $t | tr a-z A-Z)" >"$WORK/quantize-$t.log" 2>&1 ||
+    { cat "$WORK/quantize-$t.log" >&2; fail "llama-quantize to $t"; }
+done
+
+# f32 weights, f32 caches, exact attention: an fp32 path, judged against the fp32 class.
+expect_exit 0 "$bin/llama-dump" -m "$F32" --golden "$G" --out "$WORK/f32" --cache-type f32 --flash-attn off --threads 2
+expect_out "two-plus-two: 52 tokens"
+expect_exit 0 cmp_dump --dump "$WORK/f32" --dump-class fp32 --json "$WORK/f32.json"
+expect_out "verdict: good (exit 0): 7 cases, 7 good"
+expect_out "limits: layers: drift against the drift of a known-good fp32 run"
+grep -q '"source": "dump"' "$WORK/f32.json" || fail "compare --dump JSON lacks source"
+
+# llama.cpp's defaults round attention to f16: caught, and named, against the fp32 class.
+expect_exit 0 "$bin/llama-dump" -m "$F32" --golden "$G" --out "$WORK/f32-default" --threads 2
+expect_exit 1 cmp_dump --dump "$WORK/f32-default" --dump-class fp32
+expect_out "first layer over its drift floor: 3 (attention)"
+expect_out "first step over its floor in layer 3: attn_core (the engine's 'attn_pregate-3'"
+
+# bf16 weights against the bf16 class.
+expect_exit 0 "$bin/llama-dump" -m "$WORK/tiny-trained-bf16.gguf" --golden "$G" --out "$WORK/bf16" --threads 2
+expect_exit 0 cmp_dump --dump "$WORK/bf16" --dump-class bf16
+expect_out "7 good"
+
+# q8_0: scored (a verdict, not an error); its figures are reported, not asserted.
+expect_exit 0 "$bin/llama-dump" -m "$WORK/tiny-trained-q8_0.gguf" --golden "$G" --out "$WORK/q8_0" --threads 2
+set +e
+cmp_dump --dump "$WORK/q8_0" --dump-class bf16 >"$WORK/q8_0.txt" 2>&1
+rc=$?
+set -e
+[ "$rc" = 0 ] || [ "$rc" = 1 ] || { cat "$WORK/q8_0.txt" >&2; fail "q8_0 dump: exit $rc, expected a verdict (0 or 1)"; }
+grep "^verdict" "$WORK/q8_0.txt"
+
+# Bad dumps: exit 128, saying what was expected.
+mkdir -p "$WORK/bad"
+cp "$WORK/f32/two-plus-two.safetensors" "$WORK/bad/count.safetensors"
+expect_exit 128 cmp_dump --dump "$WORK/bad" --case two-plus-two
+expect_out "no dump for case 'two-plus-two'"
+expect_exit 128 cmp_dump --dump "$WORK/bad" --case count
+expect_out "a dump of case 'two-plus-two', expected 'count'"
+head -c 3000 "$WORK/f32/two-plus-two.safetensors" >"$WORK/bad/two-plus-two.safetensors"
+expect_exit 128 cmp_dump --dump "$WORK/bad" --case two-plus-two
+expect_out "two-plus-two.safetensors"
+python3 - "$WORK/bad/two-plus-two.safetensors" <<'PY'
+# a well-formed dump whose logits cover another vocabulary (10 ids)
+import json, struct, sys
+T, V = 52, 10
+h = {"__metadata__": {"format": "degenbisect-dump", "names": "llama.cpp", "case": "two-plus-two"},
+     "logits": {"dtype": "F32", "shape": [T, V], "data_offsets": [0, T * V * 4]}}
+hs = json.dumps(h).encode()
+hs += b" " * (-len(hs) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(hs)) + hs + b"\0" * (T * V * 4))
+PY
+expect_exit 128 cmp_dump --dump "$WORK/bad" --case two-plus-two
+expect_out "logits over 10 ids; the model's vocabulary has 2048"
+expect_exit 128 cmp_dump --dump "$WORK/nowhere"
+expect_out "not a folder"
+expect_exit 128 cmp_dump --dump "$WORK/f32" --dump-class fp16
+expect_exit 2 "$bin/llama-dump" -m "$F32" --golden "$G"
+expect_out "--out are required"
+expect_exit 1 "$bin/llama-dump" -m "$F32" --golden "$WORK" --out "$WORK/x"
+expect_out "no manifest.json"
+
+# A llama.cpp with a deliberate Gated DeltaNet bug: bad, its layer and step named.
+if [ -x "$BUG/build/bin/llama-dump" ]; then
+  expect_exit 0 "$BUG/build/bin/llama-dump" -m "$F32" --golden "$G" --out "$WORK/bug" --cache-type f32 --flash-attn off \
+    --threads 2
+  expect_exit 1 cmp_dump --dump "$WORK/bug" --dump-class fp32
+  expect_out "first layer over its drift floor: 0 (Gated DeltaNet)"
+  expect_out "first step over its floor in layer 0: gdn_core (the engine's 'attn_output-0'"
+else
+  echo "note: no llama.cpp with the deliberate bug in $BUG (scripts/build-llama-cpp.sh --dir $BUG --patch" \
+    "tests/llama/gdn-read-before-decay.patch); that part not run"
+fi
+echo "llama_engine: ok"
