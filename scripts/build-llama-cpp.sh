@@ -52,6 +52,9 @@ if [ -f "$DIR/ENGINE" ] && [ "$(cat "$DIR/ENGINE")" = "$want" ] && [ "$have_all"
   exit 0
 fi
 rm -f "$DIR/ENGINE"
+# A build of another version or patch is not reused: the unpacked sources keep the archive's old
+# timestamps, so make would keep objects compiled from differently patched files.
+if [ ! -f "$DIR/BUILT" ] || [ "$(cat "$DIR/BUILT")" != "$want" ]; then rm -rf "$DIR/build"; fi
 
 # 1. The source distribution, checked against the pinned digest (a cache shared by patched copies).
 CACHE="${DEGEN_LLAMA_CACHE:-$ROOT/build/llama-sdist}"
@@ -100,6 +103,7 @@ echo 'add_subdirectory(degen-dump)' >>"$SRC/tools/CMakeLists.txt"
 # 3. CPU-only build of the targets the tests need.
 t0=$(date +%s)
 echo "build-llama-cpp.sh: building llama.cpp (CPU) in $DIR/build with $JOBS jobs" >&2
+echo "$want" >"$DIR/BUILT"  # what the objects in build/ are compiled from (set before compiling)
 cmake -S "$SRC" -B "$DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_CUDA=OFF \
   -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
@@ -115,4 +119,5 @@ cmake --build "$DIR/build" -j"$JOBS" --target $TARGETS >"$DIR/build.log" 2>&1 ||
   exit 1
 }
 echo "$want" >"$DIR/ENGINE"
+echo "$want" >"$DIR/BUILT"
 echo "build-llama-cpp.sh: built $want in $(($(date +%s) - t0)) s: $TARGETS in $DIR/build/bin" >&2

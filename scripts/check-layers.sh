@@ -8,15 +8,16 @@ set -euo pipefail
 root=${1:-"$(cd "$(dirname "$0")/.." && pwd)"}
 declare -A allowed=(
   [util]="util"
+  [net]="util net"
   [model]="util model"
   [engine]="util model engine"
   [cpu]="util model engine cpu"
   [cuda]="util model engine cuda"
   [kernels]="util cuda kernels"
   [backends]="util model engine cpu cuda backends"
-  [diag]="util model engine diag"
-  [report]="util model engine diag report"
-  [cli]="util model engine cpu cuda backends diag report cli"
+  [diag]="util net model engine diag"
+  [report]="util net model engine diag report"
+  [cli]="util net model engine cpu cuda backends diag report cli"
 )
 bad=0
 for folder in "${!allowed[@]}"; do

@@ -5,7 +5,7 @@
 # The CUDA toolkit is not installed here: the CUDA backend is built only when nvcc exists.
 set -euo pipefail
 
-pkgs=(cmake g++ make pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev doctest-dev libutf8proc-dev)
+pkgs=(cmake g++ make pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev doctest-dev libutf8proc-dev libcurl4-openssl-dev)
 for arg in "$@"; do
   case "$arg" in
     --browser) pkgs+=(chromium) ;;

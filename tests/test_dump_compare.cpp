@@ -47,7 +47,8 @@ std::vector<float> tile(const std::vector<float>& v, int64_t rows, const ModelCo
 }
 
 // Runs `config` over the case's golden sequence (one prefill) and writes what llama-dump would.
-void write_dump(const Model& m, const std::vector<int32_t>& seq, const std::string& config, const fs::path& dir) {
+void write_dump(const Model& m, const std::vector<int32_t>& seq, const std::string& config, const fs::path& dir,
+                const std::string& names = "llama.cpp") {
   const RunConfig rc = parse_run_config(config);
   auto be = make_backend(rc, m.config);
   Engine eng(m.config, m.weights, *be, engine_options(rc));
@@ -63,11 +64,11 @@ void write_dump(const Model& m, const std::vector<int32_t>& seq, const std::stri
   const int64_t T = static_cast<int64_t>(seq.size());
   SafetensorsWriter w;
   w.set_metadata("format", "degenbisect-dump");
-  w.set_metadata("names", "llama.cpp");
+  w.set_metadata("names", names);
   w.set_metadata("case", kCase);
   w.add_f32("logits", {T, m.config.vocab_size}, be->to_host_f32(out.logits));
   const ModelConfig& c = m.config;
-  for (const DumpName& n : llama_cpp_dump_names()) {
+  for (const DumpName& n : names == "degenbisect" ? degenbisect_dump_names() : llama_cpp_dump_names()) {
     for (int l = -1; l < c.num_layers; ++l) {
       const bool model_level = n.kind == 'M';
       if (model_level != (l < 0)) continue;
@@ -171,4 +172,18 @@ TEST_CASE("compare --dump: bad dumps are input errors naming what was expected")
   s.resize(10);
   write_dump(*j.model, s, "precision=fp64", dir.path());
   CHECK_THROWS_WITH_AS(j.judge(dir.path()), doctest::Contains("logits for 10 positions"), InputError);
+}
+
+TEST_CASE("compare --dump: a dump in our own step names (a transformers hook script) is judged the same way") {
+  Judge j;
+  test::TempDir dir("dump-ours");
+  write_dump(*j.model, j.seq(), "precision=fp64", dir.path() / "good", "degenbisect");
+  CHECK(j.judge(dir.path() / "good").exit_code == 0);
+  write_dump(*j.model, j.seq(), "precision=fp64,fault=gdn-skip-l2norm@5", dir.path() / "bad", "degenbisect");
+  const CompareResult r = j.judge(dir.path() / "bad");
+  INFO(reasons(r));
+  CHECK(r.exit_code == 1);
+  CHECK(reasons(r).find("first step over its floor in layer 5: gdn_q (the engine's 'gdn_q-5'") != std::string::npos);
+  write_dump(*j.model, j.seq(), "precision=fp64", dir.path() / "other", "vllm");
+  CHECK_THROWS_WITH_AS(j.judge(dir.path() / "other"), doctest::Contains("expected 'llama.cpp' or 'degenbisect'"), InputError);
 }

@@ -9,6 +9,7 @@
 #include "cli/session.h"
 #include "diag/compare.h"
 #include "diag/dump_compare.h"
+#include "diag/server_compare.h"
 #include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "report/junit.h"
@@ -18,7 +19,10 @@ namespace degen::cli {
 namespace {
 
 struct CompareArgs {
-  std::string golden, model, config, json, junit, dump, dump_class = "fp32";
+  std::string golden, model, config, json, junit, dump, server, api = "llama", engine_class = "fp32";
+  double timeout = 60;
+  int attempts = 3, topk = 0;
+  bool no_generate = false;
   std::vector<std::string> cases;
   bool allow_mismatch = false, fail_on_model = false, no_decode = false, per_case = false;
 };
@@ -46,11 +50,27 @@ int run_compare(const CompareArgs& a) {
 
   CompareResult r;
   try {
-    if (!a.dump.empty()) {
-      if (!a.config.empty()) input_error("compare: --dump judges another engine's run; --config does not apply to it");
+    const FloorClass engine_class = a.engine_class == "bf16" ? FloorClass::bf16 : FloorClass::fp32;
+    if (!a.dump.empty() && !a.server.empty()) input_error("compare: --dump and --server: one other engine at a time");
+    if ((!a.dump.empty() || !a.server.empty()) && !a.config.empty())
+      input_error("compare: --dump and --server judge another engine; --config (our engine's toggles) does not apply");
+    if (!a.server.empty()) {
+      ServerCompareOptions so;
+      so.url = a.server;
+      so.api = a.api;
+      so.fclass = engine_class;
+      so.cases = a.cases;
+      so.allow_model_mismatch = a.allow_mismatch;
+      so.fail_on_model_degeneration = a.fail_on_model;
+      so.free_running = !a.no_generate;
+      so.topk = a.topk;
+      so.http.timeout_s = a.timeout;
+      so.http.attempts = a.attempts;
+      r = compare_server(rec, *s.model, s.tok.get(), so, progress);
+    } else if (!a.dump.empty()) {
       DumpCompareOptions d;
       d.dir = a.dump;
-      d.fclass = a.dump_class == "bf16" ? FloorClass::bf16 : FloorClass::fp32;
+      d.fclass = engine_class;
       d.cases = a.cases;
       d.allow_model_mismatch = a.allow_mismatch;
       r = compare_dump(rec, *s.model, s.tok.get(), d, make_backend, progress);
@@ -98,9 +118,22 @@ CommandRegistrar reg("compare", "Measure a configuration against a golden record
                   "Judge another engine's dump instead of running ours: a folder of CASE.safetensors written by\n"
                   "tools/llama_dump (llama.cpp) over this record's tokens (docs/dump-format.md); names the first\n"
                   "layer over its drift floor and, in it, the first step");
-  sub->add_option("--dump-class", a->dump_class, "With --dump: the floor class the engine's run belongs to: fp32 (f32 "
-                  "weights, f32 caches, exact attention) or bf16 (16-bit weights or caches)")
+  sub->add_option("--server", a->server,
+                  "Judge a running inference server instead of our engine: its base URL (e.g. http://127.0.0.1:8080);\n"
+                  "teacher-forced top-K log-probs at every golden position and free-running generation (docs/server.md)");
+  sub->add_option("--api", a->api, "With --server: the server's API: llama (llama-server's /completion)")
+      ->check(CLI::IsMember({"llama"}));
+  sub->add_option("--engine-class", a->engine_class,
+                  "With --dump or --server: the floor class the other engine's run belongs to: fp32 (f32 weights, f32\n"
+                  "caches, exact attention) or bf16 (16-bit weights or caches; also used for quantised weights)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--timeout", a->timeout, "With --server: seconds per request before it counts as failed (default 60)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--attempts", a->attempts, "With --server: attempts per request on a transport failure (default 3)")
+      ->check(CLI::Range(1, 20));
+  sub->add_option("--topk", a->topk, "With --server: log-probs asked per position (default: every id up to 4096 ids, "
+                  "else 40)")->check(CLI::Range(1, 1000000));
+  sub->add_flag("--no-generate", a->no_generate, "With --server: teacher-forced only, no free-running generation");
   sub->footer(
       "Per case: teacher-forced drift and KLD (prefill and decode mode), isolated layer errors with golden inputs\n"
       "injected and the first layer over its noise floor (k = 3), free-running generation with the degeneration\n"
@@ -109,11 +142,14 @@ CommandRegistrar reg("compare", "Measure a configuration against a golden record
       "are fixed (isolated rel_l2 <= 1e-4, mean KLD <= 1e-4 nats), which suit fp32-class paths only.\n"
       "Exit: 0 good (or model-intrinsic degeneration), 1 bad, 125 untestable, 128 input error.\n"
       "With --dump DIR: the other engine's teacher-forced run (logits and every layer's output) against the record;\n"
-      "its drift is judged against a known-good run of --dump-class measured on the CPU reference; no generation.\n"
+      "its drift is judged against a known-good run of --engine-class measured on the CPU reference; no generation.\n"
+      "With --server URL: a running server's top-K log-probs at every golden position (one request each) and its\n"
+      "free-running output; exit 125 when it cannot be reached, times out or refuses, 128 when it answers garbage.\n"
       "Examples:\n"
       "  degenbisect compare --golden golden/tiny-qwen35/smoke --model models/tiny-qwen35 --config gdn=recurrent\n"
       "  degenbisect compare --golden G --model M --config precision=fp64 --json out.json --junit junit.xml\n"
-      "  degenbisect compare --golden golden/tiny-trained/smoke --model models/tiny-trained --dump out/llama-dump");
+      "  degenbisect compare --golden golden/tiny-trained/smoke --model models/tiny-trained --dump out/llama-dump\n"
+      "  degenbisect compare --golden golden/tiny-trained/smoke --model models/tiny-trained --server http://127.0.0.1:8080");
   return [a] { return run_compare(*a); };
 });
 

@@ -742,8 +742,9 @@ std::string format_compare(const CompareResult& r, bool per_case) {
   std::vector<const CaseResult*> all;
   for (const CaseResult& c : r.cases) all.push_back(&c);
   if (!per_case) {
-    o += cat("\nper layer, worst over ", r.cases.size(), " cases (rel_l2; ~ = from the output-norm digest only):\n");
-    o += layer_table(all, "  ");
+    const std::string table = layer_table(all, "  ");
+    if (!table.empty())
+      o += cat("\nper layer, worst over ", r.cases.size(), " cases (rel_l2; ~ = from the output-norm digest only):\n", table);
   }
   o += cat("\n  ", fmt_pad("case", 20), "  ", fmt_pad("KLD:prefill", 11), "  ", fmt_pad("KLD:decode", 11), "  ",
            fmt_pad("top1", 7), "  ", fmt_pad("mtp KLD", 9), "  ", fmt_pad("KLD:gen", 9), "  ", fmt_pad("gen", 4), "  ", fmt_pad("diverge", 8), "  ",

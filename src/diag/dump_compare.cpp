@@ -53,6 +53,25 @@ const std::vector<DumpName>& llama_cpp_dump_names() {
   return t;
 }
 
+const std::vector<DumpName>& degenbisect_dump_names() {
+  static const std::vector<DumpName> t = [] {
+    std::vector<DumpName> v;
+    for (const StepInfo& s : trace_steps()) {
+      if (s.step == Step::l_in || s.step == Step::logits || s.step == Step::mtp_logits) continue;
+      if (!s.per_layer && s.step != Step::embed && s.step != Step::final_norm) continue;  // the MTP head
+      v.push_back({s.per_layer ? '*' : 'M', s.name, s.step, HeadOrder::same, 0, false, s.what});
+    }
+    return v;
+  }();
+  return t;
+}
+
+const std::vector<DumpName>& dump_names(const std::string& names) {
+  if (names == "llama.cpp") return llama_cpp_dump_names();
+  if (names == "degenbisect") return degenbisect_dump_names();
+  input_error("a dump named '", names, "': expected 'llama.cpp' or 'degenbisect' names (docs/dump-format.md)");
+}
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -158,7 +177,8 @@ struct DumpRun {
 
 // Within layer `layer`: the first mapped step whose error against the reference breaks k·(the
 // known-good run's error at that step) + eps. Returns the reason line.
-std::string localise_step(DumpRun& run, const SafetensorsFile& f, const std::vector<int32_t>& seq, int layer) {
+std::string localise_step(DumpRun& run, const SafetensorsFile& f, const std::vector<DumpName>& names,
+                          const std::vector<int32_t>& seq, int layer) {
   const int64_t T = static_cast<int64_t>(seq.size());
   const char kind = run.cfg.layer_types[static_cast<size_t>(layer)] == LayerKind::full ? 'A' : 'G';
   const StepCapture ref = traced_prefill(*run.ref, seq, layer);
@@ -166,7 +186,7 @@ std::string localise_step(DumpRun& run, const SafetensorsFile& f, const std::vec
   const metrics::FloorRule& rule = run.o.rules.layer;
   std::string within;
   int compared = 0;
-  for (const DumpName& n : llama_cpp_dump_names()) {
+  for (const DumpName& n : names) {
     if (n.kind != kind && n.kind != '*') continue;
     const Rows d = mapped(f, n, layer, T, run.cfg);
     const std::vector<float>* r = step_of(ref, n.step, layer);
@@ -179,7 +199,8 @@ std::string localise_step(DumpRun& run, const SafetensorsFile& f, const std::vec
     }
     ++compared;
     const metrics::TensorError e = metrics::tensor_error(std::span<const float>(d.v), std::span<const float>(*r));
-    const double floor = metrics::tensor_error(std::span<const float>(*g), std::span<const float>(*r)).rel_l2;
+    const double floor = std::max(metrics::tensor_error(std::span<const float>(*g), std::span<const float>(*r)).rel_l2,
+                                  run.o.rules.step_floor_min);
     if (!e.passes_nonfinite() || !metrics::floor_pass(e.rel_l2, floor, rule))
       return cat("first step over its floor in layer ", layer, ": ", step_name(n.step), " (the engine's '", n.engine, "-",
                  layer, "', ", n.note, "): rel_l2 ", e.rel_l2, " against the ", floor_class_name(run.o.fclass),
@@ -204,8 +225,7 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
   auto meta = [&](const char* k) { auto it = md.find(k); return it == md.end() ? std::string() : it->second; };
   if (meta("format") != "degenbisect-dump")
     input_error(file.string(), ": metadata format '", meta("format"), "', expected 'degenbisect-dump' (docs/dump-format.md)");
-  if (meta("names") != "llama.cpp")
-    input_error(file.string(), ": names '", meta("names"), "': this version maps 'llama.cpp' names only");
+  const std::vector<DumpName>& names = dump_names(meta("names"));
   if (!meta("case").empty() && meta("case") != g.id)
     input_error(file.string(), ": a dump of case '", meta("case"), "', expected '", g.id, "'");
   const TensorView* lg = f->find("logits");
@@ -233,8 +253,7 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
                                floors ? floors->kld[0] : std::nullopt, run.o.rules.kld, run.o.rules.fallback_kld);
   // Layers: the dump's drift against the known-good run's.
   const StepCapture good = traced_prefill(*run.floor, seq, -2);
-  const DumpName* embed_name = &llama_cpp_dump_names().front();
-  const Rows emb = mapped(*f, *embed_name, -1, T, cfg);
+  const Rows emb = mapped(*f, names.front(), -1, T, cfg);  // both tables start with the embedding
   if (!emb.v.empty() && !g.embed.empty())
     cr.embed[0] = metrics::tensor_error(first_rows(emb.v, g.P, H), std::span<const float>(g.embed));
   const DumpName l_out{'*', "l_out", Step::l_out, HeadOrder::same, 0, false, ""};
@@ -266,7 +285,7 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
     cr.reasons.push_back(cat("first layer over its drift floor: ", l, " (", row.kind == 'A' ? "attention" : "Gated DeltaNet",
                              "), rel_l2 ", row.drift[0]->rel_l2, " = ", *row.floor_ratio[0], " x the ",
                              floor_class_name(run.o.fclass), " known-good run's drift"));
-    cr.reasons.push_back(localise_step(run, *f, seq, l));
+    cr.reasons.push_back(localise_step(run, *f, names, seq, l));
   }
   if (!cr.logits[0]->pass)
     cr.reasons.push_back(cat("mean KLD ", cr.logits[0]->mean_kld, " over its limit ", cr.logits[0]->limit,
@@ -287,7 +306,7 @@ CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const To
   r.model_dir = model.dir.string();
   r.suite = rec.suite();
   r.config = cat("dump ", o.dir);
-  r.backend = "another engine (llama.cpp names)";
+  r.backend = "another engine (its dump)";
   r.source = "dump";
   r.record_fingerprint = rec.model_fingerprint();
   r.model_fingerprint = model.fingerprint;

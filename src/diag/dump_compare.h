@@ -46,6 +46,11 @@ struct DumpName {
 // The llama.cpp names (its qwen35 graph, models/qwen35.cpp and models/delta-net-base.cpp of the
 // version scripts/build-llama-cpp.sh builds) onto our steps, in forward order per layer kind.
 const std::vector<DumpName>& llama_cpp_dump_names();
+// Our own names (engine/trace.h), for an engine whose dump writer names its tensors as we do (the
+// transformers hook script, tools/hf_dump_hooks.py): every step of trace_steps() as itself.
+const std::vector<DumpName>& degenbisect_dump_names();
+// The table of a dump's `names` metadata; InputError for an unknown one.
+const std::vector<DumpName>& dump_names(const std::string& names);
 
 struct DumpCompareOptions {
   std::string dir;                   // the dump folder

@@ -33,26 +33,26 @@ done
 # f32 weights, f32 caches, exact attention: an fp32 path, judged against the fp32 class.
 expect_exit 0 "$bin/llama-dump" -m "$F32" --golden "$G" --out "$WORK/f32" --cache-type f32 --flash-attn off --threads 2
 expect_out "two-plus-two: 52 tokens"
-expect_exit 0 cmp_dump --dump "$WORK/f32" --dump-class fp32 --json "$WORK/f32.json"
+expect_exit 0 cmp_dump --dump "$WORK/f32" --engine-class fp32 --json "$WORK/f32.json"
 expect_out "verdict: good (exit 0): 7 cases, 7 good"
 expect_out "limits: layers: drift against the drift of a known-good fp32 run"
 grep -q '"source": "dump"' "$WORK/f32.json" || fail "compare --dump JSON lacks source"
 
 # llama.cpp's defaults round attention to f16: caught, and named, against the fp32 class.
 expect_exit 0 "$bin/llama-dump" -m "$F32" --golden "$G" --out "$WORK/f32-default" --threads 2
-expect_exit 1 cmp_dump --dump "$WORK/f32-default" --dump-class fp32
+expect_exit 1 cmp_dump --dump "$WORK/f32-default" --engine-class fp32
 expect_out "first layer over its drift floor: 3 (attention)"
 expect_out "first step over its floor in layer 3: attn_core (the engine's 'attn_pregate-3'"
 
 # bf16 weights against the bf16 class.
 expect_exit 0 "$bin/llama-dump" -m "$WORK/tiny-trained-bf16.gguf" --golden "$G" --out "$WORK/bf16" --threads 2
-expect_exit 0 cmp_dump --dump "$WORK/bf16" --dump-class bf16
+expect_exit 0 cmp_dump --dump "$WORK/bf16" --engine-class bf16
 expect_out "7 good"
 
 # q8_0: scored (a verdict, not an error); its figures are reported, not asserted.
 expect_exit 0 "$bin/llama-dump" -m "$WORK/tiny-trained-q8_0.gguf" --golden "$G" --out "$WORK/q8_0" --threads 2
 set +e
-cmp_dump --dump "$WORK/q8_0" --dump-class bf16 >"$WORK/q8_0.txt" 2>&1
+cmp_dump --dump "$WORK/q8_0" --engine-class bf16 >"$WORK/q8_0.txt" 2>&1
 rc=$?
 set -e
 [ "$rc" = 0 ] || [ "$rc" = 1 ] || { cat "$WORK/q8_0.txt" >&2; fail "q8_0 dump: exit $rc, expected a verdict (0 or 1)"; }
@@ -82,7 +82,7 @@ expect_exit 128 cmp_dump --dump "$WORK/bad" --case two-plus-two
 expect_out "logits over 10 ids; the model's vocabulary has 2048"
 expect_exit 128 cmp_dump --dump "$WORK/nowhere"
 expect_out "not a folder"
-expect_exit 128 cmp_dump --dump "$WORK/f32" --dump-class fp16
+expect_exit 128 cmp_dump --dump "$WORK/f32" --engine-class fp16
 expect_exit 2 "$bin/llama-dump" -m "$F32" --golden "$G"
 expect_out "--out are required"
 expect_exit 1 "$bin/llama-dump" -m "$F32" --golden "$WORK" --out "$WORK/x"
@@ -92,7 +92,7 @@ expect_out "no manifest.json"
 if [ -x "$BUG/build/bin/llama-dump" ]; then
   expect_exit 0 "$BUG/build/bin/llama-dump" -m "$F32" --golden "$G" --out "$WORK/bug" --cache-type f32 --flash-attn off \
     --threads 2
-  expect_exit 1 cmp_dump --dump "$WORK/bug" --dump-class fp32
+  expect_exit 1 cmp_dump --dump "$WORK/bug" --engine-class fp32
   expect_out "first layer over its drift floor: 0 (Gated DeltaNet)"
   expect_out "first step over its floor in layer 0: gdn_core (the engine's 'attn_output-0'"
 else

@@ -1,0 +1,59 @@
+// compare --server: score a running inference server against a golden record, through its HTTP API,
+// with the result, table, JSON, JUnit and exit codes of compare (compare.h). docs/server.md.
+//
+// API "llama" (llama.cpp's llama-server, native POST /completion; the only one this version speaks):
+//  - vocabulary: POST /detokenize of the record's first prompt must give our tokenizer's text
+//    (another model's vocabulary is an input error, 128), and every id the server returns must lie
+//    in the model's vocabulary;
+//  - teacher-forced: the golden token ids sent as ids (no re-tokenisation), one request per position
+//    (llama-server gives no prompt log-probs): prompt = the first i+1 tokens, n_predict = 1,
+//    n_probs = K (pre-sampling probabilities over the whole vocabulary, padding ids included). With
+//    every id asked (small vocabularies, see kServerAllIds) the distribution is complete and scored as
+//    a dump's logits are. Otherwise the server's top-K becomes a distribution by spreading its
+//    remaining mass evenly over the other real ids, scored by metrics::compare_logits_topk against
+//    the record's top-K: its kld_topk is exact whenever the server's top-K holds the record's top-K
+//    ids (the coverage is reported) except for the padding ids' mass (see kServerAllIds), an
+//    estimate otherwise; top-1 agreement and Δp; judged against the record's KLD floor of the chosen
+//    class (k = 3);
+//  - free-running: each case's prompt with its sampling (greedy: temperature 0) and budget,
+//    return_tokens; repetition metrics, loop onset, first divergence from the golden continuation,
+//    and model-or-engine (the golden continuation under the same sampling degenerates too?); the
+//    server's sampler is its own, so a sampled case diverges from the golden at once, as expected.
+// Errors: the server cannot be reached, times out or refuses (HTTP >= 400): UntestableError (125),
+// after bounded retries; a malformed answer (not JSON, missing fields, ids outside the vocabulary):
+// InputError (128). Both name the URL and what was expected.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "diag/compare.h"
+#include "net/http.h"
+
+namespace degen {
+
+// Up to this vocabulary size a server is asked for every id's log-prob (a 4096-entry answer per
+// position). Beyond it, the top-K: the server's probabilities then still include the mass of the
+// padding ids the record masks, a KLD of about that mass (1.8e-6 nats per position on the trained
+// model, ~1800 x its fp32 floor: measured with --topk 40 against llama-server).
+constexpr int kServerAllIds = 4096;
+
+struct ServerCompareOptions {
+  std::string url;                    // base URL, e.g. http://127.0.0.1:8080
+  std::string api = "llama";
+  FloorClass fclass = FloorClass::fp32;
+  std::vector<std::string> cases;     // only these (empty: all)
+  bool allow_model_mismatch = false;
+  bool fail_on_model_degeneration = false;
+  bool free_running = true;
+  // Log-probs asked per position; 0: every id when the vocabulary has at most kServerAllIds ids (the
+  // server's distribution is then complete, and renormalised over the real ids as ours is), else 40.
+  int topk = 0;
+  net::HttpOptions http;
+  CompareRules rules;
+};
+
+CompareResult compare_server(const GoldenRecord& rec, const Model& model, const Tokenizer* tok,
+                             const ServerCompareOptions& o, std::FILE* progress = nullptr);
+
+}  // namespace degen

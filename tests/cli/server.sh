@@ -1,0 +1,100 @@
+# compare --server: a running server scored against a golden record over HTTP (docs/server.md).
+#  - servers that misbehave on purpose (tests/cli/misbehaving_server.py): one that hangs, closes the
+#    connection, refuses (HTTP 500), answers garbage, answers JSON without the fields, serves another
+#    vocabulary or answers ids outside the model's: each an error with its exit code (125 cannot be
+#    reached or refuses, 128 malformed or another model's), in bounded time; nothing listening: 125;
+#  - a real llama-server (scripts/build-llama-cpp.sh) on the trained model's f32 GGUF: with f32
+#    caches and flash attention off it is good against the fp32 class (teacher-forced top-K at every
+#    position, greedy continuations equal to the golden); with its defaults (f16 KV cache, flash
+#    attention on) its KLD breaks the fp32 floor. Skipped part without llama.cpp.
+source "$(dirname "$0")/lib.bash"
+
+G="$SRC/golden/tiny-trained/smoke"
+M="$SRC/models/tiny-trained"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+command -v python3 >/dev/null || { echo "SKIP: no python3 for the misbehaving test server"; exit 77; }
+
+# A free TCP port on 127.0.0.1.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+start_bad() {  # MODE -> sets $port (not in a subshell: the server must not hold a captured stdout)
+  rm -f "$WORK/port-$1"
+  python3 "$SRC/tests/cli/misbehaving_server.py" "$1" "$WORK/port-$1" "$WORK/prompt.txt" >"$WORK/bad-$1.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 50); do [ -s "$WORK/port-$1" ] && break; sleep 0.1; done
+  [ -s "$WORK/port-$1" ] || { cat "$WORK/bad-$1.log" >&2; fail "the misbehaving server ($1) did not start"; }
+  port=$(cat "$WORK/port-$1")
+}
+score() { "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two --timeout 1 --attempts 2 "$@"; }
+
+expect_exit 0 "$BIN" compare --help
+expect_out "--server"
+# The text of the case's prompt, for the server whose vocabulary check must pass.
+ids=$(python3 - "$G/two-plus-two.safetensors" <<'PY'
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); d = f.read()
+b, e = h["prompt"]["data_offsets"]
+print(" ".join(str(x) for x in struct.unpack("<%di" % ((e - b) // 4), d[b:e])))
+PY
+)
+# shellcheck disable=SC2086
+"$BIN" tokenize --model "$M" --ids-only --decode $ids >"$WORK/prompt.txt"
+[ -s "$WORK/prompt.txt" ] || fail "could not decode the prompt"
+
+for mode in hang close refuse garbage fields vocab ids; do
+  start_bad "$mode"
+  t0=$(date +%s)
+  case "$mode" in
+    hang)    expect_exit 125 score --server "http://127.0.0.1:$port"; expect_out "cannot be reached"; expect_out "2 attempts" ;;
+    close)   expect_exit 125 score --server "http://127.0.0.1:$port"; expect_out "cannot be reached" ;;
+    refuse)  expect_exit 125 score --server "http://127.0.0.1:$port"; expect_out "refused the request: HTTP 500" ;;
+    garbage) expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "malformed response from http://127.0.0.1:$port/detokenize: expected JSON" ;;
+    fields)  expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "malformed response from http://127.0.0.1:$port/completion: expected per-token probabilities" ;;
+    vocab)   expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "serves another vocabulary" ;;
+    ids)     expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "outside the model's vocabulary of 2048 ids" ;;
+  esac
+  el=$(($(date +%s) - t0))
+  [ "$el" -le 15 ] || fail "mode $mode took $el s (the time-out is 1 s, 2 attempts)"
+  echo "misbehaving server '$mode': $(grep -m1 -E 'verdict|error|server' "$WORK/out" | cut -c1-150) ($el s)"
+done
+port=$(free_port)
+expect_exit 125 score --server "http://127.0.0.1:$port"
+expect_out "cannot be reached"
+expect_exit 128 score --server "127.0.0.1:$port"
+expect_out "is not an http:// or https:// URL"
+expect_exit 128 score --server "http://127.0.0.1:$port" --dump "$WORK"
+expect_out "one other engine at a time"
+
+LLAMA="${DEGEN_LLAMA_CPP:-$SRC/build/llama.cpp}"
+if [ ! -x "$LLAMA/build/bin/llama-server" ]; then
+  echo "note: llama-server not built in $LLAMA (scripts/build-llama-cpp.sh): the real server part not run"
+  exit 0
+fi
+start_llama() {  # PORT ARGS... : starts llama-server on the trained model's f32 GGUF, waits until healthy
+  local port=$1; shift
+  "$LLAMA/build/bin/llama-server" -m "$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf" --host 127.0.0.1 \
+    --port "$port" -t 2 -c 4096 -np 1 "$@" >"$WORK/llama-server-$port.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 120); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  cat "$WORK/llama-server-$port.log" >&2
+  fail "llama-server on port $port not healthy after 60 s"
+}
+p1=$(free_port)
+start_llama "$p1" -ctk f32 -ctv f32 -fa off
+expect_exit 0 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$p1" --engine-class fp32 \
+  --json "$WORK/server.json" --junit "$WORK/server.xml"
+expect_out "verdict: good (exit 0): 7 cases, 7 good"
+expect_out "the server's top-2048 (every id)"
+grep -q '"source": "server"' "$WORK/server.json" || fail "JSON lacks source server"
+grep -q "<testsuite" "$WORK/server.xml" || fail "no JUnit"
+grep "two-plus-two\|verdict" "$WORK/out"
+p2=$(free_port)
+start_llama "$p2"
+expect_exit 1 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$p2" --engine-class fp32 --no-generate
+expect_out "teacher-forced mean KLD"
+echo "server: ok"
