@@ -29,14 +29,15 @@ usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) DIR="$2"; shift 2 ;;
-    --patch) PATCH="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
+    --patch)
+      [ -f "${2:-}" ] || { echo "build-llama-cpp.sh: no patch file '${2:-}'" >&2; exit 2; }
+      PATCH="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
     --targets) TARGETS="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "build-llama-cpp.sh: unknown argument '$1' (expected --dir, --patch, --jobs, --targets or --help)" >&2; exit 2 ;;
   esac
 done
-[ -z "$PATCH" ] || [ -f "$PATCH" ] || { echo "build-llama-cpp.sh: no patch file '$PATCH'" >&2; exit 2; }
 
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
@@ -84,8 +85,8 @@ tar -xzf "$TARBALL" -C "$DIR/unpack" "llama_cpp_python-$VERSION/vendor/llama.cpp
 mv "$DIR/unpack/llama_cpp_python-$VERSION/vendor/llama.cpp" "$SRC"
 rm -rf "$DIR/unpack"
 if [ -n "$PATCH" ]; then
-  (cd "$SRC" && patch -p1 --quiet --forward <"$PATCH") || {
-    echo "build-llama-cpp.sh: $PATCH does not apply to llama.cpp from llama-cpp-python $VERSION" >&2
+  (cd "$SRC" && patch -p1 --batch --quiet --forward <"$PATCH" >"$DIR/patch.log" 2>&1) || {
+    echo "build-llama-cpp.sh: $PATCH does not apply to llama.cpp from llama-cpp-python $VERSION (see $DIR/patch.log)" >&2
     exit 1
   }
 fi
