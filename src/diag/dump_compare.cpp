@@ -326,6 +326,9 @@ CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const To
                       " run measured now (k = 3); logits: the record's ", r.floor_class,
                       r.floors ? " KLD floor (k = 3)" : " KLD floor is absent: fixed 1e-4 nats",
                       "; a dump has no isolated errors and no free-running generation");
+  for (const std::string& id : o.cases)
+    if (std::none_of(rec.cases().begin(), rec.cases().end(), [&](const GoldenCase& c) { return c.id == id; }))
+      input_error("no case '", id, "' in ", rec.dir().string());
   DumpRun run(rec, model, tok, o, factory);
   for (size_t i = 0; i < rec.cases().size(); ++i) {
     const GoldenCase& meta = rec.cases()[i];
@@ -337,9 +340,6 @@ CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const To
       std::fprintf(progress, "compare: dump case %s: %s\n", g.id.c_str(), metrics::verdict_name(r.cases.back().verdict));
   }
   if (r.cases.empty()) input_error("compare --dump: no case selected");
-  for (const std::string& id : o.cases)
-    if (std::none_of(r.cases.begin(), r.cases.end(), [&](const CaseResult& c) { return c.id == id; }))
-      input_error("no case '", id, "' in ", rec.dir().string());
   r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, false));
   r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   return r;

@@ -216,6 +216,9 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
   r.limits_note = cat("limits: logits: the server's top-", topk, topk == cfg.vocab_size ? " (every id)" : "", " against the record's top-K, the record's ", r.floor_class,
                       r.floors ? " KLD floor (k = 3)" : " KLD floor is absent: fixed 1e-4 nats",
                       "; no layer data through HTTP (compare --dump gives it)");
+  for (const std::string& id : o.cases)
+    if (std::none_of(rec.cases().begin(), rec.cases().end(), [&](const GoldenCase& c) { return c.id == id; }))
+      input_error("no case '", id, "' in ", rec.dir().string());
   bool checked_vocab = false;
   for (size_t i = 0; i < rec.cases().size(); ++i) {
     const GoldenCase& meta = rec.cases()[i];
@@ -254,9 +257,6 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
     r.cases.push_back(std::move(cr));
   }
   if (r.cases.empty()) input_error("compare --server: no case selected");
-  for (const std::string& id : o.cases)
-    if (std::none_of(r.cases.begin(), r.cases.end(), [&](const CaseResult& c) { return c.id == id; }))
-      input_error("no case '", id, "' in ", rec.dir().string());
   r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, o.fail_on_model_degeneration));
   r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   return r;
