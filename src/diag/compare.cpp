@@ -69,6 +69,25 @@ LogitsResult logits_result(const std::vector<metrics::LogitPosition>& pos, const
   return r;
 }
 
+void generation_figures(GenerationResult& gen, const metrics::DegenRules& rules, const metrics::ContentOptions& content,
+                        bool nonfinite, bool golden_nonfinite) {
+  gen.degen = metrics::degeneration(gen.tokens, rules, nonfinite, content);
+  gen.golden_degen = metrics::degeneration(gen.golden_tokens, rules, golden_nonfinite, content);
+  const size_t n = std::min(gen.tokens.size(), gen.golden_tokens.size());
+  for (size_t i = 0; i < n && !gen.first_divergence; ++i)
+    if (gen.tokens[i] != gen.golden_tokens[i]) gen.first_divergence = static_cast<int64_t>(i);
+  if (!gen.first_divergence && gen.tokens.size() != gen.golden_tokens.size()) gen.first_divergence = static_cast<int64_t>(n);
+}
+
+void degeneration_reasons(GenerationResult& gen, std::vector<std::string>& bad, std::vector<std::string>& warn) {
+  gen.verdict = metrics::degeneration_verdict(gen.degen.degenerate, gen.golden_degen.degenerate);
+  if (gen.verdict == Verdict::bad)
+    bad.push_back(cat("engine-induced degeneration: ", gen.degen.reason, " (the golden run is not degenerate)"));
+  else if (gen.verdict == Verdict::model_intrinsic)
+    warn.push_back(cat("model-intrinsic degeneration: ", gen.degen.reason, " (the golden run degenerates too: ",
+                       gen.golden_degen.rule.value_or("?"), ")"));
+}
+
 std::vector<int32_t> whitespace_ids(const Tokenizer& tok) {
   std::vector<int32_t> out;
   for (int32_t id = 0; id < tok.vocab_end(); ++id) {
@@ -183,15 +202,13 @@ json CompareResult::to_json() const {
 // the teacher-forced and isolated runs of each mode (forced_and_isolated), the consistency check of
 // the generation's logits (generation_consistency) and the verdict (case_verdict).
 
-namespace {
-
 // Step 0: is this record for this model? A record of another model is refused unless asked for; a
 // record whose weight sample differs is compared and flagged.
-void check_record(const GoldenRecord& rec, const Model& model, const CompareOptions& opt, CompareResult& r) {
+void check_record(const GoldenRecord& rec, const Model& model, bool allow_model_mismatch, CompareResult& r) {
   const ModelConfig& cfg = model.config;
   if (rec.model_fingerprint() != model.fingerprint) {
     const std::string made_for = rec.manifest().at("model").value("name", std::string("?"));
-    if (!opt.allow_model_mismatch)
+    if (!allow_model_mismatch)
       input_error("golden record ", rec.dir().string(), " was made for another model ('", made_for, "', fingerprint ",
                   rec.model_fingerprint().substr(0, 16), "...), not ", model.dir.string(), " (fingerprint ",
                   model.fingerprint.substr(0, 16), "...); refusing to compare (use --allow-model-mismatch for a "
@@ -207,17 +224,19 @@ void check_record(const GoldenRecord& rec, const Model& model, const CompareOpti
 }
 
 // The record's indices of the cases asked for (all when none).
-std::vector<size_t> select_cases(const GoldenRecord& rec, const CompareOptions& opt) {
+std::vector<size_t> select_cases(const GoldenRecord& rec, const std::vector<std::string>& ids) {
   std::vector<size_t> selected;
-  for (const std::string& id : opt.cases) {
+  for (const std::string& id : ids) {
     auto it = std::find_if(rec.cases().begin(), rec.cases().end(), [&](const GoldenCase& c) { return c.id == id; });
     if (it == rec.cases().end()) input_error("compare: case '", id, "' is not in the record (suite '", rec.suite(), "')");
     selected.push_back(static_cast<size_t>(it - rec.cases().begin()));
   }
-  if (opt.cases.empty())
+  if (ids.empty())
     for (size_t i = 0; i < rec.cases().size(); ++i) selected.push_back(i);
   return selected;
 }
+
+namespace {
 
 // What every step of one comparison shares: the record, the model, the tested engine, the
 // tokenizer's masks and stop ids, the floor class, and the reference engine (made on first use).
@@ -538,12 +557,7 @@ void free_running_figures(const CompareRun& run, const GoldenCase& g, const Case
   if (g.opened_think) content.think_end = run.think_end;
   content.stop_ids = g.ignore_stop ? std::vector<int32_t>{} : run.stops;
   content.ignore_ids = run.ws_ids;
-  gen.degen = metrics::degeneration(gen.tokens, run.opt.rules.degen, nonfinite, content);
-  gen.golden_degen = metrics::degeneration(gen.golden_tokens, run.opt.rules.degen, !gen.golden_rerun && g.nonfinite_logits, content);
-  const size_t n = std::min(gen.tokens.size(), gen.golden_tokens.size());
-  for (size_t i = 0; i < n && !gen.first_divergence; ++i)
-    if (gen.tokens[i] != gen.golden_tokens[i]) gen.first_divergence = static_cast<int64_t>(i);
-  if (!gen.first_divergence && gen.tokens.size() != gen.golden_tokens.size()) gen.first_divergence = static_cast<int64_t>(n);
+  generation_figures(gen, run.opt.rules.degen, content, nonfinite, !gen.golden_rerun && g.nonfinite_logits);
   if (gen.first_divergence && !gen.golden_rerun && g.topk.K >= 2) {
     const int64_t row = cr.prompt_tokens + *gen.first_divergence - 1;
     if (row >= 0 && row < T)
@@ -554,12 +568,7 @@ void free_running_figures(const CompareRun& run, const GoldenCase& g, const Case
                       gen.mtp_equiv->first_difference.value_or(-1), " (exact on the CPU reference path)"));
   if (!gen.verify_steps.empty()) gen.spec = metrics::spec_decode(gen.verify_steps, gen.degen.loop_onset);
   if (gen.spec && gen.spec->accept_anomaly) warn.push_back(cat("MTP acceptance: ", *gen.spec->accept_anomaly));
-  gen.verdict = metrics::degeneration_verdict(gen.degen.degenerate, gen.golden_degen.degenerate);
-  if (gen.verdict == Verdict::bad)
-    bad.push_back(cat("engine-induced degeneration: ", gen.degen.reason, " (the golden run is not degenerate)"));
-  else if (gen.verdict == Verdict::model_intrinsic)
-    warn.push_back(cat("model-intrinsic degeneration: ", gen.degen.reason, " (the golden run degenerates too: ",
-                       gen.golden_degen.rule.value_or("?"), ")"));
+  degeneration_reasons(gen, bad, warn);
 }
 
 // The verdict of one case: the first floor break, every reason, and the case's verdict.
@@ -623,8 +632,8 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
   r.floor_class = floor_class_name(fclass);
   r.floors = rec.floors_present(fclass);
   r.floors_reason = rec.floors_reason(fclass);
-  check_record(rec, model, opt, r);
-  const std::vector<size_t> selected = select_cases(rec, opt);
+  check_record(rec, model, opt.allow_model_mismatch, r);
+  const std::vector<size_t> selected = select_cases(rec, opt.cases);
 
   CompareRun run(rec, model, tok, opt, factory);
   r.backend = run.be->name();

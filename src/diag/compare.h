@@ -152,6 +152,21 @@ struct CompareResult {
   nlohmann::json to_json() const;
 };
 
+// Step 0 of every comparison (our engine, a dump, a server): is this record for this model? InputError
+// for another model's record (unless allow_model_mismatch) or other shapes; flags r.model_mismatch and
+// r.weights_differ (same fingerprint, other weight values).
+void check_record(const GoldenRecord& rec, const Model& model, bool allow_model_mismatch, CompareResult& r);
+// The record's indices of the cases asked for (all when none); InputError for an unknown id.
+std::vector<size_t> select_cases(const GoldenRecord& rec, const std::vector<std::string>& ids);
+
+// The free-running figures every comparison shares: the degeneration of the generation and of its golden
+// continuation, and the first index where they differ.
+void generation_figures(GenerationResult& gen, const metrics::DegenRules& rules, const metrics::ContentOptions& content,
+                        bool nonfinite, bool golden_nonfinite);
+// Model or engine (metrics.md §4): sets gen.verdict; engine-induced degeneration into `bad`,
+// model-intrinsic into `warn`.
+void degeneration_reasons(GenerationResult& gen, std::vector<std::string>& bad, std::vector<std::string>& warn);
+
 // The logits verdict of per-position metrics: mean KLD against k·floor + eps (or the fallback).
 LogitsResult logits_result(const std::vector<metrics::LogitPosition>& pos, const std::optional<double>& floor,
                            const metrics::FloorRule& rule, double fallback);

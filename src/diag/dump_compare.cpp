@@ -300,7 +300,6 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
 CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, const DumpCompareOptions& o,
                            const BackendFactory& factory, std::FILE* progress) {
   const auto t0 = clock_type::now();
-  const ModelConfig& cfg = model.config;
   CompareResult r;
   r.golden_dir = rec.dir().string();
   r.model_dir = model.dir.string();
@@ -310,14 +309,7 @@ CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const To
   r.source = "dump";
   r.record_fingerprint = rec.model_fingerprint();
   r.model_fingerprint = model.fingerprint;
-  if (rec.model_fingerprint() != model.fingerprint) {
-    if (!o.allow_model_mismatch)
-      input_error("golden record ", rec.dir().string(), " was made for another model than ", model.dir.string(),
-                  " (fingerprints differ); refusing to compare (--allow-model-mismatch to force)");
-    r.model_mismatch = true;
-  }
-  if (rec.num_layers() != cfg.num_layers || rec.hidden() != cfg.hidden_size || rec.vocab() != cfg.vocab_size)
-    input_error("golden record ", rec.dir().string(), " and model ", model.dir.string(), " differ in shape");
+  check_record(rec, model, o.allow_model_mismatch, r);
   if (!std::filesystem::is_directory(o.dir)) input_error("--dump ", o.dir, ": not a folder");
   r.floor_class = floor_class_name(o.fclass);
   r.floors = rec.floors_present(o.fclass);
@@ -326,20 +318,15 @@ CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const To
                       " run measured now (k = 3); logits: the record's ", r.floor_class,
                       r.floors ? " KLD floor (k = 3)" : " KLD floor is absent: fixed 1e-4 nats",
                       "; a dump has no isolated errors and no free-running generation");
-  for (const std::string& id : o.cases)
-    if (std::none_of(rec.cases().begin(), rec.cases().end(), [&](const GoldenCase& c) { return c.id == id; }))
-      input_error("no case '", id, "' in ", rec.dir().string());
+  const std::vector<size_t> selected = select_cases(rec, o.cases);
   DumpRun run(rec, model, tok, o, factory);
-  for (size_t i = 0; i < rec.cases().size(); ++i) {
-    const GoldenCase& meta = rec.cases()[i];
-    if (!o.cases.empty() && std::find(o.cases.begin(), o.cases.end(), meta.id) == o.cases.end()) continue;
+  for (size_t i : selected) {
     const GoldenCase g = rec.load_case(i, true);
     r.cases.push_back(dump_case(run, g, std::filesystem::path(o.dir) / (g.id + ".safetensors")));
     r.verdict = metrics::worst(r.verdict, r.cases.back().verdict);
     if (progress)
       std::fprintf(progress, "compare: dump case %s: %s\n", g.id.c_str(), metrics::verdict_name(r.cases.back().verdict));
   }
-  if (r.cases.empty()) input_error("compare --dump: no case selected");
   r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, false));
   r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   return r;

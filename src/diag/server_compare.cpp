@@ -160,18 +160,8 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
   if (g.opened_think) content.think_end = run.think_end;
   content.stop_ids = g.ignore_stop ? std::vector<int32_t>{} : run.stops;
   content.ignore_ids = run.ws_ids;
-  gen.degen = metrics::degeneration(gen.tokens, run.o.rules.degen, false, content);
-  gen.golden_degen = metrics::degeneration(gen.golden_tokens, run.o.rules.degen, g.nonfinite_logits, content);
-  const size_t n = std::min(gen.tokens.size(), gen.golden_tokens.size());
-  for (size_t i = 0; i < n && !gen.first_divergence; ++i)
-    if (gen.tokens[i] != gen.golden_tokens[i]) gen.first_divergence = static_cast<int64_t>(i);
-  if (!gen.first_divergence && gen.tokens.size() != gen.golden_tokens.size()) gen.first_divergence = static_cast<int64_t>(n);
-  gen.verdict = metrics::degeneration_verdict(gen.degen.degenerate, gen.golden_degen.degenerate);
-  if (gen.verdict == metrics::Verdict::bad)
-    bad.push_back(cat("engine-induced degeneration: ", gen.degen.reason, " (the golden run is not degenerate)"));
-  else if (gen.verdict == metrics::Verdict::model_intrinsic)
-    warn.push_back(cat("model-intrinsic degeneration: ", gen.degen.reason, " (the golden run degenerates too: ",
-                       gen.golden_degen.rule.value_or("?"), ")"));
+  generation_figures(gen, run.o.rules.degen, content, false, g.nonfinite_logits);
+  degeneration_reasons(gen, bad, warn);
 }
 
 }  // namespace
@@ -184,9 +174,6 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
   if (o.url.rfind("http://", 0) != 0 && o.url.rfind("https://", 0) != 0)
     input_error("compare --server: '", o.url, "' is not an http:// or https:// URL");
   const ModelConfig& cfg = model.config;
-  if (rec.model_fingerprint() != model.fingerprint && !o.allow_model_mismatch)
-    input_error("golden record ", rec.dir().string(), " was made for another model than ", model.dir.string(),
-                " (fingerprints differ); refusing to compare (--allow-model-mismatch to force)");
   const int topk = o.topk > 0 ? o.topk : cfg.vocab_size <= kServerAllIds ? static_cast<int>(cfg.vocab_size) : 40;
   ServerRun run{rec, model, tok, o, cfg.vocab_size, topk, o.url, {}, {}, {}, std::nullopt};
   while (!run.base.empty() && run.base.back() == '/') run.base.pop_back();
@@ -208,7 +195,7 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
   r.source = "server";
   r.record_fingerprint = rec.model_fingerprint();
   r.model_fingerprint = model.fingerprint;
-  r.model_mismatch = rec.model_fingerprint() != model.fingerprint;
+  check_record(rec, model, o.allow_model_mismatch, r);
   r.floor_class = floor_class_name(o.fclass);
   r.floors = rec.floors_present(o.fclass);
   r.floors_reason = rec.floors_reason(o.fclass);
@@ -216,13 +203,9 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
   r.limits_note = cat("limits: logits: the server's top-", topk, topk == cfg.vocab_size ? " (every id)" : "", " against the record's top-K, the record's ", r.floor_class,
                       r.floors ? " KLD floor (k = 3)" : " KLD floor is absent: fixed 1e-4 nats",
                       "; no layer data through HTTP (compare --dump gives it)");
-  for (const std::string& id : o.cases)
-    if (std::none_of(rec.cases().begin(), rec.cases().end(), [&](const GoldenCase& c) { return c.id == id; }))
-      input_error("no case '", id, "' in ", rec.dir().string());
+  const std::vector<size_t> selected = select_cases(rec, o.cases);
   bool checked_vocab = false;
-  for (size_t i = 0; i < rec.cases().size(); ++i) {
-    const GoldenCase& meta = rec.cases()[i];
-    if (!o.cases.empty() && std::find(o.cases.begin(), o.cases.end(), meta.id) == o.cases.end()) continue;
+  for (size_t i : selected) {
     const GoldenCase g = rec.load_case(i, false);
     if (!checked_vocab) {
       check_vocabulary(run, g.prompt);
@@ -256,7 +239,6 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
                    cr.seconds);
     r.cases.push_back(std::move(cr));
   }
-  if (r.cases.empty()) input_error("compare --server: no case selected");
   r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, o.fail_on_model_degeneration));
   r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   return r;

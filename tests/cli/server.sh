@@ -67,9 +67,9 @@ expect_out "is not an http:// or https:// URL"
 expect_exit 128 score --server "http://127.0.0.1:$port" --dump "$WORK"
 expect_out "one other engine at a time"
 expect_exit 128 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$port" --case nope
-expect_out "no case 'nope' in"
+expect_out "case 'nope' is not in the record"
 expect_exit 128 "$BIN" -q compare --golden "$G" --model "$M" --dump "$WORK" --case nope
-expect_out "no case 'nope' in"
+expect_out "case 'nope' is not in the record"
 expect_exit 128 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$port" --engine-class fp16
 
 LLAMA="${DEGEN_LLAMA_CPP:-$SRC/build/llama.cpp}"
