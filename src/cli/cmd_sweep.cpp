@@ -8,6 +8,7 @@
 #include "cli/session.h"
 #include "diag/cases.h"
 #include "diag/evaluate.h"
+#include "diag/server_sweep.h"
 #include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "util/error.h"
@@ -21,13 +22,21 @@ struct SweepArgs {
   std::string golden, model, matrix, base, out, shard = "1/1", cases_file;
   std::vector<std::string> axes, cases;
   bool resume = false, isolate = false, no_decode = false, allow_mismatch = false;
+  // Server sweeps
+  std::string server_cmd, api = "llama", engine_class = "fp32";
+  double health_timeout = 120, timeout = 60;
+  int attempts = 3, topk = 0;
+  bool no_generate = false;
 };
 
 int run_sweep_cmd(const SweepArgs& a) {
   if (a.golden.empty() || a.model.empty() || a.out.empty())
     input_error("sweep: --golden DIR, --model DIR and --out DIR are required");
   if (a.matrix.empty() == a.axes.empty()) input_error("sweep: give either --matrix FILE or one or more --axis key=v1,v2");
-  SweepMatrix m = a.matrix.empty() ? sweep_matrix_from_axes(a.base, a.axes) : load_sweep_matrix(a.matrix);
+  const bool server = !a.server_cmd.empty();
+  if (server && a.isolate) input_error("sweep: --isolate does not apply to --server-cmd (each server is its own process)");
+  if (server && a.no_decode) input_error("sweep: --no-decode is a mode of our engine; with --server-cmd use --no-generate");
+  SweepMatrix m = a.matrix.empty() ? sweep_matrix_from_axes(a.base, a.axes, server) : load_sweep_matrix(a.matrix, server);
   if (!a.matrix.empty() && !a.base.empty()) m.base = a.base + (m.base.empty() ? "" : "," + m.base);
   SweepOptions so;
   so.out = a.out;
@@ -39,11 +48,33 @@ int run_sweep_cmd(const SweepArgs& a) {
   Session s = open_session({a.golden, a.model, a.cases, a.allow_mismatch, a.no_decode});  // the model once, for every cell
   if (!a.cases_file.empty())
     for (const auto& c : load_suite(a.cases_file).cases) s.base.cases.push_back(c.id);
-  for (auto& cell : m.cells()) validate_run_config(cell.config, s.model->config);
+  if (!server)
+    for (auto& cell : m.cells()) validate_run_config(cell.config, s.model->config);
 
-  std::fprintf(stderr, "sweep %s: %zu cells (shard %s), model %s, golden %s, results in %s\n", m.name.c_str(),
-               m.cells().size(), a.shard.c_str(), a.model.c_str(), a.golden.c_str(), (fs::path(a.out) / "results.jsonl").c_str());
-  auto rows = run_sweep(m, so, compare_evaluator(s.rec, *s.model, s.tok.get(), s.base, make_backend));
+  std::vector<SweepRow> rows;
+  if (server) {
+    ServerSweepOptions o;
+    o.command = a.server_cmd;
+    o.health_timeout_s = a.health_timeout;
+    o.out = a.out;
+    o.compare.api = a.api;
+    o.compare.fclass = a.engine_class == "bf16" ? FloorClass::bf16 : FloorClass::fp32;
+    o.compare.cases = s.base.cases;
+    o.compare.allow_model_mismatch = a.allow_mismatch;
+    o.compare.free_running = !a.no_generate;
+    o.compare.topk = a.topk;
+    o.compare.http.timeout_s = a.timeout;
+    o.compare.http.attempts = a.attempts;
+    auto eval = server_sweep_evaluator(s.rec, *s.model, s.tok.get(), m, o);
+    std::fprintf(stderr, "sweep %s: %zu server cells (shard %s), golden %s, results in %s, server logs in %s\n",
+                 m.name.c_str(), m.cells().size(), a.shard.c_str(), a.golden.c_str(),
+                 (fs::path(a.out) / "results.jsonl").c_str(), (fs::path(a.out) / "servers").c_str());
+    rows = run_sweep(m, so, eval);
+  } else {
+    std::fprintf(stderr, "sweep %s: %zu cells (shard %s), model %s, golden %s, results in %s\n", m.name.c_str(),
+                 m.cells().size(), a.shard.c_str(), a.model.c_str(), a.golden.c_str(), (fs::path(a.out) / "results.jsonl").c_str());
+    rows = run_sweep(m, so, compare_evaluator(s.rec, *s.model, s.tok.get(), s.base, make_backend));
+  }
   std::string table = sweep_table(m, rows), effects = sweep_main_effects(m, rows);
   std::printf("%s\n%s", table.c_str(), effects.c_str());
   write_file_atomic(fs::path(a.out) / "table.txt", table + "\n" + effects);
@@ -83,11 +114,31 @@ CommandRegistrar reg("sweep", "Compare every cell of a toggle matrix against a g
   sub->add_option("--cases", a->cases_file, "Only the case ids of this suite file");
   sub->add_flag("--no-decode", a->no_decode, "Skip the decode-mode teacher-forced passes (faster)");
   sub->add_flag("--allow-model-mismatch", a->allow_mismatch, "Accept a record made for another checkpoint");
+  sub->add_option("--server-cmd", a->server_cmd,
+                  "Sweep a server's flags instead of our toggles: the command that starts one server, with {port}\n"
+                  "and a {KEY} placeholder per axis or base parameter; each cell starts it, waits for GET /health,\n"
+                  "scores it as compare --server does, and stops it (docs/server.md)");
+  sub->add_option("--health-timeout", a->health_timeout,
+                  "With --server-cmd: seconds a started server may take to answer /health with 200 (default 120)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--api", a->api, "With --server-cmd: the server's API (as compare --api)")
+      ->check(CLI::IsMember({"llama", "openai"}));
+  sub->add_option("--engine-class", a->engine_class, "With --server-cmd: the floor class of every cell (fp32 or bf16)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--timeout", a->timeout, "With --server-cmd: seconds per request (default 60)")->check(CLI::PositiveNumber);
+  sub->add_option("--attempts", a->attempts, "With --server-cmd: attempts per request on a transport failure (default 3)")
+      ->check(CLI::Range(1, 20));
+  sub->add_option("--topk", a->topk, "With --server-cmd: log-probs asked per position (as compare --topk)")
+      ->check(CLI::Range(1, 1000000));
+  sub->add_flag("--no-generate", a->no_generate, "With --server-cmd: teacher-forced only, no free-running generation");
   sub->footer("Exit: 0 no cell bad, 1 some cell bad or crashed, 125 every cell untestable, 128 input error.\n"
               "Example:\n  degenbisect sweep --golden golden/tiny-qwen35/smoke --model models/tiny-qwen35 \\\n"
               "      --matrix cases/matrix-default.json --out out/sweep\n"
               "  degenbisect sweep --golden G --model M --axis attn=naive,flash --axis ssm_dtype=fp32,fp16 \\\n"
-              "      --base precision=bf16 --out out/s2");
+              "      --base precision=bf16 --out out/s2\n"
+              "  degenbisect sweep --golden golden/tiny-trained/smoke --model models/tiny-trained --out out/llama-flags \\\n"
+              "      --server-cmd 'build/llama.cpp/build/bin/llama-server -m GGUF --port {port} -fa {fa} -ctk {ctk}' \\\n"
+              "      --axis fa=on,off --axis ctk=f16,q8_0");
   return [a] { return run_sweep_cmd(*a); };
 });
 

@@ -89,7 +89,7 @@ void truncate_partial_tail(const std::filesystem::path& path) {
 }
 
 // Runs eval in a forked child; a crash (signal) or an exception becomes an "error" summary.
-CellSummary eval_isolated(const CellEvaluator& eval, const RunConfig& rc) {
+CellSummary eval_isolated(const std::function<CellSummary()>& eval) {
   int fds[2];
   if (::pipe(fds) != 0) input_error("sweep --isolate: pipe failed: ", std::strerror(errno));
   std::fflush(nullptr);
@@ -101,7 +101,7 @@ CellSummary eval_isolated(const CellEvaluator& eval, const RunConfig& rc) {
     ::close(fds[0]);
     std::string out;
     try {
-      out = cell_summary_to_json(eval(rc)).dump();
+      out = cell_summary_to_json(eval()).dump();
     } catch (const std::exception& e) {
       CellSummary s;
       s.verdict = "error";
@@ -143,10 +143,88 @@ CellSummary eval_isolated(const CellEvaluator& eval, const RunConfig& rc) {
   return cell_summary_from_json(j);
 }
 
+// A params-only fragment "k=v,k2=v2" as key/value pairs (a value without '=' was made "axis=value"
+// by fragment()). Later keys replace earlier ones, keeping the first position.
+void apply_params(std::vector<std::pair<std::string, std::string>>& params, const std::string& frag) {
+  std::string cur;
+  auto flush = [&]() {
+    if (cur.empty()) return;
+    auto eq = cur.find('=');
+    if (eq == std::string::npos || eq == 0) input_error("'", cur, "': expected key=value");
+    std::string k = cur.substr(0, eq), v = cur.substr(eq + 1);
+    auto it = std::find_if(params.begin(), params.end(), [&](const auto& p) { return p.first == k; });
+    if (it != params.end()) it->second = v;
+    else params.emplace_back(k, v);
+    cur.clear();
+  };
+  for (char ch : frag) {
+    if (ch == ',') flush();
+    else cur += ch;
+  }
+  flush();
+}
+
+std::string params_name(const std::vector<std::pair<std::string, std::string>>& params) {
+  std::string n;
+  for (const auto& [k, v] : params) n += (n.empty() ? "" : ",") + k + "=" + v;
+  return n.empty() ? "default" : n;
+}
+
 }  // namespace
 
 std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
   std::vector<Cell> out;
+  if (params_only) {
+    std::vector<std::pair<std::string, std::string>> base_params;
+    try {
+      apply_params(base_params, base);
+    } catch (const InputError& e) {
+      input_error("sweep matrix '", name, "': base: ", e.what());
+    }
+    size_t total = 1;
+    for (const auto& a : axes) {
+      if (a.values.empty()) input_error("sweep matrix '", name, "': axis '", a.name, "' has no values");
+      total *= a.values.size();
+    }
+    if (axes.empty()) total = cells_extra.empty() ? 1 : 0;
+    std::set<std::string> seen;
+    auto add = [&](Cell c) {
+      c.name = params_name(c.params);
+      c.index = out.size();
+      if (seen.insert(c.name).second) out.push_back(std::move(c));
+    };
+    for (size_t idx = 0; idx < total; ++idx) {
+      Cell c;
+      c.params = base_params;
+      size_t rem = idx;
+      std::vector<size_t> pick(axes.size());
+      for (size_t a = axes.size(); a-- > 0;) {
+        pick[a] = rem % axes[a].values.size();
+        rem /= axes[a].values.size();
+      }
+      for (size_t a = 0; a < axes.size(); ++a) {
+        const std::string& v = axes[a].values[pick[a]];
+        try {
+          apply_params(c.params, fragment(axes[a].name, v));
+        } catch (const InputError& e) {
+          input_error("sweep matrix '", name, "': axis '", axes[a].name, "' value '", v, "': ", e.what());
+        }
+        c.values.push_back(v);
+      }
+      add(std::move(c));
+    }
+    for (const auto& f : cells_extra) {
+      Cell c;
+      c.params = base_params;
+      try {
+        apply_params(c.params, f);
+      } catch (const InputError& e) {
+        input_error("sweep matrix '", name, "': cell '", f, "': ", e.what());
+      }
+      add(std::move(c));
+    }
+    return out;
+  }
   RunConfig base_rc;
   try {
     base_rc = parse_run_config(base);
@@ -198,10 +276,11 @@ std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
   return out;
 }
 
-SweepMatrix load_sweep_matrix(const std::filesystem::path& path) {
+SweepMatrix load_sweep_matrix(const std::filesystem::path& path, bool params_only) {
   json j = json::parse(read_file(path), nullptr, false);
   if (j.is_discarded() || !j.is_object()) input_error(path.string(), ": not a JSON object");
   SweepMatrix m;
+  m.params_only = params_only;
   auto str_field = [&](const char* key, std::string& out) {
     if (!j.contains(key)) return;
     if (!j[key].is_string()) input_error(path.string(), ": field '", key, "': expected a string, found ", j[key].dump());
@@ -243,8 +322,10 @@ SweepMatrix load_sweep_matrix(const std::filesystem::path& path) {
   return m;
 }
 
-SweepMatrix sweep_matrix_from_axes(const std::string& base, const std::vector<std::string>& axis_args) {
+SweepMatrix sweep_matrix_from_axes(const std::string& base, const std::vector<std::string>& axis_args,
+                                   bool params_only) {
   SweepMatrix m;
+  m.params_only = params_only;
   m.base = base;
   for (const auto& a : axis_args) {
     auto eq = a.find('=');
@@ -322,6 +403,10 @@ std::vector<json> read_sweep_results(const std::filesystem::path& jsonl) {
 }
 
 std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, const CellEvaluator& eval) {
+  return run_sweep(m, opt, CellParamsEvaluator([&eval](const SweepMatrix::Cell& c) { return eval(c.config); }));
+}
+
+std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, const CellParamsEvaluator& eval) {
   namespace fs = std::filesystem;
   std::vector<SweepMatrix::Cell> all = m.cells();
   std::vector<const SweepMatrix::Cell*> mine;
@@ -340,6 +425,7 @@ std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, c
   for (const auto& a : m.axes) axes.push_back({{"name", a.name}, {"values", a.values}});
   meta["axes"] = axes;
   meta["cells_extra"] = m.cells_extra;
+  if (m.params_only) meta["server"] = true;
   write_file_atomic(opt.out / "sweep.json", meta.dump(2) + "\n");
 
   std::vector<SweepRow> rows;
@@ -368,10 +454,10 @@ std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, c
     }
     auto c0 = std::chrono::steady_clock::now();
     if (opt.isolate) {
-      row.summary = eval_isolated(eval, c->config);
+      row.summary = eval_isolated([&]() { return eval(*c); });
     } else {
       try {
-        row.summary = eval(c->config);
+        row.summary = eval(*c);
       } catch (const UntestableError& e) {
         row.summary.verdict = "untestable";
         row.summary.reason = e.what();

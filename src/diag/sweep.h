@@ -24,6 +24,9 @@ struct SweepAxis {
 
 struct SweepMatrix {
   std::string name = "sweep";
+  // Server sweeps (sweep --server-cmd): a cell's fragments are free key=value parameters that fill
+  // the server's command line, not toggles; they are not parsed as a RunConfig.
+  bool params_only = false;
   std::string base;               // fragment applied to every cell first
   std::vector<SweepAxis> axes;    // cartesian product, last axis fastest
   std::vector<std::string> cells_extra;  // explicit extra cells (fragments on top of base)
@@ -33,6 +36,7 @@ struct SweepMatrix {
     RunConfig config;
     std::string name;                  // config.str()
     std::vector<std::string> values;   // the axis values of this cell, by axis (empty for extra cells)
+    std::vector<std::pair<std::string, std::string>> params;  // params_only: key=value, base first, in axis order
   };
   std::vector<Cell> cells() const;     // InputError on a bad fragment, naming axis and value
 };
@@ -40,9 +44,10 @@ struct SweepMatrix {
 // Matrix file (JSON): {"name": ..., "base": "...", "axes": [{"name": "attn", "values": ["naive", "flash"]}, ...],
 // "cells": ["fault=rope-interleaved@3", ...]}. "axes" may also be an object {"attn": [...]} (keys sorted).
 // A value without '=' means "<axis name>=<value>".
-SweepMatrix load_sweep_matrix(const std::filesystem::path& path);
+SweepMatrix load_sweep_matrix(const std::filesystem::path& path, bool params_only = false);
 // From --axis arguments "key=v1,v2,..." (no group values) and a base fragment.
-SweepMatrix sweep_matrix_from_axes(const std::string& base, const std::vector<std::string>& axis_args);
+SweepMatrix sweep_matrix_from_axes(const std::string& base, const std::vector<std::string>& axis_args,
+                                   bool params_only = false);
 
 // "i/n" with 1 <= i <= n. The shard takes the cells whose index % n == i - 1.
 struct Shard { int i = 1, n = 1; };
@@ -62,6 +67,7 @@ nlohmann::json cell_summary_to_json(const CellSummary& s);
 CellSummary cell_summary_from_json(const nlohmann::json& j);
 
 using CellEvaluator = std::function<CellSummary(const RunConfig&)>;
+using CellParamsEvaluator = std::function<CellSummary(const SweepMatrix::Cell&)>;
 
 struct SweepOptions {
   std::filesystem::path out;   // folder: results.jsonl (+ sweep.json with the matrix)
@@ -82,6 +88,8 @@ struct SweepRow {
 // Runs the cells of this shard that results.jsonl does not already hold; returns every row of the
 // shard (finished earlier or now), in cell order.
 std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, const CellEvaluator& eval);
+// The same for an evaluator that sees the whole cell (a server sweep's parameters).
+std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, const CellParamsEvaluator& eval);
 
 // Reads results.jsonl lines (a partial last line, as a kill mid-write leaves, is ignored).
 std::vector<nlohmann::json> read_sweep_results(const std::filesystem::path& jsonl);

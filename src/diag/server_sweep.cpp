@@ -1,0 +1,272 @@
+// sweep --server-cmd (server_sweep.h): start, wait for, score and stop one server per cell.
+#include "diag/server_sweep.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "diag/evaluate.h"
+#include "util/error.h"
+
+namespace degen {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// The process group of the server running now, so that an interrupted sweep (Ctrl-C, a job
+// scheduler's SIGTERM) does not leave it running: the handler kills the group, then dies of the
+// signal as it would have.
+volatile std::sig_atomic_t g_server_group = 0;
+
+void on_fatal_signal(int sig) {
+  const pid_t g = static_cast<pid_t>(g_server_group);
+  if (g > 0) ::kill(-g, SIGKILL);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+struct SignalGuard {
+  struct sigaction old_int {}, old_term {}, old_hup {};
+  SignalGuard() {
+    struct sigaction sa {};
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int);
+    ::sigaction(SIGTERM, &sa, &old_term);
+    ::sigaction(SIGHUP, &sa, &old_hup);
+  }
+  ~SignalGuard() {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+    ::sigaction(SIGHUP, &old_hup, nullptr);
+  }
+};
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return cat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return cat("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  return "stopped";
+}
+
+}  // namespace
+
+std::string fill_server_command(const std::string& tmpl, const std::vector<std::pair<std::string, std::string>>& params,
+                                int port) {
+  std::string out;
+  std::set<std::string> used;
+  bool has_port = false;
+  for (size_t i = 0; i < tmpl.size(); ++i) {
+    const char ch = tmpl[i];
+    if (ch == '{' && i + 1 < tmpl.size() && tmpl[i + 1] == '{') { out += '{'; ++i; continue; }
+    if (ch == '}' && i + 1 < tmpl.size() && tmpl[i + 1] == '}') { out += '}'; ++i; continue; }
+    if (ch == '}') input_error("--server-cmd: a '}' without its '{' at character ", i + 1, " (write '}}' for a brace)");
+    if (ch != '{') { out += ch; continue; }
+    const size_t end = tmpl.find('}', i + 1);
+    if (end == std::string::npos) input_error("--server-cmd: '{' at character ", i + 1, " is not closed (write '{{' for a brace)");
+    const std::string key = tmpl.substr(i + 1, end - i - 1);
+    if (key == "port") {
+      out += std::to_string(port);
+      has_port = true;
+    } else {
+      auto it = std::find_if(params.begin(), params.end(), [&](const auto& p) { return p.first == key; });
+      if (it == params.end()) {
+        std::string known = "port";
+        for (const auto& p : params) known += ", " + p.first;
+        input_error("--server-cmd: placeholder {", key, "} is neither {port} nor an axis or base parameter (have: ", known,
+                    ")");
+      }
+      out += it->second;
+      used.insert(key);
+    }
+    i = end;
+  }
+  if (!has_port)
+    input_error("--server-cmd: the command has no {port}: the sweep picks a free port per server and needs to pass it "
+                "(e.g. '--port {port}')");
+  for (const auto& p : params)
+    if (!used.count(p.first))
+      input_error("--server-cmd: parameter '", p.first, "' is not used by the command (expected a {", p.first,
+                  "} placeholder): its cells would all start the same server");
+  return out;
+}
+
+int free_local_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw UntestableError(cat("cannot open a socket to find a free port: ", std::strerror(errno)));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw UntestableError(cat("cannot bind a local port: ", std::strerror(e)));
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string log_tail(const std::filesystem::path& path, int n) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return "";
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(f, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    lines.push_back(line);
+    if (lines.size() > static_cast<size_t>(n)) lines.erase(lines.begin());
+  }
+  std::string out;
+  for (const auto& l : lines) out += (out.empty() ? "" : " | ") + l.substr(0, 300);
+  return out;
+}
+
+ServerProcess::ServerProcess(const std::string& command, const std::filesystem::path& log) : log_(log) {
+  std::filesystem::create_directories(log.parent_path());
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) input_error(log.string(), ": cannot open the server log: ", std::strerror(errno));
+  const std::string script = "exec " + command;
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fd);
+    throw UntestableError(cat("cannot start the server: fork failed: ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    ::dup2(fd, STDOUT_FILENO);
+    ::dup2(fd, STDERR_FILENO);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
+    ::execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    const char msg[] = "degenbisect: cannot run /bin/sh\n";
+    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also in the parent: no race with a kill before the child ran setpgid
+  ::close(fd);
+  pid_ = pid;
+  g_server_group = pid;
+}
+
+ServerProcess::~ServerProcess() {
+  try {
+    stop();
+  } catch (...) {
+  }
+}
+
+bool ServerProcess::poll_exit() {
+  if (reaped_) return true;
+  if (pid_ <= 0) return true;
+  const pid_t r = ::waitpid(pid_, &status_, WNOHANG);
+  if (r == pid_) reaped_ = true;
+  return reaped_;
+}
+
+bool ServerProcess::exited() { return pid_ > 0 && poll_exit(); }
+
+std::string ServerProcess::exit_description() const { return describe_status(status_); }
+
+void ServerProcess::wait_healthy(const std::string& base_url, double timeout_s) {
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(timeout_s);
+  net::HttpOptions h;
+  h.attempts = 1;
+  h.timeout_s = 5;
+  h.connect_timeout_s = 2;
+  std::string last = "no answer yet";
+  while (true) {
+    if (poll_exit())
+      throw UntestableError(cat("the server ", describe_status(status_), " before it was healthy; its log (", log_.string(),
+                                ") ends: ", log_tail(log_, 3)));
+    try {
+      const net::HttpResponse r = net::request("GET", base_url + "/health", "", h);
+      if (r.status == 200) return;
+      last = cat("HTTP ", r.status);
+    } catch (const Error& e) {
+      last = e.what();  // still loading (503) or not listening yet
+    }
+    if (clock_type::now() >= deadline) {
+      stop();
+      throw UntestableError(cat("the server at ", base_url, " was not healthy after ", timeout_s,
+                                " s (--health-timeout); last: ", last.substr(0, 200), "; its log (", log_.string(),
+                                ") ends: ", log_tail(log_, 3)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+void ServerProcess::stop(double grace_s) {
+  if (pid_ <= 0) return;
+  if (!poll_exit()) {
+    ::kill(-pid_, SIGTERM);
+    const auto deadline = clock_type::now() + std::chrono::duration<double>(grace_s);
+    while (!poll_exit() && clock_type::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!poll_exit()) {
+      ::kill(-pid_, SIGKILL);
+      while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {}
+      reaped_ = true;
+    }
+  }
+  ::kill(-pid_, SIGKILL);  // anything the server left in its group
+  if (g_server_group == pid_) g_server_group = 0;
+  pid_ = -1;
+}
+
+CellParamsEvaluator server_sweep_evaluator(const GoldenRecord& rec, const Model& model, const Tokenizer* tok,
+                                           const SweepMatrix& m, ServerSweepOptions o) {
+  for (const auto& c : m.cells()) (void)fill_server_command(o.command, c.params, 1);  // every cell, before any work
+  return [&rec, &model, tok, o](const SweepMatrix::Cell& c) {
+    SignalGuard guard;
+    const int port = free_local_port();
+    const std::string command = fill_server_command(o.command, c.params, port);
+    const std::filesystem::path log = o.out / "servers" / cat("cell-", c.index, ".log");
+    std::filesystem::remove(log);
+    ServerCompareOptions so = o.compare;
+    so.url = cat("http://127.0.0.1:", port);
+    CellSummary s;
+    {
+      ServerProcess server(command, log);
+      server.wait_healthy(so.url, o.health_timeout_s);
+      try {
+        s = summarize_compare(compare_server(rec, model, tok, so, nullptr));
+      } catch (const InputError& e) {
+        // A malformed answer from this cell's server: the cell's error, the other cells still run.
+        s.verdict = "error";
+        s.reason = e.what();
+      } catch (const UntestableError& e) {
+        // The server died while it was being scored (a crash under this cell's flags): an error of
+        // the cell, with how it died; a server that is alive but unreachable stays untestable.
+        if (!server.exited()) throw;
+        s.verdict = "error";
+        s.reason = cat("the server ", server.exit_description(), " while it was scored (", std::string(e.what()).substr(0, 160),
+                       "); its log ends: ", log_tail(log, 3));
+      }
+      server.stop();
+    }
+    if (s.detail.is_null()) s.detail = nlohmann::json::object();
+    s.detail["server_command"] = command;
+    s.detail["server_log"] = log.string();
+    return s;
+  };
+}
+
+}  // namespace degen
