@@ -22,7 +22,8 @@ struct CompareArgs {
   std::string golden, model, config, json, junit, dump, server, api = "llama", engine_class = "fp32";
   double timeout = 60;
   int attempts = 3, topk = 0;
-  bool no_generate = false;
+  bool no_generate = false, prompt_logprobs = false;
+  std::string served_model;
   std::vector<std::string> cases;
   bool allow_mismatch = false, fail_on_model = false, no_decode = false, per_case = false;
 };
@@ -58,6 +59,8 @@ int run_compare(const CompareArgs& a) {
       ServerCompareOptions so;
       so.url = a.server;
       so.api = a.api;
+      so.prompt_logprobs = a.prompt_logprobs;
+      so.served_model = a.served_model;
       so.fclass = engine_class;
       so.cases = a.cases;
       so.allow_model_mismatch = a.allow_mismatch;
@@ -121,8 +124,14 @@ CommandRegistrar reg("compare", "Measure a configuration against a golden record
   sub->add_option("--server", a->server,
                   "Judge a running inference server instead of our engine: its base URL (e.g. http://127.0.0.1:8080);\n"
                   "teacher-forced top-K log-probs at every golden position and free-running generation (docs/server.md)");
-  sub->add_option("--api", a->api, "With --server: the server's API: llama (llama-server's /completion)")
-      ->check(CLI::IsMember({"llama"}));
+  sub->add_option("--api", a->api,
+                  "With --server: the server's API: llama (llama-server's native /completion) or openai\n"
+                  "(/v1/completions: llama-server, vLLM, SGLang; docs/server.md)")
+      ->check(CLI::IsMember({"llama", "openai"}));
+  sub->add_flag("--prompt-logprobs", a->prompt_logprobs,
+                "With --api openai: ask for prompt_logprobs (vLLM): one request per sequence instead of one per position");
+  sub->add_option("--served-model", a->served_model,
+                  "With --api openai: the request's \"model\" (the name the server serves; vLLM checks it)");
   sub->add_option("--engine-class", a->engine_class,
                   "With --dump or --server: the floor class the other engine's run belongs to: fp32 (f32 weights, f32\n"
                   "caches, exact attention) or bf16 (16-bit weights or caches; also used for quantised weights)")

@@ -26,7 +26,8 @@ struct SweepArgs {
   std::string server_cmd, api = "llama", engine_class = "fp32";
   double health_timeout = 120, timeout = 60;
   int attempts = 3, topk = 0;
-  bool no_generate = false;
+  bool no_generate = false, prompt_logprobs = false;
+  std::string served_model;
 };
 
 int run_sweep_cmd(const SweepArgs& a) {
@@ -63,6 +64,8 @@ int run_sweep_cmd(const SweepArgs& a) {
     o.compare.allow_model_mismatch = a.allow_mismatch;
     o.compare.free_running = !a.no_generate;
     o.compare.topk = a.topk;
+    o.compare.prompt_logprobs = a.prompt_logprobs;
+    o.compare.served_model = a.served_model;
     o.compare.http.timeout_s = a.timeout;
     o.compare.http.attempts = a.attempts;
     auto eval = server_sweep_evaluator(s.rec, *s.model, s.tok.get(), m, o);
@@ -131,6 +134,8 @@ CommandRegistrar reg("sweep", "Compare every cell of a toggle matrix against a g
   sub->add_option("--topk", a->topk, "With --server-cmd: log-probs asked per position (as compare --topk)")
       ->check(CLI::Range(1, 1000000));
   sub->add_flag("--no-generate", a->no_generate, "With --server-cmd: teacher-forced only, no free-running generation");
+  sub->add_flag("--prompt-logprobs", a->prompt_logprobs, "With --server-cmd --api openai: as compare --prompt-logprobs");
+  sub->add_option("--served-model", a->served_model, "With --server-cmd --api openai: as compare --served-model");
   sub->footer("Exit: 0 no cell bad, 1 some cell bad or crashed, 125 every cell untestable, 128 input error.\n"
               "Example:\n  degenbisect sweep --golden golden/tiny-qwen35/smoke --model models/tiny-qwen35 \\\n"
               "      --matrix cases/matrix-default.json --out out/sweep\n"

@@ -32,6 +32,7 @@ struct ServerRun {
   std::vector<uint8_t> mask;
   std::vector<int32_t> stops, ws_ids;
   std::optional<int32_t> think_end;
+  mutable std::string vocab_note;  // set when the vocabulary could not be checked by text
 };
 
 // A field of a server answer, or InputError naming the URL and what was expected.
@@ -54,8 +55,21 @@ int32_t server_id(const json& v, const ServerRun& run, const std::string& url) {
 void check_vocabulary(const ServerRun& run, const std::vector<int32_t>& ids) {
   if (!run.tok || ids.empty()) return;
   const std::string url = run.base + "/detokenize";
-  const json r = net::post_json(url, {{"tokens", ids}}, run.o.http);
-  const json& c = field(r, "content", url, "the text of the ids");
+  json body = {{"tokens", ids}};
+  if (!run.o.served_model.empty()) body["model"] = run.o.served_model;
+  json r;
+  try {
+    r = net::post_json(url, body, run.o.http);
+  } catch (const net::HttpStatusError& e) {
+    // The OpenAI-compatible API has no detokenizer of its own; llama-server and vLLM add one.
+    if (run.o.api == "openai" && (e.status() == 404 || e.status() == 405)) {
+      run.vocab_note = "the server has no /detokenize: its vocabulary is checked by its ids only";
+      return;
+    }
+    throw;
+  }
+  const char* key = run.o.api == "openai" && r.is_object() && r.contains("prompt") && !r.contains("content") ? "prompt" : "content";
+  const json& c = field(r, key, url, "the text of the ids");
   if (!c.is_string()) input_error("malformed response from ", url, ": 'content' is not a string");
   const std::string ours = run.tok->decode(ids);
   if (c.get<std::string>() != ours) {
@@ -68,17 +82,73 @@ void check_vocabulary(const ServerRun& run, const std::vector<int32_t>& ids) {
   }
 }
 
+// One position's answer: (id, log-prob) pairs as the server listed them.
+using TopList = std::vector<std::pair<int32_t, double>>;
+
+double logprob_value(const json& l, const std::string& url) {
+  if (l.is_null()) return -std::numeric_limits<double>::infinity();  // llama-server writes -inf as null
+  if (!l.is_number()) input_error("malformed response from ", url, ": a log-probability that is not a number: ", l.dump());
+  return l.get<double>();
+}
+
+// [{"id": N, "logprob": x}, ...] (llama-server, both APIs).
+TopList top_from_id_list(const json& top, const ServerRun& run, const std::string& url) {
+  if (!top.is_array() || top.empty()) input_error("malformed response from ", url, ": expected a non-empty list of top log-probs");
+  TopList out;
+  for (const json& e : top)
+    out.emplace_back(server_id(field(e, "id", url, "a token id"), run, url),
+                     logprob_value(field(e, "logprob", url, "a log-probability"), url));
+  return out;
+}
+
+// "token_id:N" (vLLM's return_tokens_as_token_ids) as N; InputError for a token given as text.
+int32_t id_from_token_key(const std::string& key, const ServerRun& run, const std::string& url) {
+  const std::string pre = "token_id:";
+  if (key.rfind(pre, 0) != 0)
+    input_error("malformed response from ", url, ": a token given as text ('", key.substr(0, 40), "'), expected its id as 'token_id:N' ",
+                "(vLLM: return_tokens_as_token_ids) or llama-server's 'content' list with ids; text cannot be mapped back to ids ",
+                "without re-tokenising");
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(key.substr(pre.size()), &used);
+    if (used != key.size() - pre.size()) throw std::invalid_argument("tail");
+    return server_id(json(v), run, url);
+  } catch (const std::logic_error&) {
+    input_error("malformed response from ", url, ": '", key.substr(0, 40), "' is not 'token_id:N'");
+  }
+}
+
+// {"token_id:N": x, ...} (the completions API's classic top_logprobs entry) or {"N": {"logprob": x}}
+// (vLLM's prompt_logprobs entry).
+TopList top_from_map(const json& m, const ServerRun& run, const std::string& url) {
+  if (!m.is_object() || m.empty()) input_error("malformed response from ", url, ": expected a non-empty object of top log-probs");
+  TopList out;
+  for (auto& [k, v] : m.items()) {
+    if (v.is_object()) {
+      int64_t id = -1;
+      try {
+        size_t used = 0;
+        id = std::stoll(k, &used);
+        if (used != k.size()) id = -1;
+      } catch (const std::logic_error&) {
+      }
+      if (id < 0) input_error("malformed response from ", url, ": prompt_logprobs key '", k.substr(0, 40), "' is not a token id");
+      out.emplace_back(server_id(json(id), run, url), logprob_value(field(v, "logprob", url, "a log-probability"), url));
+    } else {
+      out.emplace_back(id_from_token_key(k, run, url), logprob_value(v, url));
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
 // The server's top-K at one position, as a full distribution (log-probs per id, masked ids -inf):
 // its listed ids keep their log-probs; the rest of its mass is spread evenly over the other real ids.
-std::vector<float> topk_as_logits(const json& top, const ServerRun& run, const std::string& url,
-                                  std::vector<uint8_t>& listed) {
+std::vector<float> topk_as_logits(const TopList& top, const ServerRun& run, std::vector<uint8_t>& listed) {
   std::vector<float> lp(static_cast<size_t>(run.V), std::numeric_limits<float>::quiet_NaN());
   double mass = 0;
   listed.assign(static_cast<size_t>(run.V), 0);
-  for (const json& e : top) {
-    const int32_t id = server_id(field(e, "id", url, "a token id"), run, url);
-    const json& l = field(e, "logprob", url, "a log-probability");
-    const double v = l.is_null() ? -std::numeric_limits<double>::infinity() : l.get<double>();
+  for (const auto& [id, v] : top) {
     if (!std::isnan(lp[static_cast<size_t>(id)])) continue;  // listed twice: keep the first
     lp[static_cast<size_t>(id)] = static_cast<float>(v);
     mass += std::exp(v);
@@ -94,14 +164,59 @@ std::vector<float> topk_as_logits(const json& top, const ServerRun& run, const s
   return lp;
 }
 
-void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, double& coverage) {
-  const std::vector<int32_t> seq = g.sequence();
+// choices[0] of a completions answer.
+const json& first_choice(const json& r, const std::string& url) {
+  const json& ch = field(r, "choices", url, "the completion choices");
+  if (!ch.is_array() || ch.empty()) input_error("malformed response from ", url, ": 'choices' is empty");
+  return ch.at(0);
+}
+
+// The top-K of the first generated token in a completions answer: llama-server's
+// logprobs.content[0].top_logprobs (with ids) or the classic logprobs.top_logprobs[0] ("token_id:N").
+TopList openai_generated_top(const json& choice, const ServerRun& run, const std::string& url) {
+  const json& lp = field(choice, "logprobs", url, "log-probs (the request's 'logprobs')");
+  if (lp.is_object() && lp.contains("content")) {
+    const json& c = lp.at("content");
+    if (!c.is_array() || c.empty()) input_error("malformed response from ", url, ": empty logprobs.content");
+    return top_from_id_list(field(c.at(0), "top_logprobs", url, "the top-K log-probabilities"), run, url);
+  }
+  const json& top = field(lp, "top_logprobs", url, "the top-K log-probabilities");
+  if (!top.is_array() || top.empty()) input_error("malformed response from ", url, ": empty logprobs.top_logprobs");
+  return top_from_map(top.at(0), run, url);
+}
+
+// The top-K at every position of `seq` (the distribution after seq[0..i]).
+std::vector<TopList> server_topk(const ServerRun& run, const std::vector<int32_t>& seq) {
   const int64_t T = static_cast<int64_t>(seq.size());
-  const std::string url = run.base + "/completion";
-  std::vector<metrics::LogitPosition> pos;
-  int64_t covered = 0;
+  std::vector<TopList> out;
+  if (run.o.api == "openai" && run.o.prompt_logprobs) {
+    // One request: prompt_logprobs[j] is the distribution that predicted seq[j] (j >= 1); the last
+    // position's is the generated token's top-K.
+    const std::string url = run.base + "/v1/completions";
+    json req = {{"prompt", seq},    {"max_tokens", 1},           {"temperature", 0},
+                {"logprobs", run.topk}, {"prompt_logprobs", run.topk}, {"return_tokens_as_token_ids", true}};
+    if (!run.o.served_model.empty()) req["model"] = run.o.served_model;
+    const json r = net::post_json(url, req, run.o.http);
+    const json& choice = first_choice(r, url);
+    const json& pl = field(choice, "prompt_logprobs", url, "prompt log-probs (prompt_logprobs)");
+    if (!pl.is_array() || static_cast<int64_t>(pl.size()) != T)
+      input_error("malformed response from ", url, ": expected ", T, " prompt_logprobs entries (one per prompt token), got ",
+                  pl.is_array() ? std::to_string(pl.size()) : pl.dump().substr(0, 80));
+    for (int64_t j = 1; j < T; ++j) out.push_back(top_from_map(pl.at(static_cast<size_t>(j)), run, url));
+    out.push_back(openai_generated_top(choice, run, url));
+    return out;
+  }
   for (int64_t i = 0; i < T; ++i) {
     const std::vector<int32_t> prefix(seq.begin(), seq.begin() + i + 1);
+    if (run.o.api == "openai") {
+      const std::string url = run.base + "/v1/completions";
+      json req = {{"prompt", prefix}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", run.topk},
+                  {"return_tokens_as_token_ids", true}};
+      if (!run.o.served_model.empty()) req["model"] = run.o.served_model;
+      out.push_back(openai_generated_top(first_choice(net::post_json(url, req, run.o.http), url), run, url));
+      continue;
+    }
+    const std::string url = run.base + "/completion";
     const json req = {{"prompt", prefix},      {"n_predict", 1},        {"n_probs", run.topk},
                       {"temperature", 0},      {"cache_prompt", true},  {"post_sampling_probs", false},
                       {"return_tokens", true}, {"ignore_eos", true}};
@@ -111,8 +226,20 @@ void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, d
       input_error("malformed response from ", url, ": no completion_probabilities for position ", i);
     const json& top = field(probs.at(0), "top_logprobs", url, "the top-K log-probabilities");
     if (!top.is_array() || top.empty()) input_error("malformed response from ", url, ": empty top_logprobs at position ", i);
+    out.push_back(top_from_id_list(top, run, url));
+  }
+  return out;
+}
+
+void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, double& coverage) {
+  const std::vector<int32_t> seq = g.sequence();
+  const int64_t T = static_cast<int64_t>(seq.size());
+  const std::vector<TopList> tops = server_topk(run, seq);
+  std::vector<metrics::LogitPosition> pos;
+  int64_t covered = 0;
+  for (int64_t i = 0; i < T; ++i) {
     std::vector<uint8_t> listed;
-    const std::vector<float> lp = topk_as_logits(top, run, url, listed);
+    const std::vector<float> lp = topk_as_logits(tops[static_cast<size_t>(i)], run, listed);
     const int K = g.topk.K;
     metrics::GoldenTopK gk{std::span<const int32_t>(g.topk.ids.data() + i * K, static_cast<size_t>(K)),
                            std::span<const float>(g.topk.logprobs.data() + i * K, static_cast<size_t>(K)),
@@ -147,12 +274,47 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
       req["seed"] = sp.seed;
     }
     const auto t0 = clock_type::now();
-    const json r = net::post_json(url, req, run.o.http);
-    gen.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-    const json& toks = field(r, "tokens", url, "the generated token ids (return_tokens)");
-    if (!toks.is_array()) input_error("malformed response from ", url, ": 'tokens' is not an array");
-    for (const json& t : toks) gen.tokens.push_back(server_id(t, run, url));
-    gen.stop_reason = r.value("stop_type", std::string("?"));
+    if (run.o.api == "openai") {
+      // The completions API returns text; the ids come from the per-token log-probs (logprobs: 1).
+      const std::string ourl = run.base + "/v1/completions";
+      json oreq = {{"prompt", g.prompt},  {"max_tokens", g.max_new_tokens}, {"temperature", sp.temperature},
+                   {"logprobs", 1},       {"return_tokens_as_token_ids", true}, {"ignore_eos", g.ignore_stop}};
+      if (!run.o.served_model.empty()) oreq["model"] = run.o.served_model;
+      if (sp.temperature > 0) {
+        oreq["top_p"] = sp.top_p;
+        oreq["top_k"] = sp.top_k;
+        oreq["min_p"] = sp.min_p;
+        oreq["presence_penalty"] = sp.presence_penalty;
+        oreq["repetition_penalty"] = sp.repetition_penalty;  // vLLM's name
+        oreq["repeat_penalty"] = sp.repetition_penalty;      // llama-server's
+        oreq["seed"] = sp.seed;
+      }
+      const json r = net::post_json(ourl, oreq, run.o.http);
+      gen.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+      const json& choice = first_choice(r, ourl);
+      const json& lp = field(choice, "logprobs", ourl, "the generated tokens' log-probs (logprobs: 1)");
+      if (lp.is_object() && lp.contains("content")) {
+        const json& c = lp.at("content");
+        if (!c.is_array()) input_error("malformed response from ", ourl, ": logprobs.content is not a list");
+        for (const json& e : c) gen.tokens.push_back(server_id(field(e, "id", ourl, "a token id"), run, ourl));
+      } else {
+        const json& toks = field(lp, "tokens", ourl, "the generated tokens (logprobs.tokens)");
+        if (!toks.is_array()) input_error("malformed response from ", ourl, ": logprobs.tokens is not a list");
+        for (const json& t : toks) {
+          if (!t.is_string()) input_error("malformed response from ", ourl, ": a token that is not a string: ", t.dump());
+          gen.tokens.push_back(id_from_token_key(t.get<std::string>(), run, ourl));
+        }
+      }
+      const json fr = choice.value("finish_reason", json("?"));
+      gen.stop_reason = fr.is_string() ? fr.get<std::string>() : "?";
+    } else {
+      const json r = net::post_json(url, req, run.o.http);
+      gen.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+      const json& toks = field(r, "tokens", url, "the generated token ids (return_tokens)");
+      if (!toks.is_array()) input_error("malformed response from ", url, ": 'tokens' is not an array");
+      for (const json& t : toks) gen.tokens.push_back(server_id(t, run, url));
+      gen.stop_reason = r.value("stop_type", std::string("?"));
+    }
   } else {
     gen.stop_reason = "no budget";
   }
@@ -169,13 +331,17 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
 CompareResult compare_server(const GoldenRecord& rec, const Model& model, const Tokenizer* tok,
                              const ServerCompareOptions& o, std::FILE* progress) {
   const auto t0 = clock_type::now();
-  if (o.api != "llama")
-    input_error("compare --server: API '", o.api, "' is not spoken yet; expected 'llama' (llama-server's /completion)");
+  if (o.api != "llama" && o.api != "openai")
+    input_error("compare --server: API '", o.api, "' is unknown; expected 'llama' (llama-server's /completion) or 'openai' ",
+                "(/v1/completions)");
+  if (o.prompt_logprobs && o.api != "openai")
+    input_error("compare --server: --prompt-logprobs is a parameter of the OpenAI-compatible API (vLLM); with --api llama ",
+                "there is one request per position");
   if (o.url.rfind("http://", 0) != 0 && o.url.rfind("https://", 0) != 0)
     input_error("compare --server: '", o.url, "' is not an http:// or https:// URL");
   const ModelConfig& cfg = model.config;
   const int topk = o.topk > 0 ? o.topk : cfg.vocab_size <= kServerAllIds ? static_cast<int>(cfg.vocab_size) : 40;
-  ServerRun run{rec, model, tok, o, cfg.vocab_size, topk, o.url, {}, {}, {}, std::nullopt};
+  ServerRun run{rec, model, tok, o, cfg.vocab_size, topk, o.url, {}, {}, {}, std::nullopt, {}};
   while (!run.base.empty() && run.base.back() == '/') run.base.pop_back();
   if (tok) {
     run.mask = tok->padding_mask(cfg.vocab_size);
@@ -210,6 +376,7 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
     if (!checked_vocab) {
       check_vocabulary(run, g.prompt);
       checked_vocab = true;
+      if (!run.vocab_note.empty()) r.limits_note += "; " + run.vocab_note;
     }
     const auto c0 = clock_type::now();
     CaseResult cr;

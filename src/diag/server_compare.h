@@ -1,7 +1,7 @@
 // compare --server: score a running inference server against a golden record, through its HTTP API,
 // with the result, table, JSON, JUnit and exit codes of compare (compare.h). docs/server.md.
 //
-// API "llama" (llama.cpp's llama-server, native POST /completion; the only one this version speaks):
+// API "llama" (llama.cpp's llama-server, native POST /completion):
 //  - vocabulary: POST /detokenize of the record's first prompt must give our tokenizer's text
 //    (another model's vocabulary is an input error, 128), and every id the server returns must lie
 //    in the model's vocabulary;
@@ -19,6 +19,13 @@
 //    return_tokens; repetition metrics, loop onset, first divergence from the golden continuation,
 //    and model-or-engine (the golden continuation under the same sampling degenerates too?); the
 //    server's sampler is its own, so a sampled case diverges from the golden at once, as expected.
+// API "openai" (POST /v1/completions, llama-server's and vLLM's; SGLang's speaks it too): the same
+// measurements; the golden ids as a token-id prompt, "logprobs": K, "return_tokens_as_token_ids"; the
+// top-K read from llama-server's logprobs.content (ids) or the classic logprobs.top_logprobs with
+// "token_id:N" keys (text keys are refused: mapping text back to ids would re-tokenise). With
+// prompt_logprobs (vLLM) one request per sequence gives every position. Free-running ids come from
+// the generated tokens' log-probs. /detokenize checks the vocabulary where the server has one (a
+// 404 is noted in the limits line).
 // Errors: the server cannot be reached, times out or refuses (HTTP >= 400): UntestableError (125),
 // after bounded retries; a malformed answer (not JSON, missing fields, ids outside the vocabulary):
 // InputError (128). Both name the URL and what was expected.
@@ -40,7 +47,9 @@ constexpr int kServerAllIds = 4096;
 
 struct ServerCompareOptions {
   std::string url;                    // base URL, e.g. http://127.0.0.1:8080
-  std::string api = "llama";
+  std::string api = "llama";            // llama | openai
+  bool prompt_logprobs = false;         // openai: one request per sequence with prompt_logprobs (vLLM)
+  std::string served_model;             // openai: the request's "model" (vLLM checks it; empty: not sent)
   FloorClass fclass = FloorClass::fp32;
   std::vector<std::string> cases;     // only these (empty: all)
   bool allow_model_mismatch = false;

@@ -70,7 +70,7 @@ HttpResponse request(const std::string& method, const std::string& url, const st
     curl_easy_cleanup(h);
     if (rc == CURLE_OK) {
       if (r.status >= 400)
-        throw UntestableError(cat("server ", url, " refused the request: HTTP ", r.status, ": ", excerpt(r.body)));
+        throw HttpStatusError(r.status, cat("server ", url, " refused the request: HTTP ", r.status, ": ", excerpt(r.body)));
       return r;
     }
     last = cat(curl_easy_strerror(rc), err[0] ? cat(" (", err, ")") : std::string());

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/error.h"
+
 namespace degen::net {
 
 struct HttpOptions {
@@ -23,6 +25,15 @@ struct HttpOptions {
 struct HttpResponse {
   long status = 0;
   std::string body;
+};
+
+// The UntestableError of an HTTP status >= 400, with the status (a caller may accept a 404).
+class HttpStatusError : public UntestableError {
+ public:
+  HttpStatusError(long status, const std::string& msg) : UntestableError(msg), status_(status) {}
+  long status() const { return status_; }
+ private:
+  long status_;
 };
 
 // One request; throws as above (status >= 400 included).

@@ -7,6 +7,11 @@
 #    caches and flash attention off it is good against the fp32 class (teacher-forced top-K at every
 #    position, greedy continuations equal to the golden); with its defaults (f16 KV cache, flash
 #    attention on) its KLD breaks the fp32 floor. Skipped part without llama.cpp.
+#  - the OpenAI-compatible API (--api openai, /v1/completions) on the same llama-server: the same
+#    figures; and vLLM's answer shapes (prompt_logprobs, "token_id:N" keys) through
+#    tests/cli/vllm_shape_proxy.py, a format adapter whose numbers come from that llama-server: the
+#    same figures again with one request per sequence; text keys, a short prompt_logprobs list: 128;
+#    no /detokenize: noted, still scored.
 source "$(dirname "$0")/lib.bash"
 
 G="$SRC/golden/tiny-trained/smoke"
@@ -98,6 +103,40 @@ expect_out "the server's top-2048 (every id)"
 grep -q '"source": "server"' "$WORK/server.json" || fail "JSON lacks source server"
 grep -q "<testsuite" "$WORK/server.xml" || fail "no JUnit"
 grep "two-plus-two\|verdict" "$WORK/out"
+kld_line() { grep -E "^  (two-plus-two|out-of-domain) " "$WORK/out" | awk '{print $1, $2, $4}'; }
+kld_line >"$WORK/native.txt"
+expect_exit 0 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$p1" --api openai --json "$WORK/oai.json"
+expect_out "verdict: good (exit 0): 7 cases, 7 good"
+kld_line >"$WORK/openai.txt"
+cmp -s "$WORK/native.txt" "$WORK/openai.txt" || { paste "$WORK/native.txt" "$WORK/openai.txt"; fail "the OpenAI API gives other figures than the native one"; }
+grep -q '"config": "server http://127.0.0.1:'"$p1"' (api openai)"' "$WORK/oai.json" || fail "JSON does not name the API"
+start_proxy() {  # MODE -> $port
+  rm -f "$WORK/proxy-$1"
+  python3 "$SRC/tests/cli/vllm_shape_proxy.py" "$1" "http://127.0.0.1:$p1" "$WORK/proxy-$1" >"$WORK/proxy-$1.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 50); do [ -s "$WORK/proxy-$1" ] && break; sleep 0.1; done
+  [ -s "$WORK/proxy-$1" ] || { cat "$WORK/proxy-$1.log" >&2; fail "the vLLM-shape proxy ($1) did not start"; }
+  port=$(cat "$WORK/proxy-$1")
+}
+oscore() { "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two "$@"; }
+start_proxy vllm
+expect_exit 0 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$port" --api openai --prompt-logprobs \
+  --served-model tiny-trained
+expect_out "verdict: good (exit 0): 7 cases, 7 good"
+kld_line >"$WORK/vllm.txt"
+cmp -s "$WORK/native.txt" "$WORK/vllm.txt" || { paste "$WORK/native.txt" "$WORK/vllm.txt"; fail "prompt_logprobs give other figures"; }
+start_proxy text-keys
+expect_exit 128 oscore --server "http://127.0.0.1:$port" --api openai
+expect_out "a token given as text"
+start_proxy short
+expect_exit 128 oscore --server "http://127.0.0.1:$port" --api openai --prompt-logprobs
+expect_out "prompt_logprobs entries (one per prompt token), got"
+start_proxy nodetok
+expect_exit 0 oscore --server "http://127.0.0.1:$port" --api openai
+expect_out "the server has no /detokenize: its vocabulary is checked by its ids only"
+expect_exit 128 score --server "http://127.0.0.1:$port" --prompt-logprobs
+expect_out "--prompt-logprobs is a parameter of the OpenAI-compatible API"
+echo "openai API: native = openai = vLLM-shaped figures:"; cat "$WORK/openai.txt"
 p2=$(free_port)
 start_llama "$p2"
 expect_exit 1 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$p2" --engine-class fp32 --no-generate
