@@ -11,6 +11,7 @@
 #include <map>
 #include <thread>
 
+#include "diag/server_sweep.h"
 #include "diag/sweep.h"
 #include "helpers.h"
 #include "model/safetensors.h"
@@ -202,4 +203,32 @@ TEST_CASE("sweep: matrix files") {
   std::ofstream(dir / "bad2.json") << R"({"axis": []})";
   CHECK_THROWS_WITH_AS(load_sweep_matrix(dir / "bad2.json"), doctest::Contains("unknown field 'axis'"), InputError);
   CHECK(load_sweep_matrix(test::source_dir() / "cases" / "matrix-default.json").cells().size() >= 24);
+}
+
+TEST_CASE("sweep: a server sweep's cells are free key=value parameters that fill its command line") {
+  // Values that are no toggles of ours (-fa on|off, a cache type, a thread count) are taken as they are.
+  SweepMatrix m = sweep_matrix_from_axes("threads=2", {"fa=on,off", "ctk=f16,q8_0"}, true);
+  const auto cells = m.cells();
+  REQUIRE(cells.size() == 4);
+  CHECK(cells[0].name == "threads=2,fa=on,ctk=f16");
+  CHECK(cells[3].name == "threads=2,fa=off,ctk=q8_0");
+  CHECK(cells[1].values == std::vector<std::string>{"on", "q8_0"});
+  CHECK(fill_server_command("srv --port {port} -t {threads} -fa {fa} -ctk {ctk} -x {{y}}", cells[1].params, 8123) ==
+        "srv --port 8123 -t 2 -fa on -ctk q8_0 -x {y}");
+  // A group value sets several parameters; a later value of a key replaces the earlier one.
+  SweepMatrix g = sweep_matrix_from_axes("fa=on", {"fa=off", "mode=a"}, true);
+  g.axes[1].values = {"ctk=f16,ctv=f16"};
+  const auto gc = g.cells();
+  REQUIRE(gc.size() == 1);
+  CHECK(gc[0].name == "fa=off,ctk=f16,ctv=f16");
+  // The mistakes that would sweep nothing, or start a server nobody can reach, are named.
+  CHECK_THROWS_WITH_AS(fill_server_command("srv -fa {fa} -ctk {ctk} -t {threads}", cells[0].params, 1),
+                       doctest::Contains("no {port}"), InputError);
+  CHECK_THROWS_WITH_AS(fill_server_command("srv --port {port} -fa {fa} -ctk {ctk}", cells[0].params, 1),
+                       doctest::Contains("parameter 'threads' is not used"), InputError);
+  CHECK_THROWS_WITH_AS(fill_server_command("srv --port {port} {threads} {fa} {ctk} {bogus}", cells[0].params, 1),
+                       doctest::Contains("placeholder {bogus}"), InputError);
+  CHECK_THROWS_WITH_AS(sweep_matrix_from_axes("", {"fa=on,"}, true), doctest::Contains("empty value"), InputError);
+  // Not parsed as our toggles: "fa" would be an unknown toggle key there.
+  CHECK_THROWS_AS(sweep_matrix_from_axes("", {"fa=on,off"}, false), InputError);
 }

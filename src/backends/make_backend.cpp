@@ -75,6 +75,7 @@ std::unique_ptr<Backend> make_cpu_backend(const RunConfig& rc) {
     case Precision::ref: return std::make_unique<CpuBackend>(CpuPrecision::ref);
     case Precision::fp64: return std::make_unique<CpuBackend>(CpuPrecision::fp64);
     case Precision::bf16: return std::make_unique<CpuBackend>(CpuPrecision::bf16);
+    case Precision::q8_0: return std::make_unique<CpuBackend>(CpuPrecision::q8_0);
   }
   throw std::logic_error("make_backend: unhandled precision");
 }

@@ -51,7 +51,8 @@ int run_compare(const CompareArgs& a) {
 
   CompareResult r;
   try {
-    const FloorClass engine_class = a.engine_class == "bf16" ? FloorClass::bf16 : FloorClass::fp32;
+    const EngineClass ec = parse_engine_class(a.engine_class);
+    const FloorClass engine_class = ec.record_class;
     if (!a.dump.empty() && !a.server.empty()) input_error("compare: --dump and --server: one other engine at a time");
     if ((!a.dump.empty() || !a.server.empty()) && !a.config.empty())
       input_error("compare: --dump and --server judge another engine; --config (our engine's toggles) does not apply");
@@ -62,6 +63,9 @@ int run_compare(const CompareArgs& a) {
       so.prompt_logprobs = a.prompt_logprobs;
       so.served_model = a.served_model;
       so.fclass = engine_class;
+      so.measured_class = ec.measured;
+      so.class_name = ec.name;
+      so.factory = make_backend;
       so.cases = a.cases;
       so.allow_model_mismatch = a.allow_mismatch;
       so.fail_on_model_degeneration = a.fail_on_model;
@@ -74,6 +78,8 @@ int run_compare(const CompareArgs& a) {
       DumpCompareOptions d;
       d.dir = a.dump;
       d.fclass = engine_class;
+      d.measured_class = ec.measured;
+      d.class_name = ec.name;
       d.cases = a.cases;
       d.allow_model_mismatch = a.allow_mismatch;
       r = compare_dump(rec, *s.model, s.tok.get(), d, make_backend, progress);
@@ -134,8 +140,9 @@ CommandRegistrar reg("compare", "Measure a configuration against a golden record
                   "With --api openai: the request's \"model\" (the name the server serves; vLLM checks it)");
   sub->add_option("--engine-class", a->engine_class,
                   "With --dump or --server: the floor class the other engine's run belongs to: fp32 (f32 weights, f32\n"
-                  "caches, exact attention) or bf16 (16-bit weights or caches; also used for quantised weights)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+                  "caches, exact attention), bf16 (16-bit weights or caches) or q8_0 (Q8_0 weights: the floor is\n"
+                  "measured now, our engine at precision=q8_0)")
+      ->check(CLI::IsMember({"fp32", "bf16", "q8_0"}));
   sub->add_option("--timeout", a->timeout, "With --server: seconds per request before it counts as failed (default 60)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--attempts", a->attempts, "With --server: attempts per request on a transport failure (default 3)")

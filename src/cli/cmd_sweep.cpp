@@ -59,7 +59,11 @@ int run_sweep_cmd(const SweepArgs& a) {
     o.health_timeout_s = a.health_timeout;
     o.out = a.out;
     o.compare.api = a.api;
-    o.compare.fclass = a.engine_class == "bf16" ? FloorClass::bf16 : FloorClass::fp32;
+    const EngineClass ec = parse_engine_class(a.engine_class);
+    o.compare.fclass = ec.record_class;
+    o.compare.measured_class = ec.measured;
+    o.compare.class_name = ec.name;
+    o.compare.factory = make_backend;
     o.compare.cases = s.base.cases;
     o.compare.allow_model_mismatch = a.allow_mismatch;
     o.compare.free_running = !a.no_generate;
@@ -126,8 +130,8 @@ CommandRegistrar reg("sweep", "Compare every cell of a toggle matrix against a g
       ->check(CLI::PositiveNumber);
   sub->add_option("--api", a->api, "With --server-cmd: the server's API (as compare --api)")
       ->check(CLI::IsMember({"llama", "openai"}));
-  sub->add_option("--engine-class", a->engine_class, "With --server-cmd: the floor class of every cell (fp32 or bf16)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--engine-class", a->engine_class, "With --server-cmd: the floor class of every cell (fp32, bf16 or q8_0)")
+      ->check(CLI::IsMember({"fp32", "bf16", "q8_0"}));
   sub->add_option("--timeout", a->timeout, "With --server-cmd: seconds per request (default 60)")->check(CLI::PositiveNumber);
   sub->add_option("--attempts", a->attempts, "With --server-cmd: attempts per request on a transport failure (default 3)")
       ->check(CLI::Range(1, 20));

@@ -6,6 +6,7 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -35,6 +36,24 @@ inline double round_to(double x, DType d) {
     case DType::f16: return round_f16(static_cast<float>(x));
     case DType::f8_e4m3: return round_e4m3(static_cast<float>(x));
     default: throw std::logic_error(cat("round_to: ", dtype_name(d), " is not a float dtype"));
+  }
+}
+
+// ggml's Q8_0 round trip (its quantize_row_q8_0 / dequantize_row_q8_0, as the llama.cpp GGUF format
+// documents Q8_0): per block of 32 values, d = max|x| / 127 stored as fp16, q = round(x / d) in
+// [-127, 127], value = q * d. Applied to n values with n % 32 == 0 (a row; callers leave rows of
+// other lengths as they are, as llama-quantize keeps such tensors in another type).
+constexpr int64_t kQ8Block = 32;
+template <typename T>
+inline void q8_0_round(T* x, int64_t n) {
+  for (int64_t b = 0; b + kQ8Block <= n; b += kQ8Block) {
+    float amax = 0;
+    for (int64_t j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(static_cast<float>(x[b + j])));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float dh = round_f16(d);
+    for (int64_t j = 0; j < kQ8Block; ++j)
+      x[b + j] = static_cast<T>(std::round(static_cast<float>(x[b + j]) * id) * dh);
   }
 }
 

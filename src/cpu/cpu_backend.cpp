@@ -18,6 +18,7 @@ const char* cpu_precision_name(CpuPrecision p) {
     case CpuPrecision::ref: return "ref";
     case CpuPrecision::fp64: return "fp64";
     case CpuPrecision::bf16: return "bf16";
+    case CpuPrecision::q8_0: return "q8_0";
   }
   return "?";
 }
@@ -37,6 +38,7 @@ DType CpuBackend::act_dtype() const {
     case CpuPrecision::ref: return DType::f32;
     case CpuPrecision::fp64: return DType::f64;
     case CpuPrecision::bf16: return DType::bf16;
+    case CpuPrecision::q8_0: return DType::f32;
   }
   return DType::f32;
 }

@@ -37,7 +37,7 @@
 
 namespace degen {
 
-enum class CpuPrecision : uint8_t { ref, fp64, bf16 };
+enum class CpuPrecision : uint8_t { ref, fp64, bf16, q8_0 };
 const char* cpu_precision_name(CpuPrecision p);
 
 // Counters for `bench` (matrix products only).
@@ -59,6 +59,8 @@ class CpuBackend final : public Backend {
   // The dtype every op computes in: fp64 under precision=fp64, else fp32.
   DType compute_dtype() const { return precision_ == CpuPrecision::fp64 ? DType::f64 : DType::f32; }
   bool gpu_storage() const { return precision_ == CpuPrecision::bf16; }
+  // precision=q8_0: matrices and matrix-product inputs go through ggml's Q8_0 (cpu::q8_0_round).
+  bool q8_0() const { return precision_ == CpuPrecision::q8_0; }
   CpuPrecision precision() const { return precision_; }
   CpuStats& stats() { return stats_; }
   static int num_threads();

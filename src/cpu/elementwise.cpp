@@ -23,6 +23,7 @@ Tensor CpuBackend::embed(const TensorView& table, const std::vector<int32_t>& id
         input_error("token id ", ids[i], " at input position ", i, " is outside the embedding table [0, ", V, ")");
       cpu::load_weight(table, static_cast<size_t>(ids[i] * H), static_cast<size_t>(H), out.data<T>() + i * H,
                        gpu_storage());
+      if (q8_0() && H % cpu::kQ8Block == 0) cpu::q8_0_round(out.data<T>() + i * H, H);  // a Q8_0 table's row
     }
   });
   stats_.weight_bytes += static_cast<double>(N * H) * dtype_size(table.dtype);

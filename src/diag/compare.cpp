@@ -53,6 +53,44 @@ json logits_json(const LogitsResult& l) {
 
 }  // namespace
 
+EngineClass parse_engine_class(const std::string& name) {
+  EngineClass c;
+  c.name = name;
+  if (name == "fp32") c.record_class = FloorClass::fp32;
+  else if (name == "bf16") c.record_class = FloorClass::bf16;
+  else if (name == "q8_0") {
+    c.record_class = FloorClass::bf16;
+    c.measured = parse_run_config("precision=q8_0");
+  } else {
+    input_error("engine class '", name, "': expected fp32 (f32 weights and caches, exact attention), bf16 (16-bit ",
+                "weights or caches) or q8_0 (Q8_0 weights, floor measured with precision=q8_0)");
+  }
+  return c;
+}
+
+double measured_kld_floor(const GoldenCase& g, const Model& model, const RunConfig& rc, const BackendFactory& factory,
+                          const std::vector<uint8_t>* mask) {
+  DEGEN_ASSERT(factory, "measured_kld_floor needs a backend factory");
+  const ModelConfig& cfg = model.config;
+  std::unique_ptr<Backend> be = factory(rc, cfg);
+  Engine eng(cfg, model.weights, *be, engine_options(rc));
+  return teacher_forced_kld(eng, *be, g, cfg.vocab_size, mask);
+}
+
+double teacher_forced_kld(Engine& eng, Backend& be, const GoldenCase& g, int64_t vocab_size, const std::vector<uint8_t>* mask) {
+  const std::vector<int32_t> seq = g.sequence();
+  const int64_t T = static_cast<int64_t>(seq.size());
+  SeqState st = eng.new_state();
+  ForwardOptions fo;
+  fo.logits = LogitsRows::all;
+  fo.vocab_mask = mask;
+  const ForwardOutput out = eng.forward({SeqInput{&st, seq}}, fo);
+  const std::vector<float> logits = be.to_host_f32(out.logits);
+  std::vector<int32_t> next(static_cast<size_t>(T), -1);
+  for (int64_t i = 0; i + 1 < T; ++i) next[static_cast<size_t>(i)] = seq[static_cast<size_t>(i + 1)];
+  return mean_kld(logit_positions(logits, T, vocab_size, g.topk, next, mask));
+}
+
 LogitsResult logits_result(const std::vector<metrics::LogitPosition>& pos, const std::optional<double>& floor,
                            const metrics::FloorRule& rule, double fallback) {
   LogitsResult r;

@@ -171,6 +171,24 @@ void degeneration_reasons(GenerationResult& gen, std::vector<std::string>& bad, 
 LogitsResult logits_result(const std::vector<metrics::LogitPosition>& pos, const std::optional<double>& floor,
                            const metrics::FloorRule& rule, double fallback);
 
+// The noise-floor class another engine (compare --dump / --server) is judged with: fp32 and bf16 are
+// the record's classes (golden.h FloorClass); q8_0 has no floors in the record and is measured at
+// compare time: the known-good run is our CPU engine at precision=q8_0 (ggml's Q8_0 emulated), whose
+// teacher-forced mean KLD over the case's golden sequence is the case's floor.
+struct EngineClass {
+  std::string name = "fp32";
+  FloorClass record_class = FloorClass::fp32;  // the record's class (q8_0: bf16, for what the record has)
+  std::optional<RunConfig> measured;           // set: the floor is measured with this configuration
+};
+EngineClass parse_engine_class(const std::string& name);  // fp32 | bf16 | q8_0; InputError otherwise
+
+// Our engine under `rc`, teacher-forced (prefill) over the case's golden sequence: its mean KLD
+// against the record (the measured floor of an EngineClass).
+double measured_kld_floor(const GoldenCase& g, const Model& model, const RunConfig& rc, const BackendFactory& factory,
+                          const std::vector<uint8_t>* mask);
+// The same with an engine already built on `be`.
+double teacher_forced_kld(Engine& eng, Backend& be, const GoldenCase& g, int64_t vocab_size, const std::vector<uint8_t>* mask);
+
 // Runs the comparison. InputError (exit 128) for a record made for another model (unless
 // allow_model_mismatch; even then the shapes must agree), unknown case ids, or a damaged record;
 // UntestableError (exit 125) when the factory cannot build the configuration.

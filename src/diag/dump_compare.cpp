@@ -157,6 +157,7 @@ struct DumpRun {
   std::unique_ptr<Engine> ref, floor;
   std::vector<uint8_t> mask;
   const std::vector<uint8_t>* maskp = nullptr;
+  std::string class_name() const { return o.measured_class ? o.class_name : floor_class_name(o.fclass); }
 
   DumpRun(const GoldenRecord& r, const Model& m, const Tokenizer* tok, const DumpCompareOptions& opt,
           const BackendFactory& factory)
@@ -166,6 +167,7 @@ struct DumpRun {
     ref_rc.precision = golden_fp64 ? Precision::fp64 : Precision::ref;
     // The known-good run of each class, as the record's floors were made (golden.cpp GoldenRun).
     floor_rc.precision = o.fclass == FloorClass::bf16 ? Precision::bf16 : golden_fp64 ? Precision::ref : Precision::fp64;
+    if (o.measured_class) floor_rc = *o.measured_class;
     ref_be = factory(ref_rc, cfg);
     ref = std::make_unique<Engine>(cfg, model.weights, *ref_be, engine_options(ref_rc));
     floor_be = factory(floor_rc, cfg);
@@ -203,7 +205,7 @@ std::string localise_step(DumpRun& run, const SafetensorsFile& f, const std::vec
                                   run.o.rules.step_floor_min);
     if (!e.passes_nonfinite() || !metrics::floor_pass(e.rel_l2, floor, rule))
       return cat("first step over its floor in layer ", layer, ": ", step_name(n.step), " (the engine's '", n.engine, "-",
-                 layer, "', ", n.note, "): rel_l2 ", e.rel_l2, " against the ", floor_class_name(run.o.fclass),
+                 layer, "', ", n.note, "): rel_l2 ", e.rel_l2, " against the ", run.class_name(),
                  " known-good run's ", floor, " (limit ", rule.k * floor + rule.eps, ")", within);
   }
   return cat("no mapped step of layer ", layer, " is over its floor (", compared,
@@ -249,8 +251,10 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
   std::vector<int32_t> next(static_cast<size_t>(T), -1);
   for (int64_t i = 0; i + 1 < T; ++i) next[static_cast<size_t>(i)] = seq[static_cast<size_t>(i + 1)];
   const std::optional<CaseFloors>& floors = g.floors[static_cast<int>(run.o.fclass)];
-  cr.logits[0] = logits_result(logit_positions(logits, T, V, g.topk, next, run.maskp),
-                               floors ? floors->kld[0] : std::nullopt, run.o.rules.kld, run.o.rules.fallback_kld);
+  std::optional<double> kld_floor = floors ? floors->kld[0] : std::nullopt;
+  if (run.o.measured_class) kld_floor = teacher_forced_kld(*run.floor, *run.floor_be, g, V, run.maskp);
+  cr.logits[0] = logits_result(logit_positions(logits, T, V, g.topk, next, run.maskp), kld_floor, run.o.rules.kld,
+                               run.o.rules.fallback_kld);
   // Layers: the dump's drift against the known-good run's.
   const StepCapture good = traced_prefill(*run.floor, seq, -2);
   const Rows emb = mapped(*f, names.front(), -1, T, cfg);  // both tables start with the embedding
@@ -284,7 +288,7 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
     const LayerRow& row = cr.layers[static_cast<size_t>(l)];
     cr.reasons.push_back(cat("first layer over its drift floor: ", l, " (", row.kind == 'A' ? "attention" : "Gated DeltaNet",
                              "), rel_l2 ", row.drift[0]->rel_l2, " = ", *row.floor_ratio[0], " x the ",
-                             floor_class_name(run.o.fclass), " known-good run's drift"));
+                             run.class_name(), " known-good run's drift"));
     cr.reasons.push_back(localise_step(run, *f, names, seq, l));
   }
   if (!cr.logits[0]->pass)
@@ -311,12 +315,15 @@ CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const To
   r.model_fingerprint = model.fingerprint;
   check_record(rec, model, o.allow_model_mismatch, r);
   if (!std::filesystem::is_directory(o.dir)) input_error("--dump ", o.dir, ": not a folder");
-  r.floor_class = floor_class_name(o.fclass);
-  r.floors = rec.floors_present(o.fclass);
-  r.floors_reason = rec.floors_reason(o.fclass);
+  r.floor_class = o.measured_class ? o.class_name : floor_class_name(o.fclass);
+  r.floors = o.measured_class ? true : rec.floors_present(o.fclass);
+  r.floors_reason = o.measured_class ? "" : rec.floors_reason(o.fclass);
   r.limits_note = cat("limits: layers: drift against the drift of a known-good ", r.floor_class,
-                      " run measured now (k = 3); logits: the record's ", r.floor_class,
-                      r.floors ? " KLD floor (k = 3)" : " KLD floor is absent: fixed 1e-4 nats",
+                      " run measured now (k = 3); logits: ",
+                      o.measured_class ? cat("the ", r.floor_class, " known-good run's KLD (our engine at ",
+                                             o.measured_class->str(), "; k = 3)")
+                      : r.floors       ? cat("the record's ", r.floor_class, " KLD floor (k = 3)")
+                                       : cat("the record's ", r.floor_class, " KLD floor is absent: fixed 1e-4 nats"),
                       "; a dump has no isolated errors and no free-running generation");
   const std::vector<size_t> selected = select_cases(rec, o.cases);
   DumpRun run(rec, model, tok, o, factory);

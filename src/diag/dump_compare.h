@@ -55,6 +55,10 @@ const std::vector<DumpName>& dump_names(const std::string& names);
 struct DumpCompareOptions {
   std::string dir;                   // the dump folder
   FloorClass fclass = FloorClass::fp32;
+  // An engine class without floors in the record (EngineClass::measured, e.g. q8_0): the known-good
+  // run is our engine under this configuration, and its mean KLD is the logits' floor.
+  std::optional<RunConfig> measured_class;
+  std::string class_name;
   std::vector<std::string> cases;    // only these (empty: every case with a dump file)
   bool allow_model_mismatch = false;
   CompareRules rules;

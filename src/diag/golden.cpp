@@ -325,7 +325,8 @@ json measure_floors(Engine& eng, const std::vector<int32_t>& seq, const ForcedRu
 const char* floor_class_name(FloorClass c) { return c == FloorClass::bf16 ? "bf16" : "fp32"; }
 
 FloorClass floor_class_for(const RunConfig& rc) {
-  if (rc.backend != BackendKind::cpu || rc.precision == Precision::bf16) return FloorClass::bf16;
+  if (rc.backend != BackendKind::cpu || rc.precision == Precision::bf16 || rc.precision == Precision::q8_0)
+    return FloorClass::bf16;
   // Any other toggle that differs from its default (storage dtypes, attention algorithm, tensor
   // parallelism, CUDA-only keys) makes the path lower-precision than the reference.
   RunConfig neutral = rc;

@@ -252,7 +252,10 @@ void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, d
   }
   coverage = T ? static_cast<double>(covered) / static_cast<double>(T) : 1.0;
   const std::optional<CaseFloors>& floors = g.floors[static_cast<int>(run.o.fclass)];
-  cr.logits[0] = logits_result(pos, floors ? floors->kld[0] : std::nullopt, run.o.rules.kld, run.o.rules.fallback_kld);
+  std::optional<double> floor = floors ? floors->kld[0] : std::nullopt;
+  if (run.o.measured_class)
+    floor = measured_kld_floor(g, run.model, *run.o.measured_class, run.o.factory, run.mask.empty() ? nullptr : &run.mask);
+  cr.logits[0] = logits_result(pos, floor, run.o.rules.kld, run.o.rules.fallback_kld);
 }
 
 void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std::vector<std::string>& bad,
@@ -362,12 +365,15 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
   r.record_fingerprint = rec.model_fingerprint();
   r.model_fingerprint = model.fingerprint;
   check_record(rec, model, o.allow_model_mismatch, r);
-  r.floor_class = floor_class_name(o.fclass);
-  r.floors = rec.floors_present(o.fclass);
-  r.floors_reason = rec.floors_reason(o.fclass);
+  r.floor_class = o.measured_class ? o.class_name : floor_class_name(o.fclass);
+  r.floors = o.measured_class ? true : rec.floors_present(o.fclass);
+  r.floors_reason = o.measured_class ? "" : rec.floors_reason(o.fclass);
   r.fail_on_model_degeneration = o.fail_on_model_degeneration;
-  r.limits_note = cat("limits: logits: the server's top-", topk, topk == cfg.vocab_size ? " (every id)" : "", " against the record's top-K, the record's ", r.floor_class,
-                      r.floors ? " KLD floor (k = 3)" : " KLD floor is absent: fixed 1e-4 nats",
+  r.limits_note = cat("limits: logits: the server's top-", topk, topk == cfg.vocab_size ? " (every id)" : "", " against the record's top-K, ",
+                      o.measured_class ? cat("the ", r.floor_class, " class's KLD floor measured now (our engine at ",
+                                             o.measured_class->str(), "; k = 3)")
+                      : r.floors       ? cat("the record's ", r.floor_class, " KLD floor (k = 3)")
+                                       : cat("the record's ", r.floor_class, " KLD floor is absent: fixed 1e-4 nats"),
                       "; no layer data through HTTP (compare --dump gives it)");
   const std::vector<size_t> selected = select_cases(rec, o.cases);
   bool checked_vocab = false;

@@ -51,6 +51,11 @@ struct ServerCompareOptions {
   bool prompt_logprobs = false;         // openai: one request per sequence with prompt_logprobs (vLLM)
   std::string served_model;             // openai: the request's "model" (vLLM checks it; empty: not sent)
   FloorClass fclass = FloorClass::fp32;
+  // An engine class without floors in the record (EngineClass::measured, e.g. q8_0): each case's KLD
+  // floor is our engine's under this configuration, run now with `factory`; `class_name` names it.
+  std::optional<RunConfig> measured_class;
+  std::string class_name;
+  BackendFactory factory;
   std::vector<std::string> cases;     // only these (empty: all)
   bool allow_model_mismatch = false;
   bool fail_on_model_degeneration = false;

@@ -77,7 +77,7 @@ const std::vector<std::pair<const char*, DType>> kConv = {{"fp32", DType::f32}, 
 const std::vector<std::pair<const char*, DType>> kKv = {{"bf16", DType::bf16}, {"fp8", DType::f8_e4m3}};
 const std::vector<std::pair<const char*, BackendKind>> kBackend = {{"cpu", BackendKind::cpu}, {"cuda", BackendKind::cuda}};
 const std::vector<std::pair<const char*, Precision>> kPrecision = {
-    {"ref", Precision::ref}, {"fp64", Precision::fp64}, {"bf16", Precision::bf16}};
+    {"ref", Precision::ref}, {"fp64", Precision::fp64}, {"bf16", Precision::bf16}, {"q8_0", Precision::q8_0}};
 
 template <typename E>
 const char* enum_name(E e, const std::vector<std::pair<const char*, E>>& table) {
@@ -174,7 +174,7 @@ std::vector<int> LayerScope::layers(int n, const ModelConfig* cfg) const {
 const std::vector<ToggleInfo>& toggle_table() {
   static const std::vector<ToggleInfo> t = {
       {"backend", "cpu|cuda", "where the path runs", false},
-      {"precision", "ref|fp64|bf16", "cpu only: golden fp32, fp64, or GPU storage emulation", false},
+      {"precision", "ref|fp64|bf16|q8_0", "cpu only: golden fp32, fp64, GPU storage emulation, or ggml Q8_0 weights", false},
       {"attn", "naive|flash|splitkv", "attention algorithm", true},
       {"gdn", "chunked|recurrent", "GDN prefill algorithm", true},
       {"ssm_dtype", "fp32|bf16|fp16", "recurrent state storage (default: the checkpoint's mamba_ssm_dtype, else fp32)", true},

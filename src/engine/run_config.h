@@ -17,8 +17,10 @@
 namespace degen {
 
 enum class BackendKind : uint8_t { cpu, cuda };
-// cpu only: ref = golden fp32 (fp64 reductions); fp64 = everything double; bf16 = GPU storage emulation.
-enum class Precision : uint8_t { ref, fp64, bf16 };
+// cpu only: ref = golden fp32 (fp64 reductions); fp64 = everything double; bf16 = GPU storage emulation;
+// q8_0 = ggml's Q8_0 emulation: every matrix and every matrix product's input quantised in blocks of
+// 32 with an fp16 scale (as llama.cpp runs a Q8_0 GGUF on the CPU), fp32 otherwise.
+enum class Precision : uint8_t { ref, fp64, bf16, q8_0 };
 // AttnAlgo lives in engine/backend.h (the backend honours it).
 enum class BatchMode : uint8_t { one, all };
 

@@ -5,7 +5,8 @@
 #  - f32 GGUF, f32 caches, flash attention off: good against the fp32 class;
 #  - f32 GGUF with llama.cpp's defaults (f16 KV cache, CPU flash attention on): the attention
 #    layer's softmax(qk)v is named, the first step over the fp32 floor;
-#  - bf16 GGUF: good against the bf16 class; q8_0: a verdict (its figures are in the README);
+#  - bf16 GGUF: good against the bf16 class; q8_0: bad against the bf16 class, good against the
+#    q8_0 class (measured with our engine at precision=q8_0);
 #  - a llama.cpp built with a deliberate GDN bug (tests/llama/gdn-read-before-decay.patch): bad, the
 #    first GDN layer and its gated-delta-rule step named;
 #  - bad dumps: missing, another case, truncated, another vocabulary -> exit 128 with the reason.
@@ -49,14 +50,16 @@ expect_exit 0 "$bin/llama-dump" -m "$WORK/tiny-trained-bf16.gguf" --golden "$G" 
 expect_exit 0 cmp_dump --dump "$WORK/bf16" --engine-class bf16
 expect_out "7 good"
 
-# q8_0: scored (a verdict, not an error); its figures are reported, not asserted.
+# q8_0: too noisy for the bf16 class (the repeated-pattern case's KLD is ~2 x its limit); good
+# against the q8_0 class, whose known-good run (our engine at precision=q8_0) drifts as llama.cpp's
+# does layer by layer (floor_ratio 1.00 to 1.11).
 expect_exit 0 "$bin/llama-dump" -m "$WORK/tiny-trained-q8_0.gguf" --golden "$G" --out "$WORK/q8_0" --threads 2
-set +e
-cmp_dump --dump "$WORK/q8_0" --engine-class bf16 >"$WORK/q8_0.txt" 2>&1
-rc=$?
-set -e
-[ "$rc" = 0 ] || [ "$rc" = 1 ] || { cat "$WORK/q8_0.txt" >&2; fail "q8_0 dump: exit $rc, expected a verdict (0 or 1)"; }
-grep "^verdict" "$WORK/q8_0.txt"
+expect_exit 1 cmp_dump --dump "$WORK/q8_0" --engine-class bf16
+expect_out "repeated-pattern"
+expect_exit 0 cmp_dump --dump "$WORK/q8_0" --engine-class q8_0
+expect_out "verdict: good (exit 0): 7 cases, 7 good"
+expect_out "the q8_0 known-good run's KLD (our engine at precision=q8_0; k = 3)"
+grep -E "^  [0-9] [GA] |^  (two-plus-two|repeated-pattern) " "$WORK/out"
 
 # Bad dumps: exit 128, saying what was expected.
 mkdir -p "$WORK/bad"
