@@ -3,6 +3,7 @@
 #   make demo    build, then run the main job on the shipped trained model (models/tiny-trained)
 #   make build   configure and build only
 #   make models  synthesize the shipped tiny models into models/
+#   make gguf    rebuild the trained model's f32 GGUF (llama.cpp's converter output) from its recorded layout
 #   make clean   remove build outputs
 # Variables: BUILD (build folder, default build), JOBS (parallel jobs), CMAKE_FLAGS (e.g. -DDEGEN_CUDA=OFF).
 BUILD ?= build
@@ -11,7 +12,10 @@ CMAKE_FLAGS ?=
 BIN := $(BUILD)/degenbisect
 TINY_MODELS := tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next tiny-qwen35-tp3
 
-.PHONY: all deps configure build test demo models clean
+GGUF_DIR := models/tiny-trained-gguf
+GGUF := $(GGUF_DIR)/tiny-trained-f32.gguf
+
+.PHONY: all deps configure build test demo models gguf clean
 
 all: build
 
@@ -24,8 +28,15 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
 
-test: build
+test: build gguf
 	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# The GGUF the llama.cpp tests load: llama.cpp's converter output, rebuilt byte for byte (SHA-256
+# checked) from models/tiny-trained and the layout tools/gguf_layout.py recorded. Without python3 the
+# tests that need it say so and skip that part.
+gguf: $(GGUF)
+$(GGUF): $(GGUF_DIR)/layout.json $(GGUF_DIR)/header.bin $(GGUF_DIR)/extra.bin models/tiny-trained/model.safetensors
+	@python3 tools/gguf_rebuild.py $(GGUF_DIR) || echo "make: WARNING: $(GGUF) could not be rebuilt; the llama.cpp tests skip their parts that need it"
 
 models: build
 	@for m in $(TINY_MODELS); do \

@@ -5,11 +5,14 @@
 #include <filesystem>
 #include <memory>
 
+#include <unistd.h>
+
 #include "cli/command.h"
 #include "cli/session.h"
 #include "diag/compare.h"
 #include "diag/dump_compare.h"
 #include "diag/server_compare.h"
+#include "diag/server_sweep.h"
 #include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "report/junit.h"
@@ -23,7 +26,8 @@ struct CompareArgs {
   double timeout = 60;
   int attempts = 3, topk = 0;
   bool no_generate = false, prompt_logprobs = false;
-  std::string served_model;
+  std::string served_model, server_cmd, server_log;
+  double health_timeout = 120;
   std::vector<std::string> cases;
   bool allow_mismatch = false, fail_on_model = false, no_decode = false, per_case = false;
 };
@@ -53,12 +57,31 @@ int run_compare(const CompareArgs& a) {
   try {
     const EngineClass ec = parse_engine_class(a.engine_class);
     const FloorClass engine_class = ec.record_class;
-    if (!a.dump.empty() && !a.server.empty()) input_error("compare: --dump and --server: one other engine at a time");
-    if ((!a.dump.empty() || !a.server.empty()) && !a.config.empty())
+    if (!a.server_cmd.empty() && !a.server.empty())
+      input_error("compare: --server URL scores a running server, --server-cmd starts one: give one of them");
+    if (!a.dump.empty() && (!a.server.empty() || !a.server_cmd.empty()))
+      input_error("compare: --dump and --server: one other engine at a time");
+    // --server-cmd: start the server on a free port, wait until it is healthy, score it, stop it
+    // (`git bisect run` over an engine's history: README).
+    std::unique_ptr<ServerProcess> started;
+    std::string url = a.server;
+    if (!a.server_cmd.empty()) {
+      const int port = free_local_port();
+      const std::string cmd = fill_server_command(a.server_cmd, {}, port);
+      const std::filesystem::path log =
+          a.server_log.empty() ? std::filesystem::temp_directory_path() / cat("degenbisect-server-", ::getpid(), ".log")
+                               : std::filesystem::path(a.server_log);
+      std::filesystem::remove(log);
+      if (progress) std::fprintf(progress, "compare: starting the server: %s (log: %s)\n", cmd.c_str(), log.c_str());
+      started = std::make_unique<ServerProcess>(cmd, log);
+      url = cat("http://127.0.0.1:", port);
+      started->wait_healthy(url, a.health_timeout);
+    }
+    if ((!a.dump.empty() || !a.server.empty() || !a.server_cmd.empty()) && !a.config.empty())
       input_error("compare: --dump and --server judge another engine; --config (our engine's toggles) does not apply");
-    if (!a.server.empty()) {
+    if (!url.empty()) {
       ServerCompareOptions so;
-      so.url = a.server;
+      so.url = url;
       so.api = a.api;
       so.prompt_logprobs = a.prompt_logprobs;
       so.served_model = a.served_model;
@@ -130,6 +153,12 @@ CommandRegistrar reg("compare", "Measure a configuration against a golden record
   sub->add_option("--server", a->server,
                   "Judge a running inference server instead of our engine: its base URL (e.g. http://127.0.0.1:8080);\n"
                   "teacher-forced top-K log-probs at every golden position and free-running generation (docs/server.md)");
+  sub->add_option("--server-cmd", a->server_cmd,
+                  "Start the server to judge instead of naming a running one: its command line with {port}; it is\n"
+                  "waited for until GET /health answers 200 (--health-timeout), scored as with --server, and stopped");
+  sub->add_option("--server-log", a->server_log, "With --server-cmd: where the server's output goes (default: a temp file)");
+  sub->add_option("--health-timeout", a->health_timeout,
+                  "With --server-cmd: seconds the server may take to become healthy (default 120)")->check(CLI::PositiveNumber);
   sub->add_option("--api", a->api,
                   "With --server: the server's API: llama (llama-server's native /completion) or openai\n"
                   "(/v1/completions: llama-server, vLLM, SGLang; docs/server.md)")

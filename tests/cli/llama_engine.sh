@@ -23,6 +23,7 @@ fi
 G="$SRC/golden/tiny-trained/smoke"
 M="$SRC/models/tiny-trained"
 F32="$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf"
+[ -f "$F32" ] || { echo "SKIP: no $F32: run make gguf (tools/gguf_rebuild.py)"; exit 77; }
 cmp_dump() { "$BIN" -q compare --golden "$G" --model "$M" "$@"; }
 
 # The quantised copies, from the converter's f32 with llama.cpp's own tool.

@@ -82,6 +82,10 @@ if [ ! -x "$LLAMA/build/bin/llama-server" ]; then
   echo "note: llama-server not built in $LLAMA (scripts/build-llama-cpp.sh): the real server part not run"
   exit 0
 fi
+if [ ! -f "$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf" ]; then
+  echo "note: no models/tiny-trained-gguf/tiny-trained-f32.gguf (make gguf): the real server part not run"
+  exit 0
+fi
 start_llama() {  # PORT ARGS... : starts llama-server on the trained model's f32 GGUF, waits until healthy
   local port=$1; shift
   "$LLAMA/build/bin/llama-server" -m "$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf" --host 127.0.0.1 \

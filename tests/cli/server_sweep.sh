@@ -70,7 +70,7 @@ BUG="${DEGEN_LLAMA_CPP_GDN_BUG:-$SRC/build/llama.cpp-gdn-bug}/build/bin/llama-se
 CLEAN="${DEGEN_LLAMA_CPP:-$SRC/build/llama.cpp}/build/bin/llama-server"
 cmd() { echo "$1 -m $GGUF --host 127.0.0.1 --port {port} -t 2 -c 4096 -np 1 -ctk f32 -ctv f32 -fa {fa} --spec-type {spec}"; }
 if [ ! -f "$GGUF" ]; then
-  echo "note: no $GGUF: the llama.cpp parts not run"
+  echo "note: no $GGUF (make gguf): the llama.cpp parts not run"
   exit 0
 fi
 if [ -x "$BUG" ]; then
