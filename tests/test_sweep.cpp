@@ -215,6 +215,8 @@ TEST_CASE("sweep: a server sweep's cells are free key=value parameters that fill
   CHECK(cells[1].values == std::vector<std::string>{"on", "q8_0"});
   CHECK(fill_server_command("srv --port {port} -t {threads} -fa {fa} -ctk {ctk} -x {{y}}", cells[1].params, 8123) ==
         "srv --port 8123 -t 2 -fa on -ctk q8_0 -x {y}");
+  CHECK(fill_server_command("srv --port {port} \\\n  -t {threads}\n -fa {fa} -ctk {ctk}", cells[1].params, 1) ==
+        "srv --port 1    -t 2  -fa on -ctk q8_0");
   // A group value sets several parameters; a later value of a key replaces the earlier one.
   SweepMatrix g = sweep_matrix_from_axes("fa=on", {"fa=off", "mode=a"}, true);
   g.axes[1].values = {"ctk=f16,ctv=f16"};

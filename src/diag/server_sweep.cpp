@@ -97,6 +97,18 @@ std::string fill_server_command(const std::string& tmpl, const std::vector<std::
   if (!has_port)
     input_error("--server-cmd: the command has no {port}: the sweep picks a free port per server and needs to pass it "
                 "(e.g. '--port {port}')");
+  // One command line: a template written over several lines (with or without a trailing backslash)
+  // is joined with spaces, so that sh does not run its later lines as other commands.
+  std::string joined;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == '\\' && i + 1 < out.size() && out[i + 1] == '\n') {
+      joined += ' ';
+      ++i;
+    } else {
+      joined += out[i] == '\n' || out[i] == '\r' ? ' ' : out[i];
+    }
+  }
+  out = joined;
   for (const auto& p : params)
     if (!used.count(p.first))
       input_error("--server-cmd: parameter '", p.first, "' is not used by the command (expected a {", p.first,

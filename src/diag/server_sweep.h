@@ -14,7 +14,8 @@
 
 namespace degen {
 
-// "{port}" and "{KEY}" for each parameter of the cell, replaced literally; "{{" and "}}" are braces.
+// "{port}" and "{KEY}" for each parameter of the cell, replaced literally; "{{" and "}}" are braces;
+// line breaks (with or without a backslash before them) become spaces: one command line.
 // InputError: a placeholder that is neither port nor a parameter, a parameter the template does not
 // use (a sweep over nothing), no {port}.
 std::string fill_server_command(const std::string& tmpl, const std::vector<std::pair<std::string, std::string>>& params,
