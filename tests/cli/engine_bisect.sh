@@ -13,6 +13,7 @@ GGUF="$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf"
 [ -f "$LLAMA_SRC/CMakeLists.txt" ] || { echo "SKIP: no llama.cpp source in $LLAMA_SRC: run scripts/build-llama-cpp.sh"; exit 77; }
 [ -f "$GGUF" ] || { echo "SKIP: no $GGUF: run make gguf"; exit 77; }
 command -v git >/dev/null || { echo "SKIP: no git"; exit 77; }
+BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"  # the steps run inside the engine's checkout
 t0=$(date +%s)
 
 # The engine's history.

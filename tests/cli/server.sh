@@ -145,4 +145,19 @@ p2=$(free_port)
 start_llama "$p2"
 expect_exit 1 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$p2" --engine-class fp32 --no-generate
 expect_out "teacher-forced mean KLD"
+
+# The quantised GGUFs (llama-quantize from the converter's f32), started by compare --server-cmd,
+# teacher-forced and free-running, each against its class: bf16 against the record's bf16 floors,
+# q8_0 against the q8_0 class measured with our engine at precision=q8_0 (too noisy for bf16's).
+if [ -x "$LLAMA/build/bin/llama-quantize" ]; then
+  for t in bf16 q8_0; do
+    "$LLAMA/build/bin/llama-quantize" "$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf" "$WORK/tt-$t.gguf" \
+      "$(echo $t | tr a-z A-Z)" >"$WORK/quantize-$t.log" 2>&1 || { cat "$WORK/quantize-$t.log" >&2; fail "llama-quantize $t"; }
+    expect_exit 0 "$BIN" -q compare --golden "$G" --model "$M" --engine-class "$t" --server-log "$WORK/srv-$t.log" \
+      --server-cmd "$LLAMA/build/bin/llama-server -m $WORK/tt-$t.gguf --host 127.0.0.1 --port {port} -t 2 -np 1"
+    expect_out "verdict: good (exit 0): 7 cases, 7 good"
+    echo "$t GGUF against the $t class:"; grep -E "^  (two-plus-two|out-of-domain|repeated-pattern) " "$WORK/out"
+  done
+  expect_out "the q8_0 class's KLD floor measured now (our engine at precision=q8_0; k = 3)"
+fi
 echo "server: ok"
