@@ -145,7 +145,9 @@ CommandRegistrar reg("compare", "Measure a configuration against a golden record
   sub->add_flag("--fail-on-model-degeneration", a->fail_on_model,
                 "Exit 1 also when the output degenerates only where the golden run degenerates too");
   sub->add_flag("--per-case", a->per_case, "Print the per-layer table of every case (default: worst over the cases)");
-  sub->add_flag("--no-decode", a->no_decode, "Skip the decode-mode (one token per call) teacher-forced passes");
+  sub->add_flag("--no-decode", a->no_decode,
+                "Skip the decode-mode (one token per call) teacher-forced passes: faster, but bugs of the decode path\n"
+                "alone (fault=conv-window-stuck, kv-off-by-one) then go unmeasured and the verdict can be good");
   sub->add_option("--dump", a->dump,
                   "Judge another engine's dump instead of running ours: a folder of CASE.safetensors written by\n"
                   "tools/llama_dump (llama.cpp) over this record's tokens (docs/dump-format.md); names the first\n"

@@ -83,6 +83,25 @@ int run_sweep_cmd(const SweepArgs& a) {
     rows = run_sweep(m, so, compare_evaluator(s.rec, *s.model, s.tok.get(), s.base, make_backend));
   }
   std::string table = sweep_table(m, rows), effects = sweep_main_effects(m, rows);
+  // Every cell bad: no axis explains it, and the main effects all read "no effect". Say where the
+  // cause is, and the command that goes after it.
+  size_t n_bad = 0;
+  for (const auto& r : rows) n_bad += r.summary.verdict == "bad";
+  if (rows.size() >= 2 && n_bad == rows.size()) {
+    if (server) {
+      effects += cat("every cell is bad: the cause lies in what every cell shares, not in an axis: the rest of the server's\n"
+                     "command line, the engine build or the model. Its dump names the layer and step inside the engine\n"
+                     "(docs/dump-format.md): compare --golden ", a.golden, " --model ", a.model, " --dump DIR\n");
+    } else if (!m.base.empty()) {
+      effects += cat("every cell is bad: the cause lies in what every cell shares, not in an axis: the base (", m.base,
+                     "), the engine build or the model. Against a clean base:\n  degenbisect bisect --golden ", a.golden,
+                     " --model ", a.model, " --bad '", m.base, "' --good default\n");
+    } else {
+      effects += cat("every cell is bad: the cause lies in what every cell shares, not in an axis: the engine build or the\n"
+                     "model (the default configuration is bad too?):\n  degenbisect compare --golden ", a.golden, " --model ",
+                     a.model, "\n");
+    }
+  }
   std::printf("%s\n%s", table.c_str(), effects.c_str());
   write_file_atomic(fs::path(a.out) / "table.txt", table + "\n" + effects);
   // The worst bad cell (largest mean KLD), for scripts that bisect it next (make demo does).
@@ -119,7 +138,9 @@ CommandRegistrar reg("sweep", "Compare every cell of a toggle matrix against a g
   sub->add_flag("--isolate", a->isolate, "Run each cell in a child process: a crash costs one cell (verdict error)");
   sub->add_option("--case", a->cases, "Only this case id of the record (repeatable)");
   sub->add_option("--cases", a->cases_file, "Only the case ids of this suite file");
-  sub->add_flag("--no-decode", a->no_decode, "Skip the decode-mode teacher-forced passes (faster)");
+  sub->add_flag("--no-decode", a->no_decode,
+                "Skip the decode-mode teacher-forced passes (faster; misses bugs of the decode path alone, such as\n"
+                "fault=conv-window-stuck and kv-off-by-one)");
   sub->add_flag("--allow-model-mismatch", a->allow_mismatch, "Accept a record made for another checkpoint");
   sub->add_option("--server-cmd", a->server_cmd,
                   "Sweep a server's flags instead of our toggles: the command that starts one server, with {port}\n"

@@ -218,6 +218,7 @@ json CompareResult::to_json() const {
           {"model_fingerprint", model_fingerprint},
           {"model_mismatch", model_mismatch},
           {"weights_differ", weights_differ},
+          {"decode_skipped", decode_skipped},
           {"floor_class", floor_class},
           {"noise_floors", floors ? "measured" : "absent"},
           {"noise_floors_reason", floors ? json(nullptr) : json(floors_reason)},
@@ -667,6 +668,7 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
   r.record_fingerprint = rec.model_fingerprint();
   r.model_fingerprint = model.fingerprint;
   const FloorClass fclass = floor_class_for(opt.config);
+  r.decode_skipped = !opt.decode_mode;
   r.floor_class = floor_class_name(fclass);
   r.floors = rec.floors_present(fclass);
   r.floors_reason = rec.floors_reason(fclass);
@@ -779,6 +781,9 @@ std::string format_compare(const CompareResult& r, bool per_case) {
   if (r.weights_differ)
     o += "warning: same architecture and fingerprint as the record's model, but other weight values (another seed, a "
          "fine-tune or a modified copy?)\n";
+  if (r.decode_skipped)
+    o += "note: decode mode skipped (--no-decode): bugs of the one-token-per-call path alone (a stuck conv window, a\n"
+         "      KV cache off by one) are not measured, and the verdict can be good with them\n";
   if (!r.limits_note.empty())
     o += r.limits_note + "\n";
   else if (r.floors)

@@ -33,6 +33,16 @@ grep -q '"fail_on_model_degeneration": false' "$WORK/j.json" || fail "JSON lacks
 expect_exit 0 "$BIN" compare --golden "$g" --model "$m" --config gdn=recurrent --case raw
 expect_exit 0 "$BIN" compare --golden "$g" --model "$m" --config precision=fp64 --no-decode --per-case
 expect_out "case raw:"
+# Bugs of the decode path alone: caught by the decode-mode passes; --no-decode misses them, and says so
+# (in its help and in the result).
+for f in conv-window-stuck kv-off-by-one; do
+  expect_exit 1 "$BIN" -q compare --golden "$g" --model "$m" --config "fault=$f"
+  expect_exit 0 "$BIN" -q compare --golden "$g" --model "$m" --config "fault=$f" --no-decode --json "$WORK/nd.json"
+  expect_out "note: decode mode skipped (--no-decode): bugs of the one-token-per-call path alone"
+  grep -q '"decode_skipped": true' "$WORK/nd.json" || fail "JSON lacks decode_skipped"
+done
+expect_exit 0 "$BIN" compare --help
+expect_out "then go unmeasured and the verdict can be good"
 
 # Another seed of the same architecture: same fingerprint (config + tensor headers), other weight
 # values: compared, with a warning, and found bad from layer 0 on. (A single planted tensor change

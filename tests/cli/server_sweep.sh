@@ -80,6 +80,7 @@ if [ -x "$BUG" ]; then
   expect_out "-> fa: no effect (2/2 bad with each value)"
   expect_out "-> spec: no effect (2/2 bad with each value)"
   expect_out "4 cells: 4 bad, 0 error, 0 untestable"
+  expect_out "every cell is bad: the cause lies in what every cell shares, not in an axis: the rest of the server's"
   grep -E "^fa=|-> " "$WORK/out"
   [ "$(grep -c '"verdict":"bad"' "$WORK/bug/results.jsonl")" = 4 ] || fail "results.jsonl lacks 4 bad cells"
   # Resumed: every cell is done, no server is started again.
@@ -88,6 +89,9 @@ if [ -x "$BUG" ]; then
     --axis fa=on,off --axis spec=none,draft-mtp --resume
   expect_out "4 cells: 4 bad"
   [ ! -e "$WORK/bug/servers" ] || fail "--resume started a server for a finished cell"
+  # The report of a server sweep is the report of any sweep.
+  expect_exit 0 "$BIN" report "$WORK/bug"
+  expect_out "| fa | \`on\` | 2/2 | 2/2 |"
   echo "GDN bug sweep: ok ($(($(date +%s) - t0)) s)"
 else
   echo "note: no llama-server with the deliberate GDN bug at $BUG (scripts/build-llama-cpp.sh --dir build/llama.cpp-gdn-bug --patch tests/llama/gdn-read-before-decay.patch): that part not run"

@@ -72,6 +72,8 @@ expect_out "--fault 'nope' is not in the catalogue"
 expect_exit 1 "$BIN" -q sweep --golden "$G/smoke" --model "$M" --base "precision=bf16,fault=$BUG" \
   --axis attn=naive,flash,splitkv --case two-plus-two --out "$WORK/sweep"
 expect_out "-> attn: no effect (1/1 bad with each value)"
+expect_out "every cell is bad: the cause lies in what every cell shares, not in an axis: the base (precision=bf16,fault=$BUG)"
+expect_out "degenbisect bisect --golden $G/smoke --model $M --bad 'precision=bf16,fault=$BUG' --good default"
 expect_exit 1 "$BIN" -q bisect --golden "$G/smoke" --model "$M" --bad "precision=bf16,attn=flash,fault=$BUG" \
   --good precision=bf16,attn=naive --case two-plus-two
 expect_out "this one alone makes the run bad: fault:conv-window-stuck"
