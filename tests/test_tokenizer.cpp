@@ -382,3 +382,26 @@ TEST_CASE("tokenizer: synthetic tokenizer.json is deterministic and loadable") {
   CHECK(Tokenizer::from_json_text(synth_tokenizer_json(SynthTokenizerKind::qwen2, 400), "s")->vocab_end() <= 400);
   expect_input_error([] { synth_tokenizer_json(SynthTokenizerKind::qwen35, 100); }, "max_ids");
 }
+
+TEST_CASE("tokenizer: NFC keeps U+11A7 after a Hangul syllable (utf8proc 2.8 drops it), and its neighbours") {
+  // Expected values: the Hangul composition of Unicode 15 §3.12 (LV + T composes for T in
+  // U+11A8..U+11C2 only; U+11A7 is TBase), as Python's unicodedata.normalize("NFC") gives them.
+  struct Case { const char* in; const char* want; };
+  const Case cases[] = {
+      {"\uAC00\u11A7", "\uAC00\u11A7"},                  // the reported case: the jamo is kept
+      {"\u1100\u1161\u11A7", "\uAC00\u11A7"},            // L + V composes, the U+11A7 stays
+      {"\uAC00\u11A7\u0301", "\uAC00\u11A7\u0301"},      // a mark after it stays with it
+      {"x\u11A7\uAC00\u11A7y", "x\u11A7\uAC00\u11A7y"},  // at the start of a piece, twice
+      {"\uAC00\u11A8", "\uAC01"},                        // a real trailing consonant composes
+      {"\u1100\u1161\u11A8", "\uAC01"},                  // L + V + T
+      {"\uAC01\u11A8", "\uAC01\u11A8"},                  // LVT + T does not
+      {"e\u0301\u11A7e\u0301", "\u00E9\u11A7\u00E9"},    // compositions on both sides of a cut
+  };
+  for (const Case& c : cases) {
+    INFO(json(c.in).dump());
+    CHECK(Tokenizer::nfc(c.in) == c.want);
+  }
+  // Through a real tokenizer (NFC normaliser): no character is lost between encode and decode.
+  auto tok = Tokenizer::load(tok_dir() / "qwen35" / "tokenizer.json");
+  CHECK(tok->decode(tok->encode("\uAC00\u11A7")) == "\uAC00\u11A7");
+}

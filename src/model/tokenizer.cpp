@@ -610,6 +610,8 @@ std::string Tokenizer::nfc(std::string_view s) {
 }
 
 namespace {
+std::string nfc_utf8proc(std::string_view s);
+
 // NFC of text already known to be valid UTF-8.
 std::string nfc_valid(std::string_view s) {
   // Fast path: no code point >= U+0300 (no lead byte >= 0xCC). Every character below U+0300 is
@@ -618,6 +620,26 @@ std::string nfc_valid(std::string_view s) {
   for (unsigned char c : s)
     if (c >= 0xCC) { simple = false; break; }
   if (simple) return std::string(s);
+  // U+11A7 (UTF-8 E1 86 A7) is TBase of the Hangul composition algorithm, not a trailing consonant
+  // (those are U+11A8..U+11C2), so an LV syllable followed by it must stay as it is. utf8proc before
+  // 2.9.0 (Debian 12 ships 2.8.0) composes the pair as LV + T index 0, i.e. drops the U+11A7
+  // (JuliaStrings/utf8proc#317). U+11A7 is a starter of canonical class 0 that no canonical
+  // composition pairs with, so normalising the text in pieces cut before each U+11A7 gives the NFC of
+  // the whole: no composition or reordering can cross such a cut.
+  static constexpr std::string_view kTBase = "\xE1\x86\xA7";
+  if (s.find(kTBase) == std::string_view::npos) return nfc_utf8proc(s);
+  std::string out;
+  size_t start = 0;
+  while (start < s.size()) {
+    size_t cut = s.find(kTBase, start + 1);
+    if (cut == std::string_view::npos) cut = s.size();
+    out += nfc_utf8proc(s.substr(start, cut - start));
+    start = cut;
+  }
+  return out;
+}
+
+std::string nfc_utf8proc(std::string_view s) {
   utf8proc_uint8_t* dst = nullptr;
   utf8proc_ssize_t len = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
                                       static_cast<utf8proc_ssize_t>(s.size()), &dst,
