@@ -218,6 +218,7 @@ json CompareResult::to_json() const {
           {"model_fingerprint", model_fingerprint},
           {"model_mismatch", model_mismatch},
           {"weights_differ", weights_differ},
+          {"changed_tensors", changed_tensors},
           {"decode_skipped", decode_skipped},
           {"floor_class", floor_class},
           {"noise_floors", floors ? "measured" : "absent"},
@@ -253,6 +254,16 @@ void check_record(const GoldenRecord& rec, const Model& model, bool allow_model_
                   model.fingerprint.substr(0, 16), "...); refusing to compare (use --allow-model-mismatch for a "
                   "deliberate variant such as a quantised copy)");
     r.model_mismatch = true;
+  } else if (!rec.tensor_digests().empty()) {
+    // Every tensor, all its bytes: name the ones that differ from the recorded model's.
+    const std::map<std::string, std::string> now = tensor_digests(*model.checkpoint);
+    for (const auto& [name, d] : rec.tensor_digests()) {
+      auto it = now.find(name);
+      if (it == now.end() || it->second != d) r.changed_tensors.push_back(name);
+    }
+    for (const auto& [name, d] : now)
+      if (!rec.tensor_digests().count(name)) r.changed_tensors.push_back(name);
+    r.weights_differ = !r.changed_tensors.empty();
   } else if (!rec.weights_sample().empty() && rec.weights_sample() != weights_sample_digest(*model.checkpoint)) {
     r.weights_differ = true;
   }
@@ -778,9 +789,16 @@ std::string format_compare(const CompareResult& r, bool per_case) {
   if (r.model_mismatch)
     o += cat("warning: the record was made for another checkpoint (fingerprint ", r.record_fingerprint.substr(0, 16),
              "... vs ", r.model_fingerprint.substr(0, 16), "...), compared on request (--allow-model-mismatch)\n");
-  if (r.weights_differ)
+  if (r.weights_differ && !r.changed_tensors.empty()) {
+    std::string names;
+    for (size_t i = 0; i < r.changed_tensors.size() && i < 5; ++i) names += (i ? ", " : "") + r.changed_tensors[i];
+    if (r.changed_tensors.size() > 5) names += cat(", ... (", r.changed_tensors.size() - 5, " more)");
+    o += cat("warning: ", r.changed_tensors.size(), " of the model's tensors differ from the ones the record was made with: ",
+             names, "\n         (the model differs, not necessarily the engine: a converted, re-sharded or edited copy?)\n");
+  } else if (r.weights_differ) {
     o += "warning: same architecture and fingerprint as the record's model, but other weight values (another seed, a "
          "fine-tune or a modified copy?)\n";
+  }
   if (r.decode_skipped)
     o += "note: decode mode skipped (--no-decode): bugs of the one-token-per-call path alone (a stuck conv window, a\n"
          "      KV cache off by one) are not measured, and the verdict can be good with them\n";

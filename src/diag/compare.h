@@ -139,6 +139,7 @@ struct CompareResult {
   std::string record_fingerprint, model_fingerprint;
   bool model_mismatch = false;
   bool weights_differ = false;  // same fingerprint, but the weight-value sample differs (a modified copy?)
+  std::vector<std::string> changed_tensors;  // records with per-tensor digests: the tensors whose bytes differ
   bool decode_skipped = false;  // --no-decode: the one-token-per-call teacher-forced passes were not run
   std::string floor_class;     // "fp32" or "bf16": the floors this configuration is judged with
   bool floors = false;         // the record has floors of that class

@@ -85,6 +85,42 @@ std::string weights_sample_digest(const Checkpoint& ckpt) {
   return h.hex();
 }
 
+uint64_t content_hash64(const uint8_t* data, size_t n) {
+  constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+  auto mix = [](uint64_t h) {
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+    return h;
+  };
+  uint64_t lane[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k) {
+      uint64_t w;
+      std::memcpy(&w, data + i + 8 * static_cast<size_t>(k), 8);
+      lane[k] = mix((lane[k] ^ w) * kMul);
+    }
+  uint64_t h = static_cast<uint64_t>(n) * kMul;
+  for (uint64_t l : lane) h = mix((h ^ l) * kMul);
+  for (; i < n; ++i) h = mix((h ^ data[i]) * kMul);
+  return mix(h);
+}
+
+std::map<std::string, std::string> tensor_digests(const Checkpoint& ckpt) {
+  const std::vector<const TensorView*> ts = ckpt.tensors();
+  std::vector<uint64_t> hs(ts.size());
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < ts.size(); ++i) hs[i] = content_hash64(ts[i]->data, ts[i]->nbytes);
+  std::map<std::string, std::string> out;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    char b[17];
+    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(hs[i]));
+    out[ts[i]->name] = b;
+  }
+  return out;
+}
+
 // ---- teacher-forced runs ----
 
 ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const ForcedOptions& o) {
@@ -537,6 +573,7 @@ json golden_manifest(const GoldenRun& run, const Suite& suite, const GoldenSumma
       {"model",
        {{"fingerprint", run.model.fingerprint},
         {"weights_sample", weights_sample_digest(*run.model.checkpoint)},
+        {"tensor_digests", tensor_digests(*run.model.checkpoint)},
         {"name", run.model.dir.filename().string()},
         {"model_type", run.cfg.model_type},
         {"num_hidden_layers", run.L},
@@ -656,6 +693,8 @@ GoldenRecord GoldenRecord::open(const fs::path& dir) {
                   " (regenerate the record with `degenbisect golden`)");
     g.model_fp_ = m.at("model").at("fingerprint").get<std::string>();
     g.weights_sample_ = m.at("model").value("weights_sample", std::string());
+    if (m.at("model").contains("tensor_digests"))
+      g.tensor_digests_ = m.at("model").at("tensor_digests").get<std::map<std::string, std::string>>();
     g.layers_ = m.at("model").at("num_hidden_layers").get<int>();
     g.hidden_ = m.at("model").at("hidden_size").get<int64_t>();
     g.vocab_ = m.at("model").at("vocab_size").get<int64_t>();

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -225,6 +226,8 @@ class GoldenRecord {
   const nlohmann::json& manifest() const { return manifest_; }
   const std::string& model_fingerprint() const { return model_fp_; }
   const std::string& weights_sample() const { return weights_sample_; }  // "" in records without one
+  // Per-tensor digests (tensor_digests) of the recorded model; empty in records made before them.
+  const std::map<std::string, std::string>& tensor_digests() const { return tensor_digests_; }
   const std::string& tokenizer_fingerprint() const { return tok_fp_; }
   const std::string& suite() const { return suite_; }
   int num_layers() const { return layers_; }
@@ -243,6 +246,7 @@ class GoldenRecord {
   std::filesystem::path dir_;
   nlohmann::json manifest_;
   std::string model_fp_, tok_fp_, suite_, weights_sample_;
+  std::map<std::string, std::string> tensor_digests_;
   std::string floors_reason_[2];
   int layers_ = 0;
   int64_t hidden_ = 0, vocab_ = 0;
@@ -256,6 +260,14 @@ class GoldenRecord {
 // checkpoints of one architecture (another seed, a fine-tune, a modified copy) share it; this sample
 // tells them apart without reading the whole checkpoint (compare warns, it does not refuse).
 std::string weights_sample_digest(const Checkpoint& ckpt);
+
+// Every tensor's digest over ALL its bytes (name -> 16 hex digits): the sample above misses an edit
+// inside a tensor. A 64-bit hash of our own (64-bit words through a multiply-xorshift mix in four
+// lanes, then the length): it detects changes, it is not a cryptographic checksum. Tensors are
+// hashed in parallel; it reads the whole checkpoint once (bandwidth-bound: see README for the cost
+// on a 27B checkpoint).
+std::map<std::string, std::string> tensor_digests(const Checkpoint& ckpt);
+uint64_t content_hash64(const uint8_t* data, size_t n);
 
 // "all" | "none" | LIST -> [L] flags. InputError naming the option.
 std::vector<bool> parse_layer_list(const std::string& text, const ModelConfig& cfg);

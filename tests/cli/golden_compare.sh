@@ -45,14 +45,30 @@ expect_exit 0 "$BIN" compare --help
 expect_out "then go unmeasured and the verdict can be good"
 
 # Another seed of the same architecture: same fingerprint (config + tensor headers), other weight
-# values: compared, with a warning, and found bad from layer 0 on. (A single planted tensor change
-# named by its layer is tests/test_golden_compare.cpp's job.)
+# values: compared, with a warning naming the tensors that differ, and found bad from layer 0 on.
 expect_exit 0 "$BIN" synth --preset tiny-qwen35 --out "$WORK/seed1" --seed 1
 expect_exit 1 "$BIN" compare --golden "$g" --model "$WORK/seed1" --junit "$WORK/junit-bad.xml"
-expect_out "other weight values"
+expect_out "of the model's tensors differ from the ones the record was made with"
 expect_out "FIRST BREAK"
 expect_out "verdict: bad (exit 1)"
 grep -q '<failure' "$WORK/junit-bad.xml" || fail "JUnit lacks the failure"
+# One element inside one tensor (element 500, away from the first and last 64 bytes the weight
+# sample reads): the record's per-tensor digests name that tensor.
+cp -r "$m" "$WORK/edited"
+t=$(python3 - "$WORK/edited/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+name = sorted(k for k in h if "layers.1." in k and k.endswith("out_proj.weight"))[0]
+o = 8 + n + h[name]["data_offsets"][0] + 500 * 2 + 1   # the high byte of bf16 element 500
+b[o] ^= 0x01
+open(p, "wb").write(b); print(name)
+PY
+)
+[ -n "$t" ] || fail "no tensor edited"
+expect_exit 1 "$BIN" compare --golden "$g" --model "$WORK/edited" --json "$WORK/edited.json"
+expect_out "warning: 1 of the model's tensors differ from the ones the record was made with: $t"
+python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["changed_tensors"] == [sys.argv[2]]' "$WORK/edited.json" "$t" ||
+  fail "JSON lacks changed_tensors [$t]"
 # Another model (other config): refused, 128, unless --allow-model-mismatch.
 expect_exit 0 "$BIN" synth --preset tiny-qwen35-r3 --out "$WORK/r3"
 expect_exit 128 "$BIN" compare --golden "$g" --model "$WORK/r3"
