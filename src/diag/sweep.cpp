@@ -173,61 +173,15 @@ std::string params_name(const std::vector<std::pair<std::string, std::string>>& 
 }  // namespace
 
 std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
-  std::vector<Cell> out;
-  if (params_only) {
-    std::vector<std::pair<std::string, std::string>> base_params;
-    try {
-      apply_params(base_params, base);
-    } catch (const InputError& e) {
-      input_error("sweep matrix '", name, "': base: ", e.what());
-    }
-    size_t total = 1;
-    for (const auto& a : axes) {
-      if (a.values.empty()) input_error("sweep matrix '", name, "': axis '", a.name, "' has no values");
-      total *= a.values.size();
-    }
-    if (axes.empty()) total = cells_extra.empty() ? 1 : 0;
-    std::set<std::string> seen;
-    auto add = [&](Cell c) {
-      c.name = params_name(c.params);
-      c.index = out.size();
-      if (seen.insert(c.name).second) out.push_back(std::move(c));
-    };
-    for (size_t idx = 0; idx < total; ++idx) {
-      Cell c;
-      c.params = base_params;
-      size_t rem = idx;
-      std::vector<size_t> pick(axes.size());
-      for (size_t a = axes.size(); a-- > 0;) {
-        pick[a] = rem % axes[a].values.size();
-        rem /= axes[a].values.size();
-      }
-      for (size_t a = 0; a < axes.size(); ++a) {
-        const std::string& v = axes[a].values[pick[a]];
-        try {
-          apply_params(c.params, fragment(axes[a].name, v));
-        } catch (const InputError& e) {
-          input_error("sweep matrix '", name, "': axis '", axes[a].name, "' value '", v, "': ", e.what());
-        }
-        c.values.push_back(v);
-      }
-      add(std::move(c));
-    }
-    for (const auto& f : cells_extra) {
-      Cell c;
-      c.params = base_params;
-      try {
-        apply_params(c.params, f);
-      } catch (const InputError& e) {
-        input_error("sweep matrix '", name, "': cell '", f, "': ", e.what());
-      }
-      add(std::move(c));
-    }
-    return out;
-  }
-  RunConfig base_rc;
+  // A fragment on top of a cell: toggles parsed into its RunConfig, or (params_only) free key=value
+  // parameters of a server's command line.
+  auto apply = [&](Cell& c, const std::string& frag) {
+    if (params_only) apply_params(c.params, frag);
+    else c.config = apply_run_config(c.config, frag);
+  };
+  Cell base_cell;
   try {
-    base_rc = parse_run_config(base);
+    apply(base_cell, base);
   } catch (const InputError& e) {
     input_error("sweep matrix '", name, "': base: ", e.what());
   }
@@ -237,10 +191,15 @@ std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
     total *= a.values.size();
   }
   if (axes.empty()) total = cells_extra.empty() ? 1 : 0;
+  std::vector<Cell> out;
   std::set<std::string> seen;
+  auto add = [&](Cell c) {
+    c.name = params_only ? params_name(c.params) : c.config.str();
+    c.index = out.size();
+    if (seen.insert(c.name).second) out.push_back(std::move(c));  // else two combinations that mean the same cell
+  };
   for (size_t idx = 0; idx < total; ++idx) {
-    Cell c;
-    c.config = base_rc;
+    Cell c = base_cell;
     size_t rem = idx;
     std::vector<size_t> pick(axes.size());
     for (size_t a = axes.size(); a-- > 0;) {
@@ -250,28 +209,22 @@ std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
     for (size_t a = 0; a < axes.size(); ++a) {
       const std::string& v = axes[a].values[pick[a]];
       try {
-        c.config = apply_run_config(c.config, fragment(axes[a].name, v));
+        apply(c, fragment(axes[a].name, v));
       } catch (const InputError& e) {
         input_error("sweep matrix '", name, "': axis '", axes[a].name, "' value '", v, "': ", e.what());
       }
       c.values.push_back(v);
     }
-    c.name = c.config.str();
-    c.index = out.size();
-    if (!seen.insert(c.name).second) continue;  // two value combinations that mean the same config
-    out.push_back(std::move(c));
+    add(std::move(c));
   }
   for (const auto& f : cells_extra) {
-    Cell c;
+    Cell c = base_cell;
     try {
-      c.config = apply_run_config(base_rc, f);
+      apply(c, f);
     } catch (const InputError& e) {
       input_error("sweep matrix '", name, "': cell '", f, "': ", e.what());
     }
-    c.name = c.config.str();
-    c.index = out.size();
-    if (!seen.insert(c.name).second) continue;
-    out.push_back(std::move(c));
+    add(std::move(c));
   }
   return out;
 }

@@ -12,34 +12,20 @@ Listens on 127.0.0.1 on a free port (written to PORT_FILE) and answers every POS
   vocab    /detokenize answers another text: another model's vocabulary
   ids      /completion answers token ids outside any small vocabulary (another model's); its
            /detokenize answers TEXT_FILE's content (the right text, so that the ids are what fails)
-Standard library only. Stops when killed.
+Standard library only (with json_http.py beside it). Stops when killed.
 """
-import json
-import os
-import socketserver
 import sys
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from json_http import JsonHandler, serve
 
 MODE = sys.argv[1]
 TEXT = open(sys.argv[3], encoding="utf-8").read() if len(sys.argv) > 3 else ""
 
 
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def send_json(self, code, obj):
-        body = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
+class Handler(JsonHandler):
     def do_POST(self):
-        n = int(self.headers.get("Content-Length", "0"))
-        req = json.loads(self.rfile.read(n) or b"{}")
+        req = self.read_json()
         if MODE == "hang":
             time.sleep(3600)
         elif MODE == "close":
@@ -65,13 +51,4 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"error": "unknown mode " + MODE})
 
 
-class Server(socketserver.ThreadingMixIn, HTTPServer):
-    daemon_threads = True
-
-
-srv = Server(("127.0.0.1", 0), Handler)
-with open(sys.argv[2] + ".tmp", "w") as f:
-    f.write(str(srv.server_address[1]))
-
-os.replace(sys.argv[2] + ".tmp", sys.argv[2])
-srv.serve_forever()
+serve(Handler, sys.argv[2])

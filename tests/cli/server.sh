@@ -24,13 +24,21 @@ command -v python3 >/dev/null || { echo "SKIP: no python3 for the misbehaving te
 # A free TCP port on 127.0.0.1.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-start_bad() {  # MODE -> sets $port (not in a subshell: the server must not hold a captured stdout)
-  rm -f "$WORK/port-$1"
-  python3 "$SRC/tests/cli/misbehaving_server.py" "$1" "$WORK/port-$1" "$WORK/prompt.txt" >"$WORK/bad-$1.log" 2>&1 &
+# One of our Python test servers, which writes its port to PORT_FILE (an argument the script takes
+# too). Sets $port; not in a subshell: the server must not hold a captured stdout.
+start_py() {  # WHAT PORT_FILE SCRIPT ARGS...
+  local what=$1 pf=$2
+  shift 2
+  rm -f "$pf"
+  python3 "$@" >"$pf.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 1 50); do [ -s "$WORK/port-$1" ] && break; sleep 0.1; done
-  [ -s "$WORK/port-$1" ] || { cat "$WORK/bad-$1.log" >&2; fail "the misbehaving server ($1) did not start"; }
-  port=$(cat "$WORK/port-$1")
+  for _ in $(seq 1 50); do [ -s "$pf" ] && break; sleep 0.1; done
+  [ -s "$pf" ] || { cat "$pf.log" >&2; fail "$what did not start"; }
+  port=$(cat "$pf")
+}
+start_bad() {  # MODE -> $port
+  start_py "the misbehaving server ($1)" "$WORK/port-$1" "$SRC/tests/cli/misbehaving_server.py" "$1" "$WORK/port-$1" \
+    "$WORK/prompt.txt"
 }
 score() { "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two --timeout 1 --attempts 2 "$@"; }
 
@@ -115,12 +123,8 @@ kld_line >"$WORK/openai.txt"
 cmp -s "$WORK/native.txt" "$WORK/openai.txt" || { paste "$WORK/native.txt" "$WORK/openai.txt"; fail "the OpenAI API gives other figures than the native one"; }
 grep -q '"config": "server http://127.0.0.1:'"$p1"' (api openai)"' "$WORK/oai.json" || fail "JSON does not name the API"
 start_proxy() {  # MODE -> $port
-  rm -f "$WORK/proxy-$1"
-  python3 "$SRC/tests/cli/vllm_shape_proxy.py" "$1" "http://127.0.0.1:$p1" "$WORK/proxy-$1" >"$WORK/proxy-$1.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 1 50); do [ -s "$WORK/proxy-$1" ] && break; sleep 0.1; done
-  [ -s "$WORK/proxy-$1" ] || { cat "$WORK/proxy-$1.log" >&2; fail "the vLLM-shape proxy ($1) did not start"; }
-  port=$(cat "$WORK/proxy-$1")
+  start_py "the vLLM-shape proxy ($1)" "$WORK/proxy-$1" "$SRC/tests/cli/vllm_shape_proxy.py" "$1" "http://127.0.0.1:$p1" \
+    "$WORK/proxy-$1"
 }
 oscore() { "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two "$@"; }
 start_proxy vllm

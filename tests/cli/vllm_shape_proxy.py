@@ -16,14 +16,13 @@ MODE:
   nodetok     the same, but /detokenize is 404 (an OpenAI-compatible server without one)
   text-keys   token text instead of "token_id:N" keys (return_tokens_as_token_ids ignored)
   short       prompt_logprobs one entry short
-Standard library only. Stops when killed.
+Standard library only (with json_http.py beside it). Stops when killed.
 """
 import json
-import os
-import socketserver
 import sys
 import urllib.request
-from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from json_http import JsonHandler, serve
 
 MODE, UPSTREAM, PORT_FILE = sys.argv[1], sys.argv[2].rstrip("/"), sys.argv[3]
 
@@ -45,20 +44,9 @@ def key(tok_id, text, as_ids):
     return "token_id:%d" % tok_id if as_ids and MODE != "text-keys" else text
 
 
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def send_json(self, code, obj):
-        body = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
+class Handler(JsonHandler):
     def do_POST(self):
-        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        req = self.read_json()
         if self.path == "/detokenize":
             if MODE == "nodetok":
                 return self.send_json(404, {"detail": "Not Found"})
@@ -94,12 +82,4 @@ class Handler(BaseHTTPRequestHandler):
                              "choices": [choice]})
 
 
-class Server(socketserver.ThreadingMixIn, HTTPServer):
-    daemon_threads = True
-
-
-srv = Server(("127.0.0.1", 0), Handler)
-with open(PORT_FILE + ".tmp", "w") as f:
-    f.write(str(srv.server_address[1]))
-os.replace(PORT_FILE + ".tmp", PORT_FILE)
-srv.serve_forever()
+serve(Handler, PORT_FILE)
