@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/command.h"
+#include "cli/server_flags.h"
 #include "cli/session.h"
 #include "diag/compare.h"
 #include "diag/dump_compare.h"
@@ -22,12 +23,8 @@ namespace degen::cli {
 namespace {
 
 struct CompareArgs {
-  std::string golden, model, config, json, junit, dump, server, api = "llama", engine_class = "fp32";
-  double timeout = 60;
-  int attempts = 3, topk = 0;
-  bool no_generate = false, prompt_logprobs = false;
-  std::string served_model, server_cmd, server_log;
-  double health_timeout = 120;
+  std::string golden, model, config, json, junit, dump, server, server_cmd, server_log;
+  ServerFlags srv;
   std::vector<std::string> cases;
   bool allow_mismatch = false, fail_on_model = false, no_decode = false, per_case = false;
 };
@@ -55,7 +52,7 @@ int run_compare(const CompareArgs& a) {
 
   CompareResult r;
   try {
-    const EngineClass ec = parse_engine_class(a.engine_class);
+    const EngineClass ec = parse_engine_class(a.srv.engine_class);
     const FloorClass engine_class = ec.record_class;
     if (!a.server_cmd.empty() && !a.server.empty())
       input_error("compare: --server URL scores a running server, --server-cmd starts one: give one of them");
@@ -75,27 +72,16 @@ int run_compare(const CompareArgs& a) {
       if (progress) std::fprintf(progress, "compare: starting the server: %s (log: %s)\n", cmd.c_str(), log.c_str());
       started = std::make_unique<ServerProcess>(cmd, log);
       url = cat("http://127.0.0.1:", port);
-      started->wait_healthy(url, a.health_timeout);
+      started->wait_healthy(url, a.srv.health_timeout);
     }
     if ((!a.dump.empty() || !a.server.empty() || !a.server_cmd.empty()) && !a.config.empty())
       input_error("compare: --dump and --server judge another engine; --config (our engine's toggles) does not apply");
     if (!url.empty()) {
-      ServerCompareOptions so;
+      ServerCompareOptions so = a.srv.options();
       so.url = url;
-      so.api = a.api;
-      so.prompt_logprobs = a.prompt_logprobs;
-      so.served_model = a.served_model;
-      so.fclass = engine_class;
-      so.measured_class = ec.measured;
-      so.class_name = ec.name;
-      so.factory = make_backend;
       so.cases = a.cases;
       so.allow_model_mismatch = a.allow_mismatch;
       so.fail_on_model_degeneration = a.fail_on_model;
-      so.free_running = !a.no_generate;
-      so.topk = a.topk;
-      so.http.timeout_s = a.timeout;
-      so.http.attempts = a.attempts;
       r = compare_server(rec, *s.model, s.tok.get(), so, progress);
     } else if (!a.dump.empty()) {
       DumpCompareOptions d;
@@ -159,28 +145,12 @@ CommandRegistrar reg("compare", "Measure a configuration against a golden record
                   "Start the server to judge instead of naming a running one: its command line with {port}; it is\n"
                   "waited for until GET /health answers 200 (--health-timeout), scored as with --server, and stopped");
   sub->add_option("--server-log", a->server_log, "With --server-cmd: where the server's output goes (default: a temp file)");
-  sub->add_option("--health-timeout", a->health_timeout,
-                  "With --server-cmd: seconds the server may take to become healthy (default 120)")->check(CLI::PositiveNumber);
-  sub->add_option("--api", a->api,
-                  "With --server: the server's API: llama (llama-server's native /completion) or openai\n"
-                  "(/v1/completions: llama-server, vLLM, SGLang; docs/server.md)")
-      ->check(CLI::IsMember({"llama", "openai"}));
-  sub->add_flag("--prompt-logprobs", a->prompt_logprobs,
-                "With --api openai: ask for prompt_logprobs (vLLM): one request per sequence instead of one per position");
-  sub->add_option("--served-model", a->served_model,
-                  "With --api openai: the request's \"model\" (the name the server serves; vLLM checks it)");
-  sub->add_option("--engine-class", a->engine_class,
+  a->srv.add(sub, "--server");
+  sub->add_option("--engine-class", a->srv.engine_class,
                   "With --dump or --server: the floor class the other engine's run belongs to: fp32 (f32 weights, f32\n"
                   "caches, exact attention), bf16 (16-bit weights or caches) or q8_0 (Q8_0 weights: the floor is\n"
                   "measured now, our engine at precision=q8_0)")
       ->check(CLI::IsMember({"fp32", "bf16", "q8_0"}));
-  sub->add_option("--timeout", a->timeout, "With --server: seconds per request before it counts as failed (default 60)")
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--attempts", a->attempts, "With --server: attempts per request on a transport failure (default 3)")
-      ->check(CLI::Range(1, 20));
-  sub->add_option("--topk", a->topk, "With --server: log-probs asked per position (default: every id up to 4096 ids, "
-                  "else 40)")->check(CLI::Range(1, 1000000));
-  sub->add_flag("--no-generate", a->no_generate, "With --server: teacher-forced only, no free-running generation");
   sub->footer(
       "Per case: teacher-forced drift and KLD (prefill and decode mode), isolated layer errors with golden inputs\n"
       "injected and the first layer over its noise floor (k = 3), free-running generation with the degeneration\n"

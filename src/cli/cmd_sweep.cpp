@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/server_flags.h"
 #include "cli/session.h"
 #include "diag/cases.h"
 #include "diag/evaluate.h"
@@ -23,11 +24,8 @@ struct SweepArgs {
   std::vector<std::string> axes, cases;
   bool resume = false, isolate = false, no_decode = false, allow_mismatch = false;
   // Server sweeps
-  std::string server_cmd, api = "llama", engine_class = "fp32";
-  double health_timeout = 120, timeout = 60;
-  int attempts = 3, topk = 0;
-  bool no_generate = false, prompt_logprobs = false;
-  std::string served_model;
+  std::string server_cmd;
+  ServerFlags srv;
 };
 
 int run_sweep_cmd(const SweepArgs& a) {
@@ -56,22 +54,11 @@ int run_sweep_cmd(const SweepArgs& a) {
   if (server) {
     ServerSweepOptions o;
     o.command = a.server_cmd;
-    o.health_timeout_s = a.health_timeout;
+    o.health_timeout_s = a.srv.health_timeout;
     o.out = a.out;
-    o.compare.api = a.api;
-    const EngineClass ec = parse_engine_class(a.engine_class);
-    o.compare.fclass = ec.record_class;
-    o.compare.measured_class = ec.measured;
-    o.compare.class_name = ec.name;
-    o.compare.factory = make_backend;
+    o.compare = a.srv.options();
     o.compare.cases = s.base.cases;
     o.compare.allow_model_mismatch = a.allow_mismatch;
-    o.compare.free_running = !a.no_generate;
-    o.compare.topk = a.topk;
-    o.compare.prompt_logprobs = a.prompt_logprobs;
-    o.compare.served_model = a.served_model;
-    o.compare.http.timeout_s = a.timeout;
-    o.compare.http.attempts = a.attempts;
     auto eval = server_sweep_evaluator(s.rec, *s.model, s.tok.get(), m, o);
     std::fprintf(stderr, "sweep %s: %zu server cells (shard %s), golden %s, results in %s, server logs in %s\n",
                  m.name.c_str(), m.cells().size(), a.shard.c_str(), a.golden.c_str(),
@@ -146,21 +133,9 @@ CommandRegistrar reg("sweep", "Compare every cell of a toggle matrix against a g
                   "Sweep a server's flags instead of our toggles: the command that starts one server, with {port}\n"
                   "and a {KEY} placeholder per axis or base parameter; each cell starts it, waits for GET /health,\n"
                   "scores it as compare --server does, and stops it (docs/server.md)");
-  sub->add_option("--health-timeout", a->health_timeout,
-                  "With --server-cmd: seconds a started server may take to answer /health with 200 (default 120)")
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--api", a->api, "With --server-cmd: the server's API (as compare --api)")
-      ->check(CLI::IsMember({"llama", "openai"}));
-  sub->add_option("--engine-class", a->engine_class, "With --server-cmd: the floor class of every cell (fp32, bf16 or q8_0)")
+  a->srv.add(sub, "--server-cmd");
+  sub->add_option("--engine-class", a->srv.engine_class, "With --server-cmd: the floor class of every cell (fp32, bf16 or q8_0)")
       ->check(CLI::IsMember({"fp32", "bf16", "q8_0"}));
-  sub->add_option("--timeout", a->timeout, "With --server-cmd: seconds per request (default 60)")->check(CLI::PositiveNumber);
-  sub->add_option("--attempts", a->attempts, "With --server-cmd: attempts per request on a transport failure (default 3)")
-      ->check(CLI::Range(1, 20));
-  sub->add_option("--topk", a->topk, "With --server-cmd: log-probs asked per position (as compare --topk)")
-      ->check(CLI::Range(1, 1000000));
-  sub->add_flag("--no-generate", a->no_generate, "With --server-cmd: teacher-forced only, no free-running generation");
-  sub->add_flag("--prompt-logprobs", a->prompt_logprobs, "With --server-cmd --api openai: as compare --prompt-logprobs");
-  sub->add_option("--served-model", a->served_model, "With --server-cmd --api openai: as compare --served-model");
   sub->footer("Exit: 0 no cell bad, 1 some cell bad or crashed, 125 every cell untestable, 128 input error.\n"
               "Example:\n  degenbisect sweep --golden golden/tiny-qwen35/smoke --model models/tiny-qwen35 \\\n"
               "      --matrix cases/matrix-default.json --out out/sweep\n"

@@ -185,6 +185,16 @@ TopList openai_generated_top(const json& choice, const ServerRun& run, const std
   return top_from_map(top.at(0), run, url);
 }
 
+// A /v1/completions request: a token-id prompt, the ids asked back ("token_id:N" where the server
+// writes tokens as text), the served model's name when given.
+json openai_request(const ServerRun& run, const std::vector<int32_t>& prompt, int64_t max_tokens, const json& temperature,
+                    int logprobs) {
+  json req = {{"prompt", prompt},     {"max_tokens", max_tokens}, {"temperature", temperature},
+              {"logprobs", logprobs}, {"return_tokens_as_token_ids", true}};
+  if (!run.o.served_model.empty()) req["model"] = run.o.served_model;
+  return req;
+}
+
 // The top-K at every position of `seq` (the distribution after seq[0..i]).
 std::vector<TopList> server_topk(const ServerRun& run, const std::vector<int32_t>& seq) {
   const int64_t T = static_cast<int64_t>(seq.size());
@@ -193,9 +203,8 @@ std::vector<TopList> server_topk(const ServerRun& run, const std::vector<int32_t
     // One request: prompt_logprobs[j] is the distribution that predicted seq[j] (j >= 1); the last
     // position's is the generated token's top-K.
     const std::string url = run.base + "/v1/completions";
-    json req = {{"prompt", seq},    {"max_tokens", 1},           {"temperature", 0},
-                {"logprobs", run.topk}, {"prompt_logprobs", run.topk}, {"return_tokens_as_token_ids", true}};
-    if (!run.o.served_model.empty()) req["model"] = run.o.served_model;
+    json req = openai_request(run, seq, 1, 0, run.topk);
+    req["prompt_logprobs"] = run.topk;
     const json r = net::post_json(url, req, run.o.http);
     const json& choice = first_choice(r, url);
     const json& pl = field(choice, "prompt_logprobs", url, "prompt log-probs (prompt_logprobs)");
@@ -210,9 +219,7 @@ std::vector<TopList> server_topk(const ServerRun& run, const std::vector<int32_t
     const std::vector<int32_t> prefix(seq.begin(), seq.begin() + i + 1);
     if (run.o.api == "openai") {
       const std::string url = run.base + "/v1/completions";
-      json req = {{"prompt", prefix}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", run.topk},
-                  {"return_tokens_as_token_ids", true}};
-      if (!run.o.served_model.empty()) req["model"] = run.o.served_model;
+      const json req = openai_request(run, prefix, 1, 0, run.topk);
       out.push_back(openai_generated_top(first_choice(net::post_json(url, req, run.o.http), url), run, url));
       continue;
     }
@@ -253,8 +260,15 @@ void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, d
   coverage = T ? static_cast<double>(covered) / static_cast<double>(T) : 1.0;
   const std::optional<CaseFloors>& floors = g.floors[static_cast<int>(run.o.fclass)];
   std::optional<double> floor = floors ? floors->kld[0] : std::nullopt;
-  if (run.o.measured_class)
-    floor = measured_kld_floor(g, run.model, *run.o.measured_class, run.o.factory, run.mask.empty() ? nullptr : &run.mask);
+  if (run.o.measured_class) {
+    auto it = run.o.measured_floors->find(g.id);
+    if (it == run.o.measured_floors->end())
+      it = run.o.measured_floors
+               ->emplace(g.id, measured_kld_floor(g, run.model, *run.o.measured_class, run.o.factory,
+                                                  run.mask.empty() ? nullptr : &run.mask))
+               .first;
+    floor = it->second;
+  }
   cr.logits[0] = logits_result(pos, floor, run.o.rules.kld, run.o.rules.fallback_kld);
 }
 
@@ -280,9 +294,8 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
     if (run.o.api == "openai") {
       // The completions API returns text; the ids come from the per-token log-probs (logprobs: 1).
       const std::string ourl = run.base + "/v1/completions";
-      json oreq = {{"prompt", g.prompt},  {"max_tokens", g.max_new_tokens}, {"temperature", sp.temperature},
-                   {"logprobs", 1},       {"return_tokens_as_token_ids", true}, {"ignore_eos", g.ignore_stop}};
-      if (!run.o.served_model.empty()) oreq["model"] = run.o.served_model;
+      json oreq = openai_request(run, g.prompt, g.max_new_tokens, sp.temperature, 1);
+      oreq["ignore_eos"] = g.ignore_stop;
       if (sp.temperature > 0) {
         oreq["top_p"] = sp.top_p;
         oreq["top_k"] = sp.top_k;

@@ -31,6 +31,9 @@
 // InputError (128). Both name the URL and what was expected.
 #pragma once
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +59,9 @@ struct ServerCompareOptions {
   std::optional<RunConfig> measured_class;
   std::string class_name;
   BackendFactory factory;
+  // The measured floors by case id, shared by the copies of these options (a server sweep's cells
+  // judge the same cases against the same known-good run: it runs once per case).
+  std::shared_ptr<std::map<std::string, double>> measured_floors = std::make_shared<std::map<std::string, double>>();
   std::vector<std::string> cases;     // only these (empty: all)
   bool allow_model_mismatch = false;
   bool fail_on_model_degeneration = false;

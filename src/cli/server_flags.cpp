@@ -1,0 +1,46 @@
+// ServerFlags (server_flags.h).
+#include "cli/server_flags.h"
+
+#include "backends/make_backend.h"
+
+namespace degen::cli {
+
+void ServerFlags::add(CLI::App* sub, const std::string& with) {
+  sub->add_option("--health-timeout", health_timeout,
+                  "With --server-cmd: seconds a started server may take to answer GET /health with 200 (default 120)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--api", api,
+                  "With " + with + ": the server's API: llama (llama-server's native /completion) or openai\n"
+                  "(/v1/completions: llama-server, vLLM, SGLang; docs/server.md)")
+      ->check(CLI::IsMember({"llama", "openai"}));
+  sub->add_flag("--prompt-logprobs", prompt_logprobs,
+                "With --api openai: ask for prompt_logprobs (vLLM): one request per sequence instead of one per position");
+  sub->add_option("--served-model", served_model,
+                  "With --api openai: the request's \"model\" (the name the server serves; vLLM checks it)");
+  sub->add_option("--timeout", timeout, "With " + with + ": seconds per request before it counts as failed (default 60)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--attempts", attempts, "With " + with + ": attempts per request on a transport failure (default 3)")
+      ->check(CLI::Range(1, 20));
+  sub->add_option("--topk", topk, "With " + with + ": log-probs asked per position (default: every id up to 4096 ids, else 40)")
+      ->check(CLI::Range(1, 1000000));
+  sub->add_flag("--no-generate", no_generate, "With " + with + ": teacher-forced only, no free-running generation");
+}
+
+ServerCompareOptions ServerFlags::options() const {
+  ServerCompareOptions o;
+  o.api = api;
+  o.prompt_logprobs = prompt_logprobs;
+  o.served_model = served_model;
+  const EngineClass ec = parse_engine_class(engine_class);
+  o.fclass = ec.record_class;
+  o.measured_class = ec.measured;
+  o.class_name = ec.name;
+  o.factory = make_backend;
+  o.free_running = !no_generate;
+  o.topk = topk;
+  o.http.timeout_s = timeout;
+  o.http.attempts = attempts;
+  return o;
+}
+
+}  // namespace degen::cli
