@@ -256,7 +256,8 @@ void check_record(const GoldenRecord& rec, const Model& model, bool allow_model_
     r.model_mismatch = true;
   } else if (!rec.tensor_digests().empty()) {
     // Every tensor, all its bytes: name the ones that differ from the recorded model's.
-    const std::map<std::string, std::string> now = tensor_digests(*model.checkpoint);
+    if (!model.tensor_digests) model.tensor_digests = tensor_digests(*model.checkpoint);
+    const std::map<std::string, std::string>& now = *model.tensor_digests;
     for (const auto& [name, d] : rec.tensor_digests()) {
       auto it = now.find(name);
       if (it == now.end() || it->second != d) r.changed_tensors.push_back(name);

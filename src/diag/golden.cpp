@@ -3,11 +3,13 @@
 #include "diag/golden.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <cmath>
 #include <numeric>
 #include <span>
+#include <thread>
 #include <unistd.h>
 
 #include "build_config.h"
@@ -110,8 +112,16 @@ uint64_t content_hash64(const uint8_t* data, size_t n) {
 std::map<std::string, std::string> tensor_digests(const Checkpoint& ckpt) {
   const std::vector<const TensorView*> ts = ckpt.tensors();
   std::vector<uint64_t> hs(ts.size());
-#pragma omp parallel for schedule(dynamic)
-  for (size_t i = 0; i < ts.size(); ++i) hs[i] = content_hash64(ts[i]->data, ts[i]->nbytes);
+  // One tensor at a time per thread, on every core (this library is built without OpenMP).
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < ts.size();) hs[i] = content_hash64(ts[i]->data, ts[i]->nbytes);
+  };
+  const size_t n = std::max<size_t>(1, std::min<size_t>(std::thread::hardware_concurrency(), ts.size()));
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < n; ++k) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
   std::map<std::string, std::string> out;
   for (size_t i = 0; i < ts.size(); ++i) {
     char b[17];

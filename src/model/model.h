@@ -1,7 +1,9 @@
 // A loaded model: validated config, memory-mapped checkpoint, bound weight table, fingerprint.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "model/config.h"
@@ -16,6 +18,10 @@ struct Model {
   std::unique_ptr<Checkpoint> checkpoint;
   ModelWeights weights;
   std::string fingerprint;  // model_fingerprint(): config.json + every tensor header
+  // Every tensor's digest over all its bytes (diag/golden.h tensor_digests), filled on first use by
+  // compare: a sweep or a bisect compares the same loaded model once per cell or evaluation, and
+  // the digests read the whole checkpoint.
+  mutable std::optional<std::map<std::string, std::string>> tensor_digests;
 };
 
 // Opens DIR: config.json, safetensors (headers only), weight-table validation. InputError on any problem.
