@@ -8,6 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "diag/bisect.h"
+#include "diag/localise.h"
+#include "engine/trace.h"
+#include "model/weights.h"
+#include "util/error.h"
 #include "helpers.h"
 #include "model/safetensors.h"
 
@@ -123,4 +127,41 @@ TEST_CASE("bisect: non-layer toggles and inconsistent inputs") {
   CHECK(bisect(parse_run_config(""), true, parse_run_config("attn=flash"), cfg, never).status == "bad-is-good");
   BisectOracle always([](const RunConfig&) { return verdict(true); }, std::nullopt);
   CHECK(bisect(parse_run_config(""), true, parse_run_config("attn=flash"), cfg, always).status == "good-is-bad");
+}
+
+TEST_CASE("localise: every tensor of the weight table maps to the step that first reads it") {
+  // Each config family's full table (fused and per-expert MoE layouts, MTP): every tensor has a step,
+  // that step exists, is per-layer exactly when the tensor is in a decoder layer, and the layer is right.
+  for (const char* name : {"qwen36-27b.json", "qwen35-35b-a3b.json", "qwen3next-80b-a3b-instruct.json"}) {
+    ModelConfig cfg = parse_model_config(nlohmann::json::parse(read_file(test::fixtures_dir() / "configs" / name)), name);
+    for (bool fused : {false, true}) {
+      CheckpointLayout layout;
+      layout.experts_fused = fused;
+      layout.mtp_layers = 1;
+      for (const WeightSpec& w : weight_table(cfg, layout)) {
+        CAPTURE(w.name);
+        auto use = tensor_first_use(w.name, cfg);
+        REQUIRE(use.has_value());
+        const StepInfo* info = nullptr;
+        for (const auto& s : trace_steps())
+          if (use->step == s.name) info = &s;
+        REQUIRE(info != nullptr);
+        const std::string layer_tag = cat(cfg.tensor_prefix, "layers.", use->layer, ".");
+        if (use->layer >= 0) CHECK(w.name.rfind(layer_tag, 0) == 0);
+        CHECK(info->per_layer == (use->layer >= 0));
+      }
+    }
+  }
+  ModelConfig cfg = model_27b();
+  const std::string p = cfg.tensor_prefix;
+  CHECK(tensor_first_use(p + "layers.4.linear_attn.out_proj.weight", cfg)->step == "mixer_out");
+  CHECK(tensor_first_use(p + "layers.4.linear_attn.A_log", cfg)->step == "gdn_g");
+  CHECK(tensor_first_use(p + "layers.3.self_attn.q_proj.weight", cfg)->step == "attn_q");
+  CHECK(tensor_first_use(p + "layers.3.input_layernorm.weight", cfg)->layer == 3);
+  CHECK(tensor_first_use(p + "layers.3.mlp.gate_proj.weight", cfg)->step == "ffn_out");
+  CHECK(tensor_first_use("lm_head.weight", cfg)->step == "logits");
+  CHECK(tensor_first_use("mtp.layers.0.mlp.up_proj.weight", cfg)->step == "mtp_out");
+  CHECK_FALSE(tensor_first_use(p + "layers.64.input_layernorm.weight", cfg).has_value());  // 64 layers: 0..63
+  CHECK_FALSE(tensor_first_use(p + "layers.x.input_layernorm.weight", cfg).has_value());
+  CHECK_FALSE(tensor_first_use("model.visual.blocks.0.attn.qkv.weight", cfg).has_value());
 }

@@ -11,6 +11,7 @@
 #include "diag/evaluate.h"
 #include "engine/faults.h"
 #include "diag/golden.h"
+#include "diag/localise.h"
 #include "diag/subop.h"
 #include "backends/make_backend.h"
 #include "engine/trace.h"
@@ -26,7 +27,7 @@ using nlohmann::json;
 struct BisectArgs {
   std::string golden, model, bad, good, replay, json_out;
   std::vector<std::string> cases;
-  bool no_decode = false, no_subop = false, allow_mismatch = false;
+  bool no_decode = false, no_subop = false, no_localise = false, allow_mismatch = false;
 };
 
 std::string step_words(const std::string& step) {
@@ -39,6 +40,51 @@ std::string fmt(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3g", v);
   return b;
+}
+
+// The verdict's sentences for a fault with no toggle to bisect (localise.h), and its JSON.
+std::string shared_paragraph(const SharedLocalisation& s, json& j) {
+  j["localisation"] = s.to_json();
+  std::string p;
+  if (s.layer < 0) {
+    p += "No layer breaks its floor with the golden input injected: the error lies outside the decoder layers (the "
+         "embedding, the final norm, the LM head or the MTP head) or shows only over longer runs. ";
+  } else {
+    p += cat("Localised against the golden record: layer ", s.layer, " is the first whose output breaks its floor with ",
+             "the golden input injected (", s.mode, " mode, case ", s.case_id, ": rel_l2 ", fmt(s.err), " > ", fmt(s.limit), ")");
+    if (s.broken_layers.size() > 1) {
+      std::string ls;
+      for (size_t i = 1; i < s.broken_layers.size(); ++i) ls += (ls.empty() ? "" : ", ") + std::to_string(s.broken_layers[i]);
+      p += cat("; layer", s.broken_layers.size() > 2 ? "s " : " ", ls, " break too");
+    }
+    p += ". ";
+    if (s.patch) {
+      const PatchCheck& pc = *s.patch;
+      p += cat("Its output replaced by the record's (", pc.positions, " positions): mean KLD ", fmt(pc.kld_unpatched), " -> ",
+               fmt(pc.kld_patched), " (limit ", fmt(pc.kld_limit), "), error reaching the last layer ", fmt(pc.drift_unpatched),
+               " -> ", fmt(pc.drift_patched), pc.confirmed ? ": confirmed by patching. " : ": NOT confirmed by patching (other layers contribute). ");
+    }
+  }
+  p += cat("Cause: ", s.cause_words);
+  if (!s.changed_tensors.empty()) {
+    std::string ts;
+    for (size_t i = 0; i < s.changed_tensors.size() && i < 4; ++i) ts += (ts.empty() ? "" : ", ") + s.changed_tensors[i];
+    if (s.changed_tensors.size() > 4) ts += cat(", and ", s.changed_tensors.size() - 4, " more");
+    p += cat(" (", ts, ")");
+  }
+  p += ". ";
+  if (s.op) {
+    const std::string name = s.layer >= 0 ? cat(*s.op, "-", s.layer) : *s.op;
+    if (s.op_how == "first-reader-of-changed-tensor")
+      p += cat("The first operation that reads a changed tensor is `", name, "` (", step_words(*s.op), "; ", *s.op_tensor,
+               "): with the golden input injected, every operation before it computes what the record's model computed. ");
+    else
+      p += cat("With the golden input injected at layer ", s.layer, ", the first operation over its noise floor is `", name,
+               "` (", step_words(*s.op), "). ");
+  } else if (!s.subop.empty()) {
+    p += "No single operation of that layer breaks its floor against the reference on this checkpoint. ";
+  }
+  return p;
 }
 
 int run_bisect(const BisectArgs& a) {
@@ -66,6 +112,10 @@ int run_bisect(const BisectArgs& a) {
   if (!quiet) std::fprintf(stderr, "bisect: bad %s, good %s%s\n", bad.str().c_str(), good.str().c_str(),
                            good_given ? "" : " (implicit: the bad config's layer toggles and faults at their defaults)");
   BisectOutcome o = bisect(good, good_given, bad, cfg, oracle);
+  auto localise = [&](const RunConfig& rc) {
+    return localise_shared(rec, model, session.tok.get(), session.base, rc, make_backend, !a.no_subop,
+                           quiet ? nullptr : stderr);
+  };
 
   json j = {{"tool", "degenbisect bisect"}, {"golden", a.golden}, {"model", a.model}, {"fingerprint", model.fingerprint},
             {"bad", o.bad.str()}, {"good", o.good.str()}, {"good_given", o.good_given}, {"status", o.status},
@@ -87,12 +137,15 @@ int run_bisect(const BisectArgs& a) {
                : cat("`", o.bad.str(), "` is not bad against this golden record (verdict ", o.bad_summary.verdict,
                      "): nothing to bisect.");
   } else if (o.status == "good-is-bad") {
-    para = cat("The good configuration `", o.good.str(), "` is itself bad against this golden record; choose a good one ",
-               "with --good (or check the record and model).");
+    para = cat("The good configuration `", o.good.str(), "` is itself bad against this golden record", 
+               good_given ? "; choose a good one with --good, or" : ", so", " the fault lies in what both share (the model or ",
+               "the engine build). ");
+    if (!a.no_localise) para += shared_paragraph(localise(o.good), j);
     code = static_cast<int>(ExitCode::bad);
   } else if (o.status == "no-difference") {
     para = cat("`", o.bad.str(), "` is bad (", o.bad_summary.reason, ") but has no toggle or fault to bisect: the ",
-               "fault lies in what every configuration shares (the engine build or the model).");
+               "fault lies in what every configuration shares (the model or the engine build). ");
+    if (!a.no_localise) para += shared_paragraph(localise(o.bad), j);
     code = static_cast<int>(ExitCode::bad);
   } else {
     code = static_cast<int>(ExitCode::bad);
@@ -166,10 +219,15 @@ CommandRegistrar reg("bisect", "Name the toggle, the layer and the operation tha
   sub->add_option("--case", a->cases, "Only this case id of the record (repeatable; fewer cases, faster)");
   sub->add_flag("--no-decode", a->no_decode, "Skip the decode-mode passes (faster; misses decode-only faults)");
   sub->add_flag("--no-subop", a->no_subop, "Skip the per-operation report on the culprit layers");
+  sub->add_flag("--no-localise", a->no_localise, "With nothing to bisect, do not localise the shared fault against the record");
   sub->add_flag("--allow-model-mismatch", a->allow_mismatch, "Accept a record made for another checkpoint");
   sub->footer("Steps: delta-debug the toggles that differ between --good and --bad, narrow them to layers (binary\n"
               "search, delta debugging for interactions), confirm by patching, name the first operation over its\n"
               "noise floor on the culprit layer, and say whether the golden run degenerates too (model-intrinsic).\n"
+              "With no toggle to bisect (a changed checkpoint, a new engine build: --bad with no toggles, or a --good\n"
+              "that is bad too), the golden record is the good side: the first layer over its floor with golden\n"
+              "inputs, confirmed by patching its output with the record's, the model or the engine build (the\n"
+              "record's reference on this checkpoint, the per-tensor digests) and the first operation.\n"
               "Exit: 0 the bad configuration is not bad, 1 culprit found (bad), 125 untestable, 128 input error.\n"
               "Example:\n  degenbisect bisect --golden golden/tiny-qwen35/smoke --model models/tiny-qwen35 \\\n"
               "      --bad fault=gdn-head-mod@5 --replay out/bisect.jsonl");

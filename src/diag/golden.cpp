@@ -144,6 +144,9 @@ ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const Forc
                             : std::min<int64_t>(o.run_positions, static_cast<int64_t>(tokens.size()));
   DEGEN_ASSERT(r.T > 0, "forced_run: no tokens");
   if (o.inject) DEGEN_ASSERT(r.T <= o.inject->positions && o.inject->hidden == H, "forced_run: injection covers too few positions");
+  if (o.patch_out)
+    DEGEN_ASSERT(o.patch_layer >= 0 && o.patch_layer < L && static_cast<int64_t>(o.patch_out->size()) >= r.T * H,
+                 "forced_run: the patch covers too few positions");
   DEGEN_ASSERT(o.prefill_positions <= 0 || (o.mode == ForcedMode::decode && !o.inject && !o.mtp),
                "forced_run: prefill_positions is for plain decode-mode runs");
   r.P = std::min(o.capture_positions, r.T);
@@ -168,6 +171,12 @@ ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const Forc
         for (int64_t j = 0; j < H; ++j) v[i * H + j] = g[static_cast<size_t>((s.pos0 + i) * H + j)];
       t = be.from_host(v, t.shape, t.dtype);
     } else if (ev.step == Step::l_out) {
+      if (ev.layer == o.patch_layer && o.patch_out) {
+        std::vector<double> pv(static_cast<size_t>(s.rows * H));
+        for (int64_t i = 0; i < s.rows; ++i)
+          for (int64_t j = 0; j < H; ++j) pv[static_cast<size_t>(i * H + j)] = (*o.patch_out)[static_cast<size_t>((s.pos0 + i) * H + j)];
+        t = be.from_host(pv, t.shape, t.dtype);
+      }
       std::vector<float> v = be.to_host_f32(t);
       std::vector<float>& keep = r.l_out[static_cast<size_t>(ev.layer)];
       for (int64_t i = 0; i < s.rows; ++i) {

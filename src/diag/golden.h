@@ -82,6 +82,10 @@ struct ForcedOptions {
   // generate() prefills a prompt), then one token per call; logits then start at position N - 1
   // (ForcedRun::logits_pos0). 0: every token through the decode path. No injection with it.
   int64_t prefill_positions = 0;
+  // Confirmation by patching (localise.h): the output of layer patch_layer replaced by patch_out
+  // (row-major [P, H], the record's l_out) at positions [0, P); run_positions must not exceed P.
+  int patch_layer = -1;
+  const std::vector<float>* patch_out = nullptr;
 };
 
 struct ForcedRun {

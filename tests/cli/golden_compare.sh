@@ -69,6 +69,56 @@ expect_exit 1 "$BIN" compare --golden "$g" --model "$WORK/edited" --json "$WORK/
 expect_out "warning: 1 of the model's tensors differ from the ones the record was made with: $t"
 python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["changed_tensors"] == [sys.argv[2]]' "$WORK/edited.json" "$t" ||
   fail "JSON lacks changed_tensors [$t]"
+# bisect of that checkpoint: no toggle to bisect, so the record is the good side: the layer (1), confirmed
+# by patching its output, "the model" (the record's reference breaks there too, the digests name the
+# tensor) and the first operation reading it (out_proj -> mixer_out-1).
+expect_exit 1 "$BIN" bisect --golden "$g" --model "$WORK/edited" --bad backend=cpu --json "$WORK/bisect-edited.json"
+expect_out "no toggle or fault to bisect"
+expect_out "layer 1 is the first whose output breaks its floor"
+expect_out "confirmed by patching"
+expect_out "Cause: the model:"
+expect_out 'The first operation that reads a changed tensor is `mixer_out-1`'
+python3 - "$WORK/bisect-edited.json" "$t" <<'PY'
+import json, sys
+l = json.load(open(sys.argv[1]))["localisation"]
+assert l["layer"] == 1 and l["broken_layers"] == [1], l["broken_layers"]
+assert l["cause"] == "model" and l["op"] == "mixer_out" and l["op_tensor"] == sys.argv[2], (l["cause"], l["op"])
+p = l["patch"]
+assert p["confirmed"] and p["kld_patched"] <= p["kld_limit"] < p["kld_unpatched"], p
+assert p["drift_patched"] < p["drift_unpatched"], p
+PY
+# A record made before per-tensor digests (the committed one of this model): the layer, confirmed, but
+# the cause stays "the model or the engine build".
+expect_exit 1 "$BIN" bisect --golden "$SRC/golden/tiny-qwen35/smoke" --model "$WORK/edited" --bad backend=cpu --no-decode --case two-plus-two
+expect_out "layer 1 is the first whose output breaks its floor"
+expect_out "confirmed by patching"
+expect_out "the record has no per-tensor digests to tell which"
+# The same with a fault on top: the implicit good (no fault) is bad too, and the shared fault is localised.
+expect_exit 1 "$BIN" bisect --golden "$g" --model "$WORK/edited" --bad fault=gdn-head-mod@5
+expect_out "is itself bad against this golden record, so the fault lies in what both share"
+expect_out "Cause: the model:"
+# A norm shifted by one (the mlx-lm +1 convention applied twice, on one layer's input norm): attn_norm-3.
+cp -r "$m" "$WORK/shifted"
+python3 - "$WORK/shifted/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+name = [k for k in h if k.endswith("layers.3.input_layernorm.weight")][0]
+assert h[name]["dtype"] == "BF16", h[name]["dtype"]
+s, e = h[name]["data_offsets"]
+for o in range(8 + n + s, 8 + n + e, 2):   # w + 1 in bf16, through float32's upper half
+    f = struct.unpack("<f", b"\0\0" + bytes(b[o:o + 2]))[0] + 1.0
+    b[o:o + 2] = struct.pack("<f", f)[2:]
+open(p, "wb").write(b)
+PY
+expect_exit 1 "$BIN" bisect --golden "$g" --model "$WORK/shifted" --bad backend=cpu
+expect_out "layer 3 is the first whose output breaks its floor"
+expect_out '`attn_norm-3`'
+# A new engine build, simulated by a fault in both --good and --bad: the reference reproduces the record,
+# the tested path does not: "the engine build" and the first operation over its floor (gdn_core-5).
+expect_exit 1 "$BIN" bisect --golden "$g" --model "$m" --bad fault=gdn-head-mod@5 --good fault=gdn-head-mod@5
+expect_out "layer 5 is the first whose output breaks its floor"
+expect_out "Cause: the engine build: the record's own reference"
+expect_out 'the first operation over its noise floor is `gdn_core-5`'
 # Another model (other config): refused, 128, unless --allow-model-mismatch.
 expect_exit 0 "$BIN" synth --preset tiny-qwen35-r3 --out "$WORK/r3"
 expect_exit 128 "$BIN" compare --golden "$g" --model "$WORK/r3"
