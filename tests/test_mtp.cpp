@@ -562,3 +562,71 @@ TEST_CASE("mtp: fault mtp-prenorm-hidden lowers acceptance of a head that works,
     }
   }
 }
+
+// The teacher-forced rounds of compare's MTP check (spec_decode.h MtpForcing): they emit the
+// sequence, every accepted length 0..k occurs, the verify rows on the sequence are plain decode's
+// logits bit for bit, and after every round the state is plain decode's; without the rollback
+// (mtp-no-rollback) a state after a rejected draft is not.
+TEST_CASE("mtp: forced rounds follow the sequence, cover every rollback depth and leave plain decode's state") {
+  for (const std::string& preset : kPresets) {
+    SUBCASE(preset.c_str()) {
+      SynthModel m(preset);
+      Engine& eng = *m->eng;
+      Backend& be = *m->be;
+      const int64_t V = m->cfg.vocab_size;
+      const std::vector<int32_t> prompt = random_ids(7, V, 11), cont = random_ids(30, V, 12);
+      std::vector<int32_t> seq(prompt);
+      seq.insert(seq.end(), cont.begin(), cont.end());
+      // plain_logits[p]: plain decode's logits after seq[0..p], predicting seq[p + 1] (p >= |prompt|)
+      std::vector<std::vector<float>> plain_logits(seq.size());
+      {
+        SeqState st = eng.new_state();
+        eng.forward({SeqInput{&st, prompt}});
+        for (size_t p = prompt.size(); p < seq.size(); ++p)
+          plain_logits[p] = be.to_host_f32(eng.forward({SeqInput{&st, {seq[p]}}}).logits);
+      }
+      for (int k = 1; k <= 4; ++k)
+        for (bool rollback : {true, false}) {
+          CAPTURE(k);
+          CAPTURE(rollback);
+          SeqState st = eng.new_state(), plain = eng.new_state();
+          ForwardOptions fo;
+          fo.keep_hidden = true;
+          ForwardOutput pre = eng.forward({SeqInput{&st, prompt}}, fo);
+          eng.forward({SeqInput{&plain, prompt}});
+          std::set<int> depths;
+          bool rows_equal = true, states_equal = true;
+          MtpForcing forcing;
+          forcing.sequence = seq;
+          forcing.on_round = [&](const SeqState& s, const VerifyPass& vp, int mm, int64_t P) {
+            depths.insert(mm);
+            for (int j = 0; j <= mm; ++j)
+              rows_equal = rows_equal && same_bits(vp.logits[static_cast<size_t>(j)], plain_logits[static_cast<size_t>(P + j)]);
+            while (plain.pos < s.pos) eng.forward({SeqInput{&plain, {seq[static_cast<size_t>(plain.pos)]}}});
+            for (size_t l = 0; l < s.gdn.size(); ++l)
+              if (!s.gdn[l].S.empty())
+                states_equal = states_equal && bytes(s.gdn[l].S) == bytes(plain.gdn[l].S) &&
+                               bytes(s.gdn[l].conv) == bytes(plain.gdn[l].conv);
+          };
+          MtpDecodeArgs a;
+          a.forcing = &forcing;
+          a.max_new_tokens = static_cast<int>(cont.size());
+          a.mtp.draft_tokens = k;
+          a.mtp.no_rollback = !rollback;
+          std::vector<int32_t> generated{cont[0]};
+          mtp_decode(eng, st, prompt, pre.hidden, generated, a, [&](int32_t t, int64_t) {
+            generated.push_back(t);
+            return generated.size() < cont.size();
+          });
+          CHECK(generated == cont);
+          CHECK(static_cast<int>(depths.size()) == k + 1);  // 0..k accepted drafts
+          if (rollback) {
+            CHECK(rows_equal);
+            CHECK(states_equal);
+          } else {
+            CHECK_FALSE(states_equal);
+          }
+        }
+    }
+  }
+}

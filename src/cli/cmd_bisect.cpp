@@ -42,6 +42,26 @@ std::string fmt(double v) {
   return b;
 }
 
+// The op of a model-level MTP culprit, from the minimal bad configuration's compare (evaluate.cpp's
+// per-case detail): the GDN state after a rollback (the teacher-forced draft/verify check), or the
+// MTP head (its teacher-forced drafts break their floor while the main model's logits agree).
+std::string mtp_op_sentence(const CellSummary& s, json& j) {
+  const std::optional<MtpOp> op = mtp_culprit_op(s);
+  if (!op) return "";
+  if (op->op == "gdn_core") {
+    const json& r = op->evidence;
+    j["named_ops"].push_back({{"layer", op->layer}, {"op", "gdn_core"}, {"what", "state after rollback"}});
+    return cat("The operation: the rolled-back state. With the golden sequence teacher-forced through draft and verify ",
+               "(case ", op->case_id, "), the GDN state ", r.value("part", ""), " of layer ", op->layer, " after a rollback (length ",
+               r.value("position", int64_t{0}), ") differs from plain decode's over the same tokens (rel_l2 ",
+               fmt(r.value("rel_l2", 0.0)), "): rejected drafts were left in the state (`gdn_core-", op->layer, "` state). ");
+  }
+  j["named_ops"].push_back({{"layer", "mtp"}, {"op", op->op}});
+  return cat("The operation: the MTP head (case ", op->case_id, "): its teacher-forced drafts break their floor while ",
+             "the main model's logits and layers agree with the record, so the fault lies between the main model's ",
+             "hidden state and the draft logits (`mtp_in`: the MTP head's input and fc, then its layer). ");
+}
+
 // The verdict's sentences for a fault with no toggle to bisect (localise.h), and its JSON.
 std::string shared_paragraph(const SharedLocalisation& s, json& j) {
   j["localisation"] = s.to_json();
@@ -193,6 +213,7 @@ int run_bisect(const BisectArgs& a) {
       }
     } else if (!o.culprit_toggles.empty()) {
       para += "It is not specific to layers (a model-level toggle such as MTP, sampling or precision). ";
+      para += mtp_op_sentence(o.minimal_summary, j);
     }
     para += o.bad_summary.verdict == "bad" ? "The golden run is not degenerate where this one fails, so this is an engine fault. " : "";
     para += cat("(", o.evaluations, " evaluations", o.fresh_evaluations < o.evaluations ? cat(", ", o.evaluations - o.fresh_evaluations, " replayed") : "", ")");

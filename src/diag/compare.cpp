@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <set>
 #include <span>
@@ -155,6 +156,14 @@ struct GenJob {
 
 // ---- JSON ----
 
+json MtpForcedResult::to_json() const {
+  return {{"rounds", rounds}, {"rollbacks", rollbacks}, {"logits", logits ? logits_json(*logits) : json(nullptr)},
+          {"state_rel_l2", metrics::json_number(state_err)}, {"state_limit", kMtpStateLimit},
+          {"state_layer", state_layer ? json(*state_layer) : json(nullptr)},
+          {"state_position", state_position ? json(*state_position) : json(nullptr)},
+          {"state_part", state_part}, {"pass", pass}};
+}
+
 json CaseResult::to_json() const {
   json layers_j = json::array();
   for (const LayerRow& l : layers) {
@@ -188,6 +197,7 @@ json CaseResult::to_json() const {
                                               {"layer", first_break->second}}
                                        : json(nullptr);
   j["mtp"] = mtp ? logits_json(*mtp) : json(nullptr);
+  j["mtp_forced"] = mtp_forced ? mtp_forced->to_json() : json(nullptr);
   j["generation"] = {{"tokens", gen.tokens},
                      {"stop_reason", gen.stop_reason},
                      {"degeneration", gen.degen.to_json()},
@@ -562,6 +572,113 @@ void generation_consistency(CompareRun& run, const GoldenCase& g, const std::vec
   if (!pos.empty()) gen.logits = logits_result(pos, kfloor, run.opt.rules.kld, run.opt.rules.fallback_kld);
 }
 
+// MTP teacher-forced draft/verify (MtpForcedResult): the golden sequence through mtp_decode with
+// forced drafts, its verify rows and its GDN states after every rollback against a plain decode state
+// over the same tokens.
+void mtp_forced_check(CompareRun& run, const GoldenCase& g, const std::vector<int32_t>& seq, CaseResult& cr) {
+  const int64_t Tp = cr.prompt_tokens, T = static_cast<int64_t>(seq.size());
+  const int k = run.mtp.draft_tokens;
+  if (k <= 0 || !run.eng->has_mtp() || Tp < 1 || T - Tp < 1) return;
+  // Rounds accepting 0..k drafts need about (k+1)(k+2)/2 + k + 2 tokens after the prompt; a short
+  // continuation (a stop token after two) is extended with the prompt's tokens, repeated: the states
+  // are checked there too, the logits only where the record has them.
+  std::vector<int32_t> ext(seq);
+  const int64_t need = static_cast<int64_t>(k + 1) * (k + 2) / 2 + k + 2;
+  for (int64_t i = 0; static_cast<int64_t>(ext.size()) - Tp < need; ++i) ext.push_back(seq[static_cast<size_t>(i % Tp)]);
+  if (run.cfg.max_position_embeddings > 0 && static_cast<int64_t>(ext.size()) > run.cfg.max_position_embeddings)
+    ext.resize(static_cast<size_t>(std::max<int64_t>(T, run.cfg.max_position_embeddings)));
+  Engine& eng = *run.eng;
+  Backend& be = eng.backend();
+  const int L = run.L;
+  MtpForcedResult res;
+  std::vector<metrics::LogitPosition> pos;
+  std::span<const uint8_t> ex;
+  if (run.maskp) ex = *run.maskp;
+  // The verify row at position p against plain decode's row there (the same computation: a rollback
+  // that left anything behind shows as a difference), judged like the generation's consistency check.
+  std::map<int64_t, TopK> plain_rows;  // p -> top-K of plain decode's logits after ext[0..p]
+  const int K = std::max(g.topk.K, 2);
+  auto judge_row = [&](const std::vector<float>& row, int64_t p) {  // row predicts ext[p + 1]
+    const TopK& tk = plain_rows.at(p);
+    metrics::GoldenTopK gk{tk.ids, tk.logprobs, tk.lse};
+    pos.push_back(metrics::compare_logits_topk(std::span<const float>(row), gk,
+                                               p + 1 < static_cast<int64_t>(ext.size()) ? ext[static_cast<size_t>(p + 1)] : -1,
+                                               ex, std::min(K, 10)));
+  };
+  std::vector<int32_t> prompt(seq.begin(), seq.begin() + Tp);
+  // The spec-decode state: the prompt in one call, keeping the MTP input rows.
+  SeqState st = eng.new_state();
+  TraceCapture prenorm(nullptr, Step::l_out, L - 1, false);
+  ForwardOptions fo;
+  fo.logits = LogitsRows::last;
+  fo.vocab_mask = run.maskp;
+  fo.keep_hidden = !run.mtp.prenorm_hidden;
+  ForwardOutput out = eng.forward({SeqInput{&st, prompt}}, fo, run.mtp.prenorm_hidden ? &prenorm.trace : nullptr);
+  const Tensor hidden = run.mtp.prenorm_hidden ? prenorm.got : out.hidden;
+  // The plain decode state (the prompt in one call, then one token per call), advanced to the same
+  // length after every round.
+  SeqState plain = eng.new_state();
+  ForwardOptions po;
+  po.logits = LogitsRows::last;
+  po.vocab_mask = run.maskp;
+  auto plain_step = [&](std::vector<int32_t> ids) {
+    ForwardOutput o = eng.forward({SeqInput{&plain, std::move(ids)}}, po);
+    const std::vector<float> row = be.to_host_f32(o.logits);
+    plain_rows[plain.pos - 1] = topk_of_row(row.data(), run.V, run.maskp, K);
+  };
+  plain_step(prompt);
+  auto rel = [&](const Tensor& a, const Tensor& b) {
+    const std::vector<float> x = be.to_host_f32(a), y = be.to_host_f32(b);
+    return metrics::tensor_error(std::span<const float>(x), std::span<const float>(y));
+  };
+  MtpForcing forcing;
+  forcing.sequence = ext;
+  forcing.on_round = [&](const SeqState& s, const VerifyPass& vp, int m, int64_t P) {
+    ++res.rounds;
+    if (m + 1 < static_cast<int>(vp.tokens.size())) ++res.rollbacks;
+    while (plain.pos < s.pos) plain_step({ext[static_cast<size_t>(plain.pos)]});
+    for (int j = 0; j <= m; ++j) judge_row(vp.logits[static_cast<size_t>(j)], P + j);
+    std::vector<const SeqState*> a{&s}, b{&plain};
+    for (size_t r = 0; r < s.peers.size(); ++r) { a.push_back(&s.peers[r]); b.push_back(&plain.peers[r]); }
+    for (int l = 0; l < L; ++l) {
+      if (run.cfg.layer_types[static_cast<size_t>(l)] != LayerKind::linear) continue;
+      for (size_t r = 0; r < a.size(); ++r)
+        for (const char* part : {"S", "conv"}) {
+          const bool isS = part[0] == 'S';
+          const Tensor& ta = isS ? a[r]->gdn[l].S : a[r]->gdn[l].conv;
+          const Tensor& tb = isS ? b[r]->gdn[l].S : b[r]->gdn[l].conv;
+          if (ta.empty() || tb.empty()) continue;
+          const metrics::TensorError e = rel(ta, tb);
+          const double err = e.passes_nonfinite() ? e.rel_l2 : std::numeric_limits<double>::infinity();
+          res.state_err = std::max(res.state_err, err);
+          if (!(err <= kMtpStateLimit) && !res.state_layer) {
+            res.state_layer = l;
+            res.state_position = s.pos;
+            res.state_part = part;
+          }
+        }
+    }
+  };
+  MtpDecodeArgs a;
+  a.forcing = &forcing;
+  a.vocab_mask = run.maskp;
+  const int64_t n_new = static_cast<int64_t>(ext.size()) - Tp;
+  a.max_new_tokens = static_cast<int>(n_new);
+  a.mtp = run.mtp;
+  std::vector<int32_t> generated{ext[static_cast<size_t>(Tp)]};
+  if (n_new >= 2)
+    mtp_decode(eng, st, prompt, hidden, generated, a, [&](int32_t t, int64_t) {
+      generated.push_back(t);
+      return static_cast<int64_t>(generated.size()) < n_new;
+    });
+  const std::optional<CaseFloors>& floors = g.floors[run.fc];
+  const int dm = static_cast<int>(ForcedMode::decode);
+  if (!pos.empty())
+    res.logits = logits_result(pos, floors ? floors->kld[dm] : std::nullopt, run.opt.rules.kld, run.opt.rules.fallback_kld);
+  res.pass = (!res.logits || res.logits->pass) && !res.state_layer;
+  cr.mtp_forced = std::move(res);
+}
+
 // The reasons of the teacher-forced and isolated steps (non-finite values, the first floor break,
 // logits and MTP KLD over their limits, the consistency check) into `bad`.
 void forced_reasons(const CaseResult& cr, const GenerationResult& gen, std::vector<std::string>& bad) {
@@ -596,6 +713,14 @@ void forced_reasons(const CaseResult& cr, const GenerationResult& gen, std::vect
   if (cr.mtp && !cr.mtp->pass)
     bad.push_back(cat("MTP drafts: mean KLD ", sci(cr.mtp->mean_kld), " > ", sci(cr.mtp->limit),
                       cr.mtp->nonfinite ? " (non-finite logits)" : ""));
+  if (cr.mtp_forced && cr.mtp_forced->state_layer)
+    bad.push_back(cat("MTP draft/verify teacher-forced: after a rollback the GDN state (", cr.mtp_forced->state_part,
+                      ") of layer ", *cr.mtp_forced->state_layer, " at length ", *cr.mtp_forced->state_position,
+                      " differs from plain decode's: rel_l2 up to ", sci(cr.mtp_forced->state_err), " > ", sci(kMtpStateLimit),
+                      " (", cr.mtp_forced->rollbacks, " rollbacks in ", cr.mtp_forced->rounds, " rounds)"));
+  if (cr.mtp_forced && cr.mtp_forced->logits && !cr.mtp_forced->logits->pass)
+    bad.push_back(cat("MTP draft/verify teacher-forced: the verify logits differ from plain decode's over the same tokens: ",
+                      "mean KLD ", sci(cr.mtp_forced->logits->mean_kld), " > ", sci(cr.mtp_forced->logits->limit)));
 }
 
 // The free-running figures of a case (degeneration of both texts, first divergence and the golden's
@@ -659,6 +784,7 @@ CaseResult compare_case(CompareRun& run, size_t index, GenerationResult& gen, bo
     cr.layers[l].kind = run.cfg.layer_types.empty() ? '?' : (run.cfg.layer_types[l] == LayerKind::full ? 'A' : 'G');
   }
   forced_and_isolated(run, g, seq, next, cr);
+  mtp_forced_check(run, g, seq, cr);
   generation_consistency(run, g, seq, next, cr, gen);
   case_verdict(run, g, nonfinite, gen, cr);
   cr.seconds = std::chrono::duration<double>(clock::now() - c0).count() + gen.seconds;

@@ -119,6 +119,29 @@ struct GenerationResult {
   double seconds = 0;
 };
 
+// MTP draft/verify teacher-forced over the golden sequence (spec_decode.h MtpForcing): every rollback
+// depth 0..k occurs whatever the sampling draws, so a rollback bug cannot hide behind an early
+// divergence of a sampled generation. The verify passes replay plain decode's one-token calls and a
+// rollback restores a copy of the state, so after every round the GDN states (conv window and S of
+// every GDN layer) must equal those of plain decode over the same tokens, and the verify rows must
+// agree with plain decode's logits there (judged like the generation's consistency check). A continuation too
+// short for every depth (a stop token after two tokens) is extended with the prompt's tokens: states
+// are checked there too, logits only where the record has them.
+// kMtpStateLimit: bit-equal on a deterministic backend (the CPU measures 0); 1e-5 rel_l2 leaves room
+// for fp32 reductions in another order on a GPU, while a state that kept a rejected draft differs by
+// 1e-2 or more on the tiny models (tests/cli/faults.sh).
+constexpr double kMtpStateLimit = 1e-5;
+struct MtpForcedResult {
+  int rounds = 0, rollbacks = 0;            // rollbacks: rounds with a rejected draft
+  std::optional<LogitsResult> logits;       // the verify rows against plain decode's at the same positions
+  double state_err = 0;                     // worst rel_l2 of a GDN state against plain decode's
+  std::optional<int> state_layer;           // the first GDN layer over kMtpStateLimit (first round it happens)
+  std::optional<int64_t> state_position;    // the state's length then
+  std::string state_part;                   // "S" or "conv"
+  bool pass = true;
+  nlohmann::json to_json() const;
+};
+
 struct CaseResult {
   std::string id;
   int64_t prompt_tokens = 0, positions = 0, stored_positions = 0;
@@ -127,6 +150,7 @@ struct CaseResult {
   std::optional<std::pair<int, int>> first_break;  // (mode, layer) of the first layer breaking its rule
   std::optional<LogitsResult> logits[2];
   std::optional<LogitsResult> mtp;
+  std::optional<MtpForcedResult> mtp_forced;  // mtp > 0 on a model with MTP weights
   GenerationResult gen;
   metrics::Verdict verdict = metrics::Verdict::good;
   std::vector<std::string> reasons;   // why bad / warnings, in words

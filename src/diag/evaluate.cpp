@@ -16,11 +16,31 @@ CellSummary summarize_compare(const CompareResult& r) {
     if (c.gen.degen.loop_onset && (!s.loop_onset || *c.gen.degen.loop_onset < *s.loop_onset))
       s.loop_onset = *c.gen.degen.loop_onset;
     if (s.reason.empty() && c.verdict != metrics::Verdict::good && !c.reasons.empty()) s.reason = c.id + ": " + c.reasons.front();
-    cases.push_back({{"id", c.id}, {"verdict", metrics::verdict_name(c.verdict)}, {"reasons", c.reasons},
-                     {"first_break", c.first_break ? nlohmann::json(c.first_break->second) : nlohmann::json(nullptr)}});
+    nlohmann::json cj = {{"id", c.id}, {"verdict", metrics::verdict_name(c.verdict)}, {"reasons", c.reasons},
+                         {"first_break", c.first_break ? nlohmann::json(c.first_break->second) : nlohmann::json(nullptr)}};
+    // What bisect needs to name the op of a model-level (MTP) culprit.
+    if (c.mtp) cj["mtp_drafts_pass"] = c.mtp->pass;
+    if (c.mtp_forced && c.mtp_forced->state_layer)
+      cj["mtp_rollback_state"] = {{"layer", *c.mtp_forced->state_layer}, {"position", *c.mtp_forced->state_position},
+                                  {"part", c.mtp_forced->state_part}, {"rel_l2", metrics::json_number(c.mtp_forced->state_err)}};
+    bool main_pass = true;
+    for (const auto& l : c.logits) main_pass = main_pass && (!l || l->pass);
+    cj["main_logits_pass"] = main_pass && !c.first_break;
+    cases.push_back(std::move(cj));
   }
   s.detail = {{"cases", cases}, {"floors", r.floors}, {"seconds", r.seconds}};
   return s;
+}
+
+std::optional<MtpOp> mtp_culprit_op(const CellSummary& s) {
+  if (!s.detail.contains("cases") || !s.detail["cases"].is_array()) return std::nullopt;
+  for (const nlohmann::json& c : s.detail["cases"])
+    if (c.contains("mtp_rollback_state") && c["mtp_rollback_state"].is_object())
+      return MtpOp{"gdn_core", c["mtp_rollback_state"].value("layer", -1), c.value("id", ""), c["mtp_rollback_state"]};
+  for (const nlohmann::json& c : s.detail["cases"])
+    if (c.value("mtp_drafts_pass", true) == false && c.value("main_logits_pass", false))
+      return MtpOp{"mtp_in", -1, c.value("id", ""), nlohmann::json::object()};
+  return std::nullopt;
 }
 
 CellEvaluator compare_evaluator(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, CompareOptions base,

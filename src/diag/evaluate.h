@@ -11,6 +11,19 @@ namespace degen {
 // reason; detail = per-case verdicts and reasons.
 CellSummary summarize_compare(const CompareResult& r);
 
+// The operation of a model-level MTP culprit, from a compare summary's per-case detail: the GDN
+// state after a rollback (op "gdn_core" at that layer: the teacher-forced draft/verify check found it
+// differing from plain decode's; evidence = {layer, position, part, rel_l2}), or the MTP head (op
+// "mtp_in", layer -1: its teacher-forced drafts break their floor while the main model's logits and
+// layers agree). nullopt when neither shows.
+struct MtpOp {
+  std::string op;
+  int layer = -1;
+  std::string case_id;
+  nlohmann::json evidence;
+};
+std::optional<MtpOp> mtp_culprit_op(const CellSummary& s);
+
 // An evaluator that runs compare_golden with `base` options and the cell's configuration.
 // `rec`, `model` and `tok` must outlive it (the model is loaded once for every cell).
 CellEvaluator compare_evaluator(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, CompareOptions base,

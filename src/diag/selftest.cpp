@@ -119,19 +119,22 @@ std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& mode
       } else if (o.status == "bad-is-good" && f->magnitude_dependent) {
         row.status = "skip";
         row.note = "not observable on this model: the fault needs larger activations than it has";
-      } else if (o.status == "bad-is-good" && f->id == FaultId::mtp_no_rollback) {
-        // The corrupted state only matters to tokens generated after a rejected draft; a case that
-        // stops right after the first rejection (a stop token) cannot show it.
-        row.status = "skip";
-        row.note = "not observable with these cases: generation ends before a rolled-back state is used";
       } else if (o.status != "found") {
         row.status = "fail";
         row.note = cat("bisect status ", o.status, " (the injected fault did not make the run bad: ",
                        o.bad_summary.verdict, ")");
       } else if (layer < 0) {
         bool ok = o.culprit_toggles == std::vector<std::string>{std::string("fault:") + f->name};
-        row.status = ok ? "pass" : "fail";
+        // MTP faults: the op comes from the minimal bad run's MTP checks (the rolled-back state, the head).
+        if (f->needs_mtp)
+          if (auto op = mtp_culprit_op(o.minimal_summary)) {
+            row.found_op = op->op;
+            if (op->layer >= 0) row.found_layers = {op->layer};
+          }
+        const bool ok_op = !f->needs_mtp || row.found_op == f->op;
+        row.status = ok && ok_op ? "pass" : "fail";
         if (!ok) row.note = "wrong toggle named";
+        else if (!ok_op) row.note = row.found_op.empty() ? "no MTP op named" : "wrong op";
       } else {
         if (o.culprit_layers.size() == 1) {
           auto reps = subop_analysis(rec, model, o.minimal_bad, o.culprit_layers[0], factory);

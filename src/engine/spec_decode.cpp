@@ -116,6 +116,17 @@ int32_t judge(const SamplingParams& sp, std::span<const float> logits, const Dra
 
 namespace {
 
+// The most likely id of `logits` that is neither banned nor `avoid` (a draft that must be rejected).
+int32_t best_other(std::span<const float> logits, std::span<const uint8_t> banned, int32_t avoid) {
+  int32_t best = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (static_cast<int32_t>(i) == avoid || (!banned.empty() && banned[i])) continue;
+    if (best < 0 || logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+  }
+  DEGEN_ASSERT(best >= 0, "no id to draft");
+  return best;
+}
+
 // Rows [r0, r0 + n) of x [R, H].
 Tensor rows_of(Backend& be, const Tensor& x, int64_t r0, int64_t n) {
   std::vector<int64_t> idx(static_cast<size_t>(n));
@@ -160,6 +171,7 @@ std::vector<VerifyStep> mtp_decode(Engine& eng, SeqState& st, std::span<const in
     run_mtp(prompt_hidden, std::move(next));
   }
 
+  int64_t round = 0;
   for (;;) {
     const int64_t P = st.pos;  // the target has consumed P tokens; generated.back() sits at P
     const int64_t g = static_cast<int64_t>(generated.size());
@@ -169,12 +181,20 @@ std::vector<VerifyStep> mtp_decode(Engine& eng, SeqState& st, std::span<const in
     kk = std::max<int64_t>(kk, 0);
 
     // 1. draft d_1..d_kk (chained through the MTP head)
+    const int forced_m = a.forcing ? static_cast<int>(std::min<int64_t>(round % (k + 1), kk)) : -1;
     std::vector<Draft> drafts;
     std::vector<int32_t> seq(generated);  // generated + drafts so far (for penalties)
     for (int64_t j = 1; j <= kk; ++j) {
       if (j > 1) run_mtp(draft_hidden, {drafts.back().token});
       const uint32_t pos = static_cast<uint32_t>(T + g + j - 1);
-      drafts.push_back(draw_draft(sp, draft_logits, banned, prompt, seq, a.case_index, pos));
+      if (a.forcing) {
+        const int32_t own = a.forcing->sequence[static_cast<size_t>(P + j)];
+        Draft d;
+        d.token = j <= forced_m ? own : best_other(draft_logits, banned, own);
+        drafts.push_back(std::move(d));
+      } else {
+        drafts.push_back(draw_draft(sp, draft_logits, banned, prompt, seq, a.case_index, pos));
+      }
       seq.push_back(drafts.back().token);
     }
 
@@ -187,7 +207,12 @@ std::vector<VerifyStep> mtp_decode(Engine& eng, SeqState& st, std::span<const in
     seq.assign(generated.begin(), generated.end());
     std::vector<int32_t> out;
     int m = 0;
-    for (int64_t j = 0; j <= kk; ++j) {
+    for (int64_t j = 0; j <= kk && a.forcing; ++j) {  // forced: the sequence's tokens, m accepted
+      out.push_back(a.forcing->sequence[static_cast<size_t>(P + j + 1)]);
+      if (j == forced_m) break;
+      ++m;
+    }
+    for (int64_t j = 0; j <= kk && !a.forcing; ++j) {
       bool acc = false;
       const uint32_t pos = static_cast<uint32_t>(T + g + j);
       const int32_t t = judge(sp, vp.logits[static_cast<size_t>(j)], j < kk ? &drafts[static_cast<size_t>(j)] : nullptr,
@@ -202,6 +227,8 @@ std::vector<VerifyStep> mtp_decode(Engine& eng, SeqState& st, std::span<const in
     // 4. roll back the target to P + m + 1 and the MTP cache to P
     rollback_target(st, vp, m, !a.mtp.no_rollback);
     rollback_mtp(st, P);
+    if (a.forcing && a.forcing->on_round) a.forcing->on_round(st, vp, m, P);
+    ++round;
 
     // emit: the token out[j] comes from the logits after P + j + 1 tokens
     bool running = true;

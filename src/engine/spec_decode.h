@@ -129,7 +129,20 @@ int32_t judge(const SamplingParams& params, std::span<const float> logits, const
               std::span<const uint8_t> banned, std::span<const int32_t> prompt, std::span<const int32_t> generated,
               uint32_t case_index, uint32_t position, bool& accepted);
 
+// Teacher forcing of mtp_decode (compare's MTP rollback check, independent of sampling): the drafts
+// and the acceptance follow a known sequence. Round r (from 0) accepts m = min(r mod (k + 1), kk)
+// drafts: drafts 1..m are the sequence's own next tokens, the others the MTP head's most likely
+// token that is not the sequence's (so a draft is rejected there), and the tokens emitted are the
+// sequence's. Every rollback depth 0..k occurs, whatever the model or the sampling would draw.
+struct MtpForcing {
+  std::span<const int32_t> sequence;  // prompt + continuation; generated.back() is sequence[state.pos]
+  // After each round's rollback: the state, the verify pass (logits rows 0..m lie on the sequence:
+  // row j predicts sequence[P + j + 1]), m, and P (the tokens consumed before the round).
+  std::function<void(const SeqState&, const VerifyPass&, int m, int64_t P)> on_round;
+};
+
 struct MtpDecodeArgs {
+  const MtpForcing* forcing = nullptr;  // set: teacher-forced rounds (sampling unused)
   SamplingParams sampling;
   const std::vector<uint8_t>* vocab_mask = nullptr;  // [V] 1 = never chosen
   uint32_t case_index = 0;

@@ -19,7 +19,7 @@ ok backend=cuda,attn=splitkv
 ok backend=cuda,attn=naive
 ok backend=cuda,gemm=simple --case two-plus-two --case code-completion
 ok backend=cuda,gdn=recurrent
-ok backend=cuda,mtp=2
+ok backend=cuda,mtp=2 --case two-plus-two --case repeated-pattern --case sampled-story
 ok backend=cuda,kv_dtype=fp8
 ok backend=cuda,tp=2 --case two-plus-two --case repeated-pattern
 
@@ -27,6 +27,9 @@ bad() { expect_exit 1 "$BIN" -q compare --golden "$g" --model "$m" --config "$@"
 bad backend=cuda,fault=rope-interleaved@3 --no-decode --case two-plus-two
 bad backend=cuda,fault=gdn-read-before-decay@0 --no-decode --case two-plus-two
 bad backend=cuda,tp=2,fault=tp-gdn-no-allreduce@5 --case two-plus-two
+# the MTP rollback check (teacher-forced draft/verify) on the CUDA path, under a sampled case
+bad backend=cuda,mtp=2,fault=mtp-no-rollback --case sampled-story
+expect_out "after a rollback the GDN state"
 
 expect_exit 1 "$BIN" -q bisect --golden "$g" --model "$m" --case two-plus-two --good backend=cuda \
   --bad backend=cuda,fault=gdn-head-mod@5 --json "$WORK/b.json"
