@@ -170,12 +170,13 @@ def named_cases():
     add("single user, no generation prompt", [u("U")], gen=False)
     add("system and user", [s("S"), u("U")])
     add("empty system", [s(""), u("U")], thinking=False)
-    add("past turns lose their reasoning", [u("Q1"), a("A1", "R1"), u("Q2"), a("<think>\nR2\n</think>\n\nA2")], gen=False)
+    add("past turns lose their reasoning",
+        [u("Q1"), a("A1", "R1"), u("Q2"), a("<think>\nR2\n</think>\n\nA2")], gen=False)
     add("assistant after the last user, not final, no reasoning",
         [u("Q"), a("A1"), a("A2")], gen=False)
     add("assistant after the last user, not final, no reasoning, prompt", [u("Q"), a("A1"), a("A2", "R2")])
-    add("two assistants after the last user, both without reasoning", [s("S"), u("Q1"), a("A0"), u("Q2"), a("A1"), a("A2")],
-        thinking=False)
+    add("two assistants after the last user, both without reasoning",
+        [s("S"), u("Q1"), a("A0"), u("Q2"), a("A1"), a("A2")], thinking=False)
     add("text after </think> keeps spaces", [u("Q"), a("<think>R</think>\n \n A \n")], gen=False)
     add("text after </think> keeps a tab", [u("Q"), a("<think>R \n</think>\n\t A"), u("Q2")])
     add("several </think>: text after the last", [u("Q"), a("<think>R1</think>mid</think>\n\nA")], gen=False)

@@ -133,7 +133,8 @@ int check_qwen35(const std::vector<ChatMessage>& messages) {
   if (messages.empty()) input_error("the chat has no messages; expected at least one user message");
   for (size_t i = 0; i < messages.size(); ++i)
     if (messages[i].role == "tool")
-      input_error("chat message ", i, " has role \"tool\"; expected system, user or assistant (tools are not supported)");
+      input_error("chat message ", i,
+                  " has role \"tool\"; expected system, user or assistant (tools are not supported)");
   const int last_query = last_query_index(messages);
   if (last_query < 0)
     input_error("the chat has no user message to answer (roles: ", roles_list(messages),
