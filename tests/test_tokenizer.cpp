@@ -267,7 +267,7 @@ TEST_CASE("tokenizer: chat templates (spec 7.2)") {
     V msgs{{"user", "Q1", ""},
            {"assistant", "A1", "R1"},
            {"user", "Q2", ""},
-           {"assistant", "<think>\nR2\n</think>\n\nA2", ""}};
+           {"assistant", "<think>\nR2\n</think>\n\nA2", std::nullopt}};
     CHECK(render_chat(ChatFamily::qwen35, msgs, false) ==
           "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
           "<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n<think>\nR2\n</think>\n\nA2<|im_end|>\n");

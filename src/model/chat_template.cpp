@@ -1,10 +1,19 @@
 // Fixed ChatML templates for Qwen3.5/3.6 and Qwen3-Next, thinking/answer split, stop ids.
 //
-// Qwen3.5 / Qwen3.6 (spec §7.2): no default system prompt; content |trim-med; generation prompt
-// "<|im_start|>assistant\n" + "<think>\n" (thinking on, the default) or "<think>\n\n</think>\n\n"
-// (off). Assistant turns after the last user turn carry "<think>\nR\n</think>\n\nA"; earlier ones the
-// answer only. UNCONFIRMED: when such a turn has no reasoning we still write the empty think block
-// for the last message only (the Qwen3 template's rule); Qwen3.6's preserve_thinking is not offered.
+// Qwen3.5 / Qwen3.6 (spec §7.2): the rules of the official Jinja template (Qwen3.5-4B.jinja, as
+// llama.cpp ships it), without tools; tests/fixtures/chat/qwen35.json holds its renderings:
+//  1. checks, in the template's order: a message at all; a user query (the last user message whose
+//     trimmed content is not "<tool_response>...</tool_response>"); then per message, a system
+//     message only first and no other role than system/user/assistant;
+//  2. every content |trim-med (Python str.isspace); no default system prompt;
+//  3. assistant: reasoning_content if given (even empty), else, when content holds "</think>", the
+//     text before the first "</think>" (trailing '\n's dropped) after the last "<think>" (leading
+//     '\n's dropped) is the reasoning and the text after the last "</think>" (leading '\n's dropped,
+//     nothing else) the answer; reasoning |trim-med;
+//  4. assistant turns after the last query are "<think>\nR\n</think>\n\nA", R possibly empty (so
+//     "<think>\n\n</think>\n\n"), whether or not they are the last message; earlier ones "A" only;
+//  5. generation prompt "<|im_start|>assistant\n" + "<think>\n" (thinking on, the default) or
+//     "<think>\n\n</think>\n\n" (off). Qwen3.6's preserve_thinking is not offered.
 //
 // Qwen3-Next: we render the Qwen3-Next-80B-A3B-Instruct ChatML (as the Qwen3-2507 Instruct
 // templates): content used as is (no trim), assistant answers only, generation prompt
@@ -89,10 +98,73 @@ void check_roles(const std::vector<ChatMessage>& messages) {
   }
 }
 
-std::string render_qwen35(const std::vector<ChatMessage>& messages, bool gen, bool thinking) {
-  int last_user = -1;
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+std::string lstrip_newlines(const std::string& s) {
+  size_t b = s.find_first_not_of('\n');
+  return b == std::string::npos ? "" : s.substr(b);
+}
+std::string rstrip_newlines(const std::string& s) {
+  size_t e = s.find_last_not_of('\n');
+  return e == std::string::npos ? "" : s.substr(0, e + 1);
+}
+
+std::string roles_list(const std::vector<ChatMessage>& messages) {
+  std::string r;
+  for (const ChatMessage& m : messages) r += (r.empty() ? "" : ", ") + m.role;
+  return r;
+}
+
+// Index of the last user message that is a query, not a tool result; -1 if none. note: no tool
+// messages reach here, but the template also treats a user turn written as a tool result this way.
+int last_query_index(const std::vector<ChatMessage>& messages) {
+  for (size_t i = messages.size(); i-- > 0;) {
+    if (messages[i].role != "user") continue;
+    const std::string c = trim(messages[i].content);
+    if (!(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// The template's checks, in its order (see the top of this file); returns the last query's index.
+int check_qwen35(const std::vector<ChatMessage>& messages) {
+  if (messages.empty()) input_error("the chat has no messages; expected at least one user message");
   for (size_t i = 0; i < messages.size(); ++i)
-    if (messages[i].role == "user") last_user = static_cast<int>(i);
+    if (messages[i].role == "tool")
+      input_error("chat message ", i,
+                  " has role \"tool\"; expected system, user or assistant (tools are not supported)");
+  const int last_query = last_query_index(messages);
+  if (last_query < 0)
+    input_error("the chat has no user message to answer (roles: ", roles_list(messages),
+                "); expected at least one user message that is not a <tool_response>...</tool_response> "
+                "tool result");
+  check_roles(messages);
+  return last_query;
+}
+
+// An assistant message's reasoning and answer (rule 3 at the top of this file). note: "<think>" and
+// "</think>" cannot overlap themselves, so find/rfind split where Python's str.split does.
+void assistant_parts(const ChatMessage& m, std::string& reasoning, std::string& answer) {
+  answer = trim(m.content);
+  if (m.reasoning) {
+    reasoning = trim(*m.reasoning);
+    return;
+  }
+  reasoning.clear();
+  const std::string close = "</think>", open = "<think>";
+  const size_t first_close = answer.find(close);
+  if (first_close == std::string::npos) return;
+  std::string r = rstrip_newlines(answer.substr(0, first_close));
+  const size_t last_open = r.rfind(open);
+  if (last_open != std::string::npos) r = r.substr(last_open + open.size());
+  reasoning = trim(lstrip_newlines(r));
+  answer = lstrip_newlines(answer.substr(answer.rfind(close) + close.size()));
+}
+
+std::string render_qwen35(const std::vector<ChatMessage>& messages, bool gen, bool thinking) {
+  const int last_query = check_qwen35(messages);
   std::string out;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
@@ -100,23 +172,11 @@ std::string render_qwen35(const std::vector<ChatMessage>& messages, bool gen, bo
       out += "<|im_start|>" + m.role + "\n" + trim(m.content) + "<|im_end|>\n";
       continue;
     }
-    std::string content = m.content, reasoning = m.reasoning;
-    size_t close = content.find("</think>");
-    if (reasoning.empty() && close != std::string::npos) {
-      // reasoning written inline in the content, as the HF templates accept
-      reasoning = content.substr(0, close);
-      size_t open = reasoning.find("<think>");
-      if (open != std::string::npos) reasoning = reasoning.substr(open + 7);
-      content = content.substr(close + 8);
-    }
-    content = trim(content);
-    reasoning = trim(reasoning);
-    bool after_query = static_cast<int>(i) > last_user;
-    bool last = i + 1 == messages.size();
+    std::string reasoning, answer;
+    assistant_parts(m, reasoning, answer);
     out += "<|im_start|>assistant\n";
-    if (after_query && (last || !reasoning.empty()))
-      out += "<think>\n" + reasoning + "\n</think>\n\n";
-    out += content + "<|im_end|>\n";
+    if (static_cast<int>(i) > last_query) out += "<think>\n" + reasoning + "\n</think>\n\n";
+    out += answer + "<|im_end|>\n";
   }
   if (gen) out += thinking ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n";
   return out;
@@ -144,16 +204,16 @@ std::string render_qwen3_next(const std::vector<ChatMessage>& messages, bool gen
 
 std::string render_chat(ChatFamily family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         bool enable_thinking) {
-  check_roles(messages);
   if (family == ChatFamily::qwen35) return render_qwen35(messages, add_generation_prompt, enable_thinking);
+  check_roles(messages);
   return render_qwen3_next(messages, add_generation_prompt);
 }
 
 std::string render_single_turn(ChatFamily family, const std::string& system, const std::string& user,
                                bool enable_thinking) {
   std::vector<ChatMessage> msgs;
-  if (!system.empty()) msgs.push_back({"system", system, ""});
-  msgs.push_back({"user", user, ""});
+  if (!system.empty()) msgs.push_back({"system", system, std::nullopt});
+  msgs.push_back({"user", user, std::nullopt});
   return render_chat(family, msgs, true, enable_thinking);
 }
 

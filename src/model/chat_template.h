@@ -1,9 +1,21 @@
 // Fixed chat templates (no Jinja engine) for the model families degenbisect supports, the split of a
 // generated text into thinking and answer, and the stop / padding ids used by generation.
 // Spec: ../shared/spec/model.md §7.2 (Qwen3.5/3.6 ChatML) and §7.1 (stop tokens).
+//
+// qwen35 renders byte for byte what the official Qwen3.5 Jinja template (Qwen3.5-4B.jinja) renders,
+// errors included, for every conversation of system/user/assistant messages with string content:
+// tests/fixtures/chat/qwen35.json (tools/make_chat_fixtures.py, jinja2), checked by
+// tests/test_chat_template.cpp. Differences that remain, all about tools and media (out of scope):
+//  - a "tool" message is an InputError here; the template renders it as a <tool_response> user turn;
+//  - assistant tool_calls and the `tools` list (its "# Tools" system block) are not offered;
+//  - content is a string; the template also takes a list of text/image/video parts (add_vision_id);
+//  - Qwen3.6's preserve_thinking option is not offered.
+// A user message whose trimmed content is "<tool_response>...</tool_response>" is, as in the template,
+// a tool result and not a query (it does not count as the last user turn).
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,14 +34,20 @@ const char* chat_family_name(ChatFamily f);
 ChatFamily chat_family_for_model_type(const std::string& model_type);
 
 struct ChatMessage {
-  std::string role;       // "system", "user" or "assistant"
+  std::string role;     // "system", "user" or "assistant"
   std::string content;
-  std::string reasoning;  // assistant only: the thinking text (rendered for turns after the last user turn)
+  // assistant only: reasoning_content, the thinking text (rendered for turns after the last user
+  // turn). nullopt = not given: then a "</think>" in content splits it into reasoning and answer; a
+  // given one, even empty, is used as is and content is kept whole (the template's rule).
+  std::optional<std::string> reasoning;
 };
 
 // Renders the conversation. enable_thinking only matters for qwen35 with add_generation_prompt:
 // true appends "<think>\n", false appends "<think>\n\n</think>\n\n".
-// InputError for an unknown role or a system message that is not first.
+// InputError, for qwen35 where the official template raises, in its order: no messages; no user
+// query (no user message, or only <tool_response> ones); a system message that is not first; a role
+// other than system/user/assistant. Also for a "tool" message (not supported). qwen3_next: an
+// unknown role or a misplaced system message.
 std::string render_chat(ChatFamily family, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt, bool enable_thinking = true);
 

@@ -80,6 +80,9 @@ expect_out "smaller than the tokenizer"
 echo '{"model_type": "llama", "vocab_size": 1024}' > "$bad/config.json"
 expect_exit 128 "$BIN" tokenize --model "$bad" --chat "x"
 expect_out 'model_type "llama"'
+# a prompt the official Qwen3.5 template rejects: a lone tool result is no user query
+expect_exit 128 "$BIN" tokenize --model "$m" --chat "<tool_response>r</tool_response>"
+expect_out "no user message to answer"
 
 # Synthetic tokenizer: deterministic, and the HF library reads it and agrees with us.
 expect_exit 0 "$BIN" tokenize --write-synth qwen35
