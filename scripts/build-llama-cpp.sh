@@ -101,14 +101,23 @@ target_include_directories(llama-dump PRIVATE ${PROJECT_SOURCE_DIR}/vendor)
 EOF
 echo 'add_subdirectory(degen-dump)' >>"$SRC/tools/CMakeLists.txt"
 
-# 3. CPU-only build of the targets the tests need.
+# 3. CPU-only build of the targets the tests need. With ccache (scripts/install-deps.sh installs it),
+# the second tree (the deliberate-bug build) and tests/cli/engine_bisect.sh's copy reuse the first
+# build's objects: every tree has the same layout (DIR/src, DIR/build) and paths under the repository
+# are hashed relative to the compiler's working directory (CCACHE_BASEDIR), so only the files that
+# differ are compiled again.
 t0=$(date +%s)
+LAUNCHER=()
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_DIR="${CCACHE_DIR:-$ROOT/build/ccache}" CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}" CCACHE_NOHASHDIR=1
+  LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 echo "build-llama-cpp.sh: building llama.cpp (CPU) in $DIR/build with $JOBS jobs" >&2
 echo "$want" >"$DIR/BUILT"  # what the objects in build/ are compiled from (set before compiling)
 cmake -S "$SRC" -B "$DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_CUDA=OFF \
   -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
-  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF >"$DIR/cmake.log" 2>&1 || {
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF "${LAUNCHER[@]}" >"$DIR/cmake.log" 2>&1 || {
   echo "build-llama-cpp.sh: cmake failed (see $DIR/cmake.log)" >&2
   tail -20 "$DIR/cmake.log" >&2
   exit 1
@@ -122,3 +131,8 @@ cmake --build "$DIR/build" -j"$JOBS" --target $TARGETS >"$DIR/build.log" 2>&1 ||
 echo "$want" >"$DIR/ENGINE"
 echo "$want" >"$DIR/BUILT"
 echo "build-llama-cpp.sh: built $want in $(($(date +%s) - t0)) s: $TARGETS in $DIR/build/bin" >&2
+if [ ${#LAUNCHER[@]} -gt 0 ]; then
+  echo "build-llama-cpp.sh: ccache in $CCACHE_DIR: $(ccache --print-stats 2>/dev/null |
+    awk -F'\t' '$1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" {h += $2} $1 == "cache_miss" {m = $2}
+                 END {printf "%d hits, %d misses so far", h, m}')" >&2
+fi

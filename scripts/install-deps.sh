@@ -5,9 +5,10 @@
 # The CUDA toolkit is not installed here: the CUDA backend is built only when nvcc exists.
 set -euo pipefail
 
-# python3-jinja2: renders the official chat template for tests/cli/chat_fixtures.sh (which skips without it)
+# python3-jinja2: renders the official chat template for tests/cli/chat_fixtures.sh (which skips without it);
+# ccache: the llama.cpp builds of scripts/build-llama-cpp.sh and tests/cli/engine_bisect.sh share objects
 pkgs=(cmake g++ make pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev doctest-dev libutf8proc-dev libcurl4-openssl-dev
-      python3-jinja2)
+      python3-jinja2 ccache)
 for arg in "$@"; do
   case "$arg" in
     --browser) pkgs+=(chromium) ;;

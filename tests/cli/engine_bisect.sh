@@ -4,8 +4,9 @@
 # bisected with one command per step: rebuild llama-server (exit 125 when it does not build), then
 # `compare --server-cmd` (start it, wait for /health, score it, stop it), whose exit code drives the
 # bisect. git must name the bug's commit as the first bad one. Skips without the llama.cpp source or
-# the GGUF. Slow: the first step builds llama-server from scratch (about 6 min on 2 cores), the
-# others recompile one file.
+# the GGUF. The first step builds llama-server: from scratch about 6 min on 2 cores, about a minute
+# with ccache when scripts/build-llama-cpp.sh has filled it (same cmake flags, same DIR/src + DIR/build
+# layout, so the objects are the same); the other steps recompile one file.
 source "$(dirname "$0")/lib.bash"
 
 LLAMA_SRC="${DEGEN_LLAMA_CPP:-$SRC/build/llama.cpp}/src"
@@ -17,7 +18,8 @@ BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"  # the steps run insid
 t0=$(date +%s)
 
 # The engine's history.
-R="$WORK/llama.cpp"
+R="$WORK/engine/src"
+mkdir -p "$WORK/engine"
 cp -a "$LLAMA_SRC" "$R"
 rm -rf "$R/.git"  # the sdist keeps the submodule's .git file, pointing nowhere
 g() { git -C "$R" -c user.name=degenbisect -c user.email=tests@degenbisect.invalid "$@"; }
@@ -33,15 +35,21 @@ echo "bisect test, commit 3" >>"$R/README.md"; g commit -qam "docs: another line
 echo "bisect test, commit 4" >>"$R/README.md"; g commit -qam "docs: a third line"
 
 # The README's recipe: the step rebuilds, then scores; 0 good, 1 bad, 125 skip this commit.
+# The cmake flags are scripts/build-llama-cpp.sh's, so that ccache serves its objects.
+launcher=""
+command -v ccache >/dev/null 2>&1 && launcher="-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+B="$WORK/engine/build"
 cat >"$WORK/step.sh" <<EOF
 #!/bin/sh
-cmake -S . -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF \\
-  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \\
-  -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF >>"$WORK/build.log" 2>&1 &&
-  cmake --build "$WORK/build" -j2 --target llama-server >>"$WORK/build.log" 2>&1 || exit 125
+export CCACHE_DIR="\${CCACHE_DIR:-$SRC/build/ccache}" CCACHE_BASEDIR="\${CCACHE_BASEDIR:-$SRC}" CCACHE_NOHASHDIR=1
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF \\
+  -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \\
+  -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF \\
+  $launcher >>"$WORK/build.log" 2>&1 &&
+  cmake --build "$B" -j2 --target llama-server >>"$WORK/build.log" 2>&1 || exit 125
 exec "$BIN" -q compare --golden "$SRC/golden/tiny-trained/smoke" --model "$SRC/models/tiny-trained" \\
   --case two-plus-two --no-generate --engine-class fp32 \\
-  --server-cmd "$WORK/build/bin/llama-server -m $GGUF --host 127.0.0.1 --port {port} -np 1 -t 2 -ctk f32 -ctv f32 -fa off"
+  --server-cmd "$B/bin/llama-server -m $GGUF --host 127.0.0.1 --port {port} -np 1 -t 2 -ctk f32 -ctv f32 -fa off"
 EOF
 chmod +x "$WORK/step.sh"
 g bisect start HEAD "$good" >/dev/null
