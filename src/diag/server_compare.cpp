@@ -241,7 +241,7 @@ std::vector<TopList> server_topk(const ServerRun& run, const std::vector<int32_t
 // The server's log-probs are normalised over all its vocab_size rows (llama.cpp, vLLM and HF
 // transformers do not mask padding ids); the record's over the real ids. At position i they differ by
 // the record's lse_pad (docs/metrics.md "Two normalisations"). For the KLD the server's values are
-// taken to the record's normalisation (p_real = p_server + lse_pad: exact for a server that computes
+// taken to the record's normalisation (log p_real = log p_server + lse_pad: exact for a server computing
 // the reference's logits; it matters only when the server lists part of the vocabulary, as a
 // complete listing is renormalised over the real ids anyway); logprob_offset compares the server's
 // log-probs with the record's in the server's normalisation, where a constant offset would show.
