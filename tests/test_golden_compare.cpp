@@ -21,6 +21,8 @@
 #include "model/tokenizer.h"
 #include "report/junit.h"
 #include "tolerances.h"
+#include "engine_test_util.h"
+#include "util/sha256.h"
 #include "util/dtype.h"
 #include "util/error.h"
 
@@ -698,4 +700,109 @@ TEST_CASE("golden: content_hash64 sees a change of any bit anywhere, and the len
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(hb != 0);
   MESSAGE("content_hash64: ", static_cast<double>(big.size()) / s / 1e9, " GB/s on one thread (256 MiB in memory)");
+}
+
+// Issue 20.8, two normalisations (docs/metrics.md): the record's log-probs are over the tokenizer's
+// ids, every other engine's over all vocab_size rows of the LM head. tiny-qwen35 has 1000 ids and 1024
+// rows. HF transformers' log_softmax over its rows (tests/fixtures/hf-vocab-gap, made by
+// tools/make_hf_fixtures.py --vocab-gap) must equal the record's topk_logprobs - lse_pad, and differ
+// from the unconverted ones by lse_pad (0.004 to 0.067 nats here: far above the tolerance, so the
+// test fails when lse_pad is missing, zero or wrong). Then compare's offset figure for another
+// engine's full logits (set_logprob_offset, what compare --dump reports): ~0 for HF's log-probs and
+// for our own engine's unmasked logits; -lse_pad, with the note, against a record without lse_pad.
+TEST_CASE("golden: lse_pad takes the record's log-probs to HF's, normalised over all vocab_size rows (1000 ids, 1024 rows)") {
+  auto ref = SafetensorsFile::open(test::fixtures_dir() / "hf-vocab-gap" / "reference.safetensors");
+  test::TempDir dir("gc-vocab-gap");
+  const fs::path model = synth_tiny("tiny-qwen35", dir / "model");
+  const std::string sha = sha256_hex(read_file(model / "model.safetensors"));
+  REQUIRE_MESSAGE(ref->metadata().at("source").find(sha) != std::string::npos, "tests/fixtures/hf-vocab-gap was made from ",
+                  "another tiny-qwen35 (ours: model.safetensors sha256 ", sha, "): rerun tools/make_hf_fixtures.py --vocab-gap");
+  Loaded l = load(model);
+  const int64_t V = l.model->config.vocab_size;
+  const std::vector<int32_t> ids = test::ref_ids(*ref, "input_ids");
+  const std::vector<double> hf_lp = test::ref_values(*ref, "logprobs"), hf_pad = test::ref_values(*ref, "lse_pad"),
+                            hf_lse = test::ref_values(*ref, "lse_vocab");
+  const int64_t T = static_cast<int64_t>(ids.size());
+  REQUIRE(V == 1024);
+  REQUIRE(T > 8);
+  REQUIRE(hf_lp.size() == static_cast<size_t>(T * V));
+  REQUIRE(hf_pad.size() == static_cast<size_t>(T));
+  const std::vector<uint8_t> mask = l.tok->padding_mask(V);
+  CHECK(std::count(mask.begin(), mask.end(), uint8_t(1)) == 24);  // HF's len(tokenizer) is 1000 (the fixture's source)
+
+  // A record of the fixture's ids, every real id in its top-K.
+  Suite s;
+  s.name = "vocab-gap";
+  Case c;
+  c.id = "hf-text";
+  c.input = CaseInput::tokens;
+  c.tokens = ids;
+  c.max_new_tokens = 0;
+  s.cases = {c};
+  GoldenOptions o;
+  o.topk = 1000;
+  o.layers = "none";
+  o.floors = false;
+  write_golden(*l.model, l.tok.get(), s, dir / "golden", o, make_backend);
+  const GoldenCase g = GoldenRecord::open(dir / "golden").load_case(0);
+  const int K = g.topk.K;
+  REQUIRE(K == 1000);
+  REQUIRE(g.topk.lse_pad.size() == static_cast<size_t>(T));
+  if (g.mtp_topk.K > 0) {
+    REQUIRE(g.mtp_topk.lse_pad.size() == static_cast<size_t>(T - 1));
+    for (float p : g.mtp_topk.lse_pad) CHECK(p > 0);
+  }
+  double worst_lp = 0, worst_pad = 0, worst_lse = 0, raw = 0, pad_mean = 0;
+  for (int64_t i = 0; i < T; ++i) {
+    const double shift = vocab_shift(g.topk, i).value();
+    worst_pad = std::max(worst_pad, std::abs(-shift - hf_pad[static_cast<size_t>(i)]));
+    worst_lse = std::max(worst_lse, std::abs(g.topk.lse[static_cast<size_t>(i)] - shift - hf_lse[static_cast<size_t>(i)]));
+    pad_mean += hf_pad[static_cast<size_t>(i)] / static_cast<double>(T);
+    for (int k = 0; k < K; ++k) {
+      const double lp = g.topk.logprobs[static_cast<size_t>(i * K + k)];
+      const double hf = hf_lp[static_cast<size_t>(i * V + g.topk.ids[static_cast<size_t>(i * K + k)])];
+      worst_lp = std::max(worst_lp, std::abs(lp + shift - hf));
+      raw += (lp - hf) / static_cast<double>(T * K);
+    }
+  }
+  MESSAGE("record vs HF over all 1024 rows: log-probs converted with lse_pad, max |diff| ", worst_lp, " nats; lse_pad ",
+          worst_pad, "; lse + lse_pad vs HF's logsumexp ", worst_lse, "; unconverted, mean diff ", raw,
+          " nats (HF's mean lse_pad ", pad_mean, ")");
+  CHECK(worst_lp <= tol::kHfLogprob);
+  CHECK(worst_pad <= tol::kHfLogprob);
+  CHECK(worst_lse <= tol::kHfLogprob);
+  CHECK(raw > 100 * tol::kHfLogprob);                        // the offset the conversion removes
+  CHECK(std::abs(raw - pad_mean) <= tol::kHfLogprob);        // and it is lse_pad
+
+  // compare's offset figure from another engine's full logits.
+  std::vector<float> hf_rows(hf_lp.begin(), hf_lp.end());  // HF's log-probs are logits normalised over all rows
+  LogitsResult lr;
+  set_logprob_offset(lr, hf_rows, T, V, g.topk);
+  REQUIRE(lr.logprob_offset.has_value());
+  CHECK(lr.logprob_offset_vocab);
+  CHECK(std::abs(*lr.logprob_offset) <= tol::kHfLogprob);
+  const RunConfig rc;  // our own engine's logits, padding rows unmasked (as another engine computes them)
+  std::unique_ptr<Backend> be = make_backend(rc, l.model->config);
+  Engine eng(l.model->config, l.model->weights, *be, engine_options(rc));
+  const ForcedRun fr = forced_run(eng, ids, ForcedOptions{});
+  LogitsResult lw;
+  set_logprob_offset(lw, fr.logits, T, V, g.topk);
+  REQUIRE(lw.logprob_offset.has_value());
+  CHECK(std::abs(*lw.logprob_offset) <= tol::kHfLogprob);
+  TopKBlock old = g.topk;  // a record made before lse_pad
+  old.lse_pad.clear();
+  LogitsResult lo;
+  set_logprob_offset(lo, hf_rows, T, V, old);
+  REQUIRE(lo.logprob_offset.has_value());
+  CHECK_FALSE(lo.logprob_offset_vocab);
+  CHECK(std::abs(*lo.logprob_offset + pad_mean) <= tol::kHfLogprob);
+  CompareResult cr;
+  cr.cases.resize(1);
+  cr.cases[0].logits[0] = lo;
+  const std::string note = logprob_offset_note(cr, V, mask, "dump");
+  CHECK(note.find("the record has no lse_pad") != std::string::npos);
+  CHECK(note.find("1000 ids") != std::string::npos);
+  MESSAGE(note);
+  cr.cases[0].logits[0] = lr;
+  CHECK(logprob_offset_note(cr, V, mask, "dump").find("both over all 1024 rows") != std::string::npos);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rebuilds a GGUF made by llama.cpp's converter from its recorded layout and our checkpoint.
 
-    python3 tools/gguf_rebuild.py LAYOUT_DIR [OUT.gguf]
+    python3 tools/gguf_rebuild.py LAYOUT_DIR [OUT.gguf [SOURCE.safetensors]]
 
 Why: the trained model's f32 GGUF (models/tiny-trained-gguf, made by llama.cpp's own
 convert_hf_to_gguf.py through tools/convert_gguf.py) is 20 MB, four times too large to keep in git,
@@ -15,8 +15,10 @@ weights moved about: widened from bf16 to f32 and, for the value heads, reordere
                the whole file;
   extra.bin    the few small tensors the converter computes rather than moves (norm weights + 1,
                -exp(A_log)): their bytes as it wrote them.
-The result is checked against the recorded SHA-256: it is the converter's file, byte for byte, or
-an error. Standard library only. Exit 0 on success, 1 on a mismatch or bad input.
+SOURCE.safetensors replaces the checkpoint the layout names (layout.json "source", relative to the
+repository): models/tiny-qwen35-gguf's source is synthesised, not committed (tests/cli/server.sh
+synthesises it into its work folder). The result is checked against the recorded SHA-256: it is the
+converter's file, byte for byte, or an error. Standard library only. Exit 0 on success, 1 on a mismatch or bad input.
 """
 import hashlib
 import json
@@ -55,15 +57,18 @@ def as_f32_bytes(dtype, raw):
 
 
 def main():
-    if len(sys.argv) not in (2, 3):
+    if len(sys.argv) not in (2, 3, 4):
         print(__doc__, file=sys.stderr)
         return 1
     layout_dir = Path(sys.argv[1])
     layout = json.loads((layout_dir / "layout.json").read_text())
-    out_path = Path(sys.argv[2]) if len(sys.argv) == 3 else layout_dir / layout["file"]
+    out_path = Path(sys.argv[2]) if len(sys.argv) >= 3 else layout_dir / layout["file"]
+    source = Path(sys.argv[3]) if len(sys.argv) == 4 else ROOT / layout["source"]
     header = (layout_dir / "header.bin").read_bytes()
     extra = (layout_dir / "extra.bin").read_bytes()
-    src_header, src_data = read_safetensors(ROOT / layout["source"])
+    if not source.is_file():
+        fail(f"no checkpoint {source} (the layout's source)")
+    src_header, src_data = read_safetensors(source)
     out = bytearray(layout["size"])
     out[:len(header)] = header
     cache = {}
@@ -75,7 +80,7 @@ def main():
             name = t["source"]
             if name not in cache:
                 if name not in src_header:
-                    fail(f"{layout['source']} has no tensor {name}")
+                    fail(f"{source} has no tensor {name}")
                 s = src_header[name]
                 a, e = s["data_offsets"]
                 cache[name] = as_f32_bytes(s["dtype"], src_data[a:e])
@@ -88,7 +93,7 @@ def main():
     digest = hashlib.sha256(out).hexdigest()
     if digest != layout["sha256"]:
         fail(f"rebuilt {out_path.name} has SHA-256 {digest}, the converter's file had {layout['sha256']} "
-             f"(is {layout['source']} the checkpoint the layout was recorded from?)")
+             f"(is {source} the checkpoint the layout was recorded from?)")
     tmp = out_path.with_suffix(".tmp")
     tmp.write_bytes(out)
     tmp.replace(out_path)

@@ -601,6 +601,58 @@ def make_trained_fixture(model_dir, outdir):
     return facts
 
 
+# --------------------------------------------------------------------------------------
+# Two normalisations (issue 20.8, docs/metrics.md): a checkpoint whose tokenizer is smaller than
+# vocab_size (tiny-qwen35, synthesised: 1000 ids, 1024 LM-head rows). HF's log_softmax runs over all
+# vocab_size rows, the golden record's over the tokenizer's ids; the record's lse_pad converts one
+# into the other. The checkpoint is not copied: the test synthesises it and checks its SHA-256.
+# --------------------------------------------------------------------------------------
+VOCAB_GAP_TEXT = "What is 2+2? The answer is 4. Count from 5 to 9: 5 6 7 8 9."
+
+
+def make_vocab_gap_fixture(model_dir, outdir):
+    import hashlib
+    from tokenizers import Tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(model_dir, "model.safetensors"), "rb") as f:
+        model_sha = hashlib.sha256(f.read()).hexdigest()
+    cfg = AutoConfig.from_pretrained(model_dir)
+    cls = Qwen3_5ForConditionalGeneration if cfg.model_type == "qwen3_5" else AutoModelForCausalLM
+    model, info = cls.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager",
+                                      output_loading_info=True)
+    model.eval()
+    # The synthesised checkpoint is text-only under a VL config (no vision tower, which the text
+    # logits do not use); HF ignores mtp.* (as for the trained model).
+    assert not info.get("mismatched_keys"), info.get("mismatched_keys")
+    assert all(k.startswith("model.visual.") for k in info.get("missing_keys", [])), info.get("missing_keys")
+    assert all(k.startswith("mtp.") for k in info.get("unexpected_keys", [])), info.get("unexpected_keys")
+    V = text_config(model.config).vocab_size
+    # The real ids as HF's tokenizer counts them (base vocabulary and added tokens): len(tokenizer).
+    n_real = len(AutoTokenizer.from_pretrained(model_dir))
+    assert n_real < V, (n_real, V)
+    ids = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json")).encode(
+        VOCAB_GAP_TEXT, add_special_tokens=False).ids
+    input_ids = torch.tensor(ids, dtype=torch.int64)
+    with torch.no_grad():
+        logits = model(input_ids=input_ids[None, :], use_cache=False).logits[0].float()  # [T, V]
+    lp = torch.log_softmax(logits.double(), dim=-1)                     # HF's normalisation: all V rows
+    lse_vocab = torch.logsumexp(logits.double(), dim=-1)
+    lse_real = torch.logsumexp(logits.double()[:, :n_real], dim=-1)     # the tokenizer's ids
+    refs = {"input_ids": input_ids,
+            "logprobs": lp.float().contiguous(),                        # [T, V] log_softmax over all rows
+            "lse_vocab": lse_vocab.contiguous(),                        # [T] F64
+            "lse_pad": (lse_vocab - lse_real).contiguous()}             # [T] F64
+    meta = {"source": f"tools/make_hf_fixtures.py --vocab-gap (transformers {transformers.__version__}, "
+                      f"torch {torch.__version__.split('+')[0]}, safetensors {safetensors.__version__}); "
+                      f"model {os.path.basename(os.path.normpath(model_dir))} model.safetensors sha256 {model_sha}; "
+                      f"V={V} real ids={n_real} T={len(ids)}"}
+    safetensors.torch.save_file(refs, os.path.join(outdir, "reference.safetensors"), metadata=meta)
+    return {"V": V, "real ids": n_real, "T": len(ids), "model sha256": model_sha,
+            "lse_pad mean": float((lse_vocab - lse_real).mean()),
+            "lse_pad min/max": (float((lse_vocab - lse_real).min()), float((lse_vocab - lse_real).max()))}
+
+
 def environment_checks():
     import importlib.util
     env = {m: importlib.util.find_spec(m) is not None
@@ -618,6 +670,9 @@ def main():
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--trained", metavar="MODEL_DIR", help="only the fixture of the shipped trained model "
                     "(e.g. models/tiny-trained) into OUT/../hf-trained")
+    ap.add_argument("--vocab-gap", metavar="MODEL_DIR", help="only the two-normalisations fixture of a checkpoint whose "
+                    "tokenizer is smaller than vocab_size (build/degenbisect synth --preset tiny-qwen35 --out MODEL_DIR) "
+                    "into OUT/../hf-vocab-gap")
     args = ap.parse_args()
     outroot = os.path.normpath(args.out)
     os.makedirs(outroot, exist_ok=True)
@@ -625,6 +680,13 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, "
           f"safetensors {safetensors.__version__}")
     print("optional kernels importable:", environment_checks())
+    if args.vocab_gap:
+        out = os.path.join(os.path.dirname(outroot), "hf-vocab-gap")
+        facts = make_vocab_gap_fixture(args.vocab_gap, out)
+        print(f"\n== hf-vocab-gap ({args.vocab_gap}) -> {out}")
+        for k, v in facts.items():
+            print(f"   {k}: {v}")
+        return 0
     if args.trained:
         out = os.path.join(os.path.dirname(outroot), "hf-trained")
         facts = make_trained_fixture(args.trained, out)

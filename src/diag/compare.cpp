@@ -38,7 +38,7 @@ std::string fmt_pad(const std::string& s, size_t w) { return s.size() >= w ? s :
 json opt_json(const std::optional<double>& v) { return v ? metrics::json_number(*v) : json(nullptr); }
 
 json logits_json(const LogitsResult& l) {
-  return {{"summary", l.summary.to_json()},
+  json j = {{"summary", l.summary.to_json()},
           {"mean_kld", metrics::json_number(l.mean_kld)},
           {"limit", metrics::json_number(l.limit)},
           {"floor", opt_json(l.floor)},
@@ -50,9 +50,61 @@ json logits_json(const LogitsResult& l) {
              return a;
            }()},
           {"top1_agree", l.top1_agree}};
+  if (l.logprob_offset) {
+    j["logprob_offset"] = metrics::json_number(*l.logprob_offset);
+    j["logprob_offset_normalisation"] = l.logprob_offset_vocab ? "vocab" : "record (no lse_pad)";
+  }
+  return j;
 }
 
 }  // namespace
+
+void set_logprob_offset(LogitsResult& lr, const std::vector<float>& logits, int64_t rows, int64_t V, const TopKBlock& golden) {
+  double sum = 0;
+  int64_t n = 0;
+  bool vocab = true;
+  const int K = golden.K;
+  for (int64_t i = 0; i < rows; ++i) {
+    const std::vector<double> lp = metrics::log_softmax(std::span<const float>(logits.data() + i * V, static_cast<size_t>(V)));
+    const std::optional<double> shift = vocab_shift(golden, i);
+    if (!shift) vocab = false;
+    for (int k = 0; k < K; ++k) {
+      const double e = lp[static_cast<size_t>(golden.ids[static_cast<size_t>(i * K + k)])];
+      const double g = static_cast<double>(golden.logprobs[static_cast<size_t>(i * K + k)]) + shift.value_or(0.0);
+      if (!std::isfinite(e) || !std::isfinite(g)) continue;
+      sum += e - g;
+      ++n;
+    }
+  }
+  if (n > 0) lr.logprob_offset = sum / static_cast<double>(n);
+  lr.logprob_offset_vocab = vocab;
+}
+
+std::string logprob_offset_note(const CompareResult& r, int64_t V, const std::vector<uint8_t>& mask, const std::string& who) {
+  double sum = 0, worst = 0;
+  int n = 0;
+  bool vocab = true;
+  for (const CaseResult& c : r.cases) {
+    if (!c.logits[0] || !c.logits[0]->logprob_offset) continue;
+    const double v = *c.logits[0]->logprob_offset;
+    sum += v;
+    worst = std::abs(v) > std::abs(worst) ? v : worst;
+    vocab = vocab && c.logits[0]->logprob_offset_vocab;
+    ++n;
+  }
+  if (n == 0) return cat("log-probs: the ", who, " listed none of the record's top-K ids: no log-prob offset");
+  const int64_t real = mask.empty() ? V : V - static_cast<int64_t>(std::count(mask.begin(), mask.end(), uint8_t(1)));
+  std::string o = cat("log-probs: the ", who, "'s minus the record's, mean ", sci(sum / n), " nats (case means up to ", sci(worst),
+                      "), ");
+  if (vocab) return o + cat("both over all ", V, " rows of the LM head (the record's topk_logprobs - lse_pad)");
+  o += cat("the record's over the tokenizer's ", real, " ids as stored");
+  if (real < V)
+    o += cat("\nnote: the record has no lse_pad (made before it): its log-probs are normalised over the tokenizer's ", real,
+             " ids, the ", who, "'s over all ", V, " rows, so the offset above includes -lse_pad, a constant the engine is not\n",
+             "      to blame for (KLD and top-1 renormalise over the real ids; only a partial top-K carries it); rerun ",
+             "`degenbisect golden` to record lse_pad");
+  return o;
+}
 
 EngineClass parse_engine_class(const std::string& name) {
   EngineClass c;

@@ -94,6 +94,13 @@ struct LogitsResult {
   std::optional<double> floor;
   bool pass = true;
   int64_t nonfinite = 0;               // positions with non-finite test logits
+  // Another engine's log-probs (compare --server): mean of (engine log-prob - record log-prob) over
+  // the record's top-K ids the engine listed, the record's taken in the engine's normalisation (over
+  // all vocab_size rows: topk_logprobs - lse_pad, docs/metrics.md "Two normalisations"); ~0 for an
+  // engine that computes what the reference does. logprob_offset_vocab = false: the record has no
+  // lse_pad (older records), both taken as they are, so a constant -lse_pad remains in it.
+  std::optional<double> logprob_offset;
+  bool logprob_offset_vocab = true;
 };
 
 struct GenerationResult {
@@ -196,6 +203,14 @@ void degeneration_reasons(GenerationResult& gen, std::vector<std::string>& bad, 
 // The logits verdict of per-position metrics: mean KLD against k·floor + eps (or the fallback).
 LogitsResult logits_result(const std::vector<metrics::LogitPosition>& pos, const std::optional<double>& floor,
                            const metrics::FloorRule& rule, double fallback);
+
+// Another engine's log-probs against the record's (LogitsResult::logprob_offset), from its full
+// logits [rows, V] (a dump): the engine's log-probs taken over all V rows, as engines report them.
+void set_logprob_offset(LogitsResult& lr, const std::vector<float>& logits, int64_t rows, int64_t V, const TopKBlock& golden);
+// One line (two with a note) for the limits block: the log-prob offset over the cases, the
+// normalisation it was taken in, and, for a record without lse_pad and a model with padding rows,
+// that it includes -lse_pad. `who` names the engine ("server", "dump").
+std::string logprob_offset_note(const CompareResult& r, int64_t V, const std::vector<uint8_t>& mask, const std::string& who);
 
 // The noise-floor class another engine (compare --dump / --server) is judged with: fp32 and bf16 are
 // the record's classes (golden.h FloorClass); q8_0 has no floors in the record and is measured at

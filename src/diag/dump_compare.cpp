@@ -255,6 +255,7 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
   if (run.o.measured_class) kld_floor = teacher_forced_kld(*run.floor, *run.floor_be, g, V, run.maskp);
   cr.logits[0] = logits_result(logit_positions(logits, T, V, g.topk, next, run.maskp), kld_floor, run.o.rules.kld,
                                run.o.rules.fallback_kld);
+  set_logprob_offset(*cr.logits[0], logits, T, V, g.topk);  // what the engine would report as log-probs
   // Layers: the dump's drift against the known-good run's.
   const StepCapture good = traced_prefill(*run.floor, seq, -2);
   const Rows emb = mapped(*f, names.front(), -1, T, cfg);  // both tables start with the embedding
@@ -334,6 +335,7 @@ CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const To
     if (progress)
       std::fprintf(progress, "compare: dump case %s: %s\n", g.id.c_str(), metrics::verdict_name(r.cases.back().verdict));
   }
+  r.limits_note += "\n" + logprob_offset_note(r, model.config.vocab_size, run.mask, "dump");
   r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, false));
   r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   return r;

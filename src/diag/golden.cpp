@@ -72,7 +72,32 @@ TopK topk_of_row(const float* row, int64_t V, const std::vector<uint8_t>* mask, 
   double s = 0;
   for (int32_t i : idx) s += std::exp(static_cast<double>(x[static_cast<size_t>(i)]) - m);
   t.lse = m + std::log(s);
+  // lse_pad: the log-sum-exp over every row, padding included (what other engines normalise by),
+  // minus lse, as log1p(padding mass / real mass) in fp64 around the largest logit of all rows.
+  double mv = m;
+  bool finite = true;
+  for (int64_t i = 0; i < V; ++i) {
+    if (ex.empty() || !ex[static_cast<size_t>(i)]) continue;
+    const double v = x[static_cast<size_t>(i)];
+    if (!std::isfinite(v)) finite = false;
+    else mv = std::max(mv, v);
+  }
+  if (!finite) {
+    t.lse_pad = NAN;
+  } else {
+    double real = 0, pad = 0;
+    for (int64_t i = 0; i < V; ++i)
+      (ex.empty() || !ex[static_cast<size_t>(i)] ? real : pad) += std::exp(static_cast<double>(x[static_cast<size_t>(i)]) - mv);
+    t.lse_pad = std::log1p(pad / real);
+  }
   return t;
+}
+
+std::optional<double> vocab_shift(const TopKBlock& b, int64_t row) {
+  if (row < 0 || static_cast<size_t>(row) >= b.lse_pad.size()) return std::nullopt;
+  const double p = b.lse_pad[static_cast<size_t>(row)];
+  if (!std::isfinite(p)) return std::nullopt;
+  return -p;
 }
 
 std::string weights_sample_digest(const Checkpoint& ckpt) {
@@ -288,6 +313,7 @@ TopKBlock topk_block(const std::vector<float>& logits, int64_t rows, int64_t V, 
     b.ids.insert(b.ids.end(), t.ids.begin(), t.ids.end());
     b.logprobs.insert(b.logprobs.end(), t.logprobs.begin(), t.logprobs.end());
     b.lse.push_back(static_cast<float>(t.lse));
+    b.lse_pad.push_back(static_cast<float>(t.lse_pad));
   }
   return b;
 }
@@ -501,7 +527,8 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
   fo.capture_positions = P;
   fo.capture_layers = run.stored;
   fo.mtp = true;
-  fo.vocab_mask = run.maskp;
+  // note: no vocab_mask: the padding rows keep their logits so that lse_pad (from lse to what other
+  // engines normalise by) can be computed; topk_block masks them for the top-K and lse (same values).
   ForcedRun g = forced_run(*run.eng, seq, fo);
 
   SafetensorsWriter w;
@@ -522,6 +549,7 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
   add_i32(w, "topk_ids", main_k.ids, {T, run.K});
   add_f32(w, "topk_logprobs", main_k.logprobs, {T, run.K});
   add_f32(w, "lse", main_k.lse, {T});
+  add_f32(w, "lse_pad", main_k.lse_pad, {T});
   if (!g.embed.empty()) add_f32(w, "embed", g.embed, {P, H});
   for (int l = 0; l < run.L; ++l)
     if (!g.l_out[l].empty()) add_f32(w, trace_name(Step::l_out, l), g.l_out[l], {P, H});
@@ -532,6 +560,7 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
     add_i32(w, "mtp_topk_ids", mtp_k.ids, {T - 1, run.K});
     add_f32(w, "mtp_topk_logprobs", mtp_k.logprobs, {T - 1, run.K});
     add_f32(w, "mtp_lse", mtp_k.lse, {T - 1});
+    add_f32(w, "mtp_lse_pad", mtp_k.lse_pad, {T - 1});
   }
 
   // 3. noise floors: each class's run against this record (isolated, then teacher-forced)
@@ -832,11 +861,13 @@ GoldenCase GoldenRecord::load_case(size_t i, bool with_layers) const {
   c.topk.ids = i32(ti);
   c.topk.logprobs = f32(get("topk_logprobs", DType::f32, {T, K}, true));
   c.topk.lse = f32(get("lse", DType::f32, {T}, true));
+  if (const TensorView* lv = get("lse_pad", DType::f32, {T}, false)) c.topk.lse_pad = f32(lv);  // absent: older record
   if (const TensorView* m = get("mtp_topk_ids", DType::i32, {T - 1, K}, false)) {
     c.mtp_topk.K = K;
     c.mtp_topk.ids = i32(m);
     c.mtp_topk.logprobs = f32(get("mtp_topk_logprobs", DType::f32, {T - 1, K}, true));
     c.mtp_topk.lse = f32(get("mtp_lse", DType::f32, {T - 1}, true));
+    if (const TensorView* lv = get("mtp_lse_pad", DType::f32, {T - 1}, false)) c.mtp_topk.lse_pad = f32(lv);
   }
   if (c.P < 0 || c.P > T) input_error(where, ": positions_stored ", c.P, " outside [0, ", T, "]");
   c.l_out.resize(static_cast<size_t>(layers_));

@@ -13,13 +13,25 @@
 //     continuation      I32 [Tc]     the reference's continuation (greedy unless the case samples)
 //     topk_ids          I32 [T, K]   per position, the K most likely next ids (descending, lowest id on ties)
 //     topk_logprobs     F32 [T, K]   their log-probabilities log q_i (fp64 log-softmax, padding masked)
-//     lse               F32 [T]      log-sum-exp of the logits over the real vocabulary
+//     lse               F32 [T]      log-sum-exp of the logits over the real vocabulary (the tokenizer's
+//                                    ids): topk_logprobs = logit - lse (our comparisons, the sampler)
+//     lse_pad           F32 [T]      lse_vocab - lse >= 0, where lse_vocab = the log-sum-exp over ALL
+//                                    vocab_size rows of the LM head, padding rows included: what HF
+//                                    transformers, llama.cpp and vLLM normalise by. An engine's
+//                                    log-prob of id i is logit_i - lse_vocab = topk_logprobs - lse_pad
+//                                    (docs/metrics.md, "Two normalisations"). Stored as the difference,
+//                                    log1p(padding mass / real mass) in fp64, because it can be far
+//                                    below one fp32 step of lse (1e-7 nats on the trained model, whose
+//                                    lse ~ 20 has steps of 2e-6). Always written; 0 when every row is a
+//                                    real id; NaN when a padding logit is not finite. Records made
+//                                    before it lack it (readers: an empty vector).
 //     embed             F32 [P, H]   token embeddings = the input of layer 0 (when layer 0 is stored)
 //     l_out-L           F32 [P, H]   output of layer L (for every stored layer)
 //     l_out_norm        F32 [L, T]   digest: L2 norm of every layer's output row at every position
 //     mtp_topk_ids      I32 [T-1, K] models with MTP: the draft for position i+2 made from the hidden
 //     mtp_topk_logprobs F32 [T-1, K] state at i and token i+1 (teacher-forced), top-K and log-sum-exp
 //     mtp_lse           F32 [T-1]
+//     mtp_lse_pad       F32 [T-1]    the MTP head's lse_pad
 // The layer outputs come from ONE teacher-forced prefill over the whole sequence; the continuation
 // from the generation loop (batch prefill of the prompt, then one decode step per token).
 // Records are written into a temporary sibling folder that is renamed into place at the end, so a
@@ -104,11 +116,14 @@ struct ForcedRun {
 ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const ForcedOptions& opt);
 
 // Top-K of one logits row under the golden rules: log-softmax in fp64 over the real ids, K most likely
-// (descending, lowest id on ties), and the log-sum-exp.
+// (descending, lowest id on ties), the log-sum-exp over the real ids (lse) and lse_pad = the
+// log-sum-exp over all V rows minus lse (meaningful only when the row's padding logits are really
+// there, not masked to -inf).
 struct TopK {
   std::vector<int32_t> ids;
   std::vector<float> logprobs;
   double lse = 0;
+  double lse_pad = 0;  // >= 0; NaN when a padding logit is not finite
 };
 TopK topk_of_row(const float* logits, int64_t V, const std::vector<uint8_t>* mask, int k);
 
@@ -117,10 +132,16 @@ struct TopKBlock {
   int K = 0;
   std::vector<int32_t> ids;      // [rows, K]
   std::vector<float> logprobs;   // [rows, K]
-  std::vector<float> lse;        // [rows]
+  std::vector<float> lse;        // [rows] over the real ids
+  std::vector<float> lse_pad;    // [rows] log-sum-exp over all V rows minus lse; empty in older records
   int64_t undefined_row = -1;
 };
 TopKBlock topk_block(const std::vector<float>& logits, int64_t rows, int64_t V, const std::vector<uint8_t>* mask, int K);
+// From the record's normalisation to an engine's that normalises over all vocab_size rows, at `row`:
+// log p_engine(i) = topk_logprobs(i) + vocab_shift, vocab_shift = lse - lse_vocab = -lse_pad (<= 0;
+// exactly 0 when there are no padding rows). nullopt when the block has no (finite) lse_pad: an
+// older record.
+std::optional<double> vocab_shift(const TopKBlock& b, int64_t row);
 
 // The golden layer inputs of a record's data: in[0] = embed, in[L] = l_out[L-1].
 LayerInputs make_layer_inputs(const std::vector<float>& embed, const std::vector<std::vector<float>>& l_out, int64_t P,

@@ -238,21 +238,43 @@ std::vector<TopList> server_topk(const ServerRun& run, const std::vector<int32_t
   return out;
 }
 
+// The server's log-probs are normalised over all its vocab_size rows (llama.cpp, vLLM and HF
+// transformers do not mask padding ids); the record's over the real ids. At position i they differ by
+// the record's lse_pad (docs/metrics.md "Two normalisations"). For the KLD the server's values are
+// taken to the record's normalisation (log p_real = log p_server + lse_pad: exact for a server computing
+// the reference's logits; it matters only when the server lists part of the vocabulary, as a
+// complete listing is renormalised over the real ids anyway); logprob_offset compares the server's
+// log-probs with the record's in the server's normalisation, where a constant offset would show.
 void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, double& coverage) {
   const std::vector<int32_t> seq = g.sequence();
   const int64_t T = static_cast<int64_t>(seq.size());
   const std::vector<TopList> tops = server_topk(run, seq);
   std::vector<metrics::LogitPosition> pos;
-  int64_t covered = 0;
+  int64_t covered = 0, n_off = 0;
+  double sum_off = 0;
+  bool vocab_norm = true;
   for (int64_t i = 0; i < T; ++i) {
+    const std::optional<double> shift = vocab_shift(g.topk, i);  // record -> server normalisation
+    if (!shift) vocab_norm = false;
+    TopList top = tops[static_cast<size_t>(i)];
+    if (shift)
+      for (auto& e : top) e.second -= *shift;
     std::vector<uint8_t> listed;
-    const std::vector<float> lp = topk_as_logits(tops[static_cast<size_t>(i)], run, listed);
+    const std::vector<float> lp = topk_as_logits(top, run, listed);
     const int K = g.topk.K;
+    // note: lse 0: the test values are log-probs, so the golden's are compared as log-probs too.
     metrics::GoldenTopK gk{std::span<const int32_t>(g.topk.ids.data() + i * K, static_cast<size_t>(K)),
-                           std::span<const float>(g.topk.logprobs.data() + i * K, static_cast<size_t>(K)),
-                           g.topk.lse[static_cast<size_t>(i)]};
+                           std::span<const float>(g.topk.logprobs.data() + i * K, static_cast<size_t>(K)), 0.0};
     bool all = true;
-    for (int32_t id : gk.ids) all = all && id >= 0 && id < run.V && listed[static_cast<size_t>(id)];
+    for (size_t j = 0; j < gk.ids.size(); ++j) {
+      const int32_t id = gk.ids[j];
+      const bool in = id >= 0 && id < run.V && listed[static_cast<size_t>(id)];
+      all = all && in;
+      if (!in || !std::isfinite(lp[static_cast<size_t>(id)]) || !std::isfinite(gk.logprobs[j])) continue;
+      // (server - shift) - record = server - (record + shift): the offset in the server's normalisation
+      sum_off += static_cast<double>(lp[static_cast<size_t>(id)]) - static_cast<double>(gk.logprobs[j]);
+      ++n_off;
+    }
     covered += all ? 1 : 0;
     const int32_t next = i + 1 < T ? seq[static_cast<size_t>(i + 1)] : -1;
     pos.push_back(metrics::compare_logits_topk(lp, gk, next, run.mask));
@@ -270,6 +292,8 @@ void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, d
     floor = it->second;
   }
   cr.logits[0] = logits_result(pos, floor, run.o.rules.kld, run.o.rules.fallback_kld);
+  if (n_off > 0) cr.logits[0]->logprob_offset = sum_off / static_cast<double>(n_off);
+  cr.logits[0]->logprob_offset_vocab = vocab_norm;
 }
 
 void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std::vector<std::string>& bad,
@@ -425,6 +449,7 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
                    cr.seconds);
     r.cases.push_back(std::move(cr));
   }
+  r.limits_note += "\n" + logprob_offset_note(r, run.V, run.mask, "server");
   r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, o.fail_on_model_degeneration));
   r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   return r;

@@ -9,7 +9,11 @@
 #    q8_0 class (measured with our engine at precision=q8_0);
 #  - a llama.cpp built with a deliberate GDN bug (tests/llama/gdn-read-before-decay.patch): bad, the
 #    first GDN layer and its gated-delta-rule step named;
-#  - bad dumps: missing, another case, truncated, another vocabulary -> exit 128 with the reason.
+#  - bad dumps: missing, another case, truncated, another vocabulary -> exit 128 with the reason;
+#  - two normalisations (docs/metrics.md): tiny-qwen35 (1,000 ids, 1,024 LM-head rows) converted by
+#    llama.cpp's converter (models/tiny-qwen35-gguf, rebuilt from the synthesised checkpoint). llama.cpp
+#    normalises its log-probs over all 1,024 rows: against a record with lse_pad the mean log-prob
+#    offset is ~0; against the committed record (made before lse_pad) it is -lse_pad, with a note.
 # Needs scripts/build-llama-cpp.sh (and, for the bug, its --patch build); skips (77) without it.
 source "$(dirname "$0")/lib.bash"
 
@@ -102,5 +106,45 @@ if [ -x "$BUG/build/bin/llama-dump" ]; then
 else
   echo "note: no llama.cpp with the deliberate bug in $BUG (scripts/build-llama-cpp.sh --dir $BUG --patch" \
     "tests/llama/gdn-read-before-decay.patch); that part not run"
+fi
+# Two normalisations: llama.cpp's log-probs (over all rows) against the record's.
+if [ -f "$SRC/models/tiny-qwen35-gguf/layout.json" ] && command -v python3 >/dev/null; then
+  "$BIN" -q synth --preset tiny-qwen35 --out "$WORK/tq35" >/dev/null 2>&1
+  python3 "$SRC/tools/gguf_rebuild.py" "$SRC/models/tiny-qwen35-gguf" "$WORK/tq35.gguf" "$WORK/tq35/model.safetensors" >/dev/null ||
+    fail "could not rebuild llama.cpp's tiny-qwen35 GGUF"
+  expect_exit 0 "$BIN" -q golden --model "$WORK/tq35" --cases "$SRC/cases/smoke.json" --out "$WORK/tq35-golden" --no-floors
+  # offset CASE_JSON: the mean of the cases' logprob_offset and the normalisation they were taken in
+  offset() {
+    python3 - "$1" <<'PY'
+import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+v = [c["logits_prefill"]["logprob_offset"] for c in cases]
+print(sum(v) / len(v), cases[0]["logits_prefill"]["logprob_offset_normalisation"])
+PY
+  }
+  n=0
+  for rec in "$WORK/tq35-golden" "$SRC/golden/tiny-qwen35/smoke"; do
+    n=$((n + 1))
+    out="$WORK/tq35-dump-$n"
+    expect_exit 0 "$bin/llama-dump" -m "$WORK/tq35.gguf" --golden "$rec" --out "$out" --cache-type f32 --flash-attn off --threads 2
+    expect_exit 0 "$BIN" -q compare --golden "$rec" --model "$WORK/tq35" --dump "$out" --engine-class fp32 --json "$out.json"
+    expect_out "verdict: good (exit 0): 7 cases, 7 good"
+    grep -E "^log-probs:|^note: the record has no lse_pad" "$WORK/out" || true
+    read -r off norm < <(offset "$out.json")
+    echo "tiny-qwen35, llama.cpp's log-probs minus the record's ($rec): mean $off nats, normalisation $norm"
+    if [ "$rec" = "$WORK/tq35-golden" ]; then
+      expect_out "both over all 1024 rows of the LM head"
+      # ~0: llama.cpp f32 and our reference agree to ~1e-6 on the logits (tol::kHfLogprob, 1e-4, bounds
+      # our record against HF the same way: tests/tolerances.h)
+      python3 -c "import sys; sys.exit(0 if abs($off) < 1e-4 else 1)" || fail "log-prob offset $off against a record with lse_pad"
+      [ "$norm" = "vocab" ] || fail "normalisation $norm"
+    else
+      expect_out "note: the record has no lse_pad"
+      # the padding rows' share: lse_pad is 0.004 to 0.067 nats on tiny-qwen35 (docs/metrics.md)
+      python3 -c "import sys; sys.exit(0 if $off < -1e-3 else 1)" || fail "no offset ($off) against the record without lse_pad"
+    fi
+  done
+else
+  echo "note: no models/tiny-qwen35-gguf or no python3: the two-normalisations part not run"
 fi
 echo "llama_engine: ok"
