@@ -19,6 +19,7 @@
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
+#include "util/json_input.h"
 #include "util/sha256.h"
 
 namespace degen {
@@ -699,7 +700,7 @@ GoldenRecord GoldenRecord::open(const fs::path& dir) {
   if (!fs::exists(mpath)) input_error("golden record ", dir.string(), ": no manifest.json (not a golden record, or an interrupted write)");
   const std::string where = mpath.string();
   try {
-    g.manifest_ = json::parse(read_file(mpath));
+    g.manifest_ = parse_json(read_file(mpath, kMaxInputFileBytes), where);
   } catch (const json::parse_error& e) {
     input_error(where, ": not valid JSON (edited or truncated?): ", e.what());
   }

@@ -13,6 +13,7 @@
 
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen {
 
@@ -39,7 +40,7 @@ struct Fields {
   bool has(const std::string& key) const { return j.contains(key) && !j.at(key).is_null(); }
 
   [[noreturn]] void bad(const std::string& key, const std::string& expected, const json& found) const {
-    input_error(origin, ": field '", path(key), "': expected ", expected, ", found ", found.dump());
+    input_error(origin, ": field '", path(key), "': expected ", expected, ", found ", json_excerpt(found));
   }
 
   int64_t integer(const std::string& key, std::optional<int64_t> def, int64_t min_value = 0) const {
@@ -233,7 +234,7 @@ ModelConfig parse_model_config(const json& top, const std::string& origin) {
                            : (rs.is_object() && rs.contains("type") && rs["type"].is_string() ? rs["type"].get<std::string>() : "?");
     if (type != "default")
       input_error(origin, ": field '", prefix, "rope_scaling': expected null or rope_type \"default\" "
-                  "(YaRN and other scalings are not supported), found ", rs.dump());
+                  "(YaRN and other scalings are not supported), found ", json_excerpt(rs));
   }
   c.partial_rotary_factor = prf;
   c.rotary_dim = static_cast<int>(std::floor(c.head_dim * prf + 1e-9));
@@ -249,7 +250,7 @@ ModelConfig parse_model_config(const json& top, const std::string& origin) {
       if (e == "linear_attention") c.layer_types.push_back(LayerKind::linear);
       else if (e == "full_attention") c.layer_types.push_back(LayerKind::full);
       else input_error(origin, ": field '", prefix, "layer_types[", i,
-                       "]': expected \"linear_attention\" or \"full_attention\", found ", e.dump());
+                       "]': expected \"linear_attention\" or \"full_attention\", found ", json_excerpt(e));
     }
   } else {
     int interval = to_int(f, "full_attention_interval", 4, 1);
@@ -295,8 +296,8 @@ ModelConfig load_model_config(const std::filesystem::path& dir) {
   std::filesystem::path p = std::filesystem::is_directory(dir) ? dir / "config.json" : dir;
   if (!std::filesystem::exists(p))
     input_error(p.string(), ": not found (expected a Hugging Face model folder with config.json)");
-  std::string text = read_file(p);
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  std::string text = read_file(p, kMaxInputFileBytes);
+  json j = parse_json(text, p.string(), /*allow_exceptions=*/false);
   if (j.is_discarded()) input_error(p.string(), ": not valid JSON");
   return parse_model_config(j, p.string());
 }

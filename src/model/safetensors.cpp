@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen {
 
@@ -36,6 +37,16 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 const char* kSupportedDTypes = "F32, F64, BF16, F16, F8_E4M3, I32, I64, U8";
 
 std::string errno_str(int e) { return std::strerror(e); }
+
+// "a folder", "a named pipe (FIFO)", ... for messages about a path that is not a regular file.
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a folder";
+  if (S_ISFIFO(m)) return "a named pipe (FIFO)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
 
 // "a number", "an array", ... for messages about wrong JSON types.
 std::string json_kind(const json& j) {
@@ -66,11 +77,7 @@ bool json_u64(const json& j, uint64_t* out) {
   return false;
 }
 
-std::string compact(const json& j) {
-  std::string s = j.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
+std::string compact(const json& j) { return json_excerpt(j, 60); }
 
 uint64_t read_le_u64(const uint8_t* p) {
   uint64_t v = 0;
@@ -108,7 +115,7 @@ json parse_header(const std::string& text, const std::string& file) {
   };
   json j;
   try {
-    j = json::parse(text, cb, /*allow_exceptions=*/true);
+    j = parse_json(text, file, /*allow_exceptions=*/true, cb);
   } catch (const json::exception& e) {
     input_error(file, ": header is not JSON (", text.size(), " bytes after the 8-byte length): ",
                 e.what());
@@ -242,7 +249,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
 
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // note: O_NONBLOCK so that a FIFO given as a file is refused below instead of blocking the open
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) input_error("cannot open ", file, ": ", errno_str(errno));
   struct stat st{};
   if (::fstat(fd, &st) != 0) {
@@ -252,7 +260,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    input_error(file, ": not a regular file");
+    input_error(file, ": expected a regular file, found ", file_kind(st.st_mode));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) {
@@ -369,7 +377,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const fs::path& dir) {
     const std::string ipath = index_path.string();
     json idx;
     try {
-      idx = json::parse(read_file(index_path));
+      idx = parse_json(read_file(index_path, kMaxInputFileBytes), ipath);
     } catch (const json::exception& e) {
       input_error(ipath, ": index is not JSON: ", e.what());
     }
@@ -501,15 +509,47 @@ void write_file_atomic(const fs::path& path, const std::string& text) {
   write_chunks_atomic(path, {{text.data(), text.size()}});
 }
 
-std::string read_file(const fs::path& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) input_error("cannot read ", path.string(), ": it is a folder, expected a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) input_error("cannot read ", path.string(), ": ", errno_str(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) input_error("cannot read ", path.string(), ": read error");
-  return ss.str();
+std::string read_file(const fs::path& path, uint64_t max_bytes) {
+  const std::string p = path.string();
+  // note: O_NONBLOCK so that opening a FIFO does not wait for a writer; it has no effect on the
+  // reads of a regular file, and anything else is refused below before a byte is read.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) input_error("cannot read ", p, ": ", errno_str(errno));
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    input_error("cannot read ", p, ": stat: ", errno_str(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    input_error("cannot read ", p, ": expected a regular file, found ", file_kind(st.st_mode));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    ::close(fd);
+    input_error("cannot read ", p, ": file is ", size, " bytes, expected at most ", max_bytes,
+                " bytes for this input");
+  }
+  // Exactly the size stat reported: a file that grows meanwhile cannot make the read unbounded.
+  std::string out(static_cast<size_t>(size), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t r = ::read(fd, out.data() + got, out.size() - got);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      input_error("cannot read ", p, ": read error: ", errno_str(e));
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  if (got != out.size())
+    input_error("cannot read ", p, ": expected ", out.size(), " bytes (its size), read ", got,
+                " (the file shrank while being read)");
+  return out;
 }
 
 }  // namespace degen
