@@ -321,21 +321,33 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
     f->tensors_.push_back(std::move(t));
   }
 
-  // 3. Data-offset order, then overlaps (empty tensors occupy no bytes and cannot overlap).
+  // 3. Data-offset order, then exact coverage of the data section, as the reference reader demands:
+  // the first tensor begins at 0, each begins where the previous ended (no gap, no overlap), and the
+  // last ends at the end of the file. A header length off by a byte shifts every tensor by a byte
+  // (misaligned loads of wrong values) and shows up here as a gap or a short data section.
   std::sort(f->tensors_.begin(), f->tensors_.end(), [](const TensorView& a, const TensorView& b) {
     if (a.offset != b.offset) return a.offset < b.offset;
     if (a.nbytes != b.nbytes) return a.nbytes < b.nbytes;
     return a.name < b.name;
   });
-  const TensorView* last = nullptr;  // non-empty tensor reaching furthest so far
+  uint64_t covered = 0;              // bytes [0, covered) of the data section belong to tensors so far
+  const TensorView* last = nullptr;  // the tensor that ends at `covered`
   for (const TensorView& t : f->tensors_) {
-    if (t.nbytes == 0) continue;
-    if (last && t.offset < last->offset + last->nbytes)
-      input_error(file, ": tensors '", last->name, "' [", last->offset, ", ", last->offset + last->nbytes,
-                  ") and '", t.name, "' [", t.offset, ", ", t.offset + t.nbytes,
-                  ") overlap in the data section; each byte must belong to at most one tensor");
-    if (!last || t.offset + t.nbytes > last->offset + last->nbytes) last = &t;
+    if (t.offset < covered)
+      input_error(file, ": tensors '", last->name, "' [", last->offset, ", ", covered, ") and '", t.name, "' [", t.offset,
+                  ", ", t.offset + t.nbytes, ") overlap in the data section; each byte must belong to at most one tensor");
+    if (t.offset > covered)
+      input_error(file, ": gap in the data section: bytes [", covered, ", ", t.offset, ") belong to no tensor (",
+                  last ? cat("after '", last->name, "', before '") : std::string("before '"), t.name,
+                  "'); expected tensors to cover the data section contiguously from offset 0 (header length ", n,
+                  " wrong, or a corrupt header)");
+    if (t.nbytes > 0 || !last) last = &t;
+    covered = t.offset + t.nbytes;
   }
+  if (covered != data_size)
+    input_error(file, ": data section is ", data_size, " bytes (file ", size, " bytes - 8 - header length ", n,
+                "), but the tensors cover only ", covered, " bytes; expected them to end exactly at the end of the ",
+                "file (header length too small, or data appended)");
   for (size_t i = 0; i < f->tensors_.size(); ++i) f->index_[f->tensors_[i].name] = i;
   return f;
 }

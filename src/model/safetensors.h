@@ -33,7 +33,8 @@ std::string shape_str(const std::vector<int64_t>& shape);
 
 // One open .safetensors file. Every structural check is done at open():
 // header length past end of file, header not JSON, unknown dtype, offsets outside the data section,
-// overlapping tensors, byte size not matching dtype x shape, duplicate names, truncated file.
+// overlapping tensors, gaps or trailing bytes in the data section (tensors must cover it exactly, from
+// offset 0 to the end of the file), byte size not matching dtype x shape, duplicate names, truncated file.
 // Each failure throws InputError naming the file and (where there is one) the tensor.
 class SafetensorsFile {
  public:
