@@ -1,12 +1,15 @@
-// Hostile inputs (issue 21 items 1, 3): every one is an InputError (exit 128) that says what was
-// expected and what was found, never a crash, a hang or unbounded memory.
+// Hostile and absurd inputs (issue 21 items 1, 3, 4): every one is an InputError (exit 128) that says
+// what was expected and what was found, never a crash, a hang or unbounded memory.
 //  - JSON nested 300,000 deep in each reader of external JSON (the stack overflowed in dump());
-//  - a FIFO, /dev/zero or a folder where a file is expected; the size cap of read_file.
+//  - a FIFO, /dev/zero or a folder where a file is expected; the size cap of read_file;
+//  - config sizes whose products overflow int64; an empty prompt tensor in a golden record.
+// (Safetensors data-section coverage, including a header length one byte short: test_safetensors.cpp.)
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "diag/cases.h"
@@ -20,6 +23,7 @@
 #include "report/inputs.h"
 #include "util/error.h"
 #include "util/json_input.h"
+#include "util/sha256.h"
 
 using namespace degen;
 using degen::test::TempDir;
@@ -150,4 +154,73 @@ TEST_CASE("bad input: read_file refuses folders, FIFOs and devices, and caps the
   fs::create_directories(tmp / "m");
   REQUIRE(::mkfifo((tmp / "m" / "config.json").c_str(), 0600) == 0);
   expect_input_error([&] { load_model_config(tmp / "m"); }, {"config.json", "named pipe"});
+}
+
+namespace {
+// A minimal qwen3_5_text config with `key` set to `value` (the other sizes are the tiny preset's).
+json sized_config(const std::string& key, json value) {
+  json j = {{"model_type", "qwen3_5_text"}, {"vocab_size", 1000}, {"hidden_size", 64}, {"num_hidden_layers", 4},
+            {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16}, {"intermediate_size", 128},
+            {"linear_num_key_heads", 2}, {"linear_num_value_heads", 4}, {"linear_key_head_dim", 16},
+            {"linear_value_head_dim", 16}};
+  j[key] = std::move(value);
+  return j;
+}
+}  // namespace
+
+TEST_CASE("bad input: config sizes whose products overflow int64 are rejected, naming the fields") {
+  CHECK(parse_model_config(sized_config("hidden_size", 64), "c").hidden_size == 64);
+  const int64_t max64 = std::numeric_limits<int64_t>::max();
+  // A single size beyond a tensor dimension.
+  expect_input_error([&] { parse_model_config(sized_config("hidden_size", max64), "cfg.json"); },
+                     {"cfg.json", "'hidden_size'", "at most 2^31-1", "9223372036854775807"});
+  expect_input_error([&] { parse_model_config(sized_config("vocab_size", int64_t(1) << 40), "c"); }, {"'vocab_size'"});
+  // Sizes each within bounds whose products are not.
+  expect_input_error([&] { parse_model_config(sized_config("head_dim", int64_t(1) << 28), "c"); },
+                     {"num_attention_heads (4)", "head_dim (268435456)", "32-bit int"});
+  json big = sized_config("hidden_size", int64_t(1) << 30);
+  big["vocab_size"] = int64_t(1) << 30;
+  expect_input_error([&] { parse_model_config(big, "c"); }, {"vocab_size (1073741824) x hidden_size (1073741824)"});
+  json layers = sized_config("hidden_size", int64_t(1) << 20);
+  layers["num_hidden_layers"] = int64_t(1) << 20;
+  layers["intermediate_size"] = int64_t(1) << 20;
+  layers["full_attention_interval"] = 4;
+  expect_input_error([&] { parse_model_config(layers, "c"); }, {"num_hidden_layers (+ MTP layers + 1) (1048577)", "parameters in all"});
+  json moe = {{"model_type", "qwen3_5_moe_text"}, {"vocab_size", 1000}, {"hidden_size", int64_t(1) << 20},
+              {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+              {"linear_num_key_heads", 2}, {"linear_num_value_heads", 4}, {"linear_key_head_dim", 16},
+              {"linear_value_head_dim", 16}, {"num_experts", 1 << 20}, {"num_experts_per_tok", 2},
+              {"moe_intermediate_size", int64_t(1) << 30}};
+  expect_input_error([&] { parse_model_config(moe, "c"); }, {"num_experts (1048576)", "moe_intermediate_size (1073741824)"});
+}
+
+TEST_CASE("bad input: a golden record case with an empty prompt tensor is an input error") {
+  const fs::path shipped = test::source_dir() / "golden" / "tiny-qwen35" / "smoke";
+  REQUIRE(fs::exists(shipped / "manifest.json"));
+  TempDir tmp("gempty");
+  const fs::path rec = tmp / "rec";
+  fs::copy(shipped, rec, fs::copy_options::recursive);
+  const std::string file = "two-plus-two.safetensors";
+  {  // rewrite the case file with prompt [0], keeping every other tensor, and re-seal the manifest
+    auto f = SafetensorsFile::open(rec / file);
+    SafetensorsWriter w;
+    for (const auto& [k, v] : f->metadata()) w.set_metadata(k, v);
+    for (const TensorView& t : f->tensors()) {
+      if (t.name == "prompt") w.add("prompt", DType::i32, {0}, nullptr, 0);
+      else w.add(t.name, t.dtype, t.shape, t.data, t.nbytes);
+    }
+    f.reset();
+    w.write(rec / file);
+    json m = json::parse(read_file(rec / "manifest.json"));
+    const std::string bytes = read_file(rec / file);
+    m["files"][file]["bytes"] = bytes.size();
+    m["files"][file]["sha256"] = sha256_hex(bytes);
+    write_file_atomic(rec / "manifest.json", m.dump(1));
+  }
+  GoldenRecord g = GoldenRecord::open(rec);
+  size_t idx = g.cases().size();
+  for (size_t i = 0; i < g.cases().size(); ++i)
+    if (g.cases()[i].file == file) idx = i;
+  REQUIRE(idx < g.cases().size());
+  expect_input_error([&] { g.load_case(idx); }, {file, "tensor 'prompt' is empty", "expected at least one prompt token"});
 }

@@ -1,4 +1,4 @@
-# Hostile inputs through the CLI (issue 21 items 1, 3): each is exit 128 with a message naming the
+# Hostile inputs through the CLI (issue 21 items 1, 3, 4): each is exit 128 with a message naming the
 # input, never a crash (SIGSEGV is exit 139), a hang (each run under `timeout`: 124 fails the test) or
 # memory growing without bound.
 # Args: BINARY SOURCE_DIR WORKDIR; exit 0 pass, 77 skip.
@@ -56,4 +56,25 @@ ln -s /dev/zero "$WORK/fifocfg/config.json"
 expect_exit 128 $T "$BIN" inspect "$WORK/fifocfg"
 expect_out "found a character device"
 
+# 4. Sizes that overflow: a config-only folder with hidden_size 2^63-1 (printed negative parameter
+# counts and exited 0); a safetensors header length one byte short (every tensor a byte off).
+mkdir -p "$WORK/huge"
+echo '{"model_type": "qwen3_5_text", "hidden_size": 9223372036854775807}' > "$WORK/huge/config.json"
+expect_exit 128 $T "$BIN" inspect "$WORK/huge"
+expect_out "field 'hidden_size': expected at most 2^31-1"
+echo '{"model_type": "qwen3_5_text", "num_experts": 1048576, "moe_intermediate_size": 1073741824}' > "$WORK/huge/config.json"
+sed -i 's/qwen3_5_text/qwen3_5_moe_text/' "$WORK/huge/config.json"
+expect_exit 128 $T "$BIN" inspect "$WORK/huge"
+expect_out "num_experts (1048576) x moe_intermediate_size (1073741824)"
+cp -r "$m" "$WORK/short"
+python3 - "$WORK/short/model.safetensors" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+assert b[8 + n - 1:8 + n] == b" ", "expected the writer's space padding"
+b[:8] = struct.pack("<Q", n - 1)
+open(sys.argv[1], "wb").write(b)
+PY
+expect_exit 128 $T "$BIN" inspect "$WORK/short"
+expect_out "expected them to end exactly at the end of the file"
 echo "bad_input: ok"
