@@ -257,19 +257,67 @@ TEST_CASE("safetensors: write_file_atomic and read_file") {
   CHECK_THROWS_AS(write_file_atomic(tmp / "no-such-dir" / "x.txt", "y"), InputError);
 }
 
-TEST_CASE("safetensors: gaps and trailing bytes in the data section are accepted") {
+// The reference reader (huggingface/safetensors) and this one demand that the tensors cover the data
+// section exactly. Accepting gaps let a header length one byte short through: every tensor then
+// read one byte off (misaligned loads of wrong values, issue 21).
+TEST_CASE("safetensors: the tensors must cover the data section exactly") {
   TempDir tmp("st");
-  fs::path p = tmp / "gap.safetensors";
-  // a at [0, 4), gap [4, 8), b at [8, 16), then 5 unused trailing bytes; header padded with spaces.
-  write_raw(p,
-            R"({"b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},)"
-            R"( "a": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}}     )",
-            21);
-  auto f = SafetensorsFile::open(p);
-  REQUIRE(f->tensors().size() == 2);
-  CHECK(f->tensors()[0].name == "a");
-  CHECK(f->tensors()[1].name == "b");
-  CHECK(f->find("b")->nbytes == 8);
+  const std::string two = R"({"b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]},)"
+                          R"( "a": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}}     )";
+  SUBCASE("contiguous in any header order, with an empty tensor: accepted") {
+    fs::path p = tmp / "ok.safetensors";
+    write_raw(p, R"({"b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]},)"
+                 R"( "e": {"dtype": "F32", "shape": [0], "data_offsets": [12, 12]},)"
+                 R"( "a": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}}  )",
+              12);
+    auto f = SafetensorsFile::open(p);
+    REQUIRE(f->tensors().size() == 3);
+    CHECK(f->tensors()[0].name == "a");
+    CHECK(f->find("b")->nbytes == 8);
+  }
+  SUBCASE("a gap between tensors") {
+    fs::path p = tmp / "gap.safetensors";
+    write_raw(p, R"({"b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},)"
+                 R"( "a": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}})",
+              16);
+    expect_open_error(p, {"gap in the data section: bytes [4, 8) belong to no tensor", "after 'a', before 'b'"});
+  }
+  SUBCASE("the first tensor does not begin at 0") {
+    fs::path p = tmp / "late.safetensors";
+    write_raw(p, R"({"a": {"dtype": "F32", "shape": [], "data_offsets": [4, 8]}})", 8);
+    expect_open_error(p, {"bytes [0, 4) belong to no tensor", "before 'a'"});
+  }
+  SUBCASE("trailing bytes after the last tensor") {
+    fs::path p = tmp / "trail.safetensors";
+    write_raw(p, two, 17);
+    expect_open_error(p, {"data section is 17 bytes", "cover only 12 bytes", "end exactly at the end of the file"});
+  }
+  SUBCASE("header length one byte short (the data section starts a byte early)") {
+    fs::path p = tmp / "short.safetensors";
+    write_raw(p, two, 12, two.size() - 1);  // the header's last byte (a space) becomes data
+    expect_open_error(p, {"header length " + std::to_string(two.size() - 1), "data section is 13 bytes",
+                          "cover only 12 bytes"});
+  }
+  SUBCASE("header length one byte long") {
+    fs::path p = tmp / "long.safetensors";
+    write_raw(p, two, 12, two.size() + 1);  // the first data byte becomes header text
+    expect_open_error(p, {"not JSON"});
+  }
+  SUBCASE("a file written by SafetensorsWriter, header length decremented") {
+    fs::path p = tmp / "w.safetensors";
+    SafetensorsWriter w;
+    w.add_f32("x", {3}, {1, 2, 3});
+    w.add_f32("y", {2}, {4, 5});
+    w.write(p);
+    std::string bytes = read_file(p);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
+    REQUIRE(bytes[8 + n - 1] == ' ');  // the writer pads the header with spaces to a multiple of 8
+    n -= 1;
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+    write_file_atomic(p, bytes);
+    expect_open_error(p, {"w.safetensors", "header length", "cover only 20 bytes"});
+  }
 }
 
 TEST_CASE("safetensors: open cost does not depend on data size (2 GiB sparse file)") {

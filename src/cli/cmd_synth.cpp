@@ -8,6 +8,7 @@
 #include "model/safetensors.h"
 #include "model/synth.h"
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen::cli {
 namespace {
@@ -43,7 +44,7 @@ int run_synth(const SynthArgs& a) {
     opt = p.options;
     config_only = p.config_only;
   } else {
-    config = nlohmann::json::parse(read_file(a.config_file), nullptr, false);
+    config = parse_json(read_file(a.config_file, kMaxInputFileBytes), a.config_file, false);
     if (config.is_discarded()) input_error(a.config_file, ": not valid JSON");
     opt.experts_fused = a.fused_experts;
     opt.gdn_params_f32 = a.gdn_f32;

@@ -13,7 +13,9 @@
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_synth.h"
+#include "model/safetensors.h"
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen::cli {
 namespace {
@@ -35,12 +37,18 @@ struct TokenizeArgs {
   int max_ids = 1000;
 };
 
-std::string read_file(const fs::path& p, const char* what) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) input_error("cannot open ", what, " ", p.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+// A document named on the command line: a regular file of at most kMaxInputFileBytes (read_file
+// refuses folders, FIFOs and devices with exit 128), or "-" for standard input, read up to the same cap.
+std::string read_input(const std::string& p, const char* what) {
+  if (p != "-") return read_file(p, kMaxInputFileBytes);
+  std::string text;
+  char buf[1 << 16];
+  while (std::cin.read(buf, sizeof buf) || std::cin.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(std::cin.gcount()));
+    if (text.size() > kMaxInputFileBytes)
+      input_error(what, " on standard input: more than ", kMaxInputFileBytes, " bytes; expected a text of at most that");
+  }
+  return text;
 }
 
 // What config.json says that the tokenizer needs; both optional.
@@ -56,7 +64,7 @@ ModelInfo read_model_info(const fs::path& dir) {
   if (!fs::exists(cfg, ec)) return info;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(cfg, "config"));
+    j = parse_json(read_file(cfg, kMaxInputFileBytes), cfg.string());
   } catch (const nlohmann::json::parse_error& e) {
     input_error(cfg.string(), ": not valid JSON (", e.what(), ")");
   }
@@ -135,7 +143,7 @@ fs::path tokenizer_path(const std::string& model) {
 }
 
 int run_bench(const Tokenizer& tok, const TokenizeArgs& a) {
-  std::string text = read_file(a.bench, "bench file");
+  std::string text = read_file(a.bench, kMaxInputFileBytes);
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   size_t n_tokens = tok.encode(text).size();
@@ -192,8 +200,7 @@ int run_tokenize(const TokenizeArgs& a) {
   }
 
   std::string text;
-  if (!a.file.empty()) text = a.file == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
-                                            : read_file(a.file, "text file");
+  if (!a.file.empty()) text = read_input(a.file, "text file");
   else text = a.text;
   if (a.chat) {
     if (info.model_type.empty())

@@ -8,6 +8,7 @@
 
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen {
 
@@ -26,7 +27,7 @@ BisectOracle::BisectOracle(CellEvaluator eval, std::optional<std::filesystem::pa
     std::string line = text.substr(start, nl - start);
     start = nl + 1;
     if (line.empty()) continue;
-    json j = json::parse(line, nullptr, false);
+    json j = parse_json(line, cat(replay_->string(), ": line ", line_no), false);
     if (j.is_discarded() || !j.contains("config") || !j.contains("summary"))
       input_error(replay_->string(), ": line ", line_no, " is not a bisect evaluation (expected {\"config\", \"summary\"})");
     memo_[j["config"].get<std::string>()] = cell_summary_from_json(j["summary"]);

@@ -12,6 +12,7 @@
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
+#include "util/json_input.h"
 #include "util/sha256.h"
 
 namespace degen {
@@ -71,10 +72,7 @@ const char* json_type(const json& j) {
   }
 }
 
-std::string short_dump(const json& j) {
-  std::string s = j.dump();
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
+std::string short_dump(const json& j) { return json_excerpt(j, 60); }
 
 bool valid_name(const std::string& s) {
   if (s.empty() || s.size() > kMaxCaseIdLength || s == "." || s == "..") return false;
@@ -201,7 +199,7 @@ Suite parse_suite(const std::string& raw_text, const std::string& origin) {
   const std::string text = mark_invalid_utf8(raw_text, &marked);
   json doc;
   try {
-    doc = json::parse(text);
+    doc = parse_json(text, origin);
   } catch (const json::parse_error& e) {
     input_error(origin, ": not valid JSON: ", e.what());
   }
@@ -288,7 +286,7 @@ Suite parse_suite(const std::string& raw_text, const std::string& origin) {
 }
 
 Suite load_suite(const std::filesystem::path& path) {
-  return parse_suite(read_file(path), path.string());
+  return parse_suite(read_file(path, kMaxInputFileBytes), path.string());
 }
 
 CasePrompt encode_case(const Case& c, const Tokenizer* tok, const ModelConfig& cfg) {

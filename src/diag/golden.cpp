@@ -19,6 +19,7 @@
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
+#include "util/json_input.h"
 #include "util/sha256.h"
 
 namespace degen {
@@ -728,7 +729,7 @@ GoldenRecord GoldenRecord::open(const fs::path& dir) {
   if (!fs::exists(mpath)) input_error("golden record ", dir.string(), ": no manifest.json (not a golden record, or an interrupted write)");
   const std::string where = mpath.string();
   try {
-    g.manifest_ = json::parse(read_file(mpath));
+    g.manifest_ = parse_json(read_file(mpath, kMaxInputFileBytes), where);
   } catch (const json::parse_error& e) {
     input_error(where, ": not valid JSON (edited or truncated?): ", e.what());
   }
@@ -841,17 +842,19 @@ GoldenCase GoldenRecord::load_case(size_t i, bool with_layers) const {
     if (t->shape != shape) input_error(where, ": tensor '", name, "' has shape ", shape_str(t->shape), ", expected ", shape_str(shape));
     return t;
   };
+  // note: an empty tensor has no data (memcpy from or to nullptr is undefined even for 0 bytes)
   auto i32 = [](const TensorView* t) {
     std::vector<int32_t> v(static_cast<size_t>(t->numel()));
-    std::memcpy(v.data(), t->data, t->nbytes);
+    if (t->nbytes > 0) std::memcpy(v.data(), t->data, t->nbytes);
     return v;
   };
   auto f32 = [](const TensorView* t) {
     std::vector<float> v(static_cast<size_t>(t->numel()));
-    std::memcpy(v.data(), t->data, t->nbytes);
+    if (t->nbytes > 0) std::memcpy(v.data(), t->data, t->nbytes);
     return v;
   };
   c.prompt = i32(get("prompt", DType::i32, {-1}, true));
+  if (c.prompt.empty()) input_error(where, ": tensor 'prompt' is empty; expected at least one prompt token");
   c.continuation = i32(get("continuation", DType::i32, {-1}, true));
   const int64_t T = static_cast<int64_t>(c.prompt.size() + c.continuation.size());
   const TensorView* ti = get("topk_ids", DType::i32, {T, -1}, true);

@@ -16,6 +16,7 @@
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
+#include "util/json_input.h"
 #include "util/sha256.h"
 
 namespace degen {
@@ -27,10 +28,7 @@ using clock_type = std::chrono::steady_clock;
 
 double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
 
-std::string short_json(const json& j) {
-  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
+std::string short_json(const json& j) { return json_excerpt(j, 60); }
 
 bool valid_id(const std::string& s) {
   if (s.empty() || s.size() > 64) return false;
@@ -61,7 +59,7 @@ std::string last_number(const std::string& s) {
 HeldoutSet parse_heldout(const std::string& text, const std::string& origin) {
   json j;
   try {
-    j = json::parse(text);
+    j = parse_json(text, origin);
   } catch (const json::exception& e) {
     input_error(origin, ": not valid JSON (", e.what(), "); expected a held-out question set {\"format\": \"",
                 kHeldoutFormat, "\", \"questions\": [...]}");

@@ -18,6 +18,7 @@
 
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen {
 
@@ -230,13 +231,13 @@ std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
 }
 
 SweepMatrix load_sweep_matrix(const std::filesystem::path& path, bool params_only) {
-  json j = json::parse(read_file(path), nullptr, false);
+  json j = parse_json(read_file(path, kMaxInputFileBytes), path.string(), false);
   if (j.is_discarded() || !j.is_object()) input_error(path.string(), ": not a JSON object");
   SweepMatrix m;
   m.params_only = params_only;
   auto str_field = [&](const char* key, std::string& out) {
     if (!j.contains(key)) return;
-    if (!j[key].is_string()) input_error(path.string(), ": field '", key, "': expected a string, found ", j[key].dump());
+    if (!j[key].is_string()) input_error(path.string(), ": field '", key, "': expected a string, found ", json_excerpt(j[key]));
     out = j[key].get<std::string>();
   };
   m.name = path.stem().string();
@@ -248,7 +249,7 @@ SweepMatrix load_sweep_matrix(const std::filesystem::path& path, bool params_onl
     for (const auto& e : v) {
       if (e.is_string()) out.push_back(e.get<std::string>());
       else if (e.is_number_integer()) out.push_back(std::to_string(e.get<int64_t>()));
-      else input_error(path.string(), ": axis '", axis, "': value ", e.dump(), " is not a string");
+      else input_error(path.string(), ": axis '", axis, "': value ", json_excerpt(e), " is not a string");
     }
     return out;
   };
@@ -259,7 +260,7 @@ SweepMatrix load_sweep_matrix(const std::filesystem::path& path, bool params_onl
     } else if (ax.is_array()) {
       for (const auto& a : ax) {
         if (!a.is_object() || !a.contains("name") || !a["name"].is_string() || !a.contains("values"))
-          input_error(path.string(), ": each entry of 'axes' needs \"name\" and \"values\", found ", a.dump());
+          input_error(path.string(), ": each entry of 'axes' needs \"name\" and \"values\", found ", json_excerpt(a));
         std::string n = a["name"];
         m.axes.push_back({n, values_of(n, a["values"])});
       }
@@ -347,7 +348,7 @@ std::vector<json> read_sweep_results(const std::filesystem::path& jsonl) {
     std::string line = text.substr(start, nl - start);
     start = nl + 1;
     if (line.empty()) continue;
-    json j = json::parse(line, nullptr, false);
+    json j = parse_json(line, cat(jsonl.string(), ": line ", line_no), false);
     if (j.is_discarded() || !j.is_object() || !j.contains("cell"))
       input_error(jsonl.string(), ": line ", line_no, " is not a sweep result (expected a JSON object with \"cell\")");
     out.push_back(std::move(j));

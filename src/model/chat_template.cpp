@@ -33,7 +33,9 @@
 #include <sstream>
 
 #include "model/tokenizer.h"
+#include "model/safetensors.h"
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen {
 
@@ -242,12 +244,9 @@ std::vector<int32_t> stop_token_ids(const std::filesystem::path& gen_config, con
     if (auto id = tok.token_id(t)) ids.insert(*id);
   std::error_code ec;
   if (!gen_config.empty() && std::filesystem::exists(gen_config, ec)) {
-    std::ifstream f(gen_config, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(ss.str());
+      j = parse_json(read_file(gen_config, kMaxInputFileBytes), gen_config.string());
     } catch (const nlohmann::json::parse_error& e) {
       input_error(gen_config.string(), ": not valid JSON (", e.what(), ")");
     }
@@ -259,7 +258,7 @@ std::vector<int32_t> stop_token_ids(const std::filesystem::path& gen_config, con
       else items.push_back(e);
       for (const auto& v : items) {
         if (!v.is_number_integer())
-          input_error(gen_config.string(), ": eos_token_id contains ", v.dump(), "; expected an integer or a list of integers");
+          input_error(gen_config.string(), ": eos_token_id contains ", json_excerpt(v), "; expected an integer or a list of integers");
         auto id = v.get<int64_t>();
         if (id < 0 || id > INT32_MAX || !tok.is_defined(static_cast<int32_t>(id)))
           input_error(gen_config.string(), ": eos_token_id ", id, " is not a token of ", tok.origin(),

@@ -8,11 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen {
 
@@ -39,7 +42,7 @@ struct Fields {
   bool has(const std::string& key) const { return j.contains(key) && !j.at(key).is_null(); }
 
   [[noreturn]] void bad(const std::string& key, const std::string& expected, const json& found) const {
-    input_error(origin, ": field '", path(key), "': expected ", expected, ", found ", found.dump());
+    input_error(origin, ": field '", path(key), "': expected ", expected, ", found ", json_excerpt(found));
   }
 
   int64_t integer(const std::string& key, std::optional<int64_t> def, int64_t min_value = 0) const {
@@ -91,6 +94,85 @@ int to_int(const Fields& f, const std::string& key, std::optional<int64_t> def, 
   return static_cast<int>(v);
 }
 
+// Checked arithmetic on config sizes (issue 21: hidden_size 2^63-1 printed negative parameter
+// counts). The weight table multiplies the sizes (embed V x H, fused experts E x 2 I_e x H) and
+// inspect sums them over layers; the engine computes head dimensions such as 2 n_q D in 32-bit int.
+// So: every product below is computed with overflow checks and the first that overflows (or leaves
+// its bound) is reported with the fields it comes from.
+struct Factor {
+  const char* field;  // config field ("hidden_size"), or a constant ("2")
+  int64_t value;
+};
+
+std::string factors_str(const Fields& f, std::initializer_list<Factor> fs) {
+  std::string s;
+  for (const Factor& x : fs) {
+    s += s.empty() ? "" : " x ";
+    const std::string name = x.field;
+    if (std::isdigit(static_cast<unsigned char>(name[0]))) s += name;  // a constant factor
+    else s += cat(name.find(' ') == std::string::npos ? f.path(name) : name, " (", x.value, ")");
+  }
+  return s;
+}
+
+// Product of the factors; an InputError naming them when it overflows int64 or exceeds `limit`.
+int64_t checked_product(const Fields& f, std::initializer_list<Factor> fs, int64_t limit, const char* why) {
+  int64_t p = 1;
+  bool over = false;
+  for (const Factor& x : fs) over = over || __builtin_mul_overflow(p, x.value, &p);
+  if (over || p > limit)
+    input_error(f.origin, ": sizes ", factors_str(f, fs), " = ", over ? std::string("more than 2^63-1") : cat(p),
+                "; expected at most ", limit, " (", why, ")");
+  return p;
+}
+
+// note: the largest released models have ~2^41 parameters; 2^48 leaves a factor 100 and keeps every
+// count, byte size (x 4 for fp32) and sum of them far inside int64.
+constexpr int64_t kMaxParams = int64_t(1) << 48;
+constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();  // engine head dimensions are int
+
+void check_sizes(const ModelConfig& c, const Fields& f) {
+  // 1. Single sizes: each is a tensor dimension (token ids are int32 too).
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+                        {"intermediate_size", c.intermediate_size}, {"moe_intermediate_size", c.moe_intermediate_size},
+                        {"shared_expert_intermediate_size", c.shared_expert_intermediate_size}})
+    if (v > kMaxDim) f.bad(key, cat("at most 2^31-1 = ", kMaxDim, " (a tensor dimension)"), json(v));
+
+  // 2. Head dimensions the engine computes in int (2 n_q D for the gated q_proj; 2 d_key + 2 d_val
+  // rows of in_proj_qkvz).
+  const char* dim = "a dimension the engine computes in 32-bit int";
+  const int64_t qd = checked_product(f, {{"2", 2}, {"num_attention_heads", c.n_q}, {"head_dim", c.head_dim}}, kMaxDim, dim);
+  const int64_t kvd = checked_product(f, {{"num_key_value_heads", c.n_kv}, {"head_dim", c.head_dim}}, kMaxDim, dim);
+  const int64_t dkey = checked_product(f, {{"2", 2}, {"linear_num_key_heads", c.n_k}, {"linear_key_head_dim", c.d_k}},
+                                       kMaxDim / 2, dim) / 2;
+  const int64_t dval = checked_product(f, {{"2", 2}, {"linear_num_value_heads", c.n_v}, {"linear_value_head_dim", c.d_v}},
+                                       kMaxDim / 2, dim) / 2;
+
+  // 3. The largest weight tensors, then an upper bound on the parameter count (every layer counted
+  // with attention, GDN, dense MLP and experts together; MTP layers counted as full layers).
+  // Terms are sums of int32-bounded dimensions, so only the products need checks.
+  const char* tensor = "elements of one weight tensor; a real model is far smaller";
+  const char* params = "parameters in all; a real model is far smaller";
+  const int64_t H = c.hidden_size, I = c.intermediate_size, Ie = c.moe_intermediate_size;
+  checked_product(f, {{"vocab_size", c.vocab_size}, {"hidden_size", H}}, kMaxParams, tensor);
+  const int64_t experts = checked_product(f, {{"3", 3}, {"num_experts", c.num_experts},
+                                              {"moe_intermediate_size", Ie}, {"hidden_size", H}}, kMaxParams, tensor);
+  const int64_t rows = qd + qd / 2 + 2 * kvd + 2 * dkey + 3 * dval + 2 * int64_t(c.n_v) + 3 * I + c.num_experts +
+                       3 * c.shared_expert_intermediate_size + 8;
+  const int64_t per_layer = checked_product(f, {{"hidden_size", H}, {"the rows of one layer's matrices", rows}}, kMaxParams,
+                                            params) +
+                            experts + checked_product(f, {{"2", 2}, {"linear_conv_kernel_dim", c.conv_kernel},
+                                                          {"linear key + value dimensions", dkey + dval}},
+                                                      kMaxParams, params);
+  const int64_t layers = int64_t(c.num_layers) + std::max(c.mtp_num_layers, 0) + 1;
+  int64_t total = checked_product(f, {{"num_hidden_layers (+ MTP layers + 1)", layers},
+                                      {"an upper bound on the parameters of one layer", per_layer}}, kMaxParams, params);
+  total += checked_product(f, {{"3", 3}, {"vocab_size", c.vocab_size}, {"hidden_size", H}}, kMaxParams, params);
+  if (total > kMaxParams)
+    input_error(f.origin, ": the sizes give more than ", kMaxParams, " parameters (upper bound ", total, "); expected at most ",
+                kMaxParams, " (", params, ")");
+}
+
 void validate(const ModelConfig& c, const Fields& f) {
   auto need = [&](bool ok, const std::string& key, const std::string& expected, const json& found) {
     if (!ok) f.bad(key, expected, found);
@@ -137,6 +219,7 @@ void validate(const ModelConfig& c, const Fields& f) {
     need(ok.count(*c.mamba_ssm_dtype) > 0, "mamba_ssm_dtype", "\"float32\", \"bfloat16\" or \"float16\"",
          *c.mamba_ssm_dtype);
   }
+  check_sizes(c, f);
 }
 
 }  // namespace
@@ -233,7 +316,7 @@ ModelConfig parse_model_config(const json& top, const std::string& origin) {
                            : (rs.is_object() && rs.contains("type") && rs["type"].is_string() ? rs["type"].get<std::string>() : "?");
     if (type != "default")
       input_error(origin, ": field '", prefix, "rope_scaling': expected null or rope_type \"default\" "
-                  "(YaRN and other scalings are not supported), found ", rs.dump());
+                  "(YaRN and other scalings are not supported), found ", json_excerpt(rs));
   }
   c.partial_rotary_factor = prf;
   c.rotary_dim = static_cast<int>(std::floor(c.head_dim * prf + 1e-9));
@@ -249,7 +332,7 @@ ModelConfig parse_model_config(const json& top, const std::string& origin) {
       if (e == "linear_attention") c.layer_types.push_back(LayerKind::linear);
       else if (e == "full_attention") c.layer_types.push_back(LayerKind::full);
       else input_error(origin, ": field '", prefix, "layer_types[", i,
-                       "]': expected \"linear_attention\" or \"full_attention\", found ", e.dump());
+                       "]': expected \"linear_attention\" or \"full_attention\", found ", json_excerpt(e));
     }
   } else {
     int interval = to_int(f, "full_attention_interval", 4, 1);
@@ -295,8 +378,8 @@ ModelConfig load_model_config(const std::filesystem::path& dir) {
   std::filesystem::path p = std::filesystem::is_directory(dir) ? dir / "config.json" : dir;
   if (!std::filesystem::exists(p))
     input_error(p.string(), ": not found (expected a Hugging Face model folder with config.json)");
-  std::string text = read_file(p);
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  std::string text = read_file(p, kMaxInputFileBytes);
+  json j = parse_json(text, p.string(), /*allow_exceptions=*/false);
   if (j.is_discarded()) input_error(p.string(), ": not valid JSON");
   return parse_model_config(j, p.string());
 }

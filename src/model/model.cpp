@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/json_input.h"
 #include "util/sha256.h"
 
 namespace degen {
@@ -11,7 +12,7 @@ namespace degen {
 std::string model_fingerprint(const ModelConfig& cfg, const Checkpoint& ckpt) {
   Sha256 h;
   std::filesystem::path cfg_path = ckpt.dir() / "config.json";
-  nlohmann::json j = nlohmann::json::parse(read_file(cfg_path), nullptr, false);
+  nlohmann::json j = parse_json(read_file(cfg_path, kMaxInputFileBytes), cfg_path.string(), false);
   h.update("degenbisect-model-fingerprint-v1\n");
   h.update(j.is_discarded() ? cfg.model_type : j.dump());
   h.update("\n");

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen {
 
@@ -36,6 +37,16 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 const char* kSupportedDTypes = "F32, F64, BF16, F16, F8_E4M3, I32, I64, U8";
 
 std::string errno_str(int e) { return std::strerror(e); }
+
+// "a folder", "a named pipe (FIFO)", ... for messages about a path that is not a regular file.
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a folder";
+  if (S_ISFIFO(m)) return "a named pipe (FIFO)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
 
 // "a number", "an array", ... for messages about wrong JSON types.
 std::string json_kind(const json& j) {
@@ -66,11 +77,7 @@ bool json_u64(const json& j, uint64_t* out) {
   return false;
 }
 
-std::string compact(const json& j) {
-  std::string s = j.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
+std::string compact(const json& j) { return json_excerpt(j, 60); }
 
 uint64_t read_le_u64(const uint8_t* p) {
   uint64_t v = 0;
@@ -108,7 +115,7 @@ json parse_header(const std::string& text, const std::string& file) {
   };
   json j;
   try {
-    j = json::parse(text, cb, /*allow_exceptions=*/true);
+    j = parse_json(text, file, /*allow_exceptions=*/true, cb);
   } catch (const json::exception& e) {
     input_error(file, ": header is not JSON (", text.size(), " bytes after the 8-byte length): ",
                 e.what());
@@ -242,7 +249,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
 
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // note: O_NONBLOCK so that a FIFO given as a file is refused below instead of blocking the open
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) input_error("cannot open ", file, ": ", errno_str(errno));
   struct stat st{};
   if (::fstat(fd, &st) != 0) {
@@ -252,7 +260,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    input_error(file, ": not a regular file");
+    input_error(file, ": expected a regular file, found ", file_kind(st.st_mode));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) {
@@ -313,21 +321,33 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
     f->tensors_.push_back(std::move(t));
   }
 
-  // 3. Data-offset order, then overlaps (empty tensors occupy no bytes and cannot overlap).
+  // 3. Data-offset order, then exact coverage of the data section, as the reference reader demands:
+  // the first tensor begins at 0, each begins where the previous ended (no gap, no overlap), and the
+  // last ends at the end of the file. A header length off by a byte shifts every tensor by a byte
+  // (misaligned loads of wrong values) and shows up here as a gap or a short data section.
   std::sort(f->tensors_.begin(), f->tensors_.end(), [](const TensorView& a, const TensorView& b) {
     if (a.offset != b.offset) return a.offset < b.offset;
     if (a.nbytes != b.nbytes) return a.nbytes < b.nbytes;
     return a.name < b.name;
   });
-  const TensorView* last = nullptr;  // non-empty tensor reaching furthest so far
+  uint64_t covered = 0;              // bytes [0, covered) of the data section belong to tensors so far
+  const TensorView* last = nullptr;  // the tensor that ends at `covered`
   for (const TensorView& t : f->tensors_) {
-    if (t.nbytes == 0) continue;
-    if (last && t.offset < last->offset + last->nbytes)
-      input_error(file, ": tensors '", last->name, "' [", last->offset, ", ", last->offset + last->nbytes,
-                  ") and '", t.name, "' [", t.offset, ", ", t.offset + t.nbytes,
-                  ") overlap in the data section; each byte must belong to at most one tensor");
-    if (!last || t.offset + t.nbytes > last->offset + last->nbytes) last = &t;
+    if (t.offset < covered)
+      input_error(file, ": tensors '", last->name, "' [", last->offset, ", ", covered, ") and '", t.name, "' [", t.offset,
+                  ", ", t.offset + t.nbytes, ") overlap in the data section; each byte must belong to at most one tensor");
+    if (t.offset > covered)
+      input_error(file, ": gap in the data section: bytes [", covered, ", ", t.offset, ") belong to no tensor (",
+                  last ? cat("after '", last->name, "', before '") : std::string("before '"), t.name,
+                  "'); expected tensors to cover the data section contiguously from offset 0 (header length ", n,
+                  " wrong, or a corrupt header)");
+    if (t.nbytes > 0 || !last) last = &t;
+    covered = t.offset + t.nbytes;
   }
+  if (covered != data_size)
+    input_error(file, ": data section is ", data_size, " bytes (file ", size, " bytes - 8 - header length ", n,
+                "), but the tensors cover only ", covered, " bytes; expected them to end exactly at the end of the ",
+                "file (header length too small, or data appended)");
   for (size_t i = 0; i < f->tensors_.size(); ++i) f->index_[f->tensors_[i].name] = i;
   return f;
 }
@@ -369,7 +389,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const fs::path& dir) {
     const std::string ipath = index_path.string();
     json idx;
     try {
-      idx = json::parse(read_file(index_path));
+      idx = parse_json(read_file(index_path, kMaxInputFileBytes), ipath);
     } catch (const json::exception& e) {
       input_error(ipath, ": index is not JSON: ", e.what());
     }
@@ -501,15 +521,47 @@ void write_file_atomic(const fs::path& path, const std::string& text) {
   write_chunks_atomic(path, {{text.data(), text.size()}});
 }
 
-std::string read_file(const fs::path& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) input_error("cannot read ", path.string(), ": it is a folder, expected a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) input_error("cannot read ", path.string(), ": ", errno_str(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) input_error("cannot read ", path.string(), ": read error");
-  return ss.str();
+std::string read_file(const fs::path& path, uint64_t max_bytes) {
+  const std::string p = path.string();
+  // note: O_NONBLOCK so that opening a FIFO does not wait for a writer; it has no effect on the
+  // reads of a regular file, and anything else is refused below before a byte is read.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) input_error("cannot read ", p, ": ", errno_str(errno));
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    input_error("cannot read ", p, ": stat: ", errno_str(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    input_error("cannot read ", p, ": expected a regular file, found ", file_kind(st.st_mode));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    ::close(fd);
+    input_error("cannot read ", p, ": file is ", size, " bytes, expected at most ", max_bytes,
+                " bytes for this input");
+  }
+  // Exactly the size stat reported: a file that grows meanwhile cannot make the read unbounded.
+  std::string out(static_cast<size_t>(size), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t r = ::read(fd, out.data() + got, out.size() - got);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      input_error("cannot read ", p, ": read error: ", errno_str(e));
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  if (got != out.size())
+    input_error("cannot read ", p, ": expected ", out.size(), " bytes (its size), read ", got,
+                " (the file shrank while being read)");
+  return out;
 }
 
 }  // namespace degen

@@ -33,7 +33,8 @@ std::string shape_str(const std::vector<int64_t>& shape);
 
 // One open .safetensors file. Every structural check is done at open():
 // header length past end of file, header not JSON, unknown dtype, offsets outside the data section,
-// overlapping tensors, byte size not matching dtype x shape, duplicate names, truncated file.
+// overlapping tensors, gaps or trailing bytes in the data section (tensors must cover it exactly, from
+// offset 0 to the end of the file), byte size not matching dtype x shape, duplicate names, truncated file.
 // Each failure throws InputError naming the file and (where there is one) the tensor.
 class SafetensorsFile {
  public:
@@ -102,7 +103,14 @@ class SafetensorsWriter {
 
 // Writes `text` to `path` atomically (temp file in the same folder, fsync, rename).
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);
-// Reads a whole file; throws InputError naming the path when it cannot.
-std::string read_file(const std::filesystem::path& path);
+// Reads a whole regular file of at most max_bytes; throws InputError naming the path when it cannot,
+// when the path is not a regular file (a folder, a FIFO, /dev/zero: refused before any read, so
+// nothing blocks or grows without bound), or when the file is larger than max_bytes.
+constexpr uint64_t kNoSizeLimit = ~uint64_t(0);
+// note: the documents given to the tool (config.json, cases, matrices, tokenizer.json, report inputs,
+// tokenize --file text) are kilobytes to tens of megabytes; a larger one is a wrong file, not an input.
+// Golden-record data files and checkpoints are not capped (they are as large as the model makes them).
+constexpr uint64_t kMaxInputFileBytes = uint64_t(1) << 30;  // 1 GiB
+std::string read_file(const std::filesystem::path& path, uint64_t max_bytes = kNoSizeLimit);
 
 }  // namespace degen

@@ -17,7 +17,9 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "model/safetensors.h"
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen {
 
@@ -439,10 +441,7 @@ void split_added(std::string_view s, const AddedMatcher& m, const std::vector<Ad
 using json = nlohmann::json;
 
 std::string jstr(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-std::string short_json(const json& j) {
-  std::string s = jstr(j);
-  return s.size() > 120 ? s.substr(0, 117) + "..." : s;
-}
+std::string short_json(const json& j) { return json_excerpt(j, 120); }
 
 bool is_null_or_empty_string(const json& j) { return j.is_null() || (j.is_string() && j.get<std::string>().empty()); }
 
@@ -740,11 +739,10 @@ std::vector<uint8_t> Tokenizer::padding_mask(int64_t model_vocab_size) const {
 // Loading
 // ---------------------------------------------------------------------------------------------
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) input_error("cannot open tokenizer file ", path.string(), "; expected a Hugging Face tokenizer.json");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return from_json_text(ss.str(), path.string());
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    input_error("cannot open tokenizer file ", path.string(), ": no such file; expected a Hugging Face tokenizer.json");
+  return from_json_text(read_file(path, kMaxInputFileBytes), path.string());
 }
 
 namespace {
@@ -825,7 +823,7 @@ void check_decoder_and_post(const json& j, const std::string& origin) {
 std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& text, const std::string& origin) {
   json j;
   try {
-    j = json::parse(text);
+    j = parse_json(text, origin);
   } catch (const json::parse_error& e) {
     input_error(origin, ": not valid JSON (", e.what(), "); expected a Hugging Face tokenizer.json");
   }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "util/error.h"
+#include "util/json_input.h"
 
 #if DEGEN_HAVE_CURL
 #include <curl/curl.h>
@@ -91,7 +92,7 @@ HttpResponse request(const std::string& method, const std::string& url, const st
 namespace {
 nlohmann::json parse(const std::string& url, const HttpResponse& r) {
   try {
-    return nlohmann::json::parse(r.body);
+    return parse_json(r.body, cat("malformed response from ", url));
   } catch (const nlohmann::json::exception&) {
     input_error("malformed response from ", url, ": expected JSON, got ", r.body.empty() ? "an empty body" : "'" + excerpt(r.body) + "'");
   }

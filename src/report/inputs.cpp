@@ -9,6 +9,7 @@
 #include "model/safetensors.h"
 #include "report/escape.h"
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen::report {
 
@@ -19,7 +20,7 @@ namespace {
 
 json parse_json_file(const fs::path& p) {
   // note: JSON syntax is ASCII, so replacing invalid UTF-8 only touches string contents.
-  json j = json::parse(sanitize_utf8(read_file(p)), nullptr, false);
+  json j = parse_json(sanitize_utf8(read_file(p, kMaxInputFileBytes)), "report: " + p.string(), false);
   if (j.is_discarded()) input_error("report: ", p.string(), ": not valid JSON");
   return j;
 }
@@ -46,7 +47,7 @@ void add_file(const fs::path& p, ReportInputs& in, std::vector<SweepInput>& swee
   if (from_folder && p.extension() != ".json") return;
   json j;
   if (from_folder) {
-    j = json::parse(sanitize_utf8(read_file(p)), nullptr, false);
+    j = parse_json(sanitize_utf8(read_file(p, kMaxInputFileBytes)), "report: " + p.string(), false);
     if (j.is_discarded()) return;  // some other file that happens to end in .json
   } else {
     j = parse_json_file(p);

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen {
 
@@ -31,7 +32,7 @@ double number_from_json(const nlohmann::json& j) {
     if (s == "-inf") return -kInf;
     if (s == "nan") return kNaN;
   }
-  throw std::invalid_argument(cat("number_from_json: expected a number or \"inf\"/\"-inf\"/\"nan\", found ", j.dump()));
+  throw std::invalid_argument(cat("number_from_json: expected a number or \"inf\"/\"-inf\"/\"nan\", found ", json_excerpt(j)));
 }
 
 }  // namespace degen

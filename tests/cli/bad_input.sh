@@ -1,0 +1,80 @@
+# Hostile inputs through the CLI (issue 21 items 1, 3, 4): each is exit 128 with a message naming the
+# input, never a crash (SIGSEGV is exit 139), a hang (each run under `timeout`: 124 fails the test) or
+# memory growing without bound.
+# Args: BINARY SOURCE_DIR WORKDIR; exit 0 pass, 77 skip.
+source "$(dirname "$0")/lib.bash"
+T="timeout 20"
+
+m="$WORK/tiny"
+expect_exit 0 "$BIN" synth --preset tiny-qwen35 --out "$m"
+
+# 1. JSON nested 300,000 deep: in a cases file (the prompt), config.json, a safetensors header, a matrix.
+deep=$(printf '%*s' 300000 '' | tr ' ' '[')$(printf '%*s' 300000 '' | tr ' ' ']')
+printf '{"suite": "s", "cases": [{"id": "a", "prompt": %s}]}' "$deep" > "$WORK/deep-cases.json"
+expect_exit 128 $T "$BIN" golden --model "$m" --cases "$WORK/deep-cases.json" --out "$WORK/g-deep"
+expect_out "deep-cases.json: JSON nested deeper than 256 levels"
+cp -r "$m" "$WORK/deepcfg"
+printf '{"model_type": "qwen3_5", "text_config": %s}' "$deep" > "$WORK/deepcfg/config.json"
+expect_exit 128 $T "$BIN" inspect "$WORK/deepcfg"
+expect_out "config.json: JSON nested deeper than 256 levels"
+printf '{"axes": %s}' "$deep" > "$WORK/deep-matrix.json"
+expect_exit 128 $T "$BIN" sweep --golden "$WORK/none" --model "$m" --matrix "$WORK/deep-matrix.json" --out "$WORK/sw"
+expect_out "deep-matrix.json: JSON nested deeper"
+cp -r "$m" "$WORK/deepst"
+python3 - "$WORK/deepst/model.safetensors" <<'PY'
+import struct, sys
+h = b'{"x": ' + b"[" * 300000 + b"]" * 300000 + b"}"
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h)
+PY
+expect_exit 128 $T "$BIN" inspect "$WORK/deepst"
+expect_out "model.safetensors: JSON nested deeper"
+
+# 3. A FIFO, /dev/zero or a folder where a file is expected: refused before reading (no writer ever
+# opens the FIFO, so a blocking open or read would hang until the timeout).
+mkfifo "$WORK/fifo"
+expect_exit 128 $T "$BIN" golden --model "$m" --cases "$WORK/fifo" --out "$WORK/g1"
+expect_out "expected a regular file, found a named pipe (FIFO)"
+expect_exit 128 $T "$BIN" golden --model "$m" --cases /dev/zero --out "$WORK/g2"
+expect_out "/dev/zero: expected a regular file, found a character device"
+expect_exit 128 $T "$BIN" sweep --golden "$WORK/none" --model "$m" --matrix /dev/zero --out "$WORK/sw"
+expect_out "found a character device"
+expect_exit 128 $T "$BIN" sweep --golden "$WORK/none" --model "$m" --matrix "$WORK/fifo" --out "$WORK/sw"
+expect_out "found a named pipe"
+expect_exit 128 $T "$BIN" tokenize --model "$m" --file /dev/zero
+expect_out "found a character device"
+expect_exit 128 $T "$BIN" tokenize --model "$m" --file "$WORK/fifo"
+expect_out "found a named pipe"
+expect_exit 128 $T "$BIN" tokenize --model "$m" --file "$WORK"
+expect_out "expected a regular file, found a folder"
+cp -r "$m" "$WORK/fifocfg"
+rm "$WORK/fifocfg/config.json"
+mkfifo "$WORK/fifocfg/config.json"
+expect_exit 128 $T "$BIN" inspect "$WORK/fifocfg"
+expect_out "config.json: expected a regular file, found a named pipe"
+rm "$WORK/fifocfg/config.json"
+ln -s /dev/zero "$WORK/fifocfg/config.json"
+expect_exit 128 $T "$BIN" inspect "$WORK/fifocfg"
+expect_out "found a character device"
+
+# 4. Sizes that overflow: a config-only folder with hidden_size 2^63-1 (printed negative parameter
+# counts and exited 0); a safetensors header length one byte short (every tensor a byte off).
+mkdir -p "$WORK/huge"
+echo '{"model_type": "qwen3_5_text", "hidden_size": 9223372036854775807}' > "$WORK/huge/config.json"
+expect_exit 128 $T "$BIN" inspect "$WORK/huge"
+expect_out "field 'hidden_size': expected at most 2^31-1"
+echo '{"model_type": "qwen3_5_text", "num_experts": 1048576, "moe_intermediate_size": 1073741824}' > "$WORK/huge/config.json"
+sed -i 's/qwen3_5_text/qwen3_5_moe_text/' "$WORK/huge/config.json"
+expect_exit 128 $T "$BIN" inspect "$WORK/huge"
+expect_out "num_experts (1048576) x moe_intermediate_size (1073741824)"
+cp -r "$m" "$WORK/short"
+python3 - "$WORK/short/model.safetensors" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+assert b[8 + n - 1:8 + n] == b" ", "expected the writer's space padding"
+b[:8] = struct.pack("<Q", n - 1)
+open(sys.argv[1], "wb").write(b)
+PY
+expect_exit 128 $T "$BIN" inspect "$WORK/short"
+expect_out "expected them to end exactly at the end of the file"
+echo "bad_input: ok"
