@@ -234,3 +234,28 @@ TEST_CASE("sweep: a server sweep's cells are free key=value parameters that fill
   // Not parsed as our toggles: "fa" would be an unknown toggle key there.
   CHECK_THROWS_AS(sweep_matrix_from_axes("", {"fa=on,off"}, false), InputError);
 }
+
+TEST_CASE("sweep: a matrix over the cell cap is refused with its count before any cell is built") {
+  // 40 two-valued axes are 2^40 cells: enumerating them used to spin silently.
+  SweepMatrix m;
+  m.name = "huge";
+  for (int i = 0; i < 40; ++i) m.axes.push_back({"k" + std::to_string(i), {"a", "b"}});
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(m.cells(), doctest::Contains("expected at most 100000 cells, found 1099511627776 (40 axes"),
+                       InputError);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  // A product beyond 64 bits is refused too (no wrap-around to a small count).
+  for (int i = 40; i < 70; ++i) m.axes.push_back({"k" + std::to_string(i), {"a", "b"}});
+  CHECK_THROWS_WITH_AS(m.count(), doctest::Contains("found more than 2^64"), InputError);
+  // Extra cells count, and the cap itself is allowed.
+  SweepMatrix edge;
+  edge.params_only = true;
+  edge.axes = {{"a", std::vector<std::string>(1000, "x")}, {"b", std::vector<std::string>(100, "y")}};
+  CHECK(edge.count() == kMaxSweepCells);
+  edge.cells_extra = {"c=1"};
+  CHECK_THROWS_WITH_AS(edge.count(), doctest::Contains("found 100001 (2 axes: 1000 x 100, plus 1 extra cells)"), InputError);
+  // --axis arguments are checked when the matrix is made (before the model is loaded).
+  std::vector<std::string> args;
+  for (int i = 0; i < 40; ++i) args.push_back("k" + std::to_string(i) + "=a,b");
+  CHECK_THROWS_WITH_AS(sweep_matrix_from_axes("", args, true), doctest::Contains("1099511627776"), InputError);
+}

@@ -172,6 +172,28 @@ std::string params_name(const std::vector<std::pair<std::string, std::string>>& 
 
 }  // namespace
 
+size_t SweepMatrix::count() const {
+  // The product of the axis sizes with overflow checks, before anything is enumerated.
+  size_t total = 1;
+  bool overflow = false;
+  for (const auto& a : axes) {
+    if (a.values.empty()) input_error("sweep matrix '", name, "': axis '", a.name, "' has no values");
+    if (!overflow && __builtin_mul_overflow(total, a.values.size(), &total)) overflow = true;
+  }
+  if (axes.empty()) total = cells_extra.empty() ? 1 : 0;
+  if (!overflow && __builtin_add_overflow(total, cells_extra.size(), &total)) overflow = true;
+  if (overflow || total > kMaxSweepCells) {
+    std::string shape;
+    for (const auto& a : axes) shape += (shape.empty() ? "" : " x ") + std::to_string(a.values.size());
+    if (shape.empty()) shape = "no axes";
+    input_error("sweep matrix '", name, "': expected at most ", kMaxSweepCells, " cells, found ",
+                overflow ? std::string("more than 2^64") : std::to_string(total), " (", axes.size(), " axes: ", shape,
+                cells_extra.empty() ? std::string() : cat(", plus ", cells_extra.size(), " extra cells"),
+                "); split the matrix into smaller sweeps (fewer axes or values)");
+  }
+  return total;
+}
+
 std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
   // A fragment on top of a cell: toggles parsed into its RunConfig, or (params_only) free key=value
   // parameters of a server's command line.
@@ -185,12 +207,7 @@ std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
   } catch (const InputError& e) {
     input_error("sweep matrix '", name, "': base: ", e.what());
   }
-  size_t total = 1;
-  for (const auto& a : axes) {
-    if (a.values.empty()) input_error("sweep matrix '", name, "': axis '", a.name, "' has no values");
-    total *= a.values.size();
-  }
-  if (axes.empty()) total = cells_extra.empty() ? 1 : 0;
+  const size_t total = count() - cells_extra.size();  // the axis combinations
   std::vector<Cell> out;
   std::set<std::string> seen;
   auto add = [&](Cell c) {

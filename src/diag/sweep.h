@@ -22,6 +22,10 @@ struct SweepAxis {
   std::vector<std::string> values;
 };
 
+// The most cells a matrix may have: a matrix beyond it (40 two-valued axes are 2^40 cells) is
+// refused before any cell is enumerated, with the count, rather than spinning for hours.
+constexpr size_t kMaxSweepCells = 100000;
+
 struct SweepMatrix {
   std::string name = "sweep";
   // Server sweeps (sweep --server-cmd): a cell's fragments are free key=value parameters that fill
@@ -38,7 +42,10 @@ struct SweepMatrix {
     std::vector<std::string> values;   // the axis values of this cell, by axis (empty for extra cells)
     std::vector<std::pair<std::string, std::string>> params;  // params_only: key=value, base first, in axis order
   };
-  std::vector<Cell> cells() const;     // InputError on a bad fragment, naming axis and value
+  // InputError on a bad fragment, naming axis and value, and on more than kMaxSweepCells cells
+  // (counted with overflow checks before any cell is built).
+  std::vector<Cell> cells() const;
+  size_t count() const;                // the number of combinations (before merging duplicates); same InputError on the cap
 };
 
 // Matrix file (JSON): {"name": ..., "base": "...", "axes": [{"name": "attn", "values": ["naive", "flash"]}, ...],
