@@ -2,6 +2,10 @@
 // several, a single culprit layer in log2(L) evaluations, a two-layer interaction, replay.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <fstream>
 
@@ -106,9 +110,11 @@ TEST_CASE("bisect: the replay file resumes without repeating evaluations") {
   for (size_t i = 0; i < lines / 2; ++i) cut = text.find('\n', cut) + 1;
   std::ofstream(dir / "replay.jsonl", std::ios::trunc) << text.substr(0, cut) << "{\"config\": \"fau";
   calls = 0;
-  BisectOracle again(ev, dir / "replay.jsonl");
-  BisectOutcome second = bisect(implicit_good(bad), false, bad, cfg, again);
-  CHECK(second.culprit_layers == first.culprit_layers);
+  {
+    BisectOracle again(ev, dir / "replay.jsonl");  // scoped: an oracle holds the replay file's lock while it lives
+    BisectOutcome second = bisect(implicit_good(bad), false, bad, cfg, again);
+    CHECK(second.culprit_layers == first.culprit_layers);
+  }
   CHECK(calls == first_calls - int(lines / 2));  // only the evaluations that were lost
   calls = 0;
   BisectOracle third(ev, dir / "replay.jsonl");
@@ -164,4 +170,59 @@ TEST_CASE("localise: every tensor of the weight table maps to the step that firs
   CHECK_FALSE(tensor_first_use(p + "layers.64.input_layernorm.weight", cfg).has_value());  // 64 layers: 0..63
   CHECK_FALSE(tensor_first_use(p + "layers.x.input_layernorm.weight", cfg).has_value());
   CHECK_FALSE(tensor_first_use("model.visual.blocks.0.attn.qkv.weight", cfg).has_value());
+}
+
+TEST_CASE("bisect: a replay file made for another model, record or case set is refused, never replayed") {
+  ModelConfig cfg = model_27b();
+  test::TempDir dir("bisect-identity");
+  RunConfig bad = parse_run_config("fault=rope-interleaved");
+  int calls = 0;
+  auto ev = [&](const RunConfig& rc) { ++calls; return verdict(rc.has_fault("rope-interleaved", 23, &cfg)); };
+  const nlohmann::json id = {{"model", "m1"}, {"golden", "sha256:g1"}, {"cases", {"two-plus-two"}}, {"decode", true}};
+  {
+    BisectOracle oracle(ev, dir / "replay.jsonl", id);
+    bisect(implicit_good(bad), false, bad, cfg, oracle);
+  }
+  nlohmann::json other = id;
+  other["cases"] = {"repeated-pattern"};
+  CHECK_THROWS_WITH_AS(BisectOracle(ev, dir / "replay.jsonl", other),
+                       doctest::Contains("cases (--case/--cases): expected [\"repeated-pattern\"] (this run), found "
+                                         "[\"two-plus-two\"]"),
+                       InputError);
+  other = id;
+  other["golden"] = "sha256:g2";
+  CHECK_THROWS_WITH_AS(BisectOracle(ev, dir / "replay.jsonl", other), doctest::Contains("golden record (--golden)"),
+                       InputError);
+  calls = 0;
+  {
+    BisectOracle same(ev, dir / "replay.jsonl", id);
+    bisect(implicit_good(bad), false, bad, cfg, same);
+  }
+  CHECK(calls == 0);
+  // A replay file from before identities: refused with what to do.
+  std::ofstream(dir / "old.jsonl") << "{\"config\": \"default\", \"summary\": {\"verdict\": \"good\"}}\n";
+  CHECK_THROWS_WITH_AS(BisectOracle(ev, dir / "old.jsonl", id), doctest::Contains("give a new --replay file"), InputError);
+}
+
+TEST_CASE("bisect: a replay file in use by another bisect is refused, naming its PID") {
+  test::TempDir dir("bisect-lock");
+  auto ev = [](const RunConfig&) { return verdict(false); };
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    BisectOracle oracle(ev, dir / "replay.jsonl");
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  CHECK_THROWS_WITH_AS(BisectOracle(ev, dir / "replay.jsonl"),
+                       doctest::Contains(("locked by process " + std::to_string(holder)).c_str()), InputError);
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  CHECK_NOTHROW(BisectOracle(ev, dir / "replay.jsonl"));  // released with its holder
+  ::close(ready[0]);
+  ::close(ready[1]);
 }

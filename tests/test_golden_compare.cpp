@@ -5,6 +5,10 @@
 // the shipped models.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -25,6 +29,7 @@
 #include "util/sha256.h"
 #include "util/dtype.h"
 #include "util/error.h"
+#include "util/file_lock.h"
 
 using namespace degen;
 namespace fs = std::filesystem;
@@ -805,4 +810,86 @@ TEST_CASE("golden: lse_pad takes the record's log-probs to HF's, normalised over
   MESSAGE(note);
   cr.cases[0].logits[0] = lr;
   CHECK(logprob_offset_note(cr, V, mask, "dump").find("both over all 1024 rows") != std::string::npos);
+
+TEST_CASE("golden: --force never leaves --out empty, and the next run cleans the leftovers of killed runs") {
+  // The states a kill leaves (tests/cli/outputs.sh kills real runs at each point): before the swap,
+  // a partial ".rec.tmp-PID"; after the swap, the old record at ".rec.tmp-PID"; with the fallback
+  // of two renames, the old record moved aside to ".rec.old-PID" and --out missing.
+  Fixture& f = fixture();
+  Loaded l = load(f.model);
+  test::TempDir dir("gc-force");
+  const fs::path out = dir / "rec";
+  GoldenOptions o;
+  o.floors = false;
+  o.layers = "none";
+  o.positions = "none";
+  o.gen_tokens = 2;
+  const Suite s = smoke({"two-plus-two"});
+  write_golden(*l.model, l.tok.get(), s, out, o, make_backend);
+  auto leftovers = [&] {
+    std::vector<std::string> v;
+    for (const auto& e : fs::directory_iterator(dir.path())) {
+      const std::string n = e.path().filename().string();
+      if (n.find(".tmp-") != std::string::npos || n.find(".old-") != std::string::npos) v.push_back(n);
+    }
+    return v;
+  };
+  CHECK(leftovers().empty());
+  // A PID that is surely dead: a child that has exited and been reaped.
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  REQUIRE(dead > 0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string tmp_name = ".rec.tmp-" + std::to_string(dead), old_name = ".rec.old-" + std::to_string(dead);
+  // A live writer's temporary (this process's parent stands in for one) is left alone.
+  const std::string live_name = ".rec.tmp-" + std::to_string(::getppid());
+
+  // 1. Killed before the swap (a partial temporary) and after it (the old record as the temporary).
+  fs::create_directories(dir / tmp_name);
+  std::ofstream(dir / tmp_name / "partial.safetensors") << "x";
+  fs::create_directories(dir / live_name);
+  o.force = true;
+  write_golden(*l.model, l.tok.get(), s, out, o, make_backend);
+  CHECK(GoldenRecord::open(out).cases().size() == 1);
+  CHECK(leftovers() == std::vector<std::string>{live_name});
+  fs::remove_all(dir / live_name);
+  fs::copy(out, dir / tmp_name, fs::copy_options::recursive);
+  write_golden(*l.model, l.tok.get(), s, out, o, make_backend);
+  CHECK(leftovers().empty());
+
+  // 2. The fallback's kill between its renames: --out missing, the record at .rec.old-PID. The next
+  // run puts it back first (so without --force it refuses to replace it).
+  fs::rename(out, dir / old_name);
+  o.force = false;
+  CHECK_THROWS_WITH_AS(write_golden(*l.model, l.tok.get(), s, out, o, make_backend), doctest::Contains("already exists"),
+                       InputError);
+  CHECK(GoldenRecord::open(out).cases().size() == 1);
+  CHECK(leftovers().empty());
+}
+
+TEST_CASE("golden: a second writer of the same record is refused, naming the first one's PID") {
+  Fixture& f = fixture();
+  Loaded l = load(f.model);
+  test::TempDir dir("gc-lock");
+  // Another process holds the record's lock (a child that takes it and waits).
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    FileLock lock(dir / ".rec.lock", "holder");
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  GoldenOptions o;
+  o.floors = false;
+  CHECK_THROWS_WITH_AS(write_golden(*l.model, l.tok.get(), smoke({"two-plus-two"}), dir / "rec", o, make_backend),
+                       doctest::Contains(("locked by process " + std::to_string(holder)).c_str()), InputError);
+  CHECK_FALSE(fs::exists(dir / "rec"));
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
 }

@@ -234,3 +234,97 @@ TEST_CASE("sweep: a server sweep's cells are free key=value parameters that fill
   // Not parsed as our toggles: "fa" would be an unknown toggle key there.
   CHECK_THROWS_AS(sweep_matrix_from_axes("", {"fa=on,off"}, false), InputError);
 }
+
+TEST_CASE("sweep: a matrix over the cell cap is refused with its count before any cell is built") {
+  // 40 two-valued axes are 2^40 cells: enumerating them used to spin silently.
+  SweepMatrix m;
+  m.name = "huge";
+  for (int i = 0; i < 40; ++i) m.axes.push_back({"k" + std::to_string(i), {"a", "b"}});
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(m.cells(), doctest::Contains("expected at most 100000 cells, found 1099511627776 (40 axes"),
+                       InputError);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  // A product beyond 64 bits is refused too (no wrap-around to a small count).
+  for (int i = 40; i < 70; ++i) m.axes.push_back({"k" + std::to_string(i), {"a", "b"}});
+  CHECK_THROWS_WITH_AS(m.count(), doctest::Contains("found more than 2^64"), InputError);
+  // Extra cells count, and the cap itself is allowed.
+  SweepMatrix edge;
+  edge.params_only = true;
+  edge.axes = {{"a", std::vector<std::string>(1000, "x")}, {"b", std::vector<std::string>(100, "y")}};
+  CHECK(edge.count() == kMaxSweepCells);
+  edge.cells_extra = {"c=1"};
+  CHECK_THROWS_WITH_AS(edge.count(), doctest::Contains("found 100001 (2 axes: 1000 x 100, plus 1 extra cells)"), InputError);
+  // --axis arguments are checked when the matrix is made (before the model is loaded).
+  std::vector<std::string> args;
+  for (int i = 0; i < 40; ++i) args.push_back("k" + std::to_string(i) + "=a,b");
+  CHECK_THROWS_WITH_AS(sweep_matrix_from_axes("", args, true), doctest::Contains("1099511627776"), InputError);
+}
+
+TEST_CASE("sweep: a second sweep on the same --out is refused while the first runs, naming its PID") {
+  test::TempDir dir("sweep-lock");
+  SweepOptions o;
+  o.progress = false;
+  o.out = dir.path();
+  auto slow = [](const RunConfig& rc) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return fake_eval(rc);
+  };
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    try { run_sweep(matrix(), o, slow); } catch (...) {}
+    _exit(0);
+  }
+  // Wait until the first sweep holds the lock (its PID is in the lock file).
+  for (int i = 0; i < 400; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (std::filesystem::exists(dir / "sweep.lock") && read_file(dir / "sweep.lock") == std::to_string(pid) + "\n") break;
+  }
+  int calls = 0;
+  auto counting = [&](const RunConfig& rc) { ++calls; return fake_eval(rc); };
+  SweepOptions r = o;
+  r.resume = true;
+  CHECK_THROWS_WITH_AS(run_sweep(matrix(), r, counting), doctest::Contains(("locked by process " + std::to_string(pid)).c_str()),
+                       InputError);
+  CHECK(calls == 0);
+  kill(pid, SIGKILL);  // the kernel releases a dead holder's lock
+  waitpid(pid, nullptr, 0);
+  run_sweep(matrix(), r, counting);
+  auto counts = cell_counts(dir / "results.jsonl");
+  CHECK(counts.size() == 12);
+  for (const auto& [cell, n] : counts) CHECK_MESSAGE(n == 1, cell);  // no cell twice
+}
+
+TEST_CASE("sweep: --resume refuses results measured against another model, record or case set") {
+  test::TempDir dir("sweep-identity");
+  SweepOptions o;
+  o.progress = false;
+  o.out = dir.path();
+  o.identity = {{"model", "m1"}, {"golden", "sha256:g1"}, {"cases", {"a"}}, {"decode", true}};
+  int calls = 0;
+  auto counting = [&](const RunConfig& rc) { ++calls; return fake_eval(rc); };
+  run_sweep(matrix(), o, counting);
+  for (const auto& j : read_sweep_results(dir / "results.jsonl")) CHECK(j["identity"] == o.identity);
+  o.resume = true;
+  SweepOptions other = o;
+  other.identity["cases"] = {"b"};
+  CHECK_THROWS_WITH_AS(run_sweep(matrix(), other, counting),
+                       doctest::Contains("cases (--case/--cases): expected [\"b\"] (this run), found [\"a\"]"), InputError);
+  other = o;
+  other.identity["model"] = "m2";
+  CHECK_THROWS_WITH_AS(run_sweep(matrix(), other, counting),
+                       doctest::Contains("model fingerprint (--model): expected \"m2\" (this run), found \"m1\""), InputError);
+  calls = 0;
+  CHECK(run_sweep(matrix(), o, counting).size() == 12);  // the same run resumes
+  CHECK(calls == 0);
+  // Results written before identities: refused, with what to do.
+  std::string stripped;
+  for (auto& j : read_sweep_results(dir / "results.jsonl")) {
+    j.erase("identity");
+    stripped += j.dump() + "\n";
+  }
+  std::ofstream(dir / "results.jsonl", std::ios::trunc) << stripped;
+  CHECK_THROWS_WITH_AS(run_sweep(matrix(), o, counting), doctest::Contains("older degenbisect"), InputError);
+  CHECK_THROWS_WITH_AS(run_sweep(matrix(), o, counting), doctest::Contains("choose a new --out"), InputError);
+  CHECK(calls == 0);
+}

@@ -128,7 +128,9 @@ int run_bisect(const BisectArgs& a) {
   };
   std::optional<fs::path> replay;
   if (!a.replay.empty()) replay = a.replay;
-  BisectOracle oracle(ev, replay);
+  // Replayed evaluations must have been measured against this model, record, case set and mode.
+  BisectOracle oracle(ev, replay,
+                      evaluation_identity(rec, model, session.base.cases, session.base.decode_mode));
   if (!quiet) std::fprintf(stderr, "bisect: bad %s, good %s%s\n", bad.str().c_str(), good.str().c_str(),
                            good_given ? "" : " (implicit: the bad config's layer toggles and faults at their defaults)");
   BisectOutcome o = bisect(good, good_given, bad, cfg, oracle);
@@ -235,7 +237,9 @@ CommandRegistrar reg("bisect", "Name the toggle, the layer and the operation tha
   sub->add_option("--model", a->model, "Model folder");
   sub->add_option("--bad", a->bad, "The configuration that degenerates (key=value,...)");
   sub->add_option("--good", a->good, "A configuration that does not (default: bad with layer toggles and faults reset)");
-  sub->add_option("--replay", a->replay, "Log every evaluation to FILE; an existing FILE resumes without repeating them");
+  sub->add_option("--replay", a->replay,
+                  "Log every evaluation to FILE; an existing FILE resumes without repeating them (refused when it was\n"
+                  "made with another --model, --golden, --case or --no-decode; locked while a bisect uses it)");
   sub->add_option("--json", a->json_out, "Write the result as JSON to FILE ('-': stdout)");
   sub->add_option("--case", a->cases, "Only this case id of the record (repeatable; fewer cases, faster)");
   sub->add_flag("--no-decode", a->no_decode, "Skip the decode-mode passes (faster; misses decode-only faults)");

@@ -74,8 +74,11 @@ CommandRegistrar reg("golden", "Record what the CPU reference does on a prompt s
                   "longest prefix that fits; default), all, none, or N (the first N)");
   sub->add_option("--topk", a->topk, "Log-probabilities kept per position (default 20)");
   sub->add_flag("--no-floors", a->no_floors, "Do not measure the noise floors (bf16 and fp32 classes)");
-  sub->add_flag("--force", a->force, "Replace an existing golden record at --out");
+  sub->add_flag("--force", a->force,
+                "Replace an existing golden record at --out (atomically: --out holds the old or the new record at\n"
+                "every moment, even if killed; the leftovers of killed runs are removed by the next run)");
   sub->footer(
+      "One golden run per --out at a time: a second is refused, naming the first one's PID (.NAME.lock beside it).\n"
       "Examples:\n"
       "  degenbisect golden --model models/tiny-qwen35 --cases cases/smoke.json --out golden/tiny-qwen35/smoke\n"
       "  degenbisect golden --model DIR --cases cases/long-decode.json --out /tmp/g --layers 0,31,63 --positions 256");

@@ -49,6 +49,12 @@ int run_sweep_cmd(const SweepArgs& a) {
     for (const auto& c : load_suite(a.cases_file).cases) s.base.cases.push_back(c.id);
   if (!server)
     for (auto& cell : m.cells()) validate_run_config(cell.config, s.model->config);
+  // What every result is measured against (a --resume for another model, record or case set is refused).
+  so.identity = evaluation_identity(s.rec, *s.model, s.base.cases, s.base.decode_mode);
+  if (server) {
+    so.identity["server_cmd"] = a.server_cmd;
+    so.identity["engine_class"] = a.srv.engine_class;
+  }
 
   std::vector<SweepRow> rows;
   if (server) {
@@ -120,7 +126,9 @@ CommandRegistrar reg("sweep", "Compare every cell of a toggle matrix against a g
   sub->add_option("--base", a->base, "Toggles applied to every cell first (key=value,...)");
   sub->add_option("--out", a->out,
                   "Output folder: results.jsonl (one line per finished cell), sweep.json, table.txt, worst_cell.txt");
-  sub->add_flag("--resume", a->resume, "Continue a sweep in --out: finished cells are not run again");
+  sub->add_flag("--resume", a->resume,
+                "Continue a sweep in --out: finished cells are not run again (refused when --out was made with\n"
+                "another --model, --golden, --case/--cases or --no-decode)");
   sub->add_option("--shard", a->shard, "Run share i of n (cells whose index % n == i - 1), e.g. 2/4");
   sub->add_flag("--isolate", a->isolate, "Run each cell in a child process: a crash costs one cell (verdict error)");
   sub->add_option("--case", a->cases, "Only this case id of the record (repeatable)");
@@ -136,14 +144,16 @@ CommandRegistrar reg("sweep", "Compare every cell of a toggle matrix against a g
   a->srv.add(sub, "--server-cmd");
   sub->add_option("--engine-class", a->srv.engine_class, "With --server-cmd: the floor class of every cell (fp32, bf16 or q8_0)")
       ->check(CLI::IsMember({"fp32", "bf16", "q8_0"}));
-  sub->footer("Exit: 0 no cell bad, 1 some cell bad or crashed, 125 every cell untestable, 128 input error.\n"
+  sub->footer(cat("A matrix may have at most ", kMaxSweepCells, " cells (refused before any work, with its count). One sweep per --out\n"
+              "at a time: a second one on the same folder is refused, naming the first one's PID (--out/sweep.lock).\n"
+              "Exit: 0 no cell bad, 1 some cell bad or crashed, 125 every cell untestable, 128 input error.\n"
               "Example:\n  degenbisect sweep --golden golden/tiny-qwen35/smoke --model models/tiny-qwen35 \\\n"
               "      --matrix cases/matrix-default.json --out out/sweep\n"
               "  degenbisect sweep --golden G --model M --axis attn=naive,flash --axis ssm_dtype=fp32,fp16 \\\n"
               "      --base precision=bf16 --out out/s2\n"
               "  degenbisect sweep --golden golden/tiny-trained/smoke --model models/tiny-trained --out out/llama-flags \\\n"
               "      --server-cmd 'build/llama.cpp/build/bin/llama-server -m GGUF --port {port} -fa {fa} -ctk {ctk}' \\\n"
-              "      --axis fa=on,off --axis ctk=f16,q8_0");
+              "      --axis fa=on,off --axis ctk=f16,q8_0"));
   return [a] { return run_sweep_cmd(*a); };
 });
 

@@ -14,9 +14,12 @@ namespace degen {
 
 using nlohmann::json;
 
-BisectOracle::BisectOracle(CellEvaluator eval, std::optional<std::filesystem::path> replay)
-    : eval_(std::move(eval)), replay_(std::move(replay)) {
-  if (!replay_ || !std::filesystem::exists(*replay_)) return;
+BisectOracle::BisectOracle(CellEvaluator eval, std::optional<std::filesystem::path> replay, json identity)
+    : eval_(std::move(eval)), replay_(std::move(replay)), identity_(std::move(identity)) {
+  if (!replay_) return;
+  if (replay_->has_parent_path()) std::filesystem::create_directories(replay_->parent_path());
+  lock_ = std::make_unique<FileLock>(replay_->string() + ".lock", cat("bisect --replay ", replay_->string()));
+  if (!std::filesystem::exists(*replay_)) return;
   std::string text = read_file(*replay_);
   size_t start = 0;
   int line_no = 0;
@@ -30,6 +33,17 @@ BisectOracle::BisectOracle(CellEvaluator eval, std::optional<std::filesystem::pa
     json j = parse_json(line, cat(replay_->string(), ": line ", line_no), false);
     if (j.is_discarded() || !j.contains("config") || !j.contains("summary"))
       input_error(replay_->string(), ": line ", line_no, " is not a bisect evaluation (expected {\"config\", \"summary\"})");
+    // An evaluation counts only for what it was measured against (model, record, cases, mode).
+    if (!identity_.is_null()) {
+      if (!j.contains("identity"))
+        input_error("bisect --replay ", replay_->string(), ": expected evaluations that record what they were measured ",
+                    "against (model, golden record, cases), found line ", line_no, " without it (written by an older ",
+                    "degenbisect); its evidence cannot be checked against this run: give a new --replay file");
+      const std::string diff = identity_difference(identity_, j["identity"]);
+      if (!diff.empty())
+        input_error("bisect --replay ", replay_->string(), " was made for another run (line ", line_no, "): ", diff,
+                    "; replay with the flags that made it, or give a new --replay file");
+    }
     memo_[j["config"].get<std::string>()] = cell_summary_from_json(j["summary"]);
   }
   // Rewrite without a partial tail so appends start on a fresh line.
@@ -54,6 +68,7 @@ const CellSummary& BisectOracle::eval(const RunConfig& rc, const std::string& wh
     ++fresh_;
     if (replay_) {
       json line = {{"config", key}, {"why", why}, {"summary", cell_summary_to_json(it->second)}};
+      if (!identity_.is_null()) line["identity"] = identity_;
       std::ofstream f(*replay_, std::ios::app);
       f << line.dump() << "\n";
       f.flush();

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -19,13 +20,19 @@
 #include "diag/sweep.h"
 #include "engine/run_config.h"
 #include "model/config.h"
+#include "util/file_lock.h"
 
 namespace degen {
 
-// Memoising evaluator with a JSONL replay log: {"config": canonical, "summary": {...}} per line.
+// Memoising evaluator with a JSONL replay log: {"config": canonical, "identity": {...}, "summary":
+// {...}} per line. The replay file is locked while the oracle lives (FILE.lock beside it: a second
+// bisect on the same file is refused, naming the holder's PID). With an identity
+// (evaluation_identity(), sweep.h), a replay file whose lines were measured against another model,
+// record, case set or mode, or that predates identities, is refused (InputError saying what
+// differs): its evidence is never reported for this run. A null identity checks nothing (tests).
 class BisectOracle {
  public:
-  BisectOracle(CellEvaluator eval, std::optional<std::filesystem::path> replay);
+  BisectOracle(CellEvaluator eval, std::optional<std::filesystem::path> replay, nlohmann::json identity = nullptr);
   // The cached or fresh evaluation of `rc`; `why` says what the evaluation is for (logged).
   const CellSummary& eval(const RunConfig& rc, const std::string& why);
   bool is_bad(const RunConfig& rc, const std::string& why) { return eval(rc, why).verdict == "bad"; }
@@ -36,6 +43,8 @@ class BisectOracle {
  private:
   CellEvaluator eval_;
   std::optional<std::filesystem::path> replay_;
+  nlohmann::json identity_;
+  std::unique_ptr<FileLock> lock_;
   std::map<std::string, CellSummary> memo_;
   std::vector<nlohmann::json> log_;
   std::set<std::string> asked_;

@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <signal.h>
 #include <cmath>
 #include <numeric>
 #include <span>
@@ -19,6 +23,7 @@
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
+#include "util/file_lock.h"
 #include "util/json_input.h"
 #include "util/sha256.h"
 
@@ -655,14 +660,94 @@ json golden_manifest(const GoldenRun& run, const Suite& suite, const GoldenSumma
       {"files", std::move(jfiles)}};
 }
 
+// Test hook: DEGEN_TEST_GOLDEN_KILL=<point> kills this process with SIGKILL at that point of the
+// replacement ("before-swap": the new record complete beside the old one; "after-swap": swapped,
+// the old one not yet removed), so tests can check what a kill leaves behind.
+void test_kill_point(const char* point) {
+  const char* want = std::getenv("DEGEN_TEST_GOLDEN_KILL");
+  if (want && std::strcmp(want, point) == 0) ::raise(SIGKILL);
+}
+
+// The PID in a temporary's name ".<record>.tmp-PID" / ".<record>.old-PID", or -1.
+pid_t temporary_pid(const std::string& entry, const std::string& prefix) {
+  if (entry.rfind(prefix, 0) != 0 || entry.size() == prefix.size() || entry.size() - prefix.size() > 9) return -1;
+  const std::string digits = entry.substr(prefix.size());
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  return static_cast<pid_t>(std::stol(digits));
+}
+
+// Leftovers of earlier writers of `out` that died (the caller holds the record's lock, so no live
+// writer of it exists; a PID that is still alive is left alone all the same): a record moved aside
+// by a writer killed before it put the new one in place is put back when `out` is missing; every
+// other temporary folder is removed.
+void clean_stale_temporaries(const fs::path& parent, const fs::path& out, std::FILE* progress) {
+  const std::string name = out.filename().string();
+  const std::string tmp_prefix = cat(".", name, ".tmp-"), old_prefix = cat(".", name, ".old-");
+  std::vector<fs::path> tmps, olds;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string entry = e.path().filename().string();
+    pid_t pid = temporary_pid(entry, tmp_prefix);
+    const bool is_old = pid < 0 && (pid = temporary_pid(entry, old_prefix)) >= 0;
+    if (pid < 0 || (pid != ::getpid() && process_alive(pid))) continue;
+    (is_old ? olds : tmps).push_back(e.path());
+  }
+  for (const auto& old : olds) {
+    if (!fs::exists(out) && fs::exists(old / "manifest.json")) {
+      fs::rename(old, out);
+      if (progress) std::fprintf(progress, "golden: put back %s, left aside by an interrupted --force (from %s)\n",
+                                 out.string().c_str(), old.filename().string().c_str());
+    } else {
+      fs::remove_all(old);
+    }
+  }
+  for (const auto& t : tmps) fs::remove_all(t);
+}
+
+// Puts the finished record `tmp` at `out` (an existing record or empty folder, or nothing) so that
+// `out` is never missing: on Linux one renameat2(RENAME_EXCHANGE) swaps the two folders, then the
+// old record (now at `tmp`) is removed; a kill at any point leaves `out` whole (old or new) and a
+// temporary that the next run removes. Where the filesystem cannot exchange, the old record is moved
+// aside first; a kill between the two renames leaves it at ".<name>.old-PID", which the next golden
+// run on `out` puts back (clean_stale_temporaries).
+void replace_record(const fs::path& tmp, const fs::path& out, const fs::path& parent) {
+  test_kill_point("before-swap");
+  if (!fs::exists(out)) {
+    fs::rename(tmp, out);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
+    test_kill_point("after-swap");
+    fs::remove_all(tmp);
+    return;
+  }
+  const int err = errno;
+  if (err != EINVAL && err != ENOSYS && err != EOPNOTSUPP)
+    input_error("golden: cannot put the new record in place of ", out.string(), ": ", std::strerror(err));
+  const fs::path old = parent / cat(".", out.filename().string(), ".old-", ::getpid());
+  fs::remove_all(old);
+  fs::rename(out, old);
+  test_kill_point("after-swap");
+  fs::rename(tmp, out);
+  fs::remove_all(old);
+}
+
 }  // namespace
 
-GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const fs::path& out,
+GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const fs::path& out_arg,
                            const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress) {
+  const fs::path out = out_arg.has_filename() ? out_arg : out_arg.parent_path();  // "golden/x/" is "golden/x"
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   check_golden_options(opt, out);
   (void)parse_layer_list(opt.layers, model.config);  // a bad --layers is refused before an existing `out`
+  if (out.filename().empty() || out.filename() == "." || out.filename() == "..")
+    input_error("golden: --out ", out.string(), ": expected a folder name (such as golden/MODEL/smoke)");
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  // One writer per record at a time; then the leftovers of writers that were killed.
+  FileLock lock(parent / cat(".", out.filename().string(), ".lock"), cat("golden --out ", out.string()));
+  clean_stale_temporaries(parent, out, progress);
   if (fs::exists(out) && !opt.force)
     input_error("golden: ", out.string(), " already exists (use --force to replace a golden record)");
   if (fs::exists(out) && !replaceable(out))
@@ -671,8 +756,6 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
   GoldenSummary sum;
   GoldenRun run(model, tok, opt, factory, sum);
 
-  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  fs::create_directories(parent);
   const fs::path tmp = parent / cat(".", out.filename().string(), ".tmp-", ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -683,16 +766,7 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
       jcases.push_back(record_case(run, suite.cases[ci], ci, tmp, jfiles, sum, progress));
     const json manifest = golden_manifest(run, suite, sum, std::move(jcases), std::move(jfiles));
     write_file_atomic(tmp / "manifest.json", manifest.dump(1) + "\n");
-    // Into place: an existing record is moved aside first, then removed.
-    if (fs::exists(out)) {
-      const fs::path old = parent / cat(".", out.filename().string(), ".old-", ::getpid());
-      fs::remove_all(old);
-      fs::rename(out, old);
-      fs::rename(tmp, out);
-      fs::remove_all(old);
-    } else {
-      fs::rename(tmp, out);
-    }
+    replace_record(tmp, out, parent);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);

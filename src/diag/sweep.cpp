@@ -16,9 +16,12 @@
 #include <set>
 #include <sstream>
 
+#include "diag/golden.h"
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/file_lock.h"
 #include "util/json_input.h"
+#include "util/sha256.h"
 
 namespace degen {
 
@@ -173,6 +176,28 @@ std::string params_name(const std::vector<std::pair<std::string, std::string>>& 
 
 }  // namespace
 
+size_t SweepMatrix::count() const {
+  // The product of the axis sizes with overflow checks, before anything is enumerated.
+  size_t total = 1;
+  bool overflow = false;
+  for (const auto& a : axes) {
+    if (a.values.empty()) input_error("sweep matrix '", name, "': axis '", a.name, "' has no values");
+    if (!overflow && __builtin_mul_overflow(total, a.values.size(), &total)) overflow = true;
+  }
+  if (axes.empty()) total = cells_extra.empty() ? 1 : 0;
+  if (!overflow && __builtin_add_overflow(total, cells_extra.size(), &total)) overflow = true;
+  if (overflow || total > kMaxSweepCells) {
+    std::string shape;
+    for (const auto& a : axes) shape += (shape.empty() ? "" : " x ") + std::to_string(a.values.size());
+    if (shape.empty()) shape = "no axes";
+    input_error("sweep matrix '", name, "': expected at most ", kMaxSweepCells, " cells, found ",
+                overflow ? std::string("more than 2^64") : std::to_string(total), " (", axes.size(), " axes: ", shape,
+                cells_extra.empty() ? std::string() : cat(", plus ", cells_extra.size(), " extra cells"),
+                "); split the matrix into smaller sweeps (fewer axes or values)");
+  }
+  return total;
+}
+
 std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
   // A fragment on top of a cell: toggles parsed into its RunConfig, or (params_only) free key=value
   // parameters of a server's command line.
@@ -186,12 +211,7 @@ std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
   } catch (const InputError& e) {
     input_error("sweep matrix '", name, "': base: ", e.what());
   }
-  size_t total = 1;
-  for (const auto& a : axes) {
-    if (a.values.empty()) input_error("sweep matrix '", name, "': axis '", a.name, "' has no values");
-    total *= a.values.size();
-  }
-  if (axes.empty()) total = cells_extra.empty() ? 1 : 0;
+  const size_t total = count() - cells_extra.size();  // the axis combinations
   std::vector<Cell> out;
   std::set<std::string> seen;
   auto add = [&](Cell c) {
@@ -356,6 +376,38 @@ std::vector<json> read_sweep_results(const std::filesystem::path& jsonl) {
   return out;
 }
 
+json evaluation_identity(const GoldenRecord& rec, const Model& model, std::vector<std::string> cases, bool decode_mode) {
+  std::sort(cases.begin(), cases.end());
+  cases.erase(std::unique(cases.begin(), cases.end()), cases.end());
+  return {{"model", model.fingerprint},
+          {"weights", weights_sample_digest(*model.checkpoint)},
+          {"golden", cat("sha256:", sha256_hex(rec.manifest().dump()))},
+          {"cases", cases.empty() ? json("all") : json(cases)},
+          {"decode", decode_mode}};
+}
+
+std::string identity_difference(const json& expected, const json& found) {
+  if (expected == found) return "";
+  if (!found.is_object()) return cat("identity: expected ", expected.dump(), ", found ", found.dump());
+  static const std::map<std::string, std::string> words = {
+      {"model", "model fingerprint (--model)"}, {"weights", "model weights (--model)"},
+      {"golden", "golden record (--golden)"},
+      {"cases", "cases (--case/--cases)"},     {"decode", "decode passes (--no-decode)"},
+      {"server_cmd", "server command (--server-cmd)"}};
+  std::set<std::string> keys;
+  for (auto& [k, v] : expected.items()) keys.insert(k);
+  for (auto& [k, v] : found.items()) keys.insert(k);
+  std::string out;
+  for (const auto& k : keys) {
+    const json e = expected.contains(k) ? expected[k] : json(nullptr), f = found.contains(k) ? found[k] : json(nullptr);
+    if (e == f) continue;
+    auto w = words.find(k);
+    out += cat(out.empty() ? "" : "; ", w == words.end() ? k : w->second, ": expected ", e.dump(), " (this run), found ",
+               f.dump());
+  }
+  return out;
+}
+
 std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, const CellEvaluator& eval) {
   return run_sweep(m, opt, CellParamsEvaluator([&eval](const SweepMatrix::Cell& c) { return eval(c.config); }));
 }
@@ -368,18 +420,36 @@ std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, c
     if (static_cast<int>(c.index % static_cast<size_t>(opt.shard.n)) == opt.shard.i - 1) mine.push_back(&c);
 
   fs::create_directories(opt.out);
+  // One sweep per folder at a time: two would both run every cell and append each twice.
+  FileLock lock(opt.out / "sweep.lock", cat("sweep --out ", opt.out.string()));
   fs::path jsonl = opt.out / "results.jsonl";
   if (fs::exists(jsonl) && !opt.resume)
     input_error(jsonl.string(), " already exists: pass --resume to continue that sweep, or choose another --out");
   truncate_partial_tail(jsonl);
   std::map<std::string, json> done;
-  for (auto& j : read_sweep_results(jsonl)) done[j["cell"].get<std::string>()] = j;
+  int line_no = 0;
+  for (auto& j : read_sweep_results(jsonl)) {
+    ++line_no;
+    // A result counts only for what it was measured against: the same model, record, cases and mode.
+    if (!opt.identity.is_null()) {
+      if (!j.contains("identity"))
+        input_error("sweep --resume: ", jsonl.string(), ": expected results that record what they were measured against "
+                    "(model, golden record, cases), found result ", line_no, " without it (written by an older degenbisect); "
+                    "its verdicts cannot be checked against this run: choose a new --out");
+      const std::string diff = identity_difference(opt.identity, j["identity"]);
+      if (!diff.empty())
+        input_error("sweep --resume: ", jsonl.string(), " was made for another run (result ", line_no, "): ", diff,
+                    "; resume with the flags that made it, or choose a new --out");
+    }
+    done[j["cell"].get<std::string>()] = j;
+  }
   json meta = {{"name", m.name}, {"base", m.base}, {"shard", cat(opt.shard.i, "/", opt.shard.n)}, {"cells", all.size()}};
   json axes = json::array();
   for (const auto& a : m.axes) axes.push_back({{"name", a.name}, {"values", a.values}});
   meta["axes"] = axes;
   meta["cells_extra"] = m.cells_extra;
   if (m.params_only) meta["server"] = true;
+  if (!opt.identity.is_null()) meta["identity"] = opt.identity;
   write_file_atomic(opt.out / "sweep.json", meta.dump(2) + "\n");
 
   std::vector<SweepRow> rows;
@@ -423,6 +493,7 @@ std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, c
     line["index"] = row.index;
     line["values"] = row.values;
     line["seconds"] = row.seconds;
+    if (!opt.identity.is_null()) line["identity"] = opt.identity;
     append_line(jsonl, line.dump());
     ++finished;
     rows.push_back(std::move(row));

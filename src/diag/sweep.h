@@ -22,6 +22,10 @@ struct SweepAxis {
   std::vector<std::string> values;
 };
 
+// The most cells a matrix may have: a matrix beyond it (40 two-valued axes are 2^40 cells) is
+// refused before any cell is enumerated, with the count, rather than spinning for hours.
+constexpr size_t kMaxSweepCells = 100000;
+
 struct SweepMatrix {
   std::string name = "sweep";
   // Server sweeps (sweep --server-cmd): a cell's fragments are free key=value parameters that fill
@@ -38,7 +42,10 @@ struct SweepMatrix {
     std::vector<std::string> values;   // the axis values of this cell, by axis (empty for extra cells)
     std::vector<std::pair<std::string, std::string>> params;  // params_only: key=value, base first, in axis order
   };
-  std::vector<Cell> cells() const;     // InputError on a bad fragment, naming axis and value
+  // InputError on a bad fragment, naming axis and value, and on more than kMaxSweepCells cells
+  // (counted with overflow checks before any cell is built).
+  std::vector<Cell> cells() const;
+  size_t count() const;                // the number of combinations (before merging duplicates); same InputError on the cap
 };
 
 // Matrix file (JSON): {"name": ..., "base": "...", "axes": [{"name": "attn", "values": ["naive", "flash"]}, ...],
@@ -69,8 +76,26 @@ CellSummary cell_summary_from_json(const nlohmann::json& j);
 using CellEvaluator = std::function<CellSummary(const RunConfig&)>;
 using CellParamsEvaluator = std::function<CellSummary(const SweepMatrix::Cell&)>;
 
+class GoldenRecord;
+struct Model;
+
+// What a result was measured against, beyond its configuration: the model (its fingerprint, which
+// covers config.json and the tensor headers, and a sample digest of the weights' bytes), the golden
+// record's identity (SHA-256 of its manifest, which holds every data file's checksum), the case set
+// ("all" or the sorted ids) and the evaluation mode. Stored with every results.jsonl and replay line,
+// so a resume or replay for something else is refused instead of reporting old verdicts.
+nlohmann::json evaluation_identity(const GoldenRecord& rec, const Model& model, std::vector<std::string> cases,
+                                   bool decode_mode);
+// "" when `found` equals `expected`, else one clause per differing field: "cases: expected [a]
+// (this run), found [b]".
+std::string identity_difference(const nlohmann::json& expected, const nlohmann::json& found);
+
 struct SweepOptions {
-  std::filesystem::path out;   // folder: results.jsonl (+ sweep.json with the matrix)
+  std::filesystem::path out;   // folder: results.jsonl (+ sweep.json with the matrix), locked while the sweep runs
+  // evaluation_identity() (plus anything else that decides a verdict, such as the server command):
+  // written into every results.jsonl line; a resume refuses lines with another or no identity.
+  // Null: no check (tests with a stand-in evaluator).
+  nlohmann::json identity;
   bool resume = false;
   Shard shard;
   bool isolate = false;        // fork a child per cell
@@ -86,7 +111,8 @@ struct SweepRow {
 };
 
 // Runs the cells of this shard that results.jsonl does not already hold; returns every row of the
-// shard (finished earlier or now), in cell order.
+// shard (finished earlier or now), in cell order. Holds an exclusive lock on OUT/sweep.lock while it
+// runs: a second sweep on the same folder is refused (InputError naming the holder's PID).
 std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, const CellEvaluator& eval);
 // The same for an evaluator that sees the whole cell (a server sweep's parameters).
 std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, const CellParamsEvaluator& eval);

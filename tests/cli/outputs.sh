@@ -1,0 +1,94 @@
+# Outputs that survive kills and concurrent runs (issue 21, items 2, 5, 6, 7): a sweep matrix over the
+# cell cap is refused at once with its count; `golden --force` killed before or after its swap keeps
+# a whole record and the next run removes the leftovers; one process per sweep folder, record and
+# replay file (a second is refused with the holder's PID); `sweep --resume` and `bisect --replay`
+# refuse what was made for another model or case set, and files from before identities.
+source "$(dirname "$0")/lib.bash"
+m="$WORK/tiny"
+g="$WORK/golden"
+expect_exit 0 "$BIN" synth --preset tiny-qwen35 --out "$m"
+cat >"$WORK/cases.json" <<'JSON'
+{"suite": "cli", "defaults": {"max_new_tokens": 3},
+ "cases": [{"id": "sum", "prompt": "What is 2+2?"}, {"id": "raw", "raw": "red green blue,"}]}
+JSON
+GOLDEN=("$BIN" -q golden --model "$m" --cases "$WORK/cases.json" --no-floors --positions 8)
+leftovers() { find "$WORK" -maxdepth 1 \( -name '.golden.tmp-*' -o -name '.golden.old-*' \) | wc -l; }
+
+# A lock holder other than degenbisect: a subshell that takes the flock and writes its PID, as ours do.
+hold_lock() {  # hold_lock FILE: sets HOLDER
+  mkdir -p "$(dirname "$1")"
+  ( flock -x 9; echo $BASHPID >"$1"; exec sleep 60 ) 9>>"$1" &
+  HOLDER=$!
+  for _ in $(seq 100); do [ "$(cat "$1" 2>/dev/null)" = "$HOLDER" ] && return; sleep 0.05; done
+  fail "the lock holder did not start"
+}
+release_lock() { kill "$HOLDER"; wait "$HOLDER" 2>/dev/null || true; }
+
+# Item 2: 40 two-valued axes (2^40 cells) are refused at once, with the count.
+axes=()
+for i in $(seq 40); do axes+=(--axis "attn=naive,flash"); done
+expect_exit 128 timeout 30 "$BIN" sweep --golden "$g" --model "$m" --out "$WORK/huge" "${axes[@]}"
+expect_out "expected at most 100000 cells, found 1099511627776 (40 axes"
+[ ! -e "$WORK/huge" ] || fail "a refused sweep created its --out"
+expect_exit 0 "$BIN" sweep --help
+expect_out "at most 100000 cells"
+
+# Item 5: golden --force killed before and after its swap: --out stays a whole record (compare
+# verifies every checksum), one temporary is left, and the next run removes it.
+expect_exit 0 "${GOLDEN[@]}" --out "$g"
+for point in before-swap after-swap; do
+  expect_exit 137 env DEGEN_TEST_GOLDEN_KILL=$point "${GOLDEN[@]}" --out "$g" --force
+  expect_exit 0 "$BIN" -q compare --golden "$g" --model "$m" --no-decode --case sum
+  [ "$(leftovers)" = 1 ] || fail "killed at $point: expected one temporary beside the record, found $(leftovers)"
+  expect_exit 0 "${GOLDEN[@]}" --out "$g" --force
+  [ "$(leftovers)" = 0 ] || fail "after a run following a kill at $point: $(leftovers) temporaries left"
+done
+# A record moved aside by the two-rename fallback, killed between its renames: put back by the next run.
+dead=$(bash -c 'echo $$')
+mv "$g" "$WORK/.golden.old-$dead"
+expect_exit 128 "${GOLDEN[@]}" --out "$g"
+expect_out "already exists"
+[ -f "$g/manifest.json" ] && [ "$(leftovers)" = 0 ] || fail "the record moved aside was not put back"
+
+# Item 6: a second writer is refused while the first holds the lock, naming its PID.
+hold_lock "$WORK/.golden.lock"
+expect_exit 128 "${GOLDEN[@]}" --out "$g" --force
+expect_out "locked by process $HOLDER"
+release_lock
+hold_lock "$WORK/s1/sweep.lock"
+expect_exit 128 "$BIN" -q sweep --golden "$g" --model "$m" --axis attn=naive --case sum --no-decode --out "$WORK/s1"
+expect_out "locked by process $HOLDER"
+[ ! -e "$WORK/s1/results.jsonl" ] || fail "a refused sweep ran cells"
+release_lock
+hold_lock "$WORK/r1.jsonl.lock"
+expect_exit 128 "$BIN" -q bisect --golden "$g" --model "$m" --bad attn=flash --case sum --no-decode --replay "$WORK/r1.jsonl"
+expect_out "locked by process $HOLDER"
+release_lock
+
+# Item 7: a resume for another case set or model is refused, saying what differs.
+expect_exit 0 "$BIN" -q sweep --golden "$g" --model "$m" --axis attn=naive --case sum --no-decode --out "$WORK/s2"
+expect_exit 128 "$BIN" -q sweep --golden "$g" --model "$m" --axis attn=naive --case raw --no-decode --out "$WORK/s2" --resume
+expect_out 'cases (--case/--cases): expected ["raw"] (this run), found ["sum"]'
+expect_exit 0 "$BIN" synth --preset tiny-qwen35 --seed 7 --out "$WORK/other"
+expect_exit 128 "$BIN" -q sweep --golden "$g" --model "$WORK/other" --allow-model-mismatch --axis attn=naive --case sum \
+  --no-decode --out "$WORK/s2" --resume
+expect_out "model weights (--model)"
+expect_exit 0 "$BIN" -q sweep --golden "$g" --model "$m" --axis attn=naive --case sum --no-decode --out "$WORK/s2" --resume
+# Results written before identities: refused, with what to do.
+python3 - "$WORK/s2/results.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+for l in lines: l.pop("identity")
+open(sys.argv[1], "w").write("".join(json.dumps(l) + "\n" for l in lines))
+PY
+expect_exit 128 "$BIN" -q sweep --golden "$g" --model "$m" --axis attn=naive --case sum --no-decode --out "$WORK/s2" --resume
+expect_out "choose a new --out"
+# bisect --replay with another case: refused, never the other case's evidence.
+BISECT=("$BIN" -q bisect --golden "$g" --model "$m" --bad attn=flash --no-decode --no-subop --no-localise --replay "$WORK/r2.jsonl")
+set +e; "${BISECT[@]}" --case sum >"$WORK/out" 2>&1; rc=$?; set -e
+case $rc in 0|1|125) ;; *) cat "$WORK/out" >&2; fail "bisect exited $rc";; esac
+[ -s "$WORK/r2.jsonl" ] || fail "bisect wrote no replay lines"
+expect_exit 128 "${BISECT[@]}" --case raw
+expect_out 'cases (--case/--cases): expected ["raw"] (this run), found ["sum"]'
+expect_exit $rc "${BISECT[@]}" --case sum
+echo "outputs: ok"
