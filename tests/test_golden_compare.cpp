@@ -810,6 +810,7 @@ TEST_CASE("golden: lse_pad takes the record's log-probs to HF's, normalised over
   MESSAGE(note);
   cr.cases[0].logits[0] = lr;
   CHECK(logprob_offset_note(cr, V, mask, "dump").find("both over all 1024 rows") != std::string::npos);
+}
 
 TEST_CASE("golden: --force never leaves --out empty, and the next run cleans the leftovers of killed runs") {
   // The states a kill leaves (tests/cli/outputs.sh kills real runs at each point): before the swap,
