@@ -383,6 +383,9 @@ TEST_CASE("golden: a truncated or edited record file is detected") {
     nlohmann::json j = nlohmann::json::parse(text);
     j["cases"][0].erase("file");
     write_file_atomic(p / "manifest.json", j.dump());
+    CHECK_THROWS_WITH_AS(GoldenRecord::open(p), doctest::Contains("manifest.json does not match its own checksum"), InputError);
+    j.erase(kManifestChecksumKey);  // as a record made before the checksum: read, and found malformed
+    write_file_atomic(p / "manifest.json", j.dump());
     CHECK_THROWS_WITH_AS(GoldenRecord::open(p), doctest::Contains("malformed manifest"), InputError);
     j = nlohmann::json::parse(text);
     j["format_version"] = 99;
