@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <functional>
 #include <set>
 
 #include "diag/cases.h"
@@ -91,8 +94,9 @@ CompareResult run_compare(const fs::path& record, const fs::path& model_dir, con
   return compare_golden(rec, *l.model, l.tok.get(), o, make_backend);
 }
 
-// A copy of a checkpoint folder with one tensor multiplied by `factor` (rounded back to its dtype).
-void write_scaled_copy(const fs::path& src, const fs::path& dst, const std::string& tensor, double factor) {
+// A copy of a checkpoint folder with element i of one tensor replaced by edit(i, value) (rounded back to its dtype).
+void write_edited_copy(const fs::path& src, const fs::path& dst, const std::string& tensor,
+                       const std::function<float(int64_t, float)>& edit) {
   fs::create_directories(dst);
   for (const auto& e : fs::directory_iterator(src))
     if (e.path().extension() != ".safetensors") fs::copy_file(e.path(), dst / e.path().filename());
@@ -109,7 +113,7 @@ void write_scaled_copy(const fs::path& src, const fs::path& dst, const std::stri
     REQUIRE((t.dtype == DType::bf16 || t.dtype == DType::f32));
     std::vector<uint8_t> bytes(t.nbytes);
     for (int64_t i = 0; i < t.numel(); ++i) {
-      const float v = static_cast<float>(t.at(static_cast<size_t>(i)) * factor);
+      const float v = edit(i, t.at(static_cast<size_t>(i)));
       if (t.dtype == DType::bf16) {
         uint16_t h = f32_to_bf16(v);
         std::memcpy(bytes.data() + 2 * i, &h, 2);
@@ -121,6 +125,11 @@ void write_scaled_copy(const fs::path& src, const fs::path& dst, const std::stri
   }
   REQUIRE_MESSAGE(found, "no tensor " << tensor);
   w.write(dst / "model.safetensors");
+}
+
+// A copy of a checkpoint folder with one tensor multiplied by `factor` (rounded back to its dtype).
+void write_scaled_copy(const fs::path& src, const fs::path& dst, const std::string& tensor, double factor) {
+  write_edited_copy(src, dst, tensor, [&](int64_t, float v) { return static_cast<float>(v * factor); });
 }
 
 std::string error_of(const std::string& json_text) {
@@ -390,6 +399,9 @@ TEST_CASE("golden: a truncated or edited record file is detected") {
     nlohmann::json j = nlohmann::json::parse(text);
     j["cases"][0].erase("file");
     write_file_atomic(p / "manifest.json", j.dump());
+    CHECK_THROWS_WITH_AS(GoldenRecord::open(p), doctest::Contains("manifest.json does not match its own checksum"), InputError);
+    j.erase(kManifestChecksumKey);  // as a record made before the checksum: read, and found malformed
+    write_file_atomic(p / "manifest.json", j.dump());
     CHECK_THROWS_WITH_AS(GoldenRecord::open(p), doctest::Contains("malformed manifest"), InputError);
     j = nlohmann::json::parse(text);
     j["format_version"] = 99;
@@ -397,6 +409,62 @@ TEST_CASE("golden: a truncated or edited record file is detected") {
     CHECK_THROWS_WITH_AS(GoldenRecord::open(p), doctest::Contains("format_version"), InputError);
   }
   CHECK_THROWS_WITH_AS(GoldenRecord::open(dir / "nothing"), doctest::Contains("not a folder"), InputError);
+}
+
+TEST_CASE("golden: the manifest's own checksum refuses an edited manifest; a record made before it is read unverified") {
+  // Issue 21.8: noise floors raised to 1e30 in manifest.json turned a planted fault into "good".
+  Fixture& f = fixture();
+  test::TempDir dir("gc-manifest-sum");
+  const std::string text = read_file(f.record / "manifest.json");
+  const nlohmann::json orig = nlohmann::json::parse(text);
+  REQUIRE(orig.contains(kManifestChecksumKey));
+  CHECK(orig[kManifestChecksumKey].get<std::string>().size() == 64);
+  CHECK(orig[kManifestChecksumKey] == manifest_checksum(orig));
+  CHECK(GoldenRecord::open(f.record).manifest_checked());
+  auto copy = [&](const std::string& name, const nlohmann::json& m, int indent) {
+    fs::copy(f.record, dir / name, fs::copy_options::recursive);
+    write_file_atomic(dir / name / "manifest.json", m.dump(indent) + "\n");
+    return dir / name;
+  };
+  nlohmann::json floors = orig;
+  for (nlohmann::json& c : floors["cases"])
+    for (auto& [cls, fl] : c["floors"].items()) {
+      if (fl.is_null()) continue;
+      for (const char* k : {"iso_prefill", "iso_decode"})
+        for (nlohmann::json& v : fl[k])
+          if (!v.is_null()) v = 1e30;
+      for (const char* k : {"kld_prefill", "kld_decode"})
+        if (!fl[k].is_null()) fl[k] = 1e30;
+    }
+  const fs::path edited = copy("floors", floors, 1);
+  CHECK_THROWS_WITH_AS(GoldenRecord::open(edited), doctest::Contains("manifest.json does not match its own checksum"), InputError);
+  const std::string want_sum = orig[kManifestChecksumKey].get<std::string>();
+  CHECK_THROWS_WITH_AS(GoldenRecord::open(edited), doctest::Contains(want_sum.c_str()), InputError);
+  nlohmann::json one = orig;
+  one["settings"]["topk"] = 19;  // any single value
+  CHECK_THROWS_AS(GoldenRecord::open(copy("one", one, 1)), InputError);
+  nlohmann::json bad_sum = orig;
+  bad_sum[kManifestChecksumKey] = 7;
+  CHECK_THROWS_WITH_AS(GoldenRecord::open(copy("badsum", bad_sum, 1)), doctest::Contains("expected a SHA-256"), InputError);
+  // Reformatting changes no value: accepted.
+  CHECK(GoldenRecord::open(copy("indent", orig, 4)).manifest_checked());
+  CHECK(GoldenRecord::open(copy("compact", orig, -1)).manifest_checked());
+  // A record made before the checksum (the committed ones under golden/): read, unverified, and compare says so.
+  nlohmann::json old = orig;
+  old.erase(kManifestChecksumKey);
+  const fs::path unverified = copy("old", old, 1);
+  GoldenRecord rec = GoldenRecord::open(unverified);
+  CHECK_FALSE(rec.manifest_checked());
+  Loaded l = load(f.model);
+  CompareOptions o;
+  o.decode_mode = false;
+  o.cases = {"two-plus-two"};
+  CompareResult r = compare_golden(rec, *l.model, l.tok.get(), o, make_backend);
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(r.manifest_checked);
+  CHECK(r.to_json()["manifest_checksum"] == "absent");
+  CHECK(format_compare(r).find("has no checksum of its own") != std::string::npos);
+  CHECK(run_compare(f.record, f.model).to_json()["manifest_checksum"] == "verified");
 }
 
 // ---------------------------------------------------------------- compare
@@ -526,6 +594,9 @@ TEST_CASE("compare: one tensor of one layer scaled by 1.05 fails and the isolate
         if (l.layer > p.layer) CHECK(l.drift[0]->rel_l2 > l.iso[0]->rel_l2);  // victims: drift, not own error
       }
       CHECK(c.reasons.front().find(cat("first at layer ", p.layer)) != std::string::npos);
+      // The checkpoint is not the record's: the errors are not blamed on the engine (issue 21.9).
+      CHECK(c.reasons.back().find("the model changed: 1 tensor differs from the record's model") != std::string::npos);
+      CHECK(c.to_json()["generation"]["cause"] != "engine");
     }
     CHECK(report::junit_for_compare(r.to_json()).find("<failure") != std::string::npos);
   }
@@ -572,6 +643,67 @@ TEST_CASE("compare: mtp=k runs speculative decoding, and greedy output equals th
   }
   CHECK(r.to_json()["cases"][0]["generation"]["spec"]["accept_rate"].is_number());
   CHECK(format_compare(r).find("mtp_equiv yes") != std::string::npos);
+}
+
+TEST_CASE("compare: NaN/Inf in the weights are the model's: named with their count, refused before any run") {
+  // Issue 21.9: compare blamed "engine-induced degeneration" and printed "rel_l2 0 > 5.87e-07 (floor_ratio 0)".
+  Fixture& f = fixture();
+  test::TempDir dir("gc-nan");
+  const std::string t = "model.language_model.layers.1.linear_attn.out_proj.weight";
+  write_edited_copy(f.model, dir / "m", t, [](int64_t i, float v) {
+    return i == 500 ? std::numeric_limits<float>::quiet_NaN() : i == 501 ? std::numeric_limits<float>::infinity() : v;
+  });
+  {
+    auto m = load_model(dir / "m");  // headers only: it loads
+    const std::vector<NonFiniteTensor> nf = find_nonfinite(*m->checkpoint);
+    REQUIRE(nf.size() == 1);
+    CHECK(nf[0].tensor->name == t);
+    CHECK(nf[0].count == 2);
+    CHECK(nf[0].first == 500);
+    CHECK(std::isnan(nf[0].first_value));
+    CHECK(find_nonfinite(*load_model(f.model)->checkpoint).empty());
+  }
+  const std::string named = cat("the model: tensor ", t, " has 2 non-finite values");
+  CHECK_THROWS_WITH_AS(run_compare(f.record, dir / "m"), doctest::Contains(named.c_str()), InputError);
+  CHECK_THROWS_WITH_AS(run_compare(f.record, dir / "m"), doctest::Contains("element 500 is nan"), InputError);
+  CHECK_THROWS_WITH_AS(run_compare(f.record, dir / "m", "", true), doctest::Contains("is broken (not the engine)"), InputError);
+}
+
+TEST_CASE("compare: a non-finite isolated output is reported as such, not as a small rel_l2 over its limit") {
+  LayerRow row;
+  row.layer = 3;
+  metrics::TensorError e;
+  e.n = 1024;
+  e.nonfinite = 1024;  // every value non-finite: the finite part's rel_l2 is 0
+  row.iso[0] = e;
+  row.limit[0] = 5.87e-7;
+  row.floor[0] = 1.9e-7;
+  row.pass[0] = false;
+  const std::string why = isolated_break_reason(row, 0);
+  CHECK(why.find("isolated output of layer 3 (prefill) has 1024 non-finite values of 1024") != std::string::npos);
+  CHECK(why.find("rel_l2 0 >") == std::string::npos);
+  CHECK(why.find("floor_ratio") == std::string::npos);
+  metrics::TensorError ok;
+  ok.n = 1024;
+  ok.rel_l2 = 2e-6;
+  row.iso[0] = ok;
+  row.floor_ratio[0] = 10.5;
+  CHECK(isolated_break_reason(row, 0) ==
+        "isolated error breaks the floor rule first at layer 3 (prefill): rel_l2 2.00e-06 > 5.87e-07 (floor_ratio 1.05e+01)");
+}
+
+TEST_CASE("compare: a tokenizer other than the record's is refused unless --allow-model-mismatch, then flagged") {
+  Fixture& f = fixture();
+  test::TempDir dir("gc-tok");
+  fs::copy(f.model, dir / "m", fs::copy_options::recursive);
+  write_file_atomic(dir / "m" / "tokenizer.json", read_file(f.model / "tokenizer.json") + "\n");  // same vocabulary, other bytes
+  CHECK_THROWS_WITH_AS(run_compare(f.record, dir / "m"), doctest::Contains("was made with tokenizer"), InputError);
+  CompareResult r = run_compare(f.record, dir / "m", "", true);
+  CHECK(r.tokenizer_mismatch);
+  CHECK_FALSE(r.model_mismatch);
+  CHECK(r.to_json()["tokenizer_mismatch"] == true);
+  CHECK(format_compare(r).find("warning: the record was made with tokenizer") != std::string::npos);
+  CHECK_FALSE(run_compare(f.record, f.model).tokenizer_mismatch);
 }
 
 TEST_CASE("compare: the committed golden records under golden/ still match the shipped models") {

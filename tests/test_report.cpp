@@ -605,6 +605,19 @@ TEST_CASE("report: input errors name the path") {
   CHECK_THROWS_WITH_AS(load_report_inputs({dir / "other.json"}), doctest::Contains("not a compare or bisect result"), InputError);
   write_file_atomic(dir / "broken.json", "{\"tool\": ");
   CHECK_THROWS_WITH_AS(load_report_inputs({dir / "broken.json"}), doctest::Contains("not valid JSON"), InputError);
+  // A compare result says its verdict (issue 21.10: one without was rendered "within tolerances").
+  json cmp = json::parse(read_file(fixture() / "compare.json"));
+  cmp.erase("verdict");
+  write_file_atomic(dir / "noverdict.json", cmp.dump());
+  CHECK_THROWS_WITH_AS(load_report_inputs({dir / "noverdict.json"}), doctest::Contains("not a compare result: expected \"verdict\""),
+                       InputError);
+  cmp["verdict"] = "fine";
+  write_file_atomic(dir / "oddverdict.json", cmp.dump());
+  CHECK_THROWS_WITH_AS(load_report_inputs({dir / "oddverdict.json"}), doctest::Contains("found \"fine\""), InputError);
+  cmp["verdict"] = "good";
+  cmp.erase("cases");
+  write_file_atomic(dir / "nocases.json", cmp.dump());
+  CHECK_THROWS_WITH_AS(load_report_inputs({dir / "nocases.json"}), doctest::Contains("expected a \"cases\" array"), InputError);
   CHECK_THROWS_AS(load_report_inputs({}), InputError);
   // A results.jsonl named directly means its folder; a partial last line (a cell still running) is left out.
   fs::create_directories(dir / "s");

@@ -77,6 +77,16 @@ TEST_CASE("run_config: errors name the key, the value and what is allowed") {
   CHECK(err("ssm_dtype=bf16@5-2").find("bad layer scope") != std::string::npos);
   CHECK(err("fault=rope-sideways").find("unknown fault 'rope-sideways'") != std::string::npos);
   CHECK(err("attn=flash,,mtp=1").find("empty entry") != std::string::npos);
+  // A key given twice kept the last silently (issue 21.10): refused, naming the key; fault may repeat,
+  // and a scoped toggle may repeat for other layers, not for the same ones (scoped then unscoped: the
+  // documented override, tested under "layer scopes").
+  CHECK(err("attn=flash,attn=naive").find("key 'attn' is given twice") != std::string::npos);
+  CHECK(err("seed=1,temp=0.5,seed=2").find("key 'seed' is given twice") != std::string::npos);
+  CHECK(err("attn=flash@3,attn=naive@3").find("key 'attn' is given twice") != std::string::npos);
+  CHECK(err("attn=flash@3+4,attn=naive@3-4").find("key 'attn' is given twice") != std::string::npos);  // same layers
+  CHECK_NOTHROW(parse_run_config("attn=flash,attn=naive@3"));
+  CHECK_NOTHROW(parse_run_config("attn=flash@0-1,attn=naive@3"));
+  CHECK(parse_run_config("fault=rope-interleaved@3,fault=kv-off-by-one").faults.size() == 2);
   ModelConfig c = model_27b();
   CHECK_THROWS_WITH_AS(validate_run_config(parse_run_config("ssm_dtype=bf16@64"), c),
                        doctest::Contains("outside the model (layers 0..63)"), InputError);

@@ -29,6 +29,26 @@ struct CompareArgs {
   bool allow_mismatch = false, fail_on_model = false, no_decode = false, per_case = false;
 };
 
+// --json / --junit FILE must be writable before the run: a verdict printed and then an exit 128
+// for a failed write would contradict each other. write_file_atomic writes a temporary file beside
+// FILE and renames it, so what counts is the folder.
+void check_writable(const std::string& path, const char* flag) {
+  if (path.empty() || path == "-") return;
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (fs::is_directory(p)) input_error("compare: ", flag, " ", path, ": is a folder, expected a file name");
+  if (!fs::is_directory(dir)) input_error("compare: ", flag, " ", path, ": folder ", dir.string(), " does not exist");
+  const fs::path probe = dir / cat(".degenbisect-write-probe-", ::getpid());
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  if (!f)
+    input_error("compare: ", flag, " ", path, ": cannot write into folder ", dir.string(),
+                " (read-only or no permission); expected a writable folder (checked before the run)");
+  std::fclose(f);
+  std::error_code ec;
+  fs::remove(probe, ec);
+}
+
 void write_out(const std::string& path, const std::string& text) {
   if (path == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -40,6 +60,8 @@ void write_out(const std::string& path, const std::string& text) {
 int run_compare(const CompareArgs& a) {
   if (a.golden.empty() || a.model.empty()) input_error("compare: --golden DIR and --model DIR are required");
   if (!a.json.empty() && a.json == a.junit) input_error("compare: --json and --junit name the same file");
+  check_writable(a.json, "--json");
+  check_writable(a.junit, "--junit");
   const RunConfig config = parse_run_config(a.config);
   const Session s = open_session({a.golden, a.model, a.cases, a.allow_mismatch, a.no_decode});
   const GoldenRecord& rec = s.rec;
@@ -109,11 +131,15 @@ int run_compare(const CompareArgs& a) {
     return static_cast<int>(ExitCode::untestable);
   }
   const std::string text = format_compare(r, a.per_case);
-  std::fwrite(text.data(), 1, text.size(), text_out);
   const nlohmann::json j = r.to_json();
-  if (!a.json.empty()) write_out(a.json, j.dump(1) + "\n");
+  // The files first, then the verdict: a write that fails anyway (disk full) exits 128 with no
+  // verdict printed that would contradict it. (--json -: the text goes to stderr, the order is moot.)
+  if (!a.json.empty() && a.json != "-") write_out(a.json, j.dump(1) + "\n");
   // The report's JUnit writer (src/report/junit.h), the same XML `report --format junit` writes.
   if (!a.junit.empty()) write_out(a.junit, report::junit_for_compare(j));
+  std::fwrite(text.data(), 1, text.size(), text_out);
+  std::fflush(text_out);
+  if (a.json == "-") write_out(a.json, j.dump(1) + "\n");
   return r.exit_code;
 }
 

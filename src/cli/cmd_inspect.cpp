@@ -33,6 +33,7 @@ std::string human_count(double n) {
 struct InspectArgs {
   std::string model;
   bool json = false;
+  bool headers_only = false;  // --headers-only: skip the scan of the weight values (NaN/Inf)
   int tp = 1;
 };
 
@@ -87,7 +88,7 @@ bool has_safetensors(const std::string& model) {
 
 // The checkpoint: parameters, dtypes, validity and fingerprint; without weights, the sizes the
 // config implies (bf16, the declared MTP layers).
-void describe_weights(const std::string& model, const ModelConfig& cfg, InspectFacts& f) {
+void describe_weights(const std::string& model, const ModelConfig& cfg, bool scan_values, InspectFacts& f) {
   using nlohmann::json;
   json& out = f.out;
   if (!f.has_weights) {
@@ -132,6 +133,23 @@ void describe_weights(const std::string& model, const ModelConfig& cfg, InspectF
     out["valid"] = false;
     out["validation_error"] = e.what();
     f.exit_code = static_cast<int>(ExitCode::input);
+  }
+  // The values: NaN or Inf in a weight make the checkpoint invalid (exit 128), whatever engine runs it.
+  out["values_scanned"] = scan_values;
+  if (scan_values) {
+    const std::vector<NonFiniteTensor> bad = find_nonfinite(*ckpt);
+    json nf = json::array();
+    for (const NonFiniteTensor& b : bad)
+      nf.push_back({{"tensor", b.tensor->name}, {"count", b.count}, {"numel", b.tensor->numel()}, {"first", b.first},
+                    {"first_value", cat(b.first_value)}, {"file", b.tensor->file}});
+    out["nonfinite_tensors"] = nf;
+    if (!bad.empty()) {
+      const std::string msg = nonfinite_message(bad, ckpt->tensors().size(), "the model");
+      const bool was_valid = out["valid"].get<bool>();
+      out["valid"] = false;
+      out["validation_error"] = was_valid ? msg : out["validation_error"].get<std::string>() + "\n" + msg;
+      f.exit_code = static_cast<int>(ExitCode::input);
+    }
   }
   out["fingerprint"] = model_fingerprint(cfg, *ckpt);
 }
@@ -212,7 +230,9 @@ void print_inspect(const InspectArgs& a, const ModelConfig& cfg, const InspectFa
                 human_bytes(double(f.rank_mem.conv_bytes_per_seq)).c_str(), f.tpm.allreduces_per_forward,
                 human_bytes(double(f.tpm.allreduce_bytes_per_token)).c_str());
   if (!f.has_weights) std::printf("weights      absent (config only)\n");
-  else if (out["valid"].get<bool>()) std::printf("validation   ok\n");
+  else if (out["valid"].get<bool>())
+    std::printf("validation   ok%s\n", out["values_scanned"].get<bool>() ? " (every weight finite)"
+                                                                           : " (headers only; values not scanned for NaN/Inf)");
   else std::printf("validation   FAILED\n%s\n", out["validation_error"].get<std::string>().c_str());
   if (out.contains("fingerprint")) std::printf("fingerprint  %s\n", out["fingerprint"].get<std::string>().c_str());
 }
@@ -223,7 +243,7 @@ int run_inspect(const InspectArgs& a) {
   InspectFacts f;
   f.out = describe_config(a.model, cfg);
   f.has_weights = has_safetensors(a.model);
-  describe_weights(a.model, cfg, f);
+  describe_weights(a.model, cfg, !a.headers_only, f);
   describe_memory(cfg, a.tp, f);
   if (a.json) std::printf("%s\n", f.out.dump(2).c_str());
   else print_inspect(a, cfg, f);
@@ -235,10 +255,15 @@ CommandRegistrar reg("inspect", "Describe a checkpoint: architecture, layer map,
   auto a = std::make_shared<InspectArgs>();
   sub->add_option("model", a->model, "Model folder (config.json + *.safetensors)")->required();
   sub->add_flag("--json", a->json, "Print JSON instead of text");
+  sub->add_flag("--headers-only", a->headers_only,
+                "Read the safetensors headers only: skip the scan of every weight value for NaN/Inf (which reads the\n"
+                "whole checkpoint once)");
   sub->add_option("--tp", a->tp, "Also show what one rank holds at this many tensor-parallel ranks (weights, KV "
                                  "cache, GDN state, all-reduces per token); a model that does not split is an error")
       ->check(CLI::Range(1, 64));
-  sub->footer("Exit codes: 0 valid, 128 unreadable or invalid checkpoint (the problems are listed).");
+  sub->footer("Validation: every tensor against the config (names, shapes, dtypes) and, unless --headers-only, every\n"
+              "weight value finite (a NaN or Inf names its tensor and count: the model is broken, not an engine).\n"
+              "Exit codes: 0 valid, 128 unreadable or invalid checkpoint (the problems are listed).");
   return [a] { return run_inspect(*a); };
 });
 

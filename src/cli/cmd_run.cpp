@@ -46,49 +46,9 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
-// Index of the first NaN/Inf element of a tensor, or -1.
-int64_t first_non_finite(const TensorView& t) {
-  const int64_t n = t.numel();
-  switch (t.dtype) {
-    case DType::bf16:
-    case DType::f16: {
-      const uint16_t mask = t.dtype == DType::bf16 ? 0x7f80 : 0x7c00;
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t b;
-        std::memcpy(&b, t.data + 2 * i, 2);
-        if ((b & mask) == mask) return i;
-      }
-      return -1;
-    }
-    case DType::f32:
-    case DType::f64:
-    case DType::f8_e4m3:
-      for (int64_t i = 0; i < n; ++i)
-        if (!std::isfinite(t.at(static_cast<size_t>(i)))) return i;
-      return -1;
-    default:
-      return -1;  // integer tensors cannot hold NaN
-  }
-}
-
-// Scans every tensor; throws InputError naming each tensor with NaN/Inf. Returns the count scanned.
-size_t check_weights(const Checkpoint& ckpt) {
-  std::vector<std::string> bad;
-  size_t n = 0;
-  for (const TensorView* t : ckpt.tensors()) {
-    ++n;
-    int64_t i = first_non_finite(*t);
-    if (i >= 0)
-      bad.push_back(cat(t->name, " ", shape_str(t->shape), " ", dtype_name(t->dtype), ": element ", i, " is ",
-                        t->at(static_cast<size_t>(i)), " (file ", t->file, ")"));
-  }
-  if (!bad.empty()) {
-    std::string msg = cat(ckpt.dir().string(), ": ", bad.size(), " of ", n, " tensors contain NaN or Inf:");
-    for (const auto& b : bad) msg += "\n  " + b;
-    throw InputError(msg);
-  }
-  return n;
-}
+// Scans every tensor (model/weights.h find_nonfinite); throws InputError naming each tensor with
+// NaN/Inf. Returns the count scanned.
+size_t check_weights(const Checkpoint& ckpt) { return require_finite_weights(ckpt, ckpt.dir().string()); }
 
 struct RunArgs {
   std::string model;

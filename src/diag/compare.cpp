@@ -172,7 +172,10 @@ void generation_figures(GenerationResult& gen, const metrics::DegenRules& rules,
 
 void degeneration_reasons(GenerationResult& gen, std::vector<std::string>& bad, std::vector<std::string>& warn) {
   gen.verdict = metrics::degeneration_verdict(gen.degen.degenerate, gen.golden_degen.degenerate);
-  if (gen.verdict == Verdict::bad)
+  if (gen.verdict == Verdict::bad && gen.model_changed)
+    bad.push_back(cat("degeneration of a changed checkpoint: ", gen.degen.reason, " (the golden run is not degenerate, ",
+                      "but the weights differ from the record's model: the model, not necessarily the engine)"));
+  else if (gen.verdict == Verdict::bad)
     bad.push_back(cat("engine-induced degeneration: ", gen.degen.reason, " (the golden run is not degenerate)"));
   else if (gen.verdict == Verdict::model_intrinsic)
     warn.push_back(cat("model-intrinsic degeneration: ", gen.degen.reason, " (the golden run degenerates too: ",
@@ -258,7 +261,8 @@ json CaseResult::to_json() const {
                      {"golden_rerun", gen.golden_rerun},
                      {"first_divergence", gen.first_divergence ? json(*gen.first_divergence) : json(nullptr)},
                      {"golden_margin", opt_json(gen.golden_margin)},
-                     {"cause", metrics::degeneration_cause(gen.verdict)},
+                     {"cause", gen.model_changed && gen.verdict == Verdict::bad ? "changed-model"
+                                                                               : metrics::degeneration_cause(gen.verdict)},
                      {"verdict", metrics::verdict_name(gen.verdict)},
                      {"spec", gen.spec ? gen.spec->to_json() : json(nullptr)},
                      {"logits", gen.logits ? logits_json(*gen.logits) : json(nullptr)},
@@ -281,6 +285,10 @@ json CompareResult::to_json() const {
           {"model_mismatch", model_mismatch},
           {"weights_differ", weights_differ},
           {"changed_tensors", changed_tensors},
+          {"manifest_checksum", manifest_checked ? "verified" : "absent"},
+          {"tokenizer_mismatch", tokenizer_mismatch},
+          {"record_tokenizer", record_tokenizer.empty() ? json(nullptr) : json(record_tokenizer)},
+          {"model_tokenizer", model_tokenizer.empty() ? json(nullptr) : json(model_tokenizer)},
           {"decode_skipped", decode_skipped},
           {"floor_class", floor_class},
           {"noise_floors", floors ? "measured" : "absent"},
@@ -306,8 +314,29 @@ json CompareResult::to_json() const {
 
 // Step 0: is this record for this model? A record of another model is refused unless asked for; a
 // record whose weight sample differs is compared and flagged.
-void check_record(const GoldenRecord& rec, const Model& model, bool allow_model_mismatch, CompareResult& r) {
+void check_record(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, bool allow_model_mismatch,
+                  CompareResult& r) {
   const ModelConfig& cfg = model.config;
+  r.manifest_checked = rec.manifest_checked();
+  // NaN or Inf in the weights: the model is broken whatever engine runs it; no verdict on the engine.
+  if (model.checkpoint) {
+    if (!model.nonfinite) model.nonfinite = find_nonfinite(*model.checkpoint);
+    if (!model.nonfinite->empty()) {
+      throw InputError(cat(nonfinite_message(*model.nonfinite, model.checkpoint->tensors().size(), "the model"), "\n",
+                           model.dir.string(), " is broken (not the engine): nothing to compare; fix or re-download it"));
+    }
+  }
+  // The tokenizer: its stop ids, padding mask and chat template shaped the record's continuations.
+  r.record_tokenizer = rec.tokenizer_fingerprint();
+  r.model_tokenizer = tok ? tok->fingerprint() : "";
+  if (!r.record_tokenizer.empty() && r.record_tokenizer != r.model_tokenizer) {
+    if (!allow_model_mismatch)
+      input_error("golden record ", rec.dir().string(), " was made with tokenizer ", r.record_tokenizer, ", but ",
+                  model.dir.string(), tok ? cat(" has tokenizer ", r.model_tokenizer) : std::string(" has no tokenizer.json"),
+                  ": its stop ids, padding and chat template may differ from the record's; refusing to compare (use "
+                  "--allow-model-mismatch to compare anyway)");
+    r.tokenizer_mismatch = true;
+  }
   if (rec.model_fingerprint() != model.fingerprint) {
     const std::string made_for = rec.manifest().at("model").value("name", std::string("?"));
     if (!allow_model_mismatch)
@@ -335,6 +364,24 @@ void check_record(const GoldenRecord& rec, const Model& model, bool allow_model_
                 rec.vocab(), "; the model has ", cfg.num_layers, ", ", cfg.hidden_size, ", ", cfg.vocab_size,
                 ": they cannot be compared");
 }
+
+namespace {
+
+// The last reason of a bad case when the checkpoint is not the record's model: its errors may be
+// the changed weights', not the engine's.
+std::string model_changed_reason(const CompareResult& r) {
+  std::string names;
+  for (size_t i = 0; i < r.changed_tensors.size() && i < 3; ++i) names += (i ? ", " : "") + r.changed_tensors[i];
+  if (r.changed_tensors.size() > 3) names += cat(", ... (", r.changed_tensors.size() - 3, " more)");
+  return cat("the model changed: ",
+             r.changed_tensors.empty() ? std::string("its weight values differ from the record's model")
+                                       : cat(r.changed_tensors.size(), r.changed_tensors.size() == 1 ? " tensor differs" : " tensors differ",
+                                             " from the record's model (", names, ")"),
+             ", so the errors above may be the checkpoint's, not the engine's (`degenbisect bisect` without a toggle "
+             "tells the model from the engine build)");
+}
+
+}  // namespace
 
 // The record's indices of the cases asked for (all when none).
 std::vector<size_t> select_cases(const GoldenRecord& rec, const std::vector<std::string>& ids) {
@@ -548,7 +595,10 @@ void isolated_errors(CompareRun& run, const GoldenCase& g, const std::vector<int
       row.limit[m] = rules.fallback_rel_l2;
       row.pass[m] = err <= rules.fallback_rel_l2;  // NaN fails
     }
-    if (!errs[l]->passes_nonfinite()) row.pass[m] = false;
+    if (!errs[l]->passes_nonfinite()) {
+      row.pass[m] = false;
+      row.floor_ratio[m] = std::nullopt;  // a ratio of the finite part alone would read as a small error
+    }
   }
 }
 
@@ -731,6 +781,23 @@ void mtp_forced_check(CompareRun& run, const GoldenCase& g, const std::vector<in
   cr.mtp_forced = std::move(res);
 }
 
+}  // namespace
+
+std::string isolated_break_reason(const LayerRow& row, int m) {
+  const int l = row.layer;
+  const metrics::TensorError& e = *row.iso[m];
+  const std::string limit = row.limit[m] ? sci(*row.limit[m]) : "?";
+  if (!e.passes_nonfinite())  // rel_l2 and the ratio cover the finite elements only: say what was found
+    return cat("isolated output of layer ", l, " (", forced_mode_name(static_cast<ForcedMode>(m)), ") has ",
+               e.nonfinite + e.ref_nonfinite_mismatch, " non-finite values of ", e.n,
+               " where the record's are finite (expected finite values within rel_l2 ", limit, ")");
+  return cat("isolated error breaks ", row.floor[m] ? "the floor rule" : "the fixed limit (no floors)", " first at layer ", l,
+             " (", forced_mode_name(static_cast<ForcedMode>(m)), "): rel_l2 ", sci(e.rel_l2), " > ", limit,
+             row.floor_ratio[m] ? cat(" (floor_ratio ", sci(*row.floor_ratio[m]), ")") : std::string());
+}
+
+namespace {
+
 // The reasons of the teacher-forced and isolated steps (non-finite values, the first floor break,
 // logits and MTP KLD over their limits, the consistency check) into `bad`.
 void forced_reasons(const CaseResult& cr, const GenerationResult& gen, std::vector<std::string>& bad) {
@@ -744,12 +811,7 @@ void forced_reasons(const CaseResult& cr, const GenerationResult& gen, std::vect
       }
   }
   if (cr.first_break) {
-    const auto [m, l] = *cr.first_break;
-    const LayerRow& row = cr.layers[l];
-    bad.push_back(cat("isolated error breaks ", row.floor[m] ? "the floor rule" : "the fixed limit (no floors)",
-                      " first at layer ", l, " (", forced_mode_name(static_cast<ForcedMode>(m)), "): rel_l2 ",
-                      sci(row.iso[m]->rel_l2), " > ", sci(*row.limit[m]),
-                      row.floor_ratio[m] ? cat(" (floor_ratio ", sci(*row.floor_ratio[m]), ")") : std::string()));
+    bad.push_back(isolated_break_reason(cr.layers[cr.first_break->second], cr.first_break->first));
   }
   for (int m = 0; m < kModes; ++m) {
     if (!cr.logits[m] || cr.logits[m]->pass) continue;
@@ -758,13 +820,17 @@ void forced_reasons(const CaseResult& cr, const GenerationResult& gen, std::vect
     else bad.push_back(cat("mean KLD ", sci(lr.mean_kld), " > ", sci(lr.limit), " (teacher-forced ",
                            forced_mode_name(static_cast<ForcedMode>(m)), lr.floor ? "" : ", no floors: fixed limit", ")"));
   }
-  if (gen.logits && !gen.logits->pass)
+  if (gen.logits && !gen.logits->pass && gen.logits->nonfinite)
+    bad.push_back(cat("free-running logits: the teacher-forced run over the same tokens has non-finite logits at ",
+                      gen.logits->nonfinite, " of ", gen.logits->kld.size(), " positions (expected finite)"));
+  else if (gen.logits && !gen.logits->pass)
     bad.push_back(cat("free-running logits differ from the teacher-forced ones over the same tokens (",
                       gen.logits->kld.size(), " positions): mean KLD ", sci(gen.logits->mean_kld), " > ",
                       sci(gen.logits->limit), " (state corrupted during generation?)"));
-  if (cr.mtp && !cr.mtp->pass)
-    bad.push_back(cat("MTP drafts: mean KLD ", sci(cr.mtp->mean_kld), " > ", sci(cr.mtp->limit),
-                      cr.mtp->nonfinite ? " (non-finite logits)" : ""));
+  if (cr.mtp && !cr.mtp->pass && cr.mtp->nonfinite)
+    bad.push_back(cat("MTP drafts: non-finite logits at ", cr.mtp->nonfinite, " of ", cr.mtp->kld.size(), " positions (expected finite)"));
+  else if (cr.mtp && !cr.mtp->pass)
+    bad.push_back(cat("MTP drafts: mean KLD ", sci(cr.mtp->mean_kld), " > ", sci(cr.mtp->limit)));
   if (cr.mtp_forced && cr.mtp_forced->state_layer)
     bad.push_back(cat("MTP draft/verify teacher-forced: after a rollback the GDN state (", cr.mtp_forced->state_part,
                       ") of layer ", *cr.mtp_forced->state_layer, " at length ", *cr.mtp_forced->state_position,
@@ -862,7 +928,7 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
   r.floor_class = floor_class_name(fclass);
   r.floors = rec.floors_present(fclass);
   r.floors_reason = rec.floors_reason(fclass);
-  check_record(rec, model, opt.allow_model_mismatch, r);
+  check_record(rec, model, tok, opt.allow_model_mismatch, r);
   const std::vector<size_t> selected = select_cases(rec, opt.cases);
 
   CompareRun run(rec, model, tok, opt, factory);
@@ -872,7 +938,10 @@ CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const 
   run_generations(run, selected, gens, gen_nonfinite);
 
   for (size_t s = 0; s < selected.size(); ++s) {
+    gens[s].model_changed = r.weights_differ;
     CaseResult cr = compare_case(run, selected[s], gens[s], gen_nonfinite[s]);
+    if (cr.verdict == Verdict::bad && r.weights_differ)  // not the engine's fault, as far as compare can tell
+      cr.reasons.push_back(model_changed_reason(r));
     r.verdict = metrics::worst(r.verdict, cr.verdict);
     if (progress)
       std::fprintf(progress, "compare: case %s: %s (%.2f s)\n", cr.id.c_str(), metrics::verdict_name(cr.verdict), cr.seconds);
@@ -978,6 +1047,13 @@ std::string format_compare(const CompareResult& r, bool per_case) {
     o += "warning: same architecture and fingerprint as the record's model, but other weight values (another seed, a "
          "fine-tune or a modified copy?)\n";
   }
+  if (r.tokenizer_mismatch)
+    o += cat("warning: the record was made with tokenizer ", r.record_tokenizer, ", the model folder has ",
+             r.model_tokenizer.empty() ? std::string("none") : r.model_tokenizer,
+             " (compared on request, --allow-model-mismatch): stop ids and padding may differ from the record's\n");
+  if (!r.manifest_checked)
+    o += "note: the record's manifest.json has no checksum of its own (made before manifest_sha256): an edit of its noise\n"
+         "      floors or settings cannot be detected; regenerate the record with `degenbisect golden` to protect it\n";
   if (r.decode_skipped)
     o += "note: decode mode skipped (--no-decode): bugs of the one-token-per-call path alone (a stuck conv window, a\n"
          "      KV cache off by one) are not measured, and the verdict can be good with them\n";

@@ -123,6 +123,9 @@ struct GenerationResult {
   // batch=all groups).
   std::map<int64_t, TopK> rows;  // position -> top-K of the generation's logits row
   std::optional<LogitsResult> logits;
+  // The checkpoint's weights differ from the record's model (CompareResult::weights_differ): a
+  // degeneration the golden run does not show is then not blamed on the engine (cause "changed-model").
+  bool model_changed = false;
   double seconds = 0;
 };
 
@@ -171,6 +174,11 @@ struct CompareResult {
   bool model_mismatch = false;
   bool weights_differ = false;  // same fingerprint, but the weight-value sample differs (a modified copy?)
   std::vector<std::string> changed_tensors;  // records with per-tensor digests: the tensors whose bytes differ
+  bool manifest_checked = true;  // false: a record made before the manifest's own checksum (golden.h), unverified
+  // The record's tokenizer fingerprint differs from the model folder's tokenizer.json (or the folder
+  // has none); compared only with allow_model_mismatch, else refused.
+  bool tokenizer_mismatch = false;
+  std::string record_tokenizer, model_tokenizer;  // fingerprints ("" none)
   bool decode_skipped = false;  // --no-decode: the one-token-per-call teacher-forced passes were not run
   std::string floor_class;     // "fp32" or "bf16": the floors this configuration is judged with
   bool floors = false;         // the record has floors of that class
@@ -186,9 +194,12 @@ struct CompareResult {
 };
 
 // Step 0 of every comparison (our engine, a dump, a server): is this record for this model? InputError
-// for another model's record (unless allow_model_mismatch) or other shapes; flags r.model_mismatch and
-// r.weights_differ (same fingerprint, other weight values).
-void check_record(const GoldenRecord& rec, const Model& model, bool allow_model_mismatch, CompareResult& r);
+// for another model's record or tokenizer (unless allow_model_mismatch), other shapes, or weights
+// holding NaN/Inf (named: the model is broken, not the engine; scanned once per loaded model); flags
+// r.model_mismatch, r.tokenizer_mismatch, r.weights_differ (same fingerprint, other weight values)
+// and r.manifest_checked. `tok`: the model folder's tokenizer (null: none).
+void check_record(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, bool allow_model_mismatch,
+                  CompareResult& r);
 // The record's indices of the cases asked for (all when none); InputError for an unknown id.
 std::vector<size_t> select_cases(const GoldenRecord& rec, const std::vector<std::string>& ids);
 
@@ -196,9 +207,15 @@ std::vector<size_t> select_cases(const GoldenRecord& rec, const std::vector<std:
 // continuation, and the first index where they differ.
 void generation_figures(GenerationResult& gen, const metrics::DegenRules& rules, const metrics::ContentOptions& content,
                         bool nonfinite, bool golden_nonfinite);
-// Model or engine (metrics.md §4): sets gen.verdict; engine-induced degeneration into `bad`,
-// model-intrinsic into `warn`.
+// Model or engine (metrics.md §4): sets gen.verdict; engine-induced degeneration into `bad` (with
+// gen.model_changed: a degeneration of a changed checkpoint, not blamed on the engine), model-intrinsic
+// into `warn`.
 void degeneration_reasons(GenerationResult& gen, std::vector<std::string>& bad, std::vector<std::string>& warn);
+
+// The reason of a layer whose isolated error breaks its rule in mode m: rel_l2 against the limit (and
+// the floor ratio), or, when the output holds NaN/Inf where the record's is finite, how many (the
+// rel_l2 of the finite part alone would read as a small error).
+std::string isolated_break_reason(const LayerRow& row, int m);
 
 // The logits verdict of per-position metrics: mean KLD against k·floor + eps (or the fallback).
 LogitsResult logits_result(const std::vector<metrics::LogitPosition>& pos, const std::optional<double>& floor,

@@ -314,7 +314,7 @@ CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const To
   r.source = "dump";
   r.record_fingerprint = rec.model_fingerprint();
   r.model_fingerprint = model.fingerprint;
-  check_record(rec, model, o.allow_model_mismatch, r);
+  check_record(rec, model, tok, o.allow_model_mismatch, r);
   if (!std::filesystem::is_directory(o.dir)) input_error("--dump ", o.dir, ": not a folder");
   r.floor_class = o.measured_class ? o.class_name : floor_class_name(o.fclass);
   r.floors = o.measured_class ? true : rec.floors_present(o.fclass);

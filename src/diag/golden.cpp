@@ -331,6 +331,16 @@ double mean_kld(const std::vector<metrics::LogitPosition>& pos) {
   return s / static_cast<double>(pos.size());
 }
 
+// ---- the manifest's own checksum ----
+
+std::string manifest_checksum(const json& manifest) {
+  json m = manifest;
+  if (m.is_object()) m.erase(kManifestChecksumKey);
+  // Through text and back, so that the writer's in-memory numbers (a NaN written as null, an int
+  // read back as unsigned) hash as the reader will see them.
+  return sha256_hex(json::parse(m.dump()).dump());
+}
+
 // ---- writing ----
 
 namespace {
@@ -764,7 +774,8 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
   try {
     for (size_t ci = 0; ci < suite.cases.size(); ++ci)
       jcases.push_back(record_case(run, suite.cases[ci], ci, tmp, jfiles, sum, progress));
-    const json manifest = golden_manifest(run, suite, sum, std::move(jcases), std::move(jfiles));
+    json manifest = golden_manifest(run, suite, sum, std::move(jcases), std::move(jfiles));
+    manifest[kManifestChecksumKey] = manifest_checksum(manifest);
     write_file_atomic(tmp / "manifest.json", manifest.dump(1) + "\n");
     replace_record(tmp, out, parent);
   } catch (...) {
@@ -814,6 +825,20 @@ GoldenRecord GoldenRecord::open(const fs::path& dir) {
     if (m.at("format_version").get<int>() != kGoldenFormatVersion)
       input_error(where, ": format_version ", m["format_version"].dump(), ", this tool reads version ", kGoldenFormatVersion,
                   " (regenerate the record with `degenbisect golden`)");
+    // The manifest's own checksum (before any of its values is used): its noise floors, settings and
+    // the data files' checksums are what every verdict rests on.
+    if (m.contains(kManifestChecksumKey)) {
+      const json& want = m[kManifestChecksumKey];
+      if (!want.is_string())
+        input_error(where, ": ", kManifestChecksumKey, " is ", want.dump(), ", expected a SHA-256 as 64 hex digits");
+      const std::string got = manifest_checksum(m);
+      if (got != want.get<std::string>())
+        input_error("golden record ", dir.string(), ": manifest.json does not match its own checksum (", kManifestChecksumKey,
+                    " ", want.get<std::string>(), ", its content hashes to ", got,
+                    "): the manifest was edited after it was written (noise floors, settings, cases or file checksums); "
+                    "refusing it; regenerate the record with `degenbisect golden`");
+      g.manifest_checked_ = true;
+    }
     g.model_fp_ = m.at("model").at("fingerprint").get<std::string>();
     g.weights_sample_ = m.at("model").value("weights_sample", std::string());
     if (m.at("model").contains("tensor_digests"))

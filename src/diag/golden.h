@@ -37,6 +37,14 @@
 // Records are written into a temporary sibling folder that is renamed into place at the end, so a
 // reader never sees a half-written record; every data file's checksum is in the manifest, so a
 // truncated or edited file is detected when the record is opened.
+// The manifest covers itself too: its field "manifest_sha256" is the SHA-256 (64 lower-case hex
+// digits) of the manifest without that field, serialised canonically: nlohmann::json's compact
+// dump() (no whitespace, object keys in byte order, numbers in shortest round-trip form, UTF-8 as
+// is). Opening a record recomputes it and refuses a manifest whose content changed (an
+// edited noise floor, setting, case or file checksum); reformatting alone (indentation) passes. It
+// is a check against edits and corruption, not a signature: whoever edits on purpose can recompute
+// it. Records written before it (format_version 1 without the field) are still read, unverified:
+// GoldenRecord::manifest_checked() is false and compare prints a note.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -61,6 +69,10 @@ class Tokenizer;
 
 constexpr const char* kGoldenFormat = "degenbisect-golden";
 constexpr int kGoldenFormatVersion = 1;
+constexpr const char* kManifestChecksumKey = "manifest_sha256";
+
+// The manifest's own checksum (see above): SHA-256 hex of its canonical form without kManifestChecksumKey.
+std::string manifest_checksum(const nlohmann::json& manifest);
 
 // ---- teacher-forced runs (shared by golden and compare) ----
 
@@ -243,12 +255,15 @@ struct GoldenCase {
 
 class GoldenRecord {
  public:
-  // Reads manifest.json and checks every data file against its size and SHA-256 (InputError naming
-  // the file when it is missing, truncated or edited) and the format version.
+  // Reads manifest.json, checks the format version, the manifest's own checksum when it has one
+  // (InputError when its content was edited) and every data file against its size and SHA-256
+  // (InputError naming the file when it is missing, truncated or edited).
   static GoldenRecord open(const std::filesystem::path& dir);
 
   const std::filesystem::path& dir() const { return dir_; }
   const nlohmann::json& manifest() const { return manifest_; }
+  // The manifest carried its checksum and it matched; false for records made before it (unverified).
+  bool manifest_checked() const { return manifest_checked_; }
   const std::string& model_fingerprint() const { return model_fp_; }
   const std::string& weights_sample() const { return weights_sample_; }  // "" in records without one
   // Per-tensor digests (tensor_digests) of the recorded model; empty in records made before them.
@@ -277,6 +292,7 @@ class GoldenRecord {
   int64_t hidden_ = 0, vocab_ = 0;
   std::vector<bool> stored_;
   bool floors_[2] = {false, false};
+  bool manifest_checked_ = false;
   std::vector<GoldenCase> cases_;
 };
 

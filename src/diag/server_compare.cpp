@@ -401,7 +401,7 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
   r.source = "server";
   r.record_fingerprint = rec.model_fingerprint();
   r.model_fingerprint = model.fingerprint;
-  check_record(rec, model, o.allow_model_mismatch, r);
+  check_record(rec, model, tok, o.allow_model_mismatch, r);
   r.floor_class = o.measured_class ? o.class_name : floor_class_name(o.fclass);
   r.floors = o.measured_class ? true : rec.floors_present(o.fclass);
   r.floors_reason = o.measured_class ? "" : rec.floors_reason(o.fclass);

@@ -200,6 +200,11 @@ const std::vector<ToggleInfo>& toggle_table() {
 RunConfig apply_run_config(RunConfig rc, const std::string& text) {
   std::string t = trim(text);
   if (t.empty() || t == "default") return rc;
+  // A key given twice in one text would silently keep the last: refused, except for fault (several
+  // faults) and layer-scoped entries (attn=flash,attn=naive@3: the base, then layer 3), which may
+  // repeat a key for other layers but not for the same scope (the same layers twice). An unscoped
+  // entry after scoped ones replaces them (documented: the later entry wins on the layers it covers).
+  std::map<std::string, std::vector<std::string>> seen;  // key -> scopes given ("" unscoped), in order
   for (std::string item : split(t, ',')) {
     item = trim(item);
     if (item.empty()) input_error("config: empty entry in '", text, "' (two commas in a row?)");
@@ -221,6 +226,16 @@ RunConfig apply_run_config(RunConfig rc, const std::string& text) {
       input_error("config: unknown key '", key, "'; expected one of ", keys);
     }
     if (scope && !info->scoped) input_error("config: ", key, " cannot be scoped to layers ('@' in '", item, "')");
+    if (key != "fault") {
+      std::vector<std::string>& given = seen[key];
+      const std::string sc = scope ? scope->str() : "";
+      const bool clash = std::find(given.begin(), given.end(), sc) != given.end();
+      if (clash)
+        input_error("config: key '", key, "' is given twice in '", text, "' (", key, "=", val, sc, " after an earlier ", key,
+                    "=...", sc, "); expected each key once (a scoped toggle may repeat for other layers: "
+                    "attn=flash,attn=naive@3)");
+      given.push_back(sc);
+    }
     auto set_scoped = [&](auto& field, auto value) {
       if (scope) field.overrides.push_back({value, *scope});
       else { field.base = value; field.overrides.clear(); }

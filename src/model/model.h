@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -22,6 +23,9 @@ struct Model {
   // compare: a sweep or a bisect compares the same loaded model once per cell or evaluation, and
   // the digests read the whole checkpoint.
   mutable std::optional<std::map<std::string, std::string>> tensor_digests;
+  // The tensors holding NaN or Inf (find_nonfinite), filled on first use by compare: scanned once per
+  // loaded model, like the digests.
+  mutable std::optional<std::vector<NonFiniteTensor>> nonfinite;
 };
 
 // Opens DIR: config.json, safetensors (headers only), weight-table validation. InputError on any problem.

@@ -2,8 +2,12 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "util/error.h"
 
@@ -330,6 +334,84 @@ std::vector<ParamCount> count_params(const ModelConfig& cfg, const Checkpoint& c
   for (const char* k : order)
     if (by.count(k)) out.push_back(by[k]);
   return out;
+}
+
+// ---- non-finite weights ----
+
+namespace {
+
+// Non-finite elements of one tensor: count and first index (16-bit floats by their exponent bits).
+NonFiniteTensor scan_tensor(const TensorView& t) {
+  NonFiniteTensor r;
+  r.tensor = &t;
+  const int64_t n = t.numel();
+  auto hit = [&](int64_t i) {
+    if (r.count++ == 0) {
+      r.first = i;
+      r.first_value = t.at(static_cast<size_t>(i));
+    }
+  };
+  switch (t.dtype) {
+    case DType::bf16:
+    case DType::f16: {
+      const uint16_t mask = t.dtype == DType::bf16 ? 0x7f80 : 0x7c00;
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, t.data + 2 * i, 2);
+        if ((b & mask) == mask) hit(i);
+      }
+      break;
+    }
+    case DType::f32:
+    case DType::f64:
+    case DType::f8_e4m3:
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(t.at(static_cast<size_t>(i)))) hit(i);
+      break;
+    default:
+      break;  // integer tensors cannot hold NaN
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<NonFiniteTensor> find_nonfinite(const Checkpoint& ckpt) {
+  const std::vector<const TensorView*> ts = ckpt.tensors();
+  std::vector<NonFiniteTensor> found(ts.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < ts.size();) found[i] = scan_tensor(*ts[i]);
+  };
+  const size_t n = std::max<size_t>(1, std::min<size_t>(std::thread::hardware_concurrency(), ts.size()));
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < n; ++k) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  std::vector<NonFiniteTensor> out;
+  for (const NonFiniteTensor& f : found)
+    if (f.count > 0) out.push_back(f);
+  return out;
+}
+
+std::string nonfinite_line(const NonFiniteTensor& nf) {
+  const TensorView& t = *nf.tensor;
+  return cat(t.name, " ", shape_str(t.shape), " ", dtype_name(t.dtype), ": ", nf.count, " of ", t.numel(),
+             " values non-finite, element ", nf.first, " is ", nf.first_value, " (file ", t.file, ")");
+}
+
+std::string nonfinite_message(const std::vector<NonFiniteTensor>& bad, size_t n_tensors, const std::string& what) {
+  if (bad.empty()) return "";
+  std::string msg = cat(what, ": tensor ", bad[0].tensor->name, " has ", bad[0].count, " non-finite values (NaN or Inf; ",
+                        bad.size(), " of ", n_tensors, " tensors contain NaN or Inf, expected none):");
+  for (const NonFiniteTensor& b : bad) msg += "\n  " + nonfinite_line(b);
+  return msg;
+}
+
+size_t require_finite_weights(const Checkpoint& ckpt, const std::string& what) {
+  const std::vector<NonFiniteTensor> bad = find_nonfinite(ckpt);
+  if (!bad.empty()) throw InputError(nonfinite_message(bad, ckpt.tensors().size(), what));
+  return ckpt.tensors().size();
 }
 
 }  // namespace degen

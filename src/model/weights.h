@@ -116,6 +116,24 @@ ModelWeights bind_weight_views(const ModelConfig& cfg, const CheckpointLayout& l
 std::vector<int64_t> gdn_qkvz_rows(const ModelConfig& cfg);
 std::vector<int64_t> gdn_ba_rows(const ModelConfig& cfg);
 
+// Non-finite weights (NaN or Inf): a checkpoint that holds them is broken, whatever engine runs it.
+// Scans every tensor's values (the whole checkpoint, on every core; integer tensors cannot hold
+// them); for each tensor with any, how many and the first (f8_e4m3: NaN only, it has no Inf).
+struct NonFiniteTensor {
+  const TensorView* tensor = nullptr;
+  int64_t count = 0;          // non-finite elements
+  int64_t first = -1;         // index of the first
+  float first_value = 0;      // its value (nan, inf or -inf)
+};
+std::vector<NonFiniteTensor> find_nonfinite(const Checkpoint& ckpt);
+// One line per tensor: "NAME [shape] dtype: N of M values non-finite, element I is nan (file F)".
+std::string nonfinite_line(const NonFiniteTensor& nf);
+// "<what>: tensor X has N non-finite values (...)" and one nonfinite_line per tensor; "" when none.
+std::string nonfinite_message(const std::vector<NonFiniteTensor>& bad, size_t n_tensors, const std::string& what);
+// InputError naming every tensor with NaN/Inf ("<what>: tensor X has N non-finite values ..."); returns
+// the number of tensors scanned when all are finite.
+size_t require_finite_weights(const Checkpoint& ckpt, const std::string& what);
+
 // Parameter counts by kind for `inspect` (from the table and the checkpoint actually loaded).
 struct ParamCount { std::string kind; int64_t count = 0; int64_t bytes = 0; };
 std::vector<ParamCount> count_params(const ModelConfig& cfg, const Checkpoint& ckpt);

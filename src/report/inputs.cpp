@@ -27,6 +27,23 @@ json parse_json_file(const fs::path& p) {
 
 std::string tool_of(const json& j) { return j.is_object() && j.contains("tool") && j["tool"].is_string() ? j["tool"].get<std::string>() : ""; }
 
+// A compare result states its verdict (compare --json writes it in every outcome, untestable
+// included); one without is not a result, whatever its "tool" says: refused rather than rendered
+// as "within tolerances".
+void check_compare_result(const fs::path& p, const json& j) {
+  static const char* kVerdicts[] = {"good", "bad", "model-intrinsic", "untestable"};
+  const json* v = j.contains("verdict") ? &j["verdict"] : nullptr;
+  const bool known = v && v->is_string() &&
+                     std::any_of(std::begin(kVerdicts), std::end(kVerdicts), [&](const char* k) { return *v == k; });
+  if (!known)
+    input_error("report: ", p.string(), ": not a compare result: expected \"verdict\": good, bad, model-intrinsic or ",
+                "untestable, found ", v ? v->dump() : std::string("no \"verdict\" field"),
+                " (a truncated or hand-made file?)");
+  if (*v != "untestable" && !(j.contains("cases") && j["cases"].is_array()))
+    input_error("report: ", p.string(), ": not a compare result: expected a \"cases\" array beside \"verdict\": ",
+                v->get<std::string>(), ", found ", j.contains("cases") ? j["cases"].type_name() : "none");
+}
+
 bool is_sweep_folder(const fs::path& dir) {
   return fs::is_regular_file(dir / "results.jsonl") || fs::is_regular_file(dir / "sweep.json");
 }
@@ -53,7 +70,10 @@ void add_file(const fs::path& p, ReportInputs& in, std::vector<SweepInput>& swee
     j = parse_json_file(p);
   }
   const std::string tool = tool_of(j);
-  if (tool == "degenbisect compare") in.compares.push_back({p.string(), std::move(j)});
+  if (tool == "degenbisect compare") {
+    check_compare_result(p, j);
+    in.compares.push_back({p.string(), std::move(j)});
+  }
   else if (tool == "degenbisect bisect") in.bisects.push_back({p.string(), std::move(j)});
   else if (!from_folder)
     input_error("report: ", p.string(), ": not a compare or bisect result (expected \"tool\": \"degenbisect compare\" or ",

@@ -1,8 +1,9 @@
 # `golden` and `compare` through the real CLI: a record of a synthetic model, compare of the model
 # with itself (0), with fp32-class variants (0), with a planted weight change (1, the layer named),
 # with another model (128 unless --allow-model-mismatch), an untestable configuration (125), a damaged
-# record (128), bad flags and case files (128); JSON and JUnit outputs; the committed records under
-# golden/ against freshly synthesized shipped models (0).
+# record or an edited manifest (128), NaN weights (128, named), an unwritable --json (128, no verdict
+# printed), another tokenizer, a repeated toggle, bad flags and case files (128); JSON and JUnit
+# outputs; the committed records under golden/ against freshly synthesized shipped models (0).
 source "$(dirname "$0")/lib.bash"
 m="$WORK/tiny"
 g="$WORK/golden"
@@ -153,6 +154,68 @@ cp -r "$g" "$WORK/edit"
 printf 'X' | dd of="$WORK/edit/raw.safetensors" bs=1 seek=200 conv=notrunc status=none
 expect_exit 128 "$BIN" compare --golden "$WORK/edit" --model "$m"
 expect_out "does not match its checksum"
+
+# The manifest covers itself (issue 21.8): noise floors raised to 1e30 would turn a planted fault good;
+# the edited manifest is refused (128) naming it. A record made before the checksum is read, with a note.
+python3 - "$g/manifest.json" "$WORK/floors" "$WORK/nosum" <<'PY'
+import json, os, shutil, sys
+src, floors, nosum = sys.argv[1:4]
+m = json.load(open(src))
+assert len(m["manifest_sha256"]) == 64, m.get("manifest_sha256")
+for d in (floors, nosum):
+    shutil.copytree(os.path.dirname(src), d)
+old = dict(m); del old["manifest_sha256"]
+json.dump(old, open(os.path.join(nosum, "manifest.json"), "w"), indent=1)
+for c in m["cases"]:
+    for fl in c["floors"].values():
+        if fl is None: continue
+        for k in ("iso_prefill", "iso_decode"): fl[k] = [None if v is None else 1e30 for v in fl[k]]
+        for k in ("kld_prefill", "kld_decode"): fl[k] = None if fl[k] is None else 1e30
+json.dump(m, open(os.path.join(floors, "manifest.json"), "w"), indent=1)
+PY
+expect_exit 128 "$BIN" compare --golden "$WORK/floors" --model "$m" --config fault=gdn-head-mod@5
+expect_out "manifest.json does not match its own checksum"
+expect_exit 0 "$BIN" compare --golden "$WORK/nosum" --model "$m" --case raw --no-decode
+expect_out "note: the record's manifest.json has no checksum of its own"
+
+# NaN/Inf in the weights (issue 21.9): the model, with the tensor and the count; no engine blamed, no verdict.
+cp -r "$m" "$WORK/nan"
+t=$(python3 - "$WORK/nan/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+name = sorted(k for k in h if "layers.1." in k and k.endswith("out_proj.weight"))[0]
+assert h[name]["dtype"] == "BF16"
+o = 8 + n + h[name]["data_offsets"][0] + 500 * 2
+b[o:o + 2] = b"\xc0\x7f"   # bf16 NaN at element 500
+open(p, "wb").write(b); print(name)
+PY
+)
+expect_exit 128 "$BIN" compare --golden "$g" --model "$WORK/nan"
+expect_out "the model: tensor $t has 1 non-finite values"
+expect_out "element 500 is nan"
+if grep -qE "engine-induced|verdict:|floor_ratio" "$WORK/out"; then fail "NaN weights were judged as an engine fault"; fi
+
+# Every printed verdict equals the exit code (issue 21.10): --json into a folder nothing can be written to
+# is refused before the run (128), no verdict printed.
+ro="$WORK/ro"
+mkdir -p "$ro" && chmod 555 "$ro"
+if touch "$ro/probe" 2>/dev/null; then rm -f "$ro/probe"; ro=/proc; fi   # root writes anywhere: /proc takes no new files
+expect_exit 128 "$BIN" compare --golden "$g" --model "$m" --case raw --json "$ro/out.json"
+expect_out "cannot write into folder $ro"
+if grep -q "verdict:" "$WORK/out"; then fail "a verdict was printed although the JSON could not be written"; fi
+expect_exit 128 "$BIN" compare --golden "$g" --model "$m" --case raw --junit "$WORK/no/such/folder/j.xml"
+expect_out "does not exist"
+chmod 755 "$WORK/ro"
+# A tokenizer other than the record's: refused unless --allow-model-mismatch, then a warning.
+cp -r "$m" "$WORK/tok2"
+echo >>"$WORK/tok2/tokenizer.json"
+expect_exit 128 "$BIN" compare --golden "$g" --model "$WORK/tok2" --case raw
+expect_out "was made with tokenizer"
+expect_exit 0 "$BIN" compare --golden "$g" --model "$WORK/tok2" --case raw --allow-model-mismatch --no-decode
+expect_out "warning: the record was made with tokenizer"
+# A toggle given twice: refused, naming the key, instead of keeping the last.
+expect_exit 128 "$BIN" compare --golden "$g" --model "$m" --config attn=flash,attn=naive
+expect_out "key 'attn' is given twice"
 
 # The committed records against the shipped models, synthesized here.
 for name in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do

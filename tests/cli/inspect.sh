@@ -1,4 +1,5 @@
-# synth -> inspect (text and --json), config-only folders, and corrupt checkpoints -> exit 128 with a reason.
+# synth -> inspect (text and --json), config-only folders, and corrupt checkpoints or NaN/Inf weights -> exit 128
+# with a reason.
 source "$(dirname "$0")/lib.bash"
 m="$WORK/tiny"
 expect_exit 0 "$BIN" synth --preset tiny-qwen35 --out "$m"
@@ -46,4 +47,27 @@ expect_out "mismatched"
 echo '{not json' > "$bad/config.json"
 expect_exit 128 "$BIN" inspect "$bad"
 expect_out "not valid JSON"
+
+# NaN/Inf weights (issue 21.9): invalid (128), the tensor and the count named; --headers-only skips the scan.
+cp -r "$m" "$WORK/nan"
+t=$(python3 - "$WORK/nan/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+name = sorted(k for k in h if k.endswith("layers.2.mlp.down_proj.weight"))[0]
+assert h[name]["dtype"] == "BF16"
+o = 8 + n + h[name]["data_offsets"][0]
+for i in (7, 9, 11): b[o + 2 * i:o + 2 * i + 2] = b"\x80\x7f"   # bf16 +inf
+open(p, "wb").write(b); print(name)
+PY
+)
+expect_exit 128 "$BIN" inspect "$WORK/nan"
+expect_out "validation   FAILED"
+expect_out "the model: tensor $t has 3 non-finite values"
+expect_out "element 7 is inf"
+expect_exit 128 "$BIN" inspect "$WORK/nan" --json
+grep -q '"count": 3' "$WORK/out" || fail "json nonfinite_tensors count"
+expect_exit 0 "$BIN" inspect "$WORK/nan" --headers-only
+expect_out "validation   ok (headers only; values not scanned for NaN/Inf)"
+expect_exit 0 "$BIN" inspect "$m"
+expect_out "validation   ok (every weight finite)"
 echo ok

@@ -32,6 +32,12 @@ expect_out "expected md, html, json or junit"
 expect_exit 128 "$BIN" report
 expect_exit 128 "$BIN" report "$fx/compare.json" --model "$WORK"
 expect_out "no tokenizer.json"
+# A compare JSON without a verdict (truncated or hand-made) is not a compare result: 128, not "within tolerances".
+python3 -c 'import json,sys; j = json.load(open(sys.argv[1])); del j["verdict"]; json.dump(j, open(sys.argv[2], "w"))' \
+  "$fx/compare.json" "$WORK/noverdict.json"
+expect_exit 128 "$BIN" report "$WORK/noverdict.json"
+expect_out 'not a compare result: expected "verdict": good, bad, model-intrinsic or untestable, found no "verdict" field'
+if grep -q "within tolerances" "$WORK/out"; then fail "a compare JSON without a verdict was rendered"; fi
 
 # A real sweep, unsharded and as two shards: the same report, apart from the seconds column.
 m="$WORK/tiny"
