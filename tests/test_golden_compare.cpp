@@ -411,7 +411,7 @@ TEST_CASE("golden: a truncated or edited record file is detected") {
   CHECK_THROWS_WITH_AS(GoldenRecord::open(dir / "nothing"), doctest::Contains("not a folder"), InputError);
 }
 
-TEST_CASE("golden: the manifest's own checksum refuses an edited manifest; a record made before it is read unverified") {
+TEST_CASE("golden: the manifest's own checksum refuses an edited manifest, a record made before it is read unverified") {
   // Issue 21.8: noise floors raised to 1e30 in manifest.json turned a planted fault into "good".
   Fixture& f = fixture();
   test::TempDir dir("gc-manifest-sum");
