@@ -4,6 +4,7 @@
 #   make build   configure and build only
 #   make models  synthesize the shipped tiny models into models/
 #   make gguf    rebuild the trained model's f32 GGUF (llama.cpp's converter output) from its recorded layout
+#   make sanitize  the CPU build under ASan + UBSan (build-sanitize/), unit tests and bad-input CLI tests on it
 #   make clean   remove build outputs
 # Variables: BUILD (build folder, default build), JOBS (parallel jobs), CMAKE_FLAGS (e.g. -DDEGEN_CUDA=OFF).
 BUILD ?= build
@@ -15,7 +16,7 @@ TINY_MODELS := tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next tiny-qw
 GGUF_DIR := models/tiny-trained-gguf
 GGUF := $(GGUF_DIR)/tiny-trained-f32.gguf
 
-.PHONY: all deps configure build test demo models gguf clean
+.PHONY: all deps configure build test demo models gguf sanitize clean
 
 all: build
 
@@ -46,5 +47,8 @@ models: build
 demo: build
 	@scripts/demo.sh $(BIN)
 
+sanitize: deps
+	@scripts/sanitize.sh build-sanitize
+
 clean:
-	rm -rf $(BUILD) demo-out
+	rm -rf $(BUILD) build-sanitize demo-out
