@@ -16,7 +16,6 @@ using nlohmann::json;
 
 namespace {
 
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
 size_t step_index(const std::string& name) {
   const auto& steps = trace_steps();
@@ -57,7 +56,7 @@ std::optional<std::string> layer_tensor_step(const std::string& t) {
       {"mlp.down_proj.", "ffn_out"},
   };
   for (const auto& [key, step] : table)
-    if (starts_with(t, key)) return step;
+    if (t.starts_with(key)) return step;
   return std::nullopt;
 }
 
@@ -88,9 +87,7 @@ PatchCheck patch_check(const GoldenRecord& rec, const Model& model, const Tokeni
   const ModelConfig& cfg = model.config;
   const int L = cfg.num_layers;
   const int64_t V = cfg.vocab_size;
-  size_t ci = 0;
-  while (ci < rec.cases().size() && rec.cases()[ci].id != case_id) ++ci;
-  GoldenCase g = rec.load_case(ci);
+  GoldenCase g = rec.load_case(select_cases(rec, {case_id}).at(0));
   PatchCheck pc;
   pc.case_id = case_id;
   pc.layer = layer;
@@ -139,18 +136,18 @@ PatchCheck patch_check(const GoldenRecord& rec, const Model& model, const Tokeni
 
 std::optional<TensorUse> tensor_first_use(const std::string& tensor, const ModelConfig& cfg) {
   const std::string& pre = cfg.tensor_prefix;
-  if (starts_with(tensor, "mtp.")) {
-    if (starts_with(tensor, "mtp.fc.") || starts_with(tensor, "mtp.pre_fc_norm")) return TensorUse{-1, "mtp_in"};
-    if (starts_with(tensor, "mtp.norm.")) return TensorUse{-1, "mtp_norm"};
-    if (starts_with(tensor, "mtp.layers.")) return TensorUse{-1, "mtp_out"};
+  if (tensor.starts_with("mtp.")) {
+    if (tensor.starts_with("mtp.fc.") || tensor.starts_with("mtp.pre_fc_norm")) return TensorUse{-1, "mtp_in"};
+    if (tensor.starts_with("mtp.norm.")) return TensorUse{-1, "mtp_norm"};
+    if (tensor.starts_with("mtp.layers.")) return TensorUse{-1, "mtp_out"};
     return std::nullopt;
   }
   if (tensor == "lm_head.weight") return TensorUse{-1, "logits"};
-  if (!starts_with(tensor, pre)) return std::nullopt;
+  if (!tensor.starts_with(pre)) return std::nullopt;
   const std::string rest = tensor.substr(pre.size());
-  if (starts_with(rest, "embed_tokens.")) return TensorUse{-1, "embed"};
-  if (starts_with(rest, "norm.")) return TensorUse{-1, "final_norm"};
-  if (!starts_with(rest, "layers.")) return std::nullopt;
+  if (rest.starts_with("embed_tokens.")) return TensorUse{-1, "embed"};
+  if (rest.starts_with("norm.")) return TensorUse{-1, "final_norm"};
+  if (!rest.starts_with("layers.")) return std::nullopt;
   char* end = nullptr;
   const long l = std::strtol(rest.c_str() + 7, &end, 10);
   if (end == rest.c_str() + 7 || *end != '.' || l < 0 || l >= cfg.num_layers) return std::nullopt;
@@ -262,10 +259,8 @@ SharedLocalisation localise_shared(const GoldenRecord& rec, const Model& model, 
     }
     if (out.op) out.op_how = "first-reader-of-changed-tensor";
   } else if (out.cause == "engine-build" && !*out.reference_breaks && subop && out.layer >= 0) {
-    size_t ci = 0;
-    while (ci < rec.cases().size() && rec.cases()[ci].id != out.case_id) ++ci;
     say(cat("per-operation analysis of layer ", out.layer));
-    out.subop = subop_analysis(rec, model, bad, out.layer, factory, ci);
+    out.subop = subop_analysis(rec, model, bad, out.layer, factory, select_cases(rec, {out.case_id}).at(0));
     out.op = named_op(out.subop);
     if (out.op) out.op_how = "first-over-floor";
   }
