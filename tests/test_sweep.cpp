@@ -43,6 +43,22 @@ std::map<std::string, int> cell_counts(const std::filesystem::path& jsonl) {
   for (const auto& j : read_sweep_results(jsonl)) n[j["cell"].get<std::string>()]++;
   return n;
 }
+// A child process running the 12-cell sweep into `o.out`, each cell taking `ms` milliseconds (a
+// sweep to kill or to collide with); returns its PID.
+pid_t fork_slow_sweep(const SweepOptions& o, int ms) {
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    auto slow = [ms](const RunConfig& rc) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      return fake_eval(rc);
+    };
+    try { run_sweep(matrix(), o, slow); } catch (...) {}
+    _exit(0);
+  }
+  return pid;
+}
+
 }  // namespace
 
 TEST_CASE("sweep: cells are the cartesian product, last axis fastest, duplicates merged") {
@@ -120,16 +136,7 @@ TEST_CASE("sweep: a sweep killed with SIGKILL mid-run and resumed loses no finis
   SweepOptions o;
   o.progress = false;
   o.out = dir.path();
-  auto slow = [](const RunConfig& rc) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
-    return fake_eval(rc);
-  };
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    try { run_sweep(matrix(), o, slow); } catch (...) {}
-    _exit(0);
-  }
+  const pid_t pid = fork_slow_sweep(o, 60);
   // Wait until at least 4 cells are finished, then kill.
   for (int i = 0; i < 400; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -265,16 +272,7 @@ TEST_CASE("sweep: a second sweep on the same --out is refused while the first ru
   SweepOptions o;
   o.progress = false;
   o.out = dir.path();
-  auto slow = [](const RunConfig& rc) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    return fake_eval(rc);
-  };
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    try { run_sweep(matrix(), o, slow); } catch (...) {}
-    _exit(0);
-  }
+  const pid_t pid = fork_slow_sweep(o, 200);
   // Wait until the first sweep holds the lock (its PID is in the lock file).
   for (int i = 0; i < 400; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
