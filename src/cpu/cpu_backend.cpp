@@ -22,7 +22,6 @@ const char* cpu_precision_name(CpuPrecision p) {
   }
   return "?";
 }
-const char* gdn_algo_name(GdnAlgo a) { return a == GdnAlgo::chunked ? "chunked" : "recurrent"; }
 
 CpuBackend::CpuBackend(CpuPrecision precision) : precision_(precision) {
   // Until the engine says otherwise, every storage dtype is this backend's own.

@@ -44,6 +44,10 @@ BisectOracle::BisectOracle(CellEvaluator eval, std::optional<std::filesystem::pa
         input_error("bisect --replay ", replay_->string(), " was made for another run (line ", line_no, "): ", diff,
                     "; replay with the flags that made it, or give a new --replay file");
     }
+    if (!j["config"].is_string())
+      input_error(replay_->string(), ": line ", line_no, ": field 'config' is ", json_excerpt(j["config"]),
+                  ", expected the evaluated configuration as a string");
+    check_result_fields(j["summary"], cat(replay_->string(), ": line ", line_no, ": summary"), false);
     memo_[j["config"].get<std::string>()] = cell_summary_from_json(j["summary"]);
   }
   // Rewrite without a partial tail so appends start on a fresh line.

@@ -343,6 +343,35 @@ json cell_summary_to_json(const CellSummary& s) {
   return j;
 }
 
+void check_result_fields(const json& j, const std::string& where, bool row) {
+  if (!j.is_object())
+    input_error(where, ": expected a JSON object (a ", row ? "sweep result" : "cell summary", "), found ", json_excerpt(j));
+  auto bad = [&](const char* key, const char* expected) {
+    input_error(where, ": field '", key, "' is ", json_excerpt(j[key]), ", expected ", expected,
+                " (edited or written by something else than degenbisect?)");
+  };
+  auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  static const std::set<std::string> verdicts = {"good", "bad", "untestable", "model-intrinsic", "error"};
+  if (!j.contains("verdict") || !j["verdict"].is_string() || !verdicts.count(j["verdict"].get<std::string>()))
+    bad("verdict", "one of good, bad, untestable, model-intrinsic, error");
+  if (has("reason") && !j["reason"].is_string()) bad("reason", "a string");
+  if (has("worst_layer") && !j["worst_layer"].is_number_integer()) bad("worst_layer", "a layer number or null");
+  for (const char* k : {"kld_mean", "seq_rep_4"})
+    if (has(k) && !j[k].is_number() && !(j[k].is_string() && (j[k] == "inf" || j[k] == "-inf" || j[k] == "nan")))
+      bad(k, "a number, \"inf\", \"-inf\", \"nan\" or null");
+  if (has("loop_onset") && !j["loop_onset"].is_number_integer()) bad("loop_onset", "a position or null");
+  if (has("detail") && !j["detail"].is_object()) bad("detail", "an object");
+  if (!row) return;
+  if (!j.contains("cell") || !j["cell"].is_string()) bad("cell", "the cell's configuration as a string");
+  if (has("index") && !j["index"].is_number_unsigned()) bad("index", "a cell number (0, 1, ...)");
+  if (has("seconds") && !j["seconds"].is_number()) bad("seconds", "a number");
+  if (has("values")) {
+    if (!j["values"].is_array()) bad("values", "an array of axis values");
+    for (const json& v : j["values"])
+      if (!v.is_string()) bad("values", "an array of axis values (strings)");
+  }
+}
+
 CellSummary cell_summary_from_json(const json& j) {
   CellSummary s;
   s.verdict = j.value("verdict", "error");
@@ -371,6 +400,7 @@ std::vector<json> read_sweep_results(const std::filesystem::path& jsonl) {
     json j = parse_json(line, cat(jsonl.string(), ": line ", line_no), false);
     if (j.is_discarded() || !j.is_object() || !j.contains("cell"))
       input_error(jsonl.string(), ": line ", line_no, " is not a sweep result (expected a JSON object with \"cell\")");
+    check_result_fields(j, cat(jsonl.string(), ": line ", line_no), true);
     out.push_back(std::move(j));
   }
   return out;
@@ -388,22 +418,30 @@ json evaluation_identity(const GoldenRecord& rec, const Model& model, std::vecto
 
 std::string identity_difference(const json& expected, const json& found) {
   if (expected == found) return "";
-  if (!found.is_object()) return cat("identity: expected ", expected.dump(), ", found ", found.dump());
+  // note: `found` comes from a file: shown as bounded excerpts (json_excerpt), at most 6 fields.
+  if (!found.is_object()) return cat("identity: expected ", json_excerpt(expected, 200), ", found ", json_excerpt(found, 200));
   static const std::map<std::string, std::string> words = {
       {"model", "model fingerprint (--model)"}, {"weights", "model weights (--model)"},
       {"golden", "golden record (--golden)"},
       {"cases", "cases (--case/--cases)"},     {"decode", "decode passes (--no-decode)"},
       {"server_cmd", "server command (--server-cmd)"}};
-  std::set<std::string> keys;
-  for (auto& [k, v] : expected.items()) keys.insert(k);
-  for (auto& [k, v] : found.items()) keys.insert(k);
+  // This run's fields first (the ones that say what differs), then any the file adds.
+  std::vector<std::string> keys;
+  for (auto& [k, v] : expected.items()) keys.push_back(k);
+  for (auto& [k, v] : found.items())
+    if (!expected.contains(k)) keys.push_back(k);
   std::string out;
+  int shown = 0;
   for (const auto& k : keys) {
     const json e = expected.contains(k) ? expected[k] : json(nullptr), f = found.contains(k) ? found[k] : json(nullptr);
     if (e == f) continue;
+    if (++shown > 6) {
+      out += "; and other fields";
+      break;
+    }
     auto w = words.find(k);
-    out += cat(out.empty() ? "" : "; ", w == words.end() ? k : w->second, ": expected ", e.dump(), " (this run), found ",
-               f.dump());
+    out += cat(out.empty() ? "" : "; ", w == words.end() ? json_excerpt(json(k), 60) : w->second, ": expected ",
+               json_excerpt(e, 120), " (this run), found ", json_excerpt(f, 120));
   }
   return out;
 }

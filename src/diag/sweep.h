@@ -72,6 +72,11 @@ struct CellSummary {
 };
 nlohmann::json cell_summary_to_json(const CellSummary& s);
 CellSummary cell_summary_from_json(const nlohmann::json& j);
+// The fields of a cell summary read back from a file (a replay line's "summary"; with `row`, a
+// results.jsonl line, which also has "cell", "index", "values", "seconds") have the types the tool
+// writes, and the verdict is one it gives; else InputError "<where>: field 'F' is ..., expected ...".
+// Every reader of results and replay files calls it, so the code after it can rely on the types.
+void check_result_fields(const nlohmann::json& j, const std::string& where, bool row);
 
 using CellEvaluator = std::function<CellSummary(const RunConfig&)>;
 using CellParamsEvaluator = std::function<CellSummary(const SweepMatrix::Cell&)>;

@@ -24,6 +24,10 @@ const char* attn_algo_name(AttnAlgo a) {
   return "?";
 }
 
+// note: defined here, beside attn_algo_name, not in the CPU backend: both are declared in
+// engine/backend.h (degen_core), and golden.cpp uses it without linking degen_cpu.
+const char* gdn_algo_name(GdnAlgo a) { return a == GdnAlgo::chunked ? "chunked" : "recurrent"; }
+
 Engine::Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, EngineOptions opt)
     : shard_(backend.tp_group() ? std::make_shared<RankShard>(cfg, w, backend.tp_size(), 0) : nullptr),
       full_cfg_(cfg),

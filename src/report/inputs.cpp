@@ -83,13 +83,38 @@ void add_file(const fs::path& p, ReportInputs& in, std::vector<SweepInput>& swee
 
 }  // namespace
 
+// sweep.json has the fields and types `sweep` writes (name, base, shard: strings; cells: a count;
+// axes: [{name, values: [strings]}]; cells_extra: [strings]); the report's tables rely on them.
+static void check_sweep_meta(const fs::path& p, const json& m) {
+  if (!m.is_object()) input_error("report: ", p.string(), ": expected a JSON object (sweep.json), found ", json_excerpt(m));
+  auto bad = [&](const std::string& field, const json& v, const char* expected) {
+    input_error("report: ", p.string(), ": field '", field, "' is ", json_excerpt(v), ", expected ", expected);
+  };
+  auto strings = [](const json& v) {
+    if (!v.is_array()) return false;
+    for (const json& x : v)
+      if (!x.is_string()) return false;
+    return true;
+  };
+  for (const char* k : {"name", "base", "shard"})
+    if (m.contains(k) && !m[k].is_string()) bad(k, m[k], "a string");
+  if (m.contains("cells") && !m["cells"].is_null() && !m["cells"].is_number_unsigned()) bad("cells", m["cells"], "a cell count");
+  if (m.contains("cells_extra") && !strings(m["cells_extra"])) bad("cells_extra", m["cells_extra"], "an array of configurations (strings)");
+  if (m.contains("axes")) {
+    if (!m["axes"].is_array()) bad("axes", m["axes"], "an array of {\"name\", \"values\"}");
+    for (const json& a : m["axes"])
+      if (!a.is_object() || !a.contains("name") || !a["name"].is_string() || !a.contains("values") || !strings(a["values"]))
+        bad("axes", a, "{\"name\": string, \"values\": [strings]} for every axis");
+  }
+}
+
 SweepInput read_sweep_folder(const fs::path& dir) {
   SweepInput s;
   s.folders.push_back(dir.string());
   const fs::path meta = dir / "sweep.json";
   if (fs::is_regular_file(meta)) {
     s.meta = parse_json_file(meta);
-    if (!s.meta.is_object()) input_error("report: ", meta.string(), ": expected a JSON object");
+    check_sweep_meta(meta, s.meta);
     s.shards.push_back(s.meta.value("shard", std::string("1/1")));
     s.meta.erase("shard");
   } else {

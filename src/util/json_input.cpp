@@ -49,7 +49,14 @@ void check_json_depth(std::string_view text, const std::string& what, int max_de
 nlohmann::json parse_json(std::string_view text, const std::string& what, bool allow_exceptions,
                           nlohmann::json::parser_callback_t cb) {
   check_json_depth(text, what);
-  return nlohmann::json::parse(text.begin(), text.end(), std::move(cb), allow_exceptions);
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), std::move(cb), allow_exceptions);
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond double's range ("1e400") is reported by the parser as out_of_range 406, not
+    // as a parse_error: callers that catch parse_error would let it through as an internal error
+    // (found by tests/fuzz, fuzz_config).
+    input_error(what, ": not valid JSON: ", e.what());
+  }
 }
 
 namespace {

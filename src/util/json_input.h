@@ -26,7 +26,8 @@ void check_json_depth(std::string_view text, const std::string& what, int max_de
 
 // The one parse of external JSON: check_json_depth (always an InputError), then nlohmann::json::parse.
 // With allow_exceptions, a syntax error throws nlohmann::json::parse_error as json::parse does;
-// without, the result is discarded (is_discarded()). `what` names the input (a path) in messages.
+// without, the result is discarded (is_discarded()). A number out of double's range is an
+// InputError either way. `what` names the input (a path) in messages.
 nlohmann::json parse_json(std::string_view text, const std::string& what, bool allow_exceptions = true,
                           nlohmann::json::parser_callback_t cb = nullptr);
 

@@ -1,0 +1,139 @@
+// What the fuzz targets (tests/fuzz, issue 21) found, one test each, in the normal build: every one
+// was an exception that was not a degen::Error (the CLI's "internal error", exit 128 without a
+// message about the input) or an assertion in nlohmann::json (an abort). The inputs themselves are
+// replayed by ctest fuzz:replay (tests/fuzz/regressions).
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <string>
+
+#include "diag/bisect.h"
+#include "diag/sweep.h"
+#include "helpers.h"
+#include "model/config.h"
+#include "report/inputs.h"
+#include "util/error.h"
+#include "util/json_input.h"
+
+using namespace degen;
+using degen::test::TempDir;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary).write(text.data(), static_cast<std::streamsize>(text.size()));
+}
+
+// The InputError's message, or a failed check when f throws anything else or nothing.
+template <typename F>
+std::string input_error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL("not an InputError: " << e.what());
+  }
+  FAIL("no InputError");
+  return "";
+}
+
+const json kIdentity = {{"model", "m"}, {"golden", "sha256:0"}, {"cases", "all"}, {"decode", true}};
+
+}  // namespace
+
+TEST_CASE("fuzz finding: a number beyond double's range is an input error, not json out_of_range") {
+  // fuzz_config: {"hidden_size": 2480561e308} made nlohmann throw out_of_range 406, which the
+  // readers (catching parse_error) let through.
+  const std::string msg = input_error_of([] { parse_json(R"({"a": 2480561e308})", "config.json"); });
+  CHECK(msg.find("config.json") != std::string::npos);
+  CHECK(msg.find("not valid JSON") != std::string::npos);
+  CHECK(msg.find("number overflow") != std::string::npos);
+  TempDir tmp("fuzz-num");
+  write_text(tmp / "config.json", R"({"model_type": "qwen3_5", "text_config": {"hidden_size": 1e400}})");
+  CHECK(input_error_of([&] { load_model_config(tmp.path()); }).find("config.json") != std::string::npos);
+  // Without exceptions it stays a discarded value (results.jsonl lines are read that way).
+  CHECK(parse_json("[1e400]", "x", false).is_discarded());
+}
+
+TEST_CASE("fuzz finding: a replay line whose config or summary has the wrong type names the line and field") {
+  // fuzz_replay: {"config": {...}, "summary": {...}} threw json type_error 302 from get<std::string>().
+  TempDir tmp("fuzz-replay");
+  const fs::path replay = tmp / "replay.jsonl";
+  auto oracle = [&] { BisectOracle o([](const RunConfig&) { return CellSummary{}; }, replay, kIdentity); };
+  json line = {{"config", json::object()}, {"identity", kIdentity}, {"summary", {{"verdict", "good"}}}};
+  write_text(replay, line.dump() + "\n");
+  std::string msg = input_error_of(oracle);
+  CHECK(msg.find("line 1") != std::string::npos);
+  CHECK(msg.find("'config'") != std::string::npos);
+  line["config"] = "attn=flash";
+  line["summary"] = {{"verdict", 3}};
+  write_text(replay, line.dump() + "\n");
+  msg = input_error_of(oracle);
+  CHECK(msg.find("'verdict'") != std::string::npos);
+  line["summary"] = {{"verdict", "bad"}, {"reason", {1, 2}}};
+  write_text(replay, line.dump() + "\n");
+  CHECK(input_error_of(oracle).find("'reason'") != std::string::npos);
+  line["summary"] = {{"verdict", "bad"}, {"kld_mean", "lots"}};
+  write_text(replay, line.dump() + "\n");
+  CHECK(input_error_of(oracle).find("'kld_mean'") != std::string::npos);
+  // A well-typed line is replayed.
+  line["summary"] = {{"verdict", "bad"}, {"kld_mean", "inf"}, {"worst_layer", 2}, {"loop_onset", nullptr}};
+  write_text(replay, line.dump() + "\n");
+  BisectOracle o([](const RunConfig&) { return CellSummary{}; }, replay, kIdentity);
+  CHECK(o.eval(parse_run_config("attn=flash"), "test").verdict == "bad");
+  CHECK(o.fresh_evaluations() == 0);
+}
+
+TEST_CASE("fuzz finding: results.jsonl lines with mistyped fields are refused by resume and report alike") {
+  // A "cell" that is not a string threw type_error from get<std::string>() in sweep --resume and
+  // from value() in report's merge; a row without a verdict was rendered.
+  TempDir tmp("fuzz-results");
+  const json good = {{"cell", "attn=flash"}, {"index", 1}, {"verdict", "good"}, {"values", {"flash"}}, {"seconds", 1.5}};
+  struct Bad { const char* field; json value; };
+  for (const Bad& b : {Bad{"cell", 7}, Bad{"index", -1}, Bad{"values", "flash"}, Bad{"verdict", "fine"},
+                       Bad{"verdict", nullptr}, Bad{"seconds", "1"}, Bad{"detail", {1}}, Bad{"loop_onset", 2.5}}) {
+    CAPTURE(b.field);
+    json row = good;
+    row[b.field] = b.value;
+    write_text(tmp / "results.jsonl", good.dump() + "\n" + row.dump() + "\n");
+    const std::string msg = input_error_of([&] { read_sweep_results(tmp / "results.jsonl"); });
+    CHECK(msg.find("line 2") != std::string::npos);
+    CHECK(msg.find(std::string("'") + b.field + "'") != std::string::npos);
+    CHECK(input_error_of([&] { report::read_sweep_folder(tmp.path()); }).find(b.field) != std::string::npos);
+  }
+  write_text(tmp / "results.jsonl", good.dump() + "\n");
+  CHECK(read_sweep_results(tmp / "results.jsonl").size() == 1);
+}
+
+TEST_CASE("fuzz finding: a sweep.json whose axes are not {name, values} is refused by report") {
+  // fuzz_report: an axis without "name" reached operator[] on a const json in the HTML grid (an
+  // assertion in nlohmann::json, abort).
+  TempDir tmp("fuzz-sweepjson");
+  struct Bad { const char* what; json meta; const char* field; };
+  for (const Bad& b : {Bad{"axis without name", {{"axes", {{{"nafresh_me", "attn"}, {"values", {"naive"}}}}}}, "axes"},
+                       Bad{"values not strings", {{"axes", {{{"name", "attn"}, {"values", {1, 2}}}}}}, "axes"},
+                       Bad{"axes an object", {{"axes", {{"attn", {"naive"}}}}}, "axes"},
+                       Bad{"name a number", {{"name", 5}}, "name"},
+                       Bad{"cells negative", {{"cells", -3}}, "cells"},
+                       Bad{"cells_extra not strings", {{"cells_extra", {json::object()}}}, "cells_extra"}}) {
+    CAPTURE(b.what);
+    write_text(tmp / "sweep.json", b.meta.dump());
+    const std::string msg = input_error_of([&] { report::read_sweep_folder(tmp.path()); });
+    CHECK(msg.find("sweep.json") != std::string::npos);
+    CHECK(msg.find(std::string("'") + b.field + "'") != std::string::npos);
+  }
+}
+
+TEST_CASE("fuzz finding: an identity mismatch shows bounded excerpts, not the file's values whole") {
+  json found = kIdentity;
+  found["model"] = std::string(100000, 'x');
+  for (int i = 0; i < 20; ++i) found["extra" + std::to_string(i)] = i;
+  const std::string d = identity_difference(kIdentity, found);
+  CHECK(d.find("model fingerprint") != std::string::npos);
+  CHECK(d.find("and other fields") != std::string::npos);
+  CHECK(d.size() < 2000);
+  CHECK(identity_difference(kIdentity, json::array({std::string(100000, 'y')})).size() < 600);
+}
