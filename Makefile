@@ -5,6 +5,7 @@
 #   make models  synthesize the shipped tiny models into models/
 #   make gguf    rebuild the trained model's f32 GGUF (llama.cpp's converter output) from its recorded layout
 #   make sanitize  the CPU build under ASan + UBSan (build-sanitize/), unit tests and bad-input CLI tests on it
+#   make fuzz    the parsers under libFuzzer (clang, ASan + UBSan, build-fuzz/), FUZZ_SECONDS per target (default 60)
 #   make clean   remove build outputs
 # Variables: BUILD (build folder, default build), JOBS (parallel jobs), CMAKE_FLAGS (e.g. -DDEGEN_CUDA=OFF).
 BUILD ?= build
@@ -16,7 +17,9 @@ TINY_MODELS := tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next tiny-qw
 GGUF_DIR := models/tiny-trained-gguf
 GGUF := $(GGUF_DIR)/tiny-trained-f32.gguf
 
-.PHONY: all deps configure build test demo models gguf sanitize clean
+FUZZ_SECONDS ?= 60
+
+.PHONY: all deps configure build test demo models gguf sanitize fuzz clean
 
 all: build
 
@@ -50,5 +53,9 @@ demo: build
 sanitize: deps
 	@scripts/sanitize.sh build-sanitize
 
+fuzz:
+	@scripts/install-deps.sh --fuzz
+	@scripts/fuzz.sh --seconds $(FUZZ_SECONDS) --jobs $(JOBS)
+
 clean:
-	rm -rf $(BUILD) build-sanitize demo-out
+	rm -rf $(BUILD) build-sanitize build-fuzz demo-out

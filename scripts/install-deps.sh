@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages degenbisect needs to build and test, if any is missing.
 # Idempotent and silent when everything is present. `--browser` also installs Chromium
-# (used only by the HTML report's screenshot test, which skips without it).
+# (used only by the HTML report's screenshot test, which skips without it); `--fuzz` clang and
+# libFuzzer (make fuzz).
 # The CUDA toolkit is not installed here: the CUDA backend is built only when nvcc exists.
 set -euo pipefail
 
@@ -12,8 +13,9 @@ pkgs=(cmake g++ make pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev do
 for arg in "$@"; do
   case "$arg" in
     --browser) pkgs+=(chromium) ;;
-    -h|--help) echo "usage: scripts/install-deps.sh [--browser]"; exit 0 ;;
-    *) echo "install-deps.sh: unknown option '$arg' (expected --browser)" >&2; exit 2 ;;
+    --fuzz) pkgs+=(clang libclang-rt-14-dev) ;;  # libFuzzer for scripts/fuzz.sh (Debian 12's clang is 14)
+    -h|--help) echo "usage: scripts/install-deps.sh [--browser] [--fuzz]"; exit 0 ;;
+    *) echo "install-deps.sh: unknown option '$arg' (expected --browser or --fuzz)" >&2; exit 2 ;;
   esac
 done
 

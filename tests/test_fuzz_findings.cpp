@@ -104,6 +104,12 @@ TEST_CASE("fuzz finding: results.jsonl lines with mistyped fields are refused by
     CHECK(msg.find(std::string("'") + b.field + "'") != std::string::npos);
     CHECK(input_error_of([&] { report::read_sweep_folder(tmp.path()); }).find(b.field) != std::string::npos);
   }
+  // A line without a verdict (the fuzzer's second finding here: the message itself read the
+  // missing field through operator[] on a const json, an assertion).
+  json no_verdict = good;
+  no_verdict.erase("verdict");
+  write_text(tmp / "results.jsonl", no_verdict.dump() + "\n");
+  CHECK(input_error_of([&] { read_sweep_results(tmp / "results.jsonl"); }).find("'verdict' is missing") != std::string::npos);
   write_text(tmp / "results.jsonl", good.dump() + "\n");
   CHECK(read_sweep_results(tmp / "results.jsonl").size() == 1);
 }

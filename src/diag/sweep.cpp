@@ -347,7 +347,7 @@ void check_result_fields(const json& j, const std::string& where, bool row) {
   if (!j.is_object())
     input_error(where, ": expected a JSON object (a ", row ? "sweep result" : "cell summary", "), found ", json_excerpt(j));
   auto bad = [&](const char* key, const char* expected) {
-    input_error(where, ": field '", key, "' is ", json_excerpt(j[key]), ", expected ", expected,
+    input_error(where, ": field '", key, "' is ", j.contains(key) ? json_excerpt(j[key]) : std::string("missing"), ", expected ", expected,
                 " (edited or written by something else than degenbisect?)");
   };
   auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
