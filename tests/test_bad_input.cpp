@@ -182,16 +182,39 @@ TEST_CASE("bad input: config sizes whose products overflow int64 are rejected, n
   big["vocab_size"] = int64_t(1) << 30;
   expect_input_error([&] { parse_model_config(big, "c"); }, {"vocab_size (1073741824) x hidden_size (1073741824)"});
   json layers = sized_config("hidden_size", int64_t(1) << 20);
-  layers["num_hidden_layers"] = int64_t(1) << 20;
+  layers["num_hidden_layers"] = 1024;
   layers["intermediate_size"] = int64_t(1) << 20;
   layers["full_attention_interval"] = 4;
-  expect_input_error([&] { parse_model_config(layers, "c"); }, {"num_hidden_layers (+ MTP layers + 1) (1048577)", "parameters in all"});
+  expect_input_error([&] { parse_model_config(layers, "c"); }, {"num_hidden_layers (+ MTP layers + 1) (1025)", "parameters in all"});
   json moe = {{"model_type", "qwen3_5_moe_text"}, {"vocab_size", 1000}, {"hidden_size", int64_t(1) << 20},
               {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
               {"linear_num_key_heads", 2}, {"linear_num_value_heads", 4}, {"linear_key_head_dim", 16},
-              {"linear_value_head_dim", 16}, {"num_experts", 1 << 20}, {"num_experts_per_tok", 2},
+              {"linear_value_head_dim", 16}, {"num_experts", 4096}, {"num_experts_per_tok", 2},
               {"moe_intermediate_size", int64_t(1) << 30}};
-  expect_input_error([&] { parse_model_config(moe, "c"); }, {"num_experts (1048576)", "moe_intermediate_size (1073741824)"});
+  expect_input_error([&] { parse_model_config(moe, "c"); }, {"num_experts (4096)", "moe_intermediate_size (1073741824)"});
+}
+
+TEST_CASE("bad input: layer and expert counts that would size the tool's tables beyond any model are rejected") {
+  // A config.json with 3,000,000 layers (58 MB) made `inspect` run 7 minutes in 21 GB building its
+  // weight table (found while fuzzing config.json, issue 21).
+  json many = sized_config("hidden_size", 64);
+  many["num_hidden_layers"] = 3000000;
+  many["full_attention_interval"] = 4;
+  expect_input_error([&] { parse_model_config(many, "cfg.json"); }, {"cfg.json", "'num_hidden_layers'", "at most 1024", "3000000"});
+  many["num_hidden_layers"] = 1024;
+  CHECK(parse_model_config(many, "cfg.json").num_layers == 1024);
+  json moe = {{"model_type", "qwen3_5_moe_text"}, {"vocab_size", 1000}, {"hidden_size", 64},
+              {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+              {"linear_num_key_heads", 2}, {"linear_num_value_heads", 4}, {"linear_key_head_dim", 16},
+              {"linear_value_head_dim", 16}, {"num_experts", 5000}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32}};
+  expect_input_error([&] { parse_model_config(moe, "c"); }, {"'num_experts'", "at most 4096"});
+  moe["num_experts"] = 4096;
+  moe["num_hidden_layers"] = 128;
+  expect_input_error([&] { parse_model_config(moe, "c"); }, {"num_hidden_layers x num_experts = 128 x 4096", "at most 262144"});
+  moe["num_hidden_layers"] = 64;
+  CHECK(parse_model_config(moe, "c").num_experts == 4096);
+  moe["mtp_num_hidden_layers"] = 100;
+  expect_input_error([&] { parse_model_config(moe, "c"); }, {"'mtp_num_hidden_layers'", "at most 16"});
 }
 
 TEST_CASE("bad input: a golden record case with an empty prompt tensor is an input error") {

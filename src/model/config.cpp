@@ -131,7 +131,27 @@ int64_t checked_product(const Fields& f, std::initializer_list<Factor> fs, int64
 constexpr int64_t kMaxParams = int64_t(1) << 48;
 constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();  // engine head dimensions are int
 
+// Counts that size the tool's own tables (one weight-table entry per layer and expert, one layer map
+// entry per layer), not tensors: a config with 3,000,000 layers (a 58 MB config.json) made `inspect`
+// run 7 minutes in 21 GB before these bounds. Real checkpoints are far inside them: Qwen3-Next-80B has
+// 48 layers x 512 experts, Qwen3.6-27B 64 layers (spec/model.md); the largest published LLMs have
+// under 200 layers and at most a few hundred routed experts.
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxExperts = 4096;
+constexpr int64_t kMaxLayerExperts = int64_t(1) << 18;  // layers x experts: 512 x 512, or 128 x 2048
+constexpr int64_t kMaxMtpLayers = 16;
+
 void check_sizes(const ModelConfig& c, const Fields& f) {
+  // 0. Table sizes.
+  if (c.num_layers > kMaxLayers) f.bad("num_hidden_layers", cat("at most ", kMaxLayers, " (real models have under 200)"), json(c.num_layers));
+  if (c.num_experts > kMaxExperts) f.bad("num_experts", cat("at most ", kMaxExperts, " (real models have at most a few hundred)"), json(c.num_experts));
+  if (c.mtp_num_layers > kMaxMtpLayers)
+    f.bad(f.has("mtp_num_hidden_layers") ? "mtp_num_hidden_layers" : "num_nextn_predict_layers", cat("at most ", kMaxMtpLayers, " (released models have 1)"), json(c.mtp_num_layers));
+  if (int64_t(c.num_layers) * c.num_experts > kMaxLayerExperts)
+    input_error(f.origin, ": num_hidden_layers x num_experts = ", c.num_layers, " x ", c.num_experts, " = ",
+                int64_t(c.num_layers) * c.num_experts, " expert weight sets; expected at most ", kMaxLayerExperts,
+                " (Qwen3-Next-80B has 48 x 512 = 24576)");
+
   // 1. Single sizes: each is a tensor dimension (token ids are int32 too).
   for (auto [key, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
                         {"intermediate_size", c.intermediate_size}, {"moe_intermediate_size", c.moe_intermediate_size},
