@@ -119,14 +119,37 @@ const Alloc* find_alloc(const void* p, size_t n) {
   return &x;
 }
 
+// Freed mappings kept for reuse by an allocation of the same length, their data pages PROT_NONE
+// like the guards (a use after free still faults). note: the engine frees and allocates the same
+// sizes every step; a fresh mmap, two mprotects, the page faults and a munmap per buffer were a
+// sixth of the emulated time. At most kSpareMax bytes are kept; past it, freed memory is unmapped.
+constexpr size_t kSpareMax = size_t(256) << 20;
+std::multimap<size_t, void*> g_spare;  // mapping length -> mapping (under g_alloc_mutex)
+size_t g_spare_bytes = 0;
+
 void* guarded_alloc(size_t size, int device) {
   const size_t data = (std::max<size_t>(size, 1) + kPage - 1) / kPage * kPage;
   const size_t len = data + 2 * kPage;
-  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (m == MAP_FAILED) return nullptr;
-  char* c = static_cast<char*>(m);
-  mprotect(c, kPage, PROT_NONE);
-  mprotect(c + kPage + data, kPage, PROT_NONE);
+  void* m = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_alloc_mutex);
+    if (auto it = g_spare.find(len); it != g_spare.end()) {
+      m = it->second;
+      g_spare.erase(it);
+      g_spare_bytes -= len;
+    }
+  }
+  char* c = nullptr;
+  if (m) {
+    c = static_cast<char*>(m);
+    if (mprotect(c + kPage, data, PROT_READ | PROT_WRITE) != 0) return nullptr;
+  } else {
+    m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    c = static_cast<char*>(m);
+    mprotect(c, kPage, PROT_NONE);
+    mprotect(c + kPage + data, kPage, PROT_NONE);
+  }
   // The end of the buffer as close to the upper guard as 256-byte alignment (cudaMalloc's) allows.
   uintptr_t base = reinterpret_cast<uintptr_t>(c + kPage + data) - size;
   base &= ~uintptr_t(255);
@@ -151,7 +174,14 @@ cudaError_t guarded_free(void* p) {
     return fail(cudaErrorInvalidValue);
   }
   g_live[it->second.device] -= it->second.size;
-  munmap(it->second.map, it->second.map_len);
+  const size_t len = it->second.map_len;
+  char* c = static_cast<char*>(it->second.map);
+  if (g_spare_bytes + len <= kSpareMax && mprotect(c + kPage, len - 2 * kPage, PROT_NONE) == 0) {
+    g_spare.emplace(len, c);
+    g_spare_bytes += len;
+  } else {
+    munmap(c, len);
+  }
   g_allocs.erase(it);
   return cudaSuccess;
 }
@@ -1220,9 +1250,9 @@ namespace {
 
 // C = al op(A) B' + be C, where row i of op(A) is a[i * a_row .. + k) (TA: float, bf16 or half) and
 // column j of B' is b[j * k .. + k) in fp32.
-// note: each output is one fp32 sum in k order, as cuBLAS's emulation always was; kRows of them
-// advance together only so that their (independent) additions overlap: every sum is bit for bit the
-// one the plain loop gives. op(A) is read in place: converting it first cost as much as the product.
+// note: each output is one fp32 sum in k order, as the emulated cuBLAS always computed it. Rows are
+// taken kRows at a time, converted to fp32 and interleaved ([k][kRows]) once for every column, so
+// that kRows independent sums advance together: every sum is bit for bit the plain loop's.
 template <typename TA>
 void gemm_rows(const TA* a, size_t a_row, const float* b, int m, int n, int k, float al, float be, void* C,
                cudaDataType ct, int ldc) {
@@ -1231,20 +1261,27 @@ void gemm_rows(const TA* a, size_t a_row, const float* b, int m, int n, int k, f
     store(C, ct, ci, be == 0.0f ? al * acc : al * acc + be * load(C, ct, ci));
   };
   constexpr int kRows = 8;
-  for (int j = 0; j < n; ++j) {
-    const float* bc = &b[size_t(j) * k];
-    int i = 0;
-    for (; i + kRows <= m; i += kRows) {
-      const TA* ar = &a[size_t(i) * a_row];
+  std::vector<float> panel(size_t(k) * kRows);  // [k][kRows]: rows i .. i + kRows of op(A)
+  int i = 0;
+  for (; i + kRows <= m; i += kRows) {
+    const TA* ai = &a[size_t(i) * a_row];
+    for (int l = 0; l < k; ++l)
+      for (int r = 0; r < kRows; ++r) panel[size_t(l) * kRows + r] = to_f32(ai[size_t(r) * a_row + l]);
+    for (int j = 0; j < n; ++j) {
+      const float* bc = &b[size_t(j) * k];
       float acc[kRows] = {};
       for (int l = 0; l < k; ++l) {
         const float bl = bc[l];
-        for (int r = 0; r < kRows; ++r) acc[r] += to_f32(ar[size_t(r) * a_row + l]) * bl;
+        const float* p = &panel[size_t(l) * kRows];
+        for (int r = 0; r < kRows; ++r) acc[r] += p[r] * bl;
       }
       for (int r = 0; r < kRows; ++r) out(i + r, j, acc[r]);
     }
-    for (; i < m; ++i) {
-      const TA* ar = &a[size_t(i) * a_row];
+  }
+  for (; i < m; ++i) {
+    const TA* ar = &a[size_t(i) * a_row];
+    for (int j = 0; j < n; ++j) {
+      const float* bc = &b[size_t(j) * k];
       float acc = 0.0f;
       for (int l = 0; l < k; ++l) acc += to_f32(ar[l]) * bc[l];
       out(i, j, acc);
