@@ -7,7 +7,7 @@
 //     writing beyond them faults at once (the handler names the kernel, block, thread and the
 //     allocation); the alignment slack between buffer and guard (under 256 bytes after, 256
 //     checked before) holds a canary checked after every launch, so a write there fails the
-//     launch; freed memory is unmapped (use after free faults);
+//     launch; freed memory is made inaccessible (use after free faults; kept for reuse);
 //   - launches: blockDim <= 1024, grid.y/z <= 65535, dynamic shared memory <= 48 KiB unless
 //     cudaFuncSetAttribute raised the kernel's limit (at most 227 KiB, Hopper's opt-in maximum);
 //     every pointer argument is null or inside a device allocation of the current device;
