@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <memory>
 
 #include "diag/bisect.h"
 #include "diag/evaluate.h"
@@ -53,8 +55,19 @@ std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& mode
   const ModelConfig& cfg = model.config;
   CompareOptions base;
   base.cases = opt.cases;
-  CellEvaluator ev = compare_evaluator(rec, model, tok, base, factory);
+  // One evaluation per distinct configuration for the whole run: every fault's bisection asks for
+  // its good configuration (the base: the same for every fault of a kind), which was evaluated
+  // afresh for each fault, a third of the run. An untestable configuration is not kept: its
+  // evaluation throws again, and each bisection records it as before.
+  auto memo = std::make_shared<std::map<std::string, CellSummary>>();
+  CellEvaluator ev = [memo, fresh = compare_evaluator(rec, model, tok, base, factory)](const RunConfig& rc) {
+    const std::string key = rc.str();
+    auto it = memo->find(key);
+    if (it == memo->end()) it = memo->emplace(key, fresh(rc)).first;
+    return it->second;
+  };
   RunConfig base_rc = parse_run_config(opt.base);
+  SubopCache subop_cache;  // the reference and floor runs of each (layer, mode), made once
 
   // The work list: (fault, layer), layer -1 for model-level faults.
   std::vector<std::pair<const FaultInfo*, int>> work;
@@ -137,7 +150,7 @@ std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& mode
         else if (!ok_op) row.note = row.found_op.empty() ? "no MTP op named" : "wrong op";
       } else {
         if (o.culprit_layers.size() == 1) {
-          auto reps = subop_analysis(rec, model, o.minimal_bad, o.culprit_layers[0], factory);
+          auto reps = subop_analysis(rec, model, o.minimal_bad, o.culprit_layers[0], factory, 0, 64, &subop_cache);
           if (auto op = named_op(reps)) row.found_op = *op;
         }
         bool ok_layer = o.culprit_layers == std::vector<int>{layer};

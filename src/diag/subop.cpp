@@ -65,7 +65,8 @@ json SubopReport::to_json() const {
 }
 
 std::vector<SubopReport> subop_analysis(const GoldenRecord& rec, const Model& model, const RunConfig& tested, int layer,
-                                        const BackendFactory& factory, size_t case_index, int64_t max_positions) {
+                                        const BackendFactory& factory, size_t case_index, int64_t max_positions,
+                                        SubopCache* cache) {
   const ModelConfig& cfg = model.config;
   if (layer < 0 || layer >= cfg.num_layers) input_error("subop: layer ", layer, " is outside the model");
   if (case_index >= rec.cases().size()) input_error("subop: the record has no case ", case_index);
@@ -91,11 +92,26 @@ std::vector<SubopReport> subop_analysis(const GoldenRecord& rec, const Model& mo
     rep.mode = mode;
     rep.case_id = gc.id;
     rep.positions = P;
-    Capture r = capture_layer(model, ref, factory, tokens, golden_in, layer, mode);
+    // A run that does not depend on `tested`, from the cache when an earlier call made it.
+    auto untested = [&](const RunConfig& rc) {
+      if (!cache) return capture_layer(model, rc, factory, tokens, golden_in, layer, mode);
+      const std::string key = cat(rc.str(), " case ", case_index, " positions ", P, " layer ", layer, " ",
+                                  forced_mode_name(mode));
+      if (auto it = cache->captures.find(key); it != cache->captures.end()) return it->second;
+      Capture c = capture_layer(model, rc, factory, tokens, golden_in, layer, mode);
+      size_t n = 0;
+      for (const auto& [step, v] : c) n += v.size();
+      if (cache->floats + n <= SubopCache::kMaxFloats) {
+        cache->captures.emplace(key, c);
+        cache->floats += n;
+      }
+      return c;
+    };
+    Capture r = untested(ref);
     Capture t = capture_layer(model, tested, factory, tokens, golden_in, layer, mode);
     std::optional<Capture> f;
     try {
-      f = capture_layer(model, floor_rc, factory, tokens, golden_in, layer, mode);
+      f = untested(floor_rc);
       rep.floor_config = floor_rc.str();
     } catch (const UntestableError& e) {
       rep.floor_config = cat("none (", e.what(), "); fixed limit rel_l2 <= ", kFallback);

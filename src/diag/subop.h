@@ -5,6 +5,7 @@
 // the same error of a known-good bf16 run (the op's noise floor). The first op in forward order
 // that breaks k·floor + eps is named; the ops after it inherit its error.
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,11 +40,22 @@ struct SubopReport {
   nlohmann::json to_json() const;
 };
 
+// The captures of the reference and floor runs of earlier analyses (they do not depend on the
+// tested configuration), for one record, model and backend factory: selftest analyses dozens of
+// faults at the same few layers. note: bounded (kMaxFloats); past it, captures are not kept.
+struct SubopCache {
+  static constexpr size_t kMaxFloats = size_t(1) << 28;  // 1 GiB of fp32
+  std::map<std::string, std::map<std::string, std::vector<float>>> captures;  // key -> step -> rows
+  size_t floats = 0;
+};
+
 // Runs the reference (precision=ref), the floor configuration (precision=bf16, default toggles)
 // and `tested` on case `case_index` of the record with the golden input of `layer` injected, in both
 // prefill and decode mode. Without a floor (bf16 untestable), the limit is metrics' fallback 1e-4.
+// With a cache, the reference and floor runs an earlier call made are reused.
 std::vector<SubopReport> subop_analysis(const GoldenRecord& rec, const Model& model, const RunConfig& tested, int layer,
-                                        const BackendFactory& factory, size_t case_index = 0, int64_t max_positions = 64);
+                                        const BackendFactory& factory, size_t case_index = 0, int64_t max_positions = 64,
+                                        SubopCache* cache = nullptr);
 
 // The op the reports name: the decode-mode break when prefill shows none, else the prefill one.
 std::optional<std::string> named_op(const std::vector<SubopReport>& reports);

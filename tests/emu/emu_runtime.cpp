@@ -7,7 +7,7 @@
 //     writing beyond them faults at once (the handler names the kernel, block, thread and the
 //     allocation); the alignment slack between buffer and guard (under 256 bytes after, 256
 //     checked before) holds a canary checked after every launch, so a write there fails the
-//     launch; freed memory is unmapped (use after free faults);
+//     launch; freed memory is made inaccessible (use after free faults; kept for reuse);
 //   - launches: blockDim <= 1024, grid.y/z <= 65535, dynamic shared memory <= 48 KiB unless
 //     cudaFuncSetAttribute raised the kernel's limit (at most 227 KiB, Hopper's opt-in maximum);
 //     every pointer argument is null or inside a device allocation of the current device;
@@ -119,14 +119,37 @@ const Alloc* find_alloc(const void* p, size_t n) {
   return &x;
 }
 
+// Freed mappings kept for reuse by an allocation of the same length, their data pages PROT_NONE
+// like the guards (a use after free still faults). note: the engine frees and allocates the same
+// sizes every step; a fresh mmap, two mprotects, the page faults and a munmap per buffer were a
+// sixth of the emulated time. At most kSpareMax bytes are kept; past it, freed memory is unmapped.
+constexpr size_t kSpareMax = size_t(256) << 20;
+std::multimap<size_t, void*> g_spare;  // mapping length -> mapping (under g_alloc_mutex)
+size_t g_spare_bytes = 0;
+
 void* guarded_alloc(size_t size, int device) {
   const size_t data = (std::max<size_t>(size, 1) + kPage - 1) / kPage * kPage;
   const size_t len = data + 2 * kPage;
-  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (m == MAP_FAILED) return nullptr;
-  char* c = static_cast<char*>(m);
-  mprotect(c, kPage, PROT_NONE);
-  mprotect(c + kPage + data, kPage, PROT_NONE);
+  void* m = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_alloc_mutex);
+    if (auto it = g_spare.find(len); it != g_spare.end()) {
+      m = it->second;
+      g_spare.erase(it);
+      g_spare_bytes -= len;
+    }
+  }
+  char* c = nullptr;
+  if (m) {
+    c = static_cast<char*>(m);
+    if (mprotect(c + kPage, data, PROT_READ | PROT_WRITE) != 0) return nullptr;
+  } else {
+    m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    c = static_cast<char*>(m);
+    mprotect(c, kPage, PROT_NONE);
+    mprotect(c + kPage + data, kPage, PROT_NONE);
+  }
   // The end of the buffer as close to the upper guard as 256-byte alignment (cudaMalloc's) allows.
   uintptr_t base = reinterpret_cast<uintptr_t>(c + kPage + data) - size;
   base &= ~uintptr_t(255);
@@ -151,7 +174,14 @@ cudaError_t guarded_free(void* p) {
     return fail(cudaErrorInvalidValue);
   }
   g_live[it->second.device] -= it->second.size;
-  munmap(it->second.map, it->second.map_len);
+  const size_t len = it->second.map_len;
+  char* c = static_cast<char*>(it->second.map);
+  if (g_spare_bytes + len <= kSpareMax && mprotect(c + kPage, len - 2 * kPage, PROT_NONE) == 0) {
+    g_spare.emplace(len, c);
+    g_spare_bytes += len;
+  } else {
+    munmap(c, len);
+  }
   g_allocs.erase(it);
   return cudaSuccess;
 }
@@ -163,6 +193,19 @@ bool is_device_range(const void* p, size_t n, int* device = nullptr) {
   return a != nullptr;
 }
 
+// Whether [p, end) still holds only canary bytes. note: 8 bytes at a time: this runs after every
+// launch over every live allocation (byte by byte it was a tenth of the emulated time).
+bool canary_intact(uintptr_t p, uintptr_t end) {
+  constexpr uint64_t kWord = 0x0101010101010101ull * kCanaryByte;
+  for (; p < end && (p & 7u); ++p)
+    if (*reinterpret_cast<const unsigned char*>(p) != kCanaryByte) return false;
+  for (; p + 8 <= end; p += 8)
+    if (*reinterpret_cast<const uint64_t*>(p) != kWord) return false;
+  for (; p < end; ++p)
+    if (*reinterpret_cast<const unsigned char*>(p) != kCanaryByte) return false;
+  return true;
+}
+
 // The first allocation whose canary a write changed, as a message, and the canary restored.
 std::string check_canaries() {
   std::lock_guard<std::mutex> lock(g_alloc_mutex);
@@ -170,6 +213,7 @@ std::string check_canaries() {
     const uintptr_t data = reinterpret_cast<uintptr_t>(a.map) + kPage;
     const uintptr_t lo = std::max(data, base - kCanary), end = base + a.size;
     const uintptr_t hi = reinterpret_cast<uintptr_t>(a.map) + a.map_len - kPage;
+    if (canary_intact(end, hi) && canary_intact(lo, base)) continue;
     for (uintptr_t p = end; p < hi; ++p)
       if (*reinterpret_cast<unsigned char*>(p) != kCanaryByte) {
         std::memset(reinterpret_cast<void*>(end), kCanaryByte, hi - end);
@@ -312,6 +356,7 @@ struct Fiber {
 
 struct Run {
   const LaunchInfo* info;
+  unsigned n = 0;            // threads per block
   void (*body)(void*);
   void* ctx;
   dim3 grid, block;
@@ -389,11 +434,34 @@ struct SegvHandler {
   }
 };
 
+// Leaves the running fiber, which now waits or has exited, for the next runnable fiber of this round
+// (the threads of a block run in index order, or reversed), or for the scheduler after the round's
+// last. note: one switch per thread per round instead of two through the scheduler; the order is
+// the scheduler's, which would have run the same fiber next.
+void yield_fiber(Run& r) {
+  Fiber& f = *r.cur;
+  Fiber* next = nullptr;
+  if (reverse_order()) {
+    for (unsigned i = f.linear; i-- > 0;)
+      if (g_fibers[i].st == kRun) { next = &g_fibers[i]; break; }
+  } else {
+    for (unsigned i = f.linear + 1; i < r.n; ++i)
+      if (g_fibers[i].st == kRun) { next = &g_fibers[i]; break; }
+  }
+  if (!next) {
+    switch_context(f.ctx, r.sched);
+    return;
+  }
+  r.cur = next;
+  tl_builtins.tid = &next->tid;
+  switch_context(f.ctx, next->ctx);
+}
+
 void fiber_main() {
   Run* r = tl_run;
   r->body(r->ctx);
   r->cur->st = kDone;
-  switch_context(r->cur->ctx, r->sched);
+  yield_fiber(*r);  // never comes back: the next block makes a fresh context
 }
 
 void ensure_fibers(size_t n) {
@@ -415,6 +483,17 @@ void set_error(Run& r, const std::string& msg) {
   char head[256];
   std::snprintf(head, sizeof head, "kernel %s, block (%u,%u,%u): ", r.info->name, r.bid.x, r.bid.y, r.bid.z);
   r.error = head + msg;
+}
+
+// dst = src for a shuffled value of 1, 2, 4 or 8 bytes. note: fixed-size copies compile to a move;
+// memcpy with a variable size was a library call per lane and shuffle.
+void copy_value(void* dst, const void* src, unsigned size) {
+  switch (size) {
+    case 4: std::memcpy(dst, src, 4); break;
+    case 8: std::memcpy(dst, src, 8); break;
+    case 2: std::memcpy(dst, src, 2); break;
+    default: std::memcpy(dst, src, size); break;
+  }
 }
 
 // Releases the warps whose live lanes all wait at a shuffle; returns whether any was released.
@@ -448,7 +527,7 @@ bool release_warps(Run& r, unsigned n) {
         set_error(r, "lanes of one warp shuffle values of different sizes");
         return false;
       }
-      std::memcpy(f.xout, &g_fibers[lo + f.xsrc].xin, f.xsize);
+      copy_value(f.xout, &g_fibers[lo + f.xsrc].xin, f.xsize);
     }
     for (unsigned i = lo; i < hi; ++i) g_fibers[i].st = kRun;
     released = true;
@@ -464,14 +543,19 @@ void run_block_fibers(Run& r) {
     f.linear = i;
     f.tid = uint3{i % r.block.x, (i / r.block.x) % r.block.y, i / (r.block.x * r.block.y)};
     f.st = kRun;
-    make_context(f.ctx, f.stack, kStack, fiber_main);
+    // note: each stack's top staggered by a few cache lines: at the same offset in every 256 KiB
+    // stack, the fibers' frames all fell into the same cache sets and every switch missed the cache.
+    make_context(f.ctx, f.stack, kStack - (i % 97) * 192, fiber_main);
   }
   for (;;) {
+    // One round: the first runnable fiber runs, and each hands over to the next (yield_fiber).
     for (unsigned j = 0; j < n; ++j) {
       Fiber& f = g_fibers[reverse_order() ? n - 1 - j : j];
       if (f.st != kRun) continue;
       r.cur = &f;
+      tl_builtins.tid = &f.tid;
       switch_context(r.sched, f.ctx);
+      break;
     }
     r.cur = nullptr;
     unsigned done = 0, at_barrier = 0, at_shuffle = 0;
@@ -501,6 +585,7 @@ void run_block_fibers(Run& r) {
 
 void run_block_direct(Run& r) {
   const unsigned n = r.block.x * r.block.y * r.block.z;
+  tl_builtins.tid = &r.direct_tid;
   for (unsigned j = 0; j < n && r.error.empty(); ++j) {
     const unsigned i = reverse_order() ? n - 1 - j : j;
     r.direct_tid = uint3{i % r.block.x, (i / r.block.x) % r.block.y, i / (r.block.x * r.block.y)};
@@ -512,15 +597,6 @@ void run_block_direct(Run& r) {
 
 void set_reverse_order(bool on) { g_reverse = on; }
 
-const uint3& thread_idx() {
-  Run* r = tl_run;
-  return r->direct ? r->direct_tid : r->cur->tid;
-}
-const uint3& block_idx() { return tl_run->bid; }
-const dim3& block_dim() { return tl_run->block; }
-const dim3& grid_dim() { return tl_run->grid; }
-void* dyn_smem_base() { return tl_run->smem.data(); }
-
 void sync_block() {
   Run* r = tl_run;
   if (r->direct) {
@@ -528,7 +604,7 @@ void sync_block() {
     return;
   }
   r->cur->st = kBlockWait;
-  switch_context(r->cur->ctx, r->sched);
+  yield_fiber(*r);
 }
 
 void sync_warp_exchange(const void* v, void* out, unsigned size, unsigned src_lane, const char* op) {
@@ -539,13 +615,13 @@ void sync_warp_exchange(const void* v, void* out, unsigned size, unsigned src_la
     return;
   }
   Fiber& f = *r->cur;
-  std::memcpy(&f.xin, v, size);
+  copy_value(&f.xin, v, size);
   f.xout = out;
   f.xsize = size;
   f.xsrc = src_lane;
   f.xop = op;
   f.st = kWarpWait;
-  switch_context(f.ctx, r->sched);
+  yield_fiber(*r);
 }
 
 void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
@@ -599,9 +675,14 @@ void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
   r.ctx = ctx;
   r.grid = c.grid;
   r.block = c.block;
+  r.n = threads;
   r.smem.resize(std::max<size_t>(c.smem, 1));
   Run* saved = tl_run;
+  const Builtins saved_builtins = tl_builtins;
   tl_run = &r;
+  tl_builtins.block = c.block;
+  tl_builtins.grid = c.grid;
+  tl_builtins.smem = r.smem.data();
   auto known = g_syncs.find(info.key);
   bool syncs = known == g_syncs.end() ? true : known->second;
   bool first = true;
@@ -609,6 +690,7 @@ void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
     for (unsigned y = 0; y < c.grid.y && r.error.empty(); ++y)
       for (unsigned x = 0; x < c.grid.x && r.error.empty(); ++x) {
         r.bid = uint3{x, y, z};
+        tl_builtins.bid = r.bid;
         std::fill(r.smem.begin(), r.smem.end(), 0xFF);
         r.direct = !syncs;
         if (r.direct) {
@@ -623,6 +705,7 @@ void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
         first = false;
       }
   tl_run = saved;
+  tl_builtins = saved_builtins;
   if (r.error.empty()) {
     const std::string overrun = check_canaries();
     if (!overrun.empty()) r.error = std::string("kernel ") + info.name + " " + overrun + " (found after the launch)";
@@ -1140,27 +1223,95 @@ cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void* workspace, size_t b
 
 }  // extern "C"
 
+namespace {
+
+float to_f32(float v) { return v; }
+float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+float to_f32(__half v) { return __half2float(v); }
+
+// out[i * k + l] = M[i * s_row + l * s_k] in fp32, for `rows` rows of k (the type's switch hoisted
+// out of the loops).
+void gather_f32(const void* M, cudaDataType t, int rows, int k, size_t s_row, size_t s_k, float* out) {
+  auto go = [&](const auto* p) {
+    for (int i = 0; i < rows; ++i)
+      for (int l = 0; l < k; ++l) out[size_t(i) * k + l] = to_f32(p[size_t(i) * s_row + size_t(l) * s_k]);
+  };
+  switch (t) {
+    case CUDA_R_32F: go(static_cast<const float*>(M)); break;
+    case CUDA_R_16BF: go(static_cast<const __nv_bfloat16*>(M)); break;
+    case CUDA_R_16F: go(static_cast<const __half*>(M)); break;
+    default: std::fill(out, out + size_t(rows) * k, NAN); break;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// C = al op(A) B' + be C, where row i of op(A) is a[i * a_row .. + k) (TA: float, bf16 or half) and
+// column j of B' is b[j * k .. + k) in fp32.
+// note: each output is one fp32 sum in k order, as the emulated cuBLAS always computed it. Rows are
+// taken kRows at a time, converted to fp32 and interleaved ([k][kRows]) once for every column, so
+// that kRows independent sums advance together: every sum is bit for bit the plain loop's.
+template <typename TA>
+void gemm_rows(const TA* a, size_t a_row, const float* b, int m, int n, int k, float al, float be, void* C,
+               cudaDataType ct, int ldc) {
+  auto out = [&](int i, int j, float acc) {
+    const size_t ci = size_t(i) + size_t(j) * ldc;
+    store(C, ct, ci, be == 0.0f ? al * acc : al * acc + be * load(C, ct, ci));
+  };
+  constexpr int kRows = 8;
+  std::vector<float> panel(size_t(k) * kRows);  // [k][kRows]: rows i .. i + kRows of op(A)
+  int i = 0;
+  for (; i + kRows <= m; i += kRows) {
+    const TA* ai = &a[size_t(i) * a_row];
+    for (int l = 0; l < k; ++l)
+      for (int r = 0; r < kRows; ++r) panel[size_t(l) * kRows + r] = to_f32(ai[size_t(r) * a_row + l]);
+    for (int j = 0; j < n; ++j) {
+      const float* bc = &b[size_t(j) * k];
+      float acc[kRows] = {};
+      for (int l = 0; l < k; ++l) {
+        const float bl = bc[l];
+        const float* p = &panel[size_t(l) * kRows];
+        for (int r = 0; r < kRows; ++r) acc[r] += p[r] * bl;
+      }
+      for (int r = 0; r < kRows; ++r) out(i + r, j, acc[r]);
+    }
+  }
+  for (; i < m; ++i) {
+    const TA* ar = &a[size_t(i) * a_row];
+    for (int j = 0; j < n; ++j) {
+      const float* bc = &b[size_t(j) * k];
+      float acc = 0.0f;
+      for (int l = 0; l < k; ++l) acc += to_f32(ar[l]) * bc[l];
+      out(i, j, acc);
+    }
+  }
+}
+
+}  // namespace
+
 // C = al op(A) op(B) + be C, the arguments checked by cublasGemmEx.
 static void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float al, const void* A,
                      cudaDataType at, int lda, const void* B, cudaDataType bt, int ldb, float be, void* C,
                      cudaDataType ct, int ldc) {
-  // op(A) as rows of k and op(B) as columns of k, in fp32 (the inputs are exact in fp32).
-  std::vector<float> a(size_t(m) * size_t(k)), b(size_t(n) * size_t(k));
-  for (int i = 0; i < m; ++i)
-    for (int l = 0; l < k; ++l)
-      a[size_t(i) * k + l] = ta == CUBLAS_OP_N ? load(A, at, size_t(i) + size_t(l) * lda) : load(A, at, size_t(l) + size_t(i) * lda);
-  for (int j = 0; j < n; ++j)
-    for (int l = 0; l < k; ++l)
-      b[size_t(j) * k + l] = tb == CUBLAS_OP_N ? load(B, bt, size_t(l) + size_t(j) * ldb) : load(B, bt, size_t(j) + size_t(l) * ldb);
-  for (int j = 0; j < n; ++j)
-    for (int i = 0; i < m; ++i) {
-      const float* ar = &a[size_t(i) * k];
-      const float* bc = &b[size_t(j) * k];
-      float acc = 0.0f;
-      for (int l = 0; l < k; ++l) acc += ar[l] * bc[l];
-      const size_t ci = size_t(i) + size_t(j) * ldc;
-      store(C, ct, ci, be == 0.0f ? al * acc : al * acc + be * load(C, ct, ci));
-    }
+  // op(B) as columns of k in fp32 (the inputs are exact in fp32).
+  std::vector<float> b(size_t(n) * size_t(k));
+  gather_f32(B, bt, n, k, tb == CUBLAS_OP_N ? size_t(ldb) : 1, tb == CUBLAS_OP_N ? 1 : size_t(ldb), b.data());
+  if (ta == CUBLAS_OP_N) {  // the rows of op(A) are strided: gathered to fp32 rows first
+    std::vector<float> a(size_t(m) * size_t(k));
+    gather_f32(A, at, m, k, 1, size_t(lda), a.data());
+    gemm_rows(a.data(), size_t(k), b.data(), m, n, k, al, be, C, ct, ldc);
+    return;
+  }
+  switch (at) {  // the rows of op(A) are A's columns
+    case CUDA_R_32F: gemm_rows(static_cast<const float*>(A), size_t(lda), b.data(), m, n, k, al, be, C, ct, ldc); break;
+    case CUDA_R_16BF:
+      gemm_rows(static_cast<const __nv_bfloat16*>(A), size_t(lda), b.data(), m, n, k, al, be, C, ct, ldc);
+      break;
+    case CUDA_R_16F: gemm_rows(static_cast<const __half*>(A), size_t(lda), b.data(), m, n, k, al, be, C, ct, ldc); break;
+    default: break;  // refused by cublasGemmEx
+  }
 }
 
 // ==================================================================== NCCL

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -207,6 +208,28 @@ TEST_CASE("emu: a kernel writing past its buffer fails its launch, or dies at th
   });
   CHECK(sig2 == SIGSEGV);
   CHECK_MESSAGE(err2.find("before the start of a 64-byte device allocation") != std::string::npos, err2);
+}
+
+TEST_CASE("emu: freed device memory faults when touched, and a new allocation starts as garbage again") {
+  {  // freed memory is kept for reuse: an allocation of the same size starts as 0xA5 bytes again
+    void* p = nullptr;
+    REQUIRE(cudaMalloc(&p, 1000 * sizeof(float)) == cudaSuccess);
+    write_at<<<1, 1>>>(static_cast<float*>(p), 7);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    REQUIRE(cudaFree(p) == cudaSuccess);
+    write_at<<<1, 1>>>(static_cast<float*>(p), 7);  // a freed pointer as an argument
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+    Buf again(1000 * sizeof(float));
+    const auto bytes = down(again.as<unsigned char>(), 1000 * sizeof(float));
+    CHECK(std::all_of(bytes.begin(), bytes.end(), [](unsigned char b) { return b == 0xA5; }));
+  }
+  auto [sig, err] = in_child([] {  // a use after free: the access itself faults
+    void* p = nullptr;
+    cudaMalloc(&p, 1000 * sizeof(float));
+    cudaFree(p);
+    static_cast<volatile float*>(p)[10] = 1.0f;
+  });
+  CHECK(sig == SIGSEGV);
 }
 
 TEST_CASE("emu: cuBLAS GemmEx is column-major with op(A) op(B), and checks the extents it touches") {
