@@ -62,10 +62,14 @@ mkdir -p "$WORK/huge"
 echo '{"model_type": "qwen3_5_text", "hidden_size": 9223372036854775807}' > "$WORK/huge/config.json"
 expect_exit 128 $T "$BIN" inspect "$WORK/huge"
 expect_out "field 'hidden_size': expected at most 2^31-1"
-echo '{"model_type": "qwen3_5_text", "num_experts": 1048576, "moe_intermediate_size": 1073741824}' > "$WORK/huge/config.json"
+echo '{"model_type": "qwen3_5_text", "num_experts": 4096, "moe_intermediate_size": 1073741824}' > "$WORK/huge/config.json"
 sed -i 's/qwen3_5_text/qwen3_5_moe_text/' "$WORK/huge/config.json"
 expect_exit 128 $T "$BIN" inspect "$WORK/huge"
-expect_out "num_experts (1048576) x moe_intermediate_size (1073741824)"
+expect_out "num_experts (4096) x moe_intermediate_size (1073741824)"
+# More experts than any model has: refused before any table is sized by them.
+echo '{"model_type": "qwen3_5_moe_text", "num_experts": 1048576}' > "$WORK/huge/config.json"
+expect_exit 128 $T "$BIN" inspect "$WORK/huge"
+expect_out "'num_experts': expected at most 4096"
 cp -r "$m" "$WORK/short"
 python3 - "$WORK/short/model.safetensors" <<'PY'
 import struct, sys
