@@ -21,6 +21,7 @@
 #include "util/error.h"
 #include "util/file_lock.h"
 #include "util/json_input.h"
+#include "util/json_number.h"
 #include "util/sha256.h"
 
 namespace degen {
@@ -357,7 +358,7 @@ void check_result_fields(const json& j, const std::string& where, bool row) {
   if (has("reason") && !j["reason"].is_string()) bad("reason", "a string");
   if (has("worst_layer") && !j["worst_layer"].is_number_integer()) bad("worst_layer", "a layer number or null");
   for (const char* k : {"kld_mean", "seq_rep_4"})
-    if (has(k) && !j[k].is_number() && !(j[k].is_string() && (j[k] == "inf" || j[k] == "-inf" || j[k] == "nan")))
+    if (has(k) && !is_json_number(j[k]))
       bad(k, "a number, \"inf\", \"-inf\", \"nan\" or null");
   if (has("loop_onset") && !j["loop_onset"].is_number_integer()) bad("loop_onset", "a position or null");
   if (has("detail") && !j["detail"].is_object()) bad("detail", "an object");

@@ -24,6 +24,13 @@ nlohmann::json json_number(const std::optional<double>& v) {
   return v ? json_number(*v) : nlohmann::json(nullptr);
 }
 
+bool is_json_number(const nlohmann::json& j) {
+  if (j.is_number()) return true;
+  if (!j.is_string()) return false;
+  const auto& s = j.get_ref<const std::string&>();
+  return s == "inf" || s == "-inf" || s == "nan";
+}
+
 double number_from_json(const nlohmann::json& j) {
   if (j.is_number()) return j.get<double>();
   if (j.is_string()) {

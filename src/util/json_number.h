@@ -16,5 +16,7 @@ nlohmann::json json_number(const std::optional<double>& v);
 // Inverse of json_number: accepts a number or one of "inf", "-inf", "nan"; anything else throws
 // std::invalid_argument.
 double number_from_json(const nlohmann::json& j);
+// True when number_from_json(j) would succeed (a JSON number or "inf", "-inf", "nan").
+bool is_json_number(const nlohmann::json& j);
 
 }  // namespace degen
