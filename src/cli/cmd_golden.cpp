@@ -8,6 +8,8 @@
 #include "cli/command.h"
 #include "diag/cases.h"
 #include "diag/golden.h"
+#include "diag/golden_plan.h"
+#include "util/resource_meter.h"
 #include "backends/make_backend.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -22,12 +24,30 @@ struct GoldenArgs {
   std::string model, cases, out, precision = "fp32", layers = "all", positions = "auto";
   int gen_tokens = -1;
   int topk = 20;
-  bool no_floors = false, force = false;
+  bool no_floors = false, force = false, restart = false, plan = false;
+  std::optional<double> storage_gbps, memory_gbps, gflops, memory_gb;
   std::string argv;
 };
 
+// The plan (diag/golden_plan.h) of this golden run; `probe`: measure the machine's rates.
+GoldenPlan make_plan(const GoldenArgs& a, const GoldenOptions& o, const Suite& suite, const Model* model,
+                     const Tokenizer* tok, bool probe) {
+  PlanAssumptions as;
+  as.storage_gbps = a.storage_gbps;
+  as.memory_gbps = a.memory_gbps;
+  as.gflops = a.gflops;
+  as.memory_gb = a.memory_gb;
+  as.probe = probe;
+  if (model) return plan_golden(a.model, model->config, model->checkpoint.get(), tok, suite, o, as, make_backend);
+  const ModelConfig cfg = load_model_config(a.model);
+  std::unique_ptr<Checkpoint> ckpt;
+  if (has_weight_files(a.model)) ckpt = Checkpoint::open(a.model);
+  return plan_golden(a.model, cfg, ckpt.get(), tok, suite, o, as, make_backend);
+}
+
 int run_golden(const GoldenArgs& a) {
-  if (a.model.empty() || a.cases.empty() || a.out.empty()) input_error("golden: --model, --cases and --out are required");
+  if (a.model.empty() || a.cases.empty() || (a.out.empty() && !a.plan))
+    input_error("golden: --model, --cases and --out are required (--out not with --plan)");
   GoldenOptions o;
   if (a.precision == "fp32" || a.precision == "ref") o.precision = Precision::ref;
   else if (a.precision == "fp64") o.precision = Precision::fp64;
@@ -39,12 +59,38 @@ int run_golden(const GoldenArgs& a) {
   o.topk = a.topk;
   o.floors = !a.no_floors;
   o.force = a.force;
+  o.restart = a.restart;
   o.command = a.argv;
+  for (const auto& [name, v] : {std::pair{"--storage-gbps", a.storage_gbps}, {"--memory-gbps", a.memory_gbps},
+                                {"--gflops", a.gflops}, {"--memory-gb", a.memory_gb}})
+    if (v && !(*v > 0 && *v < 1e9)) input_error("golden: ", name, " must be a positive number, found ", *v);
   const Suite suite = load_suite(a.cases);
-  auto model = load_model(a.model);
   std::unique_ptr<Tokenizer> tok;
   if (fs::exists(fs::path(a.model) / "tokenizer.json")) tok = Tokenizer::load(fs::path(a.model) / "tokenizer.json");
+  if (a.plan) {  // needs no weights: a config-only folder is planned from its config (bf16)
+    if (!a.out.empty()) (void)0;
+    const GoldenPlan p = make_plan(a, o, suite, nullptr, tok.get(), true);
+    std::printf("golden plan: %s on %s\n", a.model.c_str(), a.cases.c_str());
+    for (const std::string& l : p.lines()) std::printf("  %s\n", l.c_str());
+    if (p.refused())
+      throw UntestableError(cat("golden: this machine cannot hold the run: it needs about ", p.peak_anon_bytes / 1e9,
+                                " GB of memory beside the weights, ", p.available_bytes / 1e9, " GB are available"));
+    return 0;
+  }
+  if (a.out.empty()) input_error("golden: --model, --cases and --out are required");
+  ResourceMeter meter;
+  auto model = load_model(a.model);
   std::FILE* progress = global_options().quiet ? nullptr : stdout;
+  {  // refuse before any work what would end in an out-of-memory kill
+    const GoldenPlan p = make_plan(a, o, suite, model.get(), tok.get(), false);
+    if (p.refused())
+      throw UntestableError(cat("golden: this machine cannot hold the run: it needs about ", p.peak_anon_bytes / 1e9,
+                                " GB of memory beside the weights (see `golden --plan`), ", p.available_bytes / 1e9,
+                                " GB are available; store fewer --positions or --layers, or split the suite"));
+    if (progress)
+      std::fprintf(stderr, "golden: %lld passes over %.1f GB of weights; peak anonymous memory at most %.2f GB of %.1f GB available\n",
+                   static_cast<long long>(p.passes()), p.weight_bytes / 1e9, p.peak_anon_bytes / 1e9, p.available_bytes / 1e9);
+  }
   GoldenSummary s = write_golden(*model, tok.get(), suite, a.out, o, make_backend, progress);
   std::printf("golden: wrote %s: suite '%s', %zu cases, %.1f KiB in %.2f s\n", s.dir.string().c_str(), suite.name.c_str(),
               suite.cases.size(), double(s.bytes) / 1024.0, s.seconds);
@@ -57,6 +103,7 @@ int run_golden(const GoldenArgs& a) {
                   "limits instead (see `degenbisect compare --help`)\n",
                   floor_class_name(fc), s.floors_reason[i].c_str(), floor_class_name(fc));
   }
+  std::fprintf(stderr, "golden: cost: %s\n", meter.now().str().c_str());
   return 0;
 }
 
@@ -74,14 +121,31 @@ CommandRegistrar reg("golden", "Record what the CPU reference does on a prompt s
                   "longest prefix that fits; default), all, none, or N (the first N)");
   sub->add_option("--topk", a->topk, "Log-probabilities kept per position (default 20)");
   sub->add_flag("--no-floors", a->no_floors, "Do not measure the noise floors (bf16 and fp32 classes)");
+  sub->add_flag("--plan", a->plan,
+                "Print what the run will cost (passes over the weights, peak memory by a stated formula, time from\n"
+                "a short probe of this machine) and exit; 125 when this machine cannot hold it. No weights needed");
+  sub->add_option("--storage-gbps", a->storage_gbps, "Plan with this storage read rate (GB/s) instead of the probe's");
+  sub->add_option("--memory-gbps", a->memory_gbps, "Plan with this rate of weights through the matmuls from RAM (GB/s)");
+  sub->add_option("--gflops", a->gflops, "Plan with this prefill matmul rate (GFLOP/s)");
+  sub->add_option("--memory-gb", a->memory_gb, "Plan (and refuse) as if this much memory were available (GB)");
+  sub->add_flag("--restart", a->restart, "Discard the finished cases of an interrupted run instead of keeping them");
   sub->add_flag("--force", a->force,
                 "Replace an existing golden record at --out (atomically: --out holds the old or the new record at\n"
                 "every moment, even if killed; the leftovers of killed runs are removed by the next run)");
   sub->footer(
       "One golden run per --out at a time: a second is refused, naming the first one's PID (.NAME.lock beside it).\n"
+      "An interrupted run (killed, out of time) keeps its finished cases in .NAME.partial and .NAME.resume beside\n"
+      "--out; the same command again keeps them (each checked by SHA-256) and computes the rest: the record is\n"
+      "byte-identical to an uninterrupted run's. Progress and the time left go to stderr, and at the end what\n"
+      "the run cost (wall and CPU time, bytes read from storage, peak anonymous memory).\n"
+      "Memory: the weights stay memory-mapped (the page cache, not counted); the run's own memory is at most\n"
+      "  state (GDN, conv, KV of T tokens) + activations of T rows + 2 T V (8 + e) logits + 3 (S+1) P H 4 layers\n"
+      "  + 2 x a case's data file + threads x 512 KiB tiles + 160 MiB (T tokens, P positions, S stored layers,\n"
+      "  e = 4 at fp32, 8 at fp64); a run that would not fit is refused (exit 125) before it starts.\n"
       "Examples:\n"
       "  degenbisect golden --model models/tiny-qwen35 --cases cases/smoke.json --out golden/tiny-qwen35/smoke\n"
-      "  degenbisect golden --model DIR --cases cases/long-decode.json --out /tmp/g --layers 0,31,63 --positions 256");
+      "  degenbisect golden --model DIR --cases cases/long-decode.json --out /tmp/g --layers 0,31,63 --positions 256\n"
+      "  degenbisect golden --plan --model DIR --cases cases/smoke.json --memory-gbps 100 --memory-gb 512");
   return [a, sub] {
     a->argv = "degenbisect golden --model " + a->model + " --cases " + a->cases + " --out " + a->out;
     if (a->gen_tokens >= 0) a->argv += " --gen-tokens " + std::to_string(a->gen_tokens);

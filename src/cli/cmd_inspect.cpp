@@ -77,14 +77,6 @@ nlohmann::json describe_config(const std::string& model, const ModelConfig& cfg)
   return out;
 }
 
-bool has_safetensors(const std::string& model) {
-  namespace fs = std::filesystem;
-  bool has = fs::exists(fs::path(model) / "model.safetensors") || fs::exists(fs::path(model) / "model.safetensors.index.json");
-  if (!has)
-    for (const auto& e : fs::directory_iterator(model))
-      if (e.path().extension() == ".safetensors") has = true;
-  return has;
-}
 
 // The checkpoint: parameters, dtypes, validity and fingerprint; without weights, the sizes the
 // config implies (bf16, the declared MTP layers).
@@ -242,7 +234,7 @@ int run_inspect(const InspectArgs& a) {
   ModelConfig cfg = load_model_config(a.model);
   InspectFacts f;
   f.out = describe_config(a.model, cfg);
-  f.has_weights = has_safetensors(a.model);
+  f.has_weights = has_weight_files(a.model);
   describe_weights(a.model, cfg, !a.headers_only, f);
   describe_memory(cfg, a.tp, f);
   if (a.json) std::printf("%s\n", f.out.dump(2).c_str());

@@ -19,7 +19,8 @@ struct SynthArgs {
   std::string out;
   uint64_t seed = 0;
   bool list = false;
-  bool weights = false;     // force weights for config-only presets
+  std::string weights;      // --weights [LAYOUT]: "" (the preset's layout), sharded or single
+  bool weights_given = false;
   bool no_weights = false;
   bool no_mtp = false;
   bool fused_experts = false;
@@ -51,11 +52,20 @@ int run_synth(const SynthArgs& a) {
   }
   opt.seed = a.seed;
   if (a.no_mtp) opt.mtp = false;
-  opt.weights = a.no_weights ? false : (a.weights || !config_only);
+  if (a.weights_given && a.no_weights) input_error("synth: --weights and --no-weights contradict each other");
+  opt.weights = a.no_weights ? false : (a.weights_given || !config_only);
+  if (a.weights_given && !a.weights.empty() && a.weights != "sharded" && a.weights != "single")
+    input_error("synth: --weights ", a.weights, ": expected sharded (the published shard layout) or single (one file)");
+  if (a.weights == "sharded") {
+    if (a.shard_mb > 0) input_error("synth: --weights sharded sets the shard layout; leave out --shard-mb");
+    const size_t published = a.preset.empty() ? 0 : find_synth_preset(a.preset).published_shards;
+    if (published > 0) opt.shards = published;
+    else opt.shard_bytes = kDefaultShardBytes;
+  }
   if (a.shard_mb < 0) input_error("synth: --shard-mb must be >= 0, found ", a.shard_mb);
   opt.shard_bytes = static_cast<int64_t>(a.shard_mb * 1024 * 1024);
   auto t0 = std::chrono::steady_clock::now();
-  int64_t params = synth_checkpoint(config, opt, a.out);
+  int64_t params = synth_checkpoint(config, opt, a.out, global_options().quiet ? nullptr : stderr);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (opt.weights)
     std::fprintf(stderr, "synth: wrote %s (%.2fM parameters, seed %llu) in %.1f s\n", a.out.c_str(), params / 1e6,
@@ -74,7 +84,12 @@ CommandRegistrar reg("synth", "Write a synthetic checkpoint (HF layout) from a p
   sub->add_option("--out", a->out, "Output folder");
   sub->add_option("--seed", a->seed, "Seed of the weight generator (same seed, same bytes on every machine)");
   sub->add_flag("--list", a->list, "List the presets and exit");
-  sub->add_flag("--weights", a->weights, "Also write weights for config-only (real-size) presets");
+  sub->add_option("--weights", a->weights,
+                  "Also write weights for config-only (real-size) presets; LAYOUT: sharded (the published shard\n"
+                  "count where known, qwen36-27b: 11 shards and model.safetensors.index.json; else shards of at\n"
+                  "most 5 GB, transformers' default) or single (one model.safetensors)")
+      ->expected(0, 1)
+      ->type_name("[LAYOUT]");
   sub->add_flag("--no-weights", a->no_weights, "Write config.json, tokenizer.json and generation_config.json only");
   sub->add_flag("--no-mtp", a->no_mtp, "Leave out the MTP layer");
   sub->add_flag("--fused-experts", a->fused_experts, "With --config: store MoE experts fused (experts.gate_up_proj)");
@@ -82,8 +97,12 @@ CommandRegistrar reg("synth", "Write a synthetic checkpoint (HF layout) from a p
   sub->add_option("--shard-mb", a->shard_mb, "Split the weights into shards of about this many MiB (with an index)");
   sub->footer("Examples:\n  degenbisect synth --preset tiny-qwen35 --out models/tiny-qwen35\n"
               "  degenbisect synth --preset qwen36-27b --out /tmp/q27   # config only\n"
+              "  degenbisect synth --preset qwen36-27b --weights sharded --out /data/q27   # 54 GB in 11 shards, ~5 min\n"
               "  degenbisect synth --list");
-  return [a] { return run_synth(*a); };
+  return [a, sub] {
+    a->weights_given = sub->count("--weights") > 0;
+    return run_synth(*a);
+  };
 });
 
 }  // namespace

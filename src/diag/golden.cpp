@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "build_config.h"
+#include "diag/golden_plan.h"
 #include "diag/metrics.h"
 #include "engine/generate.h"
 #include "model/chat_template.h"
@@ -345,13 +346,17 @@ std::string manifest_checksum(const json& manifest) {
 
 namespace {
 
-int64_t choose_positions(const std::string& policy, int64_t T, int64_t per_position_bytes) {
+}  // namespace
+
+int64_t golden_positions(const std::string& policy, int64_t T, int64_t per_position_bytes) {
   if (policy == "all") return T;
   if (policy == "none") return 0;
   if (policy == "auto")
     return per_position_bytes == 0 ? T : std::min<int64_t>(T, kAutoLayerBytesPerCase / per_position_bytes);
   return std::min<int64_t>(T, std::stoll(policy));  // validated before
 }
+
+namespace {
 
 void validate_positions(const std::string& p) {
   if (p == "all" || p == "none" || p == "auto") return;
@@ -536,7 +541,7 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
   std::vector<int32_t> seq = cp.ids;
   seq.insert(seq.end(), gen.tokens.begin(), gen.tokens.end());
   const int64_t T = static_cast<int64_t>(seq.size());
-  const int64_t P = run.n_stored == 0 ? 0 : choose_positions(run.opt.positions, T, (run.n_stored + 1) * H * 4);
+  const int64_t P = run.n_stored == 0 ? 0 : golden_positions(run.opt.positions, T, (run.n_stored + 1) * H * 4);
 
   // 2. the teacher-forced prefill
   ForcedOptions fo;
@@ -721,7 +726,6 @@ void clean_stale_temporaries(const fs::path& parent, const fs::path& out, std::F
 // aside first; a kill between the two renames leaves it at ".<name>.old-PID", which the next golden
 // run on `out` puts back (clean_stale_temporaries).
 void replace_record(const fs::path& tmp, const fs::path& out, const fs::path& parent) {
-  test_kill_point("before-swap");
   if (!fs::exists(out)) {
     fs::rename(tmp, out);
     return;
@@ -766,23 +770,126 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
   GoldenSummary sum;
   GoldenRun run(model, tok, opt, factory, sum);
 
-  const fs::path tmp = parent / cat(".", out.filename().string(), ".tmp-", ::getpid());
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  // The record is built in `partial`, a folder that outlives an interrupted run: every finished case
+  // leaves its data file there and its manifest entry in `resume` beside it, and a later run with
+  // the same key (the model, the suite and every setting that shapes the record) keeps them, each
+  // checked against its SHA-256, and computes only the rest. Every case is computed alone, so the
+  // record is the same bytes however often the run was interrupted. The bookkeeping stays out of
+  // the record; at the end `partial` becomes a temporary of this run, `resume` is removed and the
+  // record is put in place.
+  const fs::path partial = parent / cat(".", out.filename().string(), ".partial");
+  const fs::path resume = parent / cat(".", out.filename().string(), ".resume");
+  const json key = {{"tool_version", kVersion},
+                    {"model", model.fingerprint},
+                    {"weights_sample", weights_sample_digest(*model.checkpoint)},
+                    {"tokenizer", tok ? json(tok->fingerprint()) : json(nullptr)},
+                    {"suite", suite.sha256},
+                    {"command", opt.command},
+                    {"precision", run.rc.str()},
+                    {"gen_tokens", opt.gen_tokens ? json(*opt.gen_tokens) : json(nullptr)},
+                    {"layers", opt.layers},
+                    {"positions", opt.positions},
+                    {"topk", opt.topk},
+                    {"floors", opt.floors}};
+  const fs::path key_file = resume / "resume.json";
+  if (fs::exists(partial) || fs::exists(resume)) {
+    std::string why;
+    if (!fs::exists(partial) || !fs::exists(resume)) {
+      why = "incomplete";
+    } else if (opt.restart) {
+      why = "--restart";
+    } else {
+      try {
+        if (parse_json(read_file(key_file, kMaxInputFileBytes), key_file.string()) != key) why = "made with other settings";
+      } catch (const Error&) {
+        why = "its resume.json is missing or unreadable";
+      }
+    }
+    if (!why.empty()) {
+      fs::remove_all(partial);
+      fs::remove_all(resume);
+      if (progress) std::fprintf(progress, "golden: discarded the partial record of an interrupted run (%s)\n", why.c_str());
+    }
+  }
+  if (!fs::exists(partial)) {
+    fs::create_directories(partial);
+    fs::create_directories(resume);
+    write_file_atomic(key_file, key.dump(1) + "\n");
+  }
+
+  // Progress: the share of the work done, by each case's passes over the weights (golden_plan.h).
+  std::vector<double> work(suite.cases.size());
+  for (size_t ci = 0; ci < suite.cases.size(); ++ci) {
+    Case c = suite.cases[ci];
+    if (opt.gen_tokens) c.max_new_tokens = *opt.gen_tokens;
+    const double T = double(encode_case(c, tok, model.config).ids.size() + static_cast<size_t>(std::max(c.max_new_tokens, 0)));
+    work[ci] = std::max(c.max_new_tokens, 0) + 1 + (opt.floors ? 2 * (2 * T + 2) : 0);
+  }
+  const double work_total = std::accumulate(work.begin(), work.end(), 0.0);
+  double work_done = 0, work_timed = 0, seconds_timed = 0;
+  int resumed = 0;
 
   json jcases = json::array(), jfiles = json::object();
-  try {
-    for (size_t ci = 0; ci < suite.cases.size(); ++ci)
-      jcases.push_back(record_case(run, suite.cases[ci], ci, tmp, jfiles, sum, progress));
-    json manifest = golden_manifest(run, suite, sum, std::move(jcases), std::move(jfiles));
-    manifest[kManifestChecksumKey] = manifest_checksum(manifest);
-    write_file_atomic(tmp / "manifest.json", manifest.dump(1) + "\n");
-    replace_record(tmp, out, parent);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
+  for (size_t ci = 0; ci < suite.cases.size(); ++ci) {
+    const std::string id = suite.cases[ci].id;
+    const fs::path entry_file = resume / (id + ".case.json");
+    std::optional<json> kept;
+    if (fs::exists(entry_file)) {
+      try {
+        json e = parse_json(read_file(entry_file, kMaxInputFileBytes), entry_file.string());
+        const std::string file = e.at("file").get<std::string>();
+        const std::string bytes = read_file(partial / file);
+        if (sha256_hex(bytes) == e.at("sha256").get<std::string>() && e.at("bytes").get<size_t>() == bytes.size()) kept = e;
+      } catch (const std::exception&) {
+        kept.reset();  // unreadable or not matching its data: computed again
+      }
+    }
+    const auto c0 = clock::now();
+    if (kept) {
+      ++resumed;
+    } else {
+      json one_file = json::object();
+      GoldenSummary one;
+      json jc = record_case(run, suite.cases[ci], ci, partial, one_file, one, progress);
+      const std::string file = jc.at("file").get<std::string>();
+      json e = {{"entry", jc},
+                {"file", file},
+                {"bytes", one_file.at(file).at("bytes")},
+                {"sha256", one_file.at(file).at("sha256")},
+                {"line", one.lines.at(0)}};
+      write_file_atomic(entry_file, e.dump() + "\n");
+      kept = e;
+      work_timed += work[ci];
+      seconds_timed += std::chrono::duration<double>(clock::now() - c0).count();
+    }
+    const json& e = *kept;
+    jcases.push_back(e.at("entry"));
+    jfiles[e.at("file").get<std::string>()] = {{"bytes", e.at("bytes")}, {"sha256", e.at("sha256")}};
+    sum.bytes += e.at("bytes").get<int64_t>();
+    sum.lines.push_back(e.at("line").get<std::string>());
+    work_done += work[ci];
+    if (progress) {
+      const double left = work_total - work_done;
+      std::string eta = work_timed > 0 && left > 0 ? cat(", about ", format_duration(seconds_timed / work_timed * left), " left") : "";
+      std::fprintf(stderr, "golden: %zu of %zu cases done%s (%.0f %% of the work)%s\n", ci + 1, suite.cases.size(),
+                   resumed ? cat(", ", resumed, " kept from an interrupted run").c_str() : "", 100.0 * work_done / work_total,
+                   eta.c_str());
+    }
   }
+  if (progress && resumed)
+    std::fprintf(progress, "golden: resumed: %d of %zu cases kept from an interrupted run (checked by SHA-256)\n", resumed,
+                 suite.cases.size());
+  json manifest = golden_manifest(run, suite, sum, std::move(jcases), std::move(jfiles));
+  manifest[kManifestChecksumKey] = manifest_checksum(manifest);
+  write_file_atomic(partial / "manifest.json", manifest.dump(1) + "\n");
+  // Finished: the record leaves `partial` for a temporary of this process, the bookkeeping goes, and
+  // the record is put in place (a kill in between leaves a temporary that the next run removes).
+  const fs::path tmp = parent / cat(".", out.filename().string(), ".tmp-", ::getpid());
+  fs::remove_all(tmp);
+  fs::rename(partial, tmp);
+  fs::remove_all(resume);
+  test_kill_point("before-swap");
+  replace_record(tmp, out, parent);
   sum.dir = out;
   sum.bytes += static_cast<int64_t>(fs::file_size(out / "manifest.json"));
   sum.seconds = std::chrono::duration<double>(clock::now() - t0).count();

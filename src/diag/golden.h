@@ -180,11 +180,14 @@ struct GoldenOptions {
   int topk = 20;
   bool floors = true;                    // measure the noise floors (both classes)
   bool force = false;                    // replace an existing record
+  bool restart = false;                  // discard the finished cases of an interrupted run instead of keeping them
   std::string command;                   // how it was made, recorded in the manifest
 };
 
 // auto: all positions while a case's layer data stays under this many bytes, else the longest prefix that fits.
 constexpr int64_t kAutoLayerBytesPerCase = 64ll << 20;
+// The positions whose layer outputs a case of T tokens stores under --positions `policy` (validated).
+int64_t golden_positions(const std::string& policy, int64_t T, int64_t per_position_bytes);
 
 // Noise floors (metrics.md §1) come in two classes, because a fixed threshold cannot serve both a
 // bf16 path and an fp32 path, and neither can one floor:

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -182,24 +183,27 @@ void parse_entry(const std::string& file, const std::string& name, const json& e
                 want, " (", dts, " x ", shape_str(t->shape), ")");
 }
 
-// Writes chunks to `path` through a temp file in the same folder: write, fsync, rename.
-struct Chunk { const void* data; size_t n; };
-void write_chunks_atomic(const fs::path& path, const std::vector<Chunk>& chunks) {
+// Writes to `path` through a temp file in the same folder: `produce` writes the content through the
+// sink it is given; then fsync, rename. A failure (or an exception from `produce`) removes the temp file.
+using Sink = std::function<void(const void*, size_t)>;
+void write_atomic(const fs::path& path, const std::function<void(const Sink&)>& produce) {
   static std::atomic<unsigned> counter{0};
   fs::path dir = path.parent_path();
   fs::path tmp = (dir.empty() ? fs::path(".") : dir) /
                  cat(".", path.filename().string(), ".tmp-", ::getpid(), "-", counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) input_error("cannot write ", path.string(), ": creating ", tmp.string(), ": ", errno_str(errno));
+  bool open = true;
   auto fail = [&](const char* what) {
     int e = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
+    open = false;
     input_error("cannot write ", path.string(), ": ", what, ": ", errno_str(e));
   };
-  for (const Chunk& c : chunks) {
-    const char* p = static_cast<const char*>(c.data);
-    size_t left = c.n;
+  const Sink sink = [&](const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    size_t left = n;
     while (left > 0) {
       ssize_t w = ::write(fd, p, left);
       if (w < 0) {
@@ -209,6 +213,15 @@ void write_chunks_atomic(const fs::path& path, const std::vector<Chunk>& chunks)
       p += w;
       left -= static_cast<size_t>(w);
     }
+  };
+  try {
+    produce(sink);
+  } catch (...) {
+    if (open) {  // else fail() closed and removed the temp file
+      ::close(fd);
+      ::unlink(tmp.c_str());
+    }
+    throw;
   }
   if (::fsync(fd) != 0) fail("fsync");
   if (::close(fd) != 0) {
@@ -224,6 +237,30 @@ void write_chunks_atomic(const fs::path& path, const std::vector<Chunk>& chunks)
   // Make the rename itself durable; failure here is not worth failing the write for.
   int dfd = ::open((dir.empty() ? fs::path(".") : dir).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) { ::fsync(dfd); ::close(dfd); }
+}
+
+// The 8-byte length and the JSON header of a file holding `tensors` contiguously in order.
+std::string safetensors_prefix(const std::map<std::string, std::string>& metadata, const std::vector<TensorDecl>& tensors) {
+  // Contiguous layout in insertion order: the reference reader rejects gaps between tensors.
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  uint64_t off = 0;
+  for (const TensorDecl& e : tensors) {
+    h[e.name] = {{"dtype", std::string(dtype_name(e.dtype))}, {"shape", e.shape}, {"data_offsets", {off, off + e.nbytes}}};
+    off += e.nbytes;
+  }
+  std::string text = h.dump();
+  text.append((8 - (8 + text.size()) % 8) % 8, ' ');  // data section starts at a multiple of 8
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  return out + text;
+}
+
+uint64_t decl_bytes(const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
+  uint64_t numel = 0, want = 0;
+  if (!checked_numel(shape, &numel) || __builtin_mul_overflow(numel, dtype_size(dtype), &want))
+    throw std::invalid_argument(cat("safetensors writer: tensor '", name, "': invalid shape ", shape_str(shape)));
+  return want;
 }
 
 }  // namespace
@@ -480,9 +517,7 @@ void SafetensorsWriter::add(const std::string& name, DType dtype, const std::vec
   if (name == "__metadata__") throw std::invalid_argument("safetensors writer: '__metadata__' is not a tensor name");
   for (const Entry& e : entries_)
     if (e.name == name) throw std::invalid_argument(cat("safetensors writer: duplicate tensor name '", name, "'"));
-  uint64_t numel = 0, want = 0;
-  if (!checked_numel(shape, &numel) || __builtin_mul_overflow(numel, dtype_size(dtype), &want))
-    throw std::invalid_argument(cat("safetensors writer: tensor '", name, "': invalid shape ", shape_str(shape)));
+  const uint64_t want = decl_bytes(name, dtype, shape);
   if (want != nbytes)
     throw std::invalid_argument(cat("safetensors writer: tensor '", name, "': ", nbytes, " bytes given, expected ",
                                     want, " (", dtype_name(dtype), " x ", shape_str(shape), ")"));
@@ -496,29 +531,49 @@ void SafetensorsWriter::add_f32(const std::string& name, const std::vector<int64
 }
 
 void SafetensorsWriter::write(const fs::path& path) const {
-  // Contiguous layout in insertion order: the reference reader rejects gaps between tensors.
-  nlohmann::ordered_json h = nlohmann::ordered_json::object();
-  if (!metadata_.empty()) h["__metadata__"] = metadata_;
-  uint64_t off = 0;
-  for (const Entry& e : entries_) {
-    h[e.name] = {{"dtype", std::string(dtype_name(e.dtype))},
-                 {"shape", e.shape},
-                 {"data_offsets", {off, off + e.bytes.size()}}};
-    off += e.bytes.size();
+  std::vector<TensorDecl> decls;
+  for (const Entry& e : entries_) decls.push_back({e.name, e.dtype, e.shape, e.bytes.size()});
+  const std::string prefix = safetensors_prefix(metadata_, decls);
+  write_atomic(path, [&](const Sink& sink) {
+    sink(prefix.data(), prefix.size());
+    for (const Entry& e : entries_) sink(e.bytes.data(), e.bytes.size());
+  });
+}
+
+void write_safetensors_streamed(const fs::path& path, const std::map<std::string, std::string>& metadata,
+                                std::vector<TensorDecl> tensors, const TensorFill& fill, size_t chunk_bytes) {
+  std::set<std::string> names;
+  for (TensorDecl& t : tensors) {
+    if (t.name == "__metadata__" || !names.insert(t.name).second)
+      throw std::invalid_argument(cat("safetensors writer: tensor name '", t.name, "' reserved or repeated"));
+    t.nbytes = decl_bytes(t.name, t.dtype, t.shape);
   }
-  std::string text = h.dump();
-  text.append((8 - (8 + text.size()) % 8) % 8, ' ');  // data section starts at a multiple of 8
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  std::vector<Chunk> chunks{{len, 8}, {text.data(), text.size()}};
-  for (const Entry& e : entries_) chunks.push_back({e.bytes.data(), e.bytes.size()});
-  write_chunks_atomic(path, chunks);
+  const std::string prefix = safetensors_prefix(metadata, tensors);
+  chunk_bytes = std::max<size_t>(chunk_bytes / 8 * 8, 8);
+  std::vector<uint8_t> buf(chunk_bytes);
+  write_atomic(path, [&](const Sink& sink) {
+    sink(prefix.data(), prefix.size());
+    for (size_t i = 0; i < tensors.size(); ++i)
+      for (uint64_t off = 0; off < tensors[i].nbytes; off += chunk_bytes) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes, tensors[i].nbytes - off));
+        fill(i, off, buf.data(), n);
+        sink(buf.data(), n);
+      }
+  });
 }
 
 // ---------------------------------------------------------------- file helpers
 
+bool has_weight_files(const fs::path& dir) {
+  if (fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json")) return true;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".safetensors") return true;
+  return false;
+}
+
 void write_file_atomic(const fs::path& path, const std::string& text) {
-  write_chunks_atomic(path, {{text.data(), text.size()}});
+  write_atomic(path, [&](const Sink& sink) { sink(text.data(), text.size()); });
 }
 
 std::string read_file(const fs::path& path, uint64_t max_bytes) {

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -80,6 +81,10 @@ class Checkpoint {
   std::map<std::string, const TensorView*> by_name_;
 };
 
+// A folder with weights (model.safetensors, an index, or any *.safetensors), as opposed to a
+// config-only folder (synth of a real-size preset without --weights).
+bool has_weight_files(const std::filesystem::path& dir);
+
 // Builds a .safetensors file in memory and writes it atomically (temp file + fsync + rename).
 // Tensors are laid out contiguously in insertion order (no gaps: the reference reader rejects them);
 // the header is padded with spaces so that the data section starts at a multiple of 8, as the
@@ -100,6 +105,20 @@ class SafetensorsWriter {
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };
+
+// A file larger than memory: the header from the declarations, then each tensor's bytes asked of
+// `fill` chunk by chunk (tensor index, byte offset in the tensor, buffer, bytes; chunks are multiples
+// of 8 bytes except a tensor's last), written atomically like SafetensorsWriter::write (the same
+// bytes for the same content). nbytes of each declaration is computed here from dtype and shape.
+struct TensorDecl {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t nbytes = 0;
+};
+using TensorFill = std::function<void(size_t tensor, uint64_t offset, uint8_t* buf, size_t n)>;
+void write_safetensors_streamed(const std::filesystem::path& path, const std::map<std::string, std::string>& metadata,
+                                std::vector<TensorDecl> tensors, const TensorFill& fill, size_t chunk_bytes = 64u << 20);
 
 // Writes `text` to `path` atomically (temp file in the same folder, fsync, rename).
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);

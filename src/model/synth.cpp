@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <chrono>
+#include <cstdio>
+#include <thread>
 
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -157,7 +160,8 @@ std::vector<SynthPreset> make_presets() {
               {"mamba_ssm_dtype", "float32"}, {"mtp_num_hidden_layers", 1}, {"full_attention_interval", 4},
               {"bos_token_id", 248044}, {"eos_token_id", 248044}, {"tie_word_embeddings", false}};
     p.push_back({"qwen36-27b", "Qwen3.6-27B shapes (config only unless --weights: 54 GB)",
-                 nest("qwen3_5", "qwen3_5_text", "Qwen3_5ForConditionalGeneration", t), SynthOptions{}, true});
+                 nest("qwen3_5", "qwen3_5_text", "Qwen3_5ForConditionalGeneration", t), SynthOptions{}, true,
+                 11});  // the published checkpoint: model-000NN-of-00011.safetensors and its index
   }
   {  // Qwen3-Next-80B-A3B-Instruct, values from its config.json (spec §3.1)
     json t = {{"architectures", {"Qwen3NextForCausalLM"}}, {"model_type", "qwen3_next"}, {"vocab_size", 151936},
@@ -254,7 +258,7 @@ const SynthPreset& find_synth_preset(const std::string& name) {
   input_error("unknown preset '", name, "'; expected one of: ", names);
 }
 
-int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std::filesystem::path& out) {
+int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std::filesystem::path& out, std::FILE* progress) {
   ModelConfig cfg = parse_model_config(config, "synth config");
   std::filesystem::create_directories(out);
 
@@ -290,54 +294,111 @@ int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std:
   lay.mtp_layers = opt.mtp ? 1 : 0;
   std::vector<WeightSpec> table = weight_table(cfg, lay);
 
-  int64_t params = 0, total = 0;  // parameters, bytes
-  std::vector<SafetensorsWriter> shards(1);
-  int64_t shard_fill = 0;
-  json weight_map = json::object();
-  std::vector<std::pair<std::string, size_t>> placed;  // tensor -> shard index
+  // Every tensor's declaration and value rule; the bytes are made while each shard is written, a
+  // chunk at a time on every core, so a checkpoint larger than memory can be written.
+  struct Item {
+    TensorDecl decl;
+    ValueRule rule;
+    uint64_t key;
+  };
+  std::vector<Item> items;
+  int64_t params = 0;
+  uint64_t total = 0;  // bytes
   for (const auto& spec : table) {
     if (spec.need == Need::optional) continue;  // e.g. lm_head.weight of a tied model
     int64_t n = 1;
     for (int64_t d : spec.shape) n *= d;
-    ValueRule rule = rule_for(spec.name, spec.shape, cfg);
-    uint64_t key = fnv1a(spec.name);
     bool f32 = opt.gdn_params_f32 && (ends_with(spec.name, "A_log") || ends_with(spec.name, "linear_attn.norm.weight"));
-    DType dt = f32 ? DType::f32 : DType::bf16;
-    std::vector<uint8_t> bytes(static_cast<size_t>(n) * dtype_size(dt));
-    for (int64_t i = 0; i < n; ++i) {
-      float v = static_cast<float>(value_at(rule, opt.seed, key, static_cast<uint64_t>(i)));
-      if (dt == DType::f32) std::memcpy(&bytes[4 * i], &v, 4);
-      else { uint16_t h = f32_to_bf16(v); std::memcpy(&bytes[2 * i], &h, 2); }
-    }
-    if (opt.shard_bytes > 0 && shard_fill > 0 && shard_fill + static_cast<int64_t>(bytes.size()) > opt.shard_bytes) {
-      shards.emplace_back();
-      shard_fill = 0;
-    }
-    shards.back().add(spec.name, dt, spec.shape, bytes.data(), bytes.size());
-    placed.emplace_back(spec.name, shards.size() - 1);
-    shard_fill += static_cast<int64_t>(bytes.size());
+    const DType dt = f32 ? DType::f32 : DType::bf16;
+    const uint64_t nbytes = static_cast<uint64_t>(n) * dtype_size(dt);
+    items.push_back({TensorDecl{spec.name, dt, spec.shape, nbytes}, rule_for(spec.name, spec.shape, cfg), fnv1a(spec.name)});
     params += n;
-    total += static_cast<int64_t>(bytes.size());
+    total += nbytes;
   }
+  // Shards: `shards` of them, each tensor in the part of the byte range its middle falls in (so every
+  // shard is about total / shards); or greedily up to shard_bytes; or one file.
+  std::vector<size_t> shard_of(items.size(), 0);
+  size_t nshards = 1;
+  if (opt.shards > 1) {
+    uint64_t off = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const uint64_t mid = off + items[i].decl.nbytes / 2;
+      shard_of[i] = std::min<size_t>(static_cast<size_t>(mid / ((total + opt.shards - 1) / opt.shards)), opt.shards - 1);
+      off += items[i].decl.nbytes;
+    }
+  } else if (opt.shard_bytes > 0) {
+    int64_t fill = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const int64_t b = static_cast<int64_t>(items[i].decl.nbytes);
+      if (fill > 0 && fill + b > opt.shard_bytes) {
+        ++nshards;
+        fill = 0;
+      }
+      shard_of[i] = nshards - 1;
+      fill += b;
+    }
+  }
+  if (opt.shards > 1) {  // number the shards that received tensors 0..n-1 (a tiny model may leave some empty)
+    std::vector<size_t> renum(opt.shards, SIZE_MAX);
+    nshards = 0;
+    for (size_t& s : shard_of) {
+      if (renum[s] == SIZE_MAX) renum[s] = nshards++;
+      s = renum[s];
+    }
+  }
+
   // Remove outputs of an earlier synth into the same folder that this one would not overwrite.
   for (const auto& e : std::filesystem::directory_iterator(out)) {
     std::string fn = e.path().filename().string();
     if (ends_with(fn, ".safetensors") || fn == "model.safetensors.index.json") std::filesystem::remove(e.path());
   }
-  if (shards.size() == 1) {
-    shards[0].set_metadata("format", "pt");
-    shards[0].write(out / "model.safetensors");
-  } else {
-    auto shard_name = [&](size_t s) {
-      char fn[64];
-      std::snprintf(fn, sizeof fn, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
-      return std::string(fn);
+  auto shard_name = [&](size_t s) {
+    if (nshards == 1) return std::string("model.safetensors");
+    char fn[64];
+    std::snprintf(fn, sizeof fn, "model-%05zu-of-%05zu.safetensors", s + 1, nshards);
+    return std::string(fn);
+  };
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t written = 0;
+  for (size_t s = 0; s < nshards; ++s) {
+    std::vector<TensorDecl> decls;
+    std::vector<const Item*> in;
+    for (size_t i = 0; i < items.size(); ++i)
+      if (shard_of[i] == s) {
+        decls.push_back(items[i].decl);
+        in.push_back(&items[i]);
+      }
+    // One chunk of tensor t: elements [off / esize, (off + n) / esize), split over the cores.
+    TensorFill fill = [&](size_t t, uint64_t off, uint8_t* buf, size_t n) {
+      const Item& it = *in[t];
+      const size_t es = dtype_size(it.decl.dtype);
+      const uint64_t e0 = off / es, ne = n / es;
+      auto work = [&](uint64_t a, uint64_t b) {
+        for (uint64_t i = a; i < b; ++i) {
+          const float v = static_cast<float>(value_at(it.rule, opt.seed, it.key, e0 + i));
+          if (es == 4) std::memcpy(buf + 4 * i, &v, 4);
+          else { const uint16_t h = f32_to_bf16(v); std::memcpy(buf + 2 * i, &h, 2); }
+        }
+      };
+      const uint64_t parts = ne < (1u << 16) ? 1 : threads;
+      std::vector<std::thread> pool;
+      for (uint64_t k = 1; k < parts; ++k) pool.emplace_back(work, ne * k / parts, ne * (k + 1) / parts);
+      work(0, ne / parts);
+      for (auto& th : pool) th.join();
     };
-    for (size_t s = 0; s < shards.size(); ++s) {
-      shards[s].set_metadata("format", "pt");
-      shards[s].write(out / shard_name(s));
+    write_safetensors_streamed(out / shard_name(s), {{"format", "pt"}}, decls, fill);
+    for (const TensorDecl& d : decls) written += d.nbytes;
+    if (progress && nshards > 1) {
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(progress, "synth: %s written (%zu of %zu; %.1f of %.1f GB in %.0f s)\n", shard_name(s).c_str(), s + 1,
+                   nshards, double(written) / 1e9, double(total) / 1e9, sec);
+      std::fflush(progress);
     }
-    for (const auto& [name, shard] : placed) weight_map[name] = shard_name(shard);
+  }
+  if (nshards > 1) {
+    json weight_map = json::object();
+    for (size_t i = 0; i < items.size(); ++i) weight_map[items[i].decl.name] = shard_name(shard_of[i]);
     json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
     write_file_atomic(out / "model.safetensors.index.json", index.dump(2) + "\n");
   }

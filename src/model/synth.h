@@ -6,6 +6,7 @@
 // hence the model fingerprint, do not depend on the C++ library or the machine.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -14,6 +15,10 @@
 
 namespace degen {
 
+// transformers' save_pretrained default max_shard_size ("5GB"): the shard size of `synth --weights
+// sharded` for a preset whose published shard count we do not state.
+constexpr int64_t kDefaultShardBytes = 5'000'000'000;
+
 struct SynthOptions {
   uint64_t seed = 0;
   bool mtp = true;             // write one MTP layer
@@ -21,6 +26,7 @@ struct SynthOptions {
   bool gdn_params_f32 = false; // A_log and linear_attn.norm.weight stored F32 (as in Qwen3.5-35B-A3B)
   bool weights = true;         // false: config, tokenizer and generation config only
   int64_t shard_bytes = 0;     // > 0: split into shards of about this size with model.safetensors.index.json
+  size_t shards = 0;           // > 1: exactly this many shards of about equal size (the published layout), with the index
 };
 
 struct SynthPreset {
@@ -29,14 +35,18 @@ struct SynthPreset {
   nlohmann::json config;  // config.json
   SynthOptions options;
   bool config_only;       // real-size presets: weights are not written unless asked for
+  size_t published_shards = 0;  // the shard count of the published checkpoint (synth --weights sharded)
 };
 
 const std::vector<SynthPreset>& synth_presets();
 const SynthPreset& find_synth_preset(const std::string& name);  // InputError listing the names
 
 // Writes a checkpoint folder for `config` (an HF config.json object). Returns the parameter count written.
-// Existing files in `out` with the same names are replaced atomically.
-int64_t synth_checkpoint(const nlohmann::json& config, const SynthOptions& options, const std::filesystem::path& out);
+// Existing files in `out` with the same names are replaced atomically. The weights are made while
+// they are written (a chunk of at most 64 MiB at a time), so memory stays bounded whatever the size;
+// with `progress`, a line per shard written.
+int64_t synth_checkpoint(const nlohmann::json& config, const SynthOptions& options, const std::filesystem::path& out,
+                         std::FILE* progress = nullptr);
 
 // The counter-based generator (exposed for tests): uniform in [0, 1) and approximately standard
 // normal (Irwin-Hall sum of 4 uniforms, rescaled to unit variance) for stream `key`, element `i`.

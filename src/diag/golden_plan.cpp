@@ -1,0 +1,348 @@
+// golden --plan (see golden_plan.h for the formulas).
+#include "diag/golden_plan.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "model/safetensors.h"
+#include "model/tokenizer.h"
+#include "model/weights.h"
+#include "util/dtype.h"
+#include "util/error.h"
+#include "util/resource_meter.h"
+
+namespace degen {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kGB = 1e9;
+// The program itself (libraries, CUDA runtime, tokenizer, OpenMP stacks): a golden of the tiny
+// models, whose own data are a few MB, peaks at 105-110 MB of anonymous memory (measured 2026-12-02).
+constexpr double kBaseBytes = 160.0 * (1 << 20);
+constexpr double kTileBytes = 512.0 * 1024;       // src/cpu/matmul.cpp kTileBytes
+
+std::string gb(double bytes) {
+  char b[32];
+  if (bytes >= 1e9) std::snprintf(b, sizeof b, "%.1f GB", bytes / 1e9);
+  else std::snprintf(b, sizeof b, "%.0f MB", bytes / 1e6);
+  return b;
+}
+
+// One pass over the weights: n tokens through every layer at context up to `ctx`, with or without the MTP head.
+struct Pass {
+  int64_t n = 1, ctx = 1;
+  bool mtp = false;
+  bool compute = true;  // false: a read of every byte (the tensor digests)
+};
+
+// Storage read rate: up to 512 MiB from the middle of the largest file with O_DIRECT (not from the
+// page cache); where O_DIRECT is refused, after dropping the range from the cache.
+std::optional<double> probe_storage(const fs::path& file, std::string& how) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  bool direct = fd >= 0;
+  const int f = direct ? fd : ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f < 0) return std::nullopt;
+  struct stat st{};
+  ::fstat(f, &st);
+  const size_t block = 4 << 20;
+  const off_t size = st.st_size;
+  if (size < off_t(block) * 4) {
+    ::close(f);
+    return std::nullopt;
+  }
+  const off_t len = std::min<off_t>(off_t(512) << 20, size / 2) / off_t(block) * off_t(block);
+  const off_t start = (size / 2 - len / 2) / 4096 * 4096;
+  if (!direct) ::posix_fadvise(f, start, len, POSIX_FADV_DONTNEED);
+  void* buf = nullptr;
+  if (::posix_memalign(&buf, 4096, block) != 0) {
+    ::close(f);
+    return std::nullopt;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  off_t got = 0;
+  while (got < len) {
+    const ssize_t r = ::pread(f, buf, block, start + got);
+    if (r <= 0) break;
+    got += r;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > 3.0) break;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::free(buf);
+  ::close(f);
+  if (got == 0 || s <= 0) return std::nullopt;
+  how = cat("measured: ", got >> 20, " MiB of ", file.filename().string(), direct ? " read with O_DIRECT" : " read after dropping it from the page cache");
+  return double(got) / s / kGB;
+}
+
+// The reference's own matmul on an in-memory bf16 weight [4096, 4096]: at 1 row, bytes of weight per
+// second (decode); at 32 rows, flop/s (prefill).
+void probe_matmul(const BackendFactory& factory, const ModelConfig& cfg, Precision prec, double& bytes_per_s, double& flops) {
+  RunConfig rc;
+  rc.precision = prec;
+  std::unique_ptr<Backend> be = factory(rc, cfg);
+  const int64_t out = 4096, in = 4096;
+  std::vector<uint16_t> w(static_cast<size_t>(out * in));
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (auto& v : w) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    v = f32_to_bf16(static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) * (1.0f / (1 << 29)));
+  }
+  TensorView tv;
+  tv.name = "probe";
+  tv.dtype = DType::bf16;
+  tv.shape = {out, in};
+  tv.data = reinterpret_cast<const uint8_t*>(w.data());
+  tv.nbytes = w.size() * 2;
+  auto rate = [&](int64_t rows) {
+    Tensor x = be->from_host(std::vector<double>(static_cast<size_t>(rows * in), 0.01), {rows, in});
+    (void)be->matmul(x, tv);  // warm
+    int reps = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    double sec = 0;
+    while (sec < 0.3 || reps < 2) {
+      (void)be->matmul(x, tv);
+      ++reps;
+      sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return sec / reps;
+  };
+  bytes_per_s = double(tv.nbytes) / rate(1);
+  flops = 2.0 * 32 * double(in) * double(out) / rate(32);
+}
+
+}  // namespace
+
+std::string format_duration(double s) {
+  char b[64];
+  if (s >= 3600) std::snprintf(b, sizeof b, "%d h %02d min", int(s / 3600), int(std::fmod(s, 3600) / 60));
+  else if (s >= 60) std::snprintf(b, sizeof b, "%d min %02d s", int(s / 60), int(std::fmod(s, 60)));
+  else std::snprintf(b, sizeof b, "%.1f s", s);
+  return b;
+}
+
+GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkpoint* ckpt, const Tokenizer* tok,
+                       const Suite& suite, const GoldenOptions& opt, const PlanAssumptions& as,
+                       const BackendFactory& factory) {
+  GoldenPlan p;
+  p.model_name = dir.filename().string();
+  p.weights_present = ckpt != nullptr;
+  p.files = ckpt ? static_cast<int>(ckpt->files().size()) : 0;
+  const int L = cfg.num_layers;
+  const double H = double(cfg.hidden_size), V = double(cfg.vocab_size);
+
+  // ---- the weights by what a pass reads of them
+  CheckpointLayout lay;
+  if (ckpt) lay = detect_layout(cfg, *ckpt);
+  else lay.mtp_layers = cfg.mtp_num_layers;
+  int moe_layers = 0;
+  for (int l = 0; l < L; ++l) moe_layers += cfg.is_moe_layer(l) ? 1 : 0;
+  for (const WeightSpec& spec : weight_table(cfg, lay)) {
+    const TensorView* t = ckpt ? ckpt->find(spec.name) : nullptr;
+    if (!t && spec.need == Need::optional) continue;
+    int64_t n = 1;
+    for (int64_t d : spec.shape) n *= d;
+    const double b = t ? double(t->nbytes) : double(n) * 2;
+    p.params += n;
+    p.weight_bytes += b;
+    if (spec.kind == "embed") p.embed_bytes += b;
+    else if (spec.kind == "mtp") p.mtp_bytes += b;
+    else if (spec.name.find(".experts.") != std::string::npos) p.expert_bytes += b;
+  }
+  const double E = double(cfg.num_experts), k = double(cfg.experts_per_tok);
+  const double per_expert = moe_layers > 0 && E > 0 ? p.expert_bytes / (moe_layers * E) : 0;
+  const double bytes_per_param = p.params > 0 ? p.weight_bytes / double(p.params) : 2;
+  auto touched = [&](int64_t n) { return E > 0 ? E * (1 - std::pow(1 - k / E, double(n))) : 0.0; };
+  // weight bytes through the matmuls in a pass over n tokens
+  auto pass_bytes = [&](const Pass& ps) {
+    if (!ps.compute) return p.weight_bytes;
+    double b = p.weight_bytes - p.embed_bytes - p.expert_bytes - p.mtp_bytes;
+    b += moe_layers * touched(ps.n) * per_expert;
+    if (ps.mtp) b += p.mtp_bytes;  // (an MoE MTP layer counted whole: an upper bound)
+    return b;
+  };
+  auto pass_flops = [&](const Pass& ps) {
+    if (!ps.compute) return 0.0;
+    const double active_bytes = pass_bytes(Pass{1, 1, ps.mtp, true});
+    double f = 2.0 * double(ps.n) * active_bytes / bytes_per_param;
+    f += 4.0 * double(ps.n) * double(ps.ctx) * cfg.n_q * cfg.head_dim * cfg.num_full_layers();  // QK^T and AV
+    f += 6.0 * double(ps.n) * cfg.n_v * double(cfg.d_k) * cfg.d_v * cfg.num_linear_layers();     // GDN state update and read
+    return f;
+  };
+
+  // ---- the passes
+  const std::vector<bool> stored = parse_layer_list(opt.layers, cfg);
+  const int n_stored = static_cast<int>(std::count(stored.begin(), stored.end(), true));
+  const int classes = opt.floors ? 2 : 0;
+  std::vector<Pass> passes;
+  double record_bytes_max = 0, layers_max = 0;
+  int64_t P_max = 0;
+  struct Gen { int64_t Tp, G; };
+  std::vector<Gen> gens;
+  for (const Case& c0 : suite.cases) {
+    Case c = c0;
+    if (opt.gen_tokens) c.max_new_tokens = *opt.gen_tokens;
+    const int64_t Tp = static_cast<int64_t>(encode_case(c, tok, cfg).ids.size());
+    const int64_t G = c.max_new_tokens, T = Tp + G;
+    gens.push_back({Tp, G});
+    p.max_T = std::max(p.max_T, T);
+    const int64_t P = n_stored == 0 ? 0 : golden_positions(opt.positions, T, (n_stored + 1) * int64_t(H) * 4);
+    P_max = std::max(P_max, P);
+    passes.push_back({T, T, true, true});  // the teacher-forced prefill
+    ++p.passes_forced;
+    for (int cl = 0; cl < classes; ++cl) {
+      if (P > 0) passes.push_back({P, P, false, true});
+      for (int64_t i = 0; i < P; ++i) passes.push_back({1, i + 1, false, true});
+      passes.push_back({T, T, true, true});
+      for (int64_t i = 0; i < T; ++i) passes.push_back({1, i + 1, false, true});
+      p.passes_floors += (P > 0 ? 1 : 0) + P + 1 + T;
+    }
+    const double K = std::min(opt.topk, 1000);
+    const double rec = T * K * 12 + (T - 1) * K * 12 + (n_stored + 1) * double(P) * H * 4 + L * double(T) * 4;
+    record_bytes_max = std::max(record_bytes_max, rec);
+    layers_max = std::max(layers_max, 3.0 * (n_stored + 1) * double(P) * H * 4 + L * double(T) * 4);
+  }
+  // generation: one case at a time (prefill, then a decode step per further token)
+  for (const Gen& g : gens) {
+    if (g.G <= 0) continue;
+    passes.push_back({g.Tp, g.Tp, false, true});
+    for (int64_t i = 1; i < g.G; ++i) passes.push_back({1, g.Tp + i, false, true});
+    p.passes_gen += g.G;
+  }
+  passes.push_back({0, 0, false, false});  // the tensor digests of the manifest read every byte once
+  p.passes_digest = 1;
+  p.cases = static_cast<int>(suite.cases.size());
+
+  // ---- memory
+  const double e = opt.precision == Precision::fp64 ? 8 : 4;
+  const double T = double(p.max_T);
+  const double n_lin = cfg.num_linear_layers(), n_full = cfg.num_full_layers(), n_mtp = lay.mtp_layers;
+  const double proj = std::max(2.0 * cfg.n_q * cfg.head_dim, double(cfg.d_conv() + cfg.d_val() + 2 * cfg.n_v));
+  const double I = cfg.is_moe() ? std::max<double>(cfg.shared_expert_intermediate_size, k * cfg.moe_intermediate_size)
+                                : double(cfg.intermediate_size);
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  p.memory = {
+      {"state", n_lin * (double(cfg.n_v) * cfg.d_k * cfg.d_v + (cfg.conv_kernel - 1) * double(cfg.d_conv())) * e +
+                    (n_full + n_mtp) * T * cfg.n_kv * cfg.head_dim * 2 * e,
+       "GDN state and conv windows of every linear layer, KV cache of T tokens"},
+      {"activations", T * (3 * H + 2 * proj + 3 * I) * e + T * T * cfg.n_q * e, "one forward over T rows"},
+      {"logits", 2 * T * V * (8 + e), "T rows of V logits, record and floor runs, with the MTP head's"},
+      {"layers", layers_max, "stored layer outputs, captured, injected and compared"},
+      {"record", 2 * record_bytes_max, "a case's data file, written and checksummed"},
+      {"tiles", threads * kTileBytes * (e / 4), "converted weight tiles"},
+      {"base", kBaseBytes, "the program: libraries, CUDA runtime, tokenizer, thread stacks"},
+  };
+  for (const PlanItem& m : p.memory) p.peak_anon_bytes += m.bytes;
+  if (as.memory_gb) {
+    p.available_bytes = *as.memory_gb * kGB;
+    p.available_source = "--memory-gb";
+  } else {
+    p.available_bytes = double(memory_available_bytes()) + double(rss_anon_bytes());
+    p.available_source = "this machine (MemAvailable, cgroup limit)";
+  }
+  p.fits_page_cache = p.weight_bytes + p.peak_anon_bytes <= p.available_bytes * 0.9;
+
+  // ---- rates
+  if (as.storage_gbps) {
+    p.storage_gbps = *as.storage_gbps;
+    p.storage_source = "--storage-gbps";
+  } else if (ckpt && as.probe) {
+    fs::path largest;
+    uintmax_t size = 0;
+    for (const auto& f : ckpt->files()) {
+      std::error_code ec;
+      const uintmax_t s = fs::file_size(f->path(), ec);
+      if (!ec && s > size) {
+        size = s;
+        largest = f->path();
+      }
+    }
+    std::string how;
+    if (auto r = probe_storage(largest, how)) {
+      p.storage_gbps = *r;
+      p.storage_source = how;
+    }
+  }
+  if (as.memory_gbps && as.gflops) {
+    p.memory_gbps = *as.memory_gbps;
+    p.gflops = *as.gflops;
+    p.memory_source = "--memory-gbps";
+    p.flops_source = "--gflops";
+  } else if (as.probe) {
+    double bps = 0, fl = 0;
+    probe_matmul(factory, cfg, opt.precision, bps, fl);
+    p.memory_gbps = as.memory_gbps ? *as.memory_gbps : bps / kGB;
+    p.gflops = as.gflops ? *as.gflops : fl / 1e9;
+    const std::string m = cat("measured: the reference matmul on a 4096 x 4096 bf16 weight in RAM, ", threads, " threads");
+    p.memory_source = as.memory_gbps ? "--memory-gbps" : m + ", 1 row";
+    p.flops_source = as.gflops ? "--gflops" : m + ", 32 rows";
+  }
+  if (p.storage_gbps <= 0 && !p.fits_page_cache) {
+    p.storage_source = ckpt ? "not measured (the probe could not read the checkpoint)" : "not measured (no weight files)";
+  }
+
+  // ---- time
+  bool first = true;
+  for (const Pass& ps : passes) {
+    const double W = pass_bytes(ps);
+    const bool from_storage = !p.fits_page_cache || first;
+    if (from_storage && p.storage_gbps > 0) p.seconds_read += W / (p.storage_gbps * kGB);
+    first = false;
+    if (!ps.compute) continue;
+    p.bytes_weights_total += W;
+    p.flops_total += pass_flops(ps);
+    double t = 0;
+    if (p.memory_gbps > 0) t = std::max(t, W / (p.memory_gbps * kGB));
+    if (p.gflops > 0) t = std::max(t, pass_flops(ps) / (p.gflops * 1e9));
+    p.seconds_compute += t;
+  }
+  return p;
+}
+
+std::vector<std::string> GoldenPlan::lines() const {
+  std::vector<std::string> o;
+  o.push_back(cat("model: ", model_name, ", ", std::to_string(params / 1000000), "M parameters, ", gb(weight_bytes),
+                  " of weights", weights_present ? cat(" in ", files, files == 1 ? " file" : " files") : " (config only; bf16 assumed)"));
+  o.push_back(cat("suite: ", cases, " cases, up to ", max_T, " tokens each (prompt + generated)"));
+  o.push_back(cat("passes over the weights: ", passes(), " = ", passes_gen, " generation + ", passes_forced,
+                  " teacher-forced + ", passes_floors, " noise floors + ", passes_digest, " digest read"));
+  o.push_back(cat("  through the matmuls: ", gb(bytes_weights_total), " of weights, ", cat(std::lround(flops_total / 1e9)), " GFLOP"));
+  o.push_back("peak anonymous memory, at most (formula in `golden --help`):");
+  for (const PlanItem& m : memory) {
+    char b[160];
+    std::snprintf(b, sizeof b, "  %-12s %10s  %s", m.name.c_str(), gb(m.bytes).c_str(), m.formula.c_str());
+    o.push_back(b);
+  }
+  o.push_back(cat("  total        ", gb(peak_anon_bytes), " of ", gb(available_bytes), " available (", available_source, ")"));
+  o.push_back(fits_page_cache ? "page cache: the weights fit beside the run: storage is read once, later passes read RAM"
+                              : "page cache: the weights do not fit beside the run: every pass reads them from storage");
+  auto rate = [](double v, const char* unit, const std::string& src) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f", v);
+    return v > 0 ? cat(b, " ", unit, " (", src, ")") : cat("unknown (", src.empty() ? "not measured" : src, ")");
+  };
+  o.push_back(cat("storage read: ", rate(storage_gbps, "GB/s", storage_source)));
+  o.push_back(cat("decode matmul: ", rate(memory_gbps, "GB/s of weights", memory_source)));
+  o.push_back(cat("prefill matmul: ", rate(gflops, "GFLOP/s", flops_source)));
+  if (!fits_page_cache && storage_gbps <= 0)
+    o.push_back(cat("estimate: computing ", format_duration(seconds_compute), ", plus reading ", gb(bytes_weights_total),
+                    " from storage at a rate not measured (give --storage-gbps)"));
+  else
+    o.push_back(cat("estimate: ", format_duration(seconds()), " (reading ", format_duration(seconds_read), ", computing ",
+                    format_duration(seconds_compute), ")"));
+  if (refused())
+    o.push_back(cat("REFUSED: needs ", gb(peak_anon_bytes), " of memory, ", gb(available_bytes),
+                    " available: store fewer --positions or --layers, or split the suite"));
+  return o;
+}
+
+}  // namespace degen
