@@ -4,10 +4,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "helpers.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 #include "model/synth.h"
 #include "util/error.h"
 #include "util/sha256.h"
@@ -153,4 +155,41 @@ TEST_CASE("synth: sharded output loads through the index, and config-only preset
   CHECK_FALSE(std::filesystem::exists(cfg_only / "model.safetensors"));
   CHECK(load_model_config(cfg_only.path()).r() == 3);
   CHECK_THROWS_AS(find_synth_preset("tiny-llama"), InputError);
+}
+
+TEST_CASE("synth: the published layout: exactly N shards of about equal size, the same tensors as one file") {
+  const SynthPreset& p = find_synth_preset("tiny-qwen35");
+  test::TempDir one("synth-one"), many("synth-many");
+  synth_checkpoint(p.config, p.options, one.path());
+  SynthOptions o = p.options;
+  o.shards = 3;
+  synth_checkpoint(p.config, o, many.path());
+  CHECK(std::filesystem::exists(many / "model-00003-of-00003.safetensors"));
+  CHECK_FALSE(std::filesystem::exists(many / "model.safetensors"));
+  const json index = json::parse(read_file(many / "model.safetensors.index.json"));
+  auto a = load_model(one.path()), b = load_model(many.path());
+  REQUIRE(b->checkpoint->files().size() == 3);
+  // every shard holds a third of the bytes, give or take the largest tensor
+  size_t largest = 0;
+  for (const TensorView* t : a->checkpoint->tensors()) largest = std::max(largest, t->nbytes);
+  const double third = double(a->checkpoint->total_bytes()) / 3;
+  for (const auto& f : b->checkpoint->files()) {
+    size_t bytes = 0;
+    for (const TensorView* t : b->checkpoint->tensors())
+      if (index["weight_map"][t->name] == f->path().filename().string()) bytes += t->nbytes;
+    CHECK(std::abs(double(bytes) - third) <= double(largest));
+  }
+  CHECK(index["metadata"]["total_size"].get<size_t>() == a->checkpoint->total_bytes());
+  // the same tensors with the same bytes
+  REQUIRE(a->checkpoint->tensors().size() == b->checkpoint->tensors().size());
+  for (const TensorView* t : a->checkpoint->tensors()) {
+    const TensorView& u = b->checkpoint->get(t->name);
+    REQUIRE(u.nbytes == t->nbytes);
+    CHECK(std::memcmp(u.data, t->data, t->nbytes) == 0);
+  }
+  // a streamed write that fails part-way leaves no file behind
+  test::TempDir bad("synth-bad");
+  CHECK_THROWS(write_safetensors_streamed(bad / "x.safetensors", {}, {{"t", DType::f32, {4}}},
+                                          [](size_t, uint64_t, uint8_t*, size_t) { throw InputError("stop"); }));
+  CHECK(std::filesystem::is_empty(bad.path()));
 }

@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct GoldenArgs {
-  std::string model, cases, out, precision = "fp32", layers = "all", positions = "auto";
+  std::string model, cases, out, precision = "fp32", layers = "all", positions = "auto", batch = "1";
   int gen_tokens = -1;
   int topk = 20;
   bool no_floors = false, force = false, restart = false, plan = false;
@@ -60,6 +60,8 @@ int run_golden(const GoldenArgs& a) {
   o.floors = !a.no_floors;
   o.force = a.force;
   o.restart = a.restart;
+  if (a.batch != "1" && a.batch != "all") input_error("golden: --batch ", a.batch, ": expected 1 or all");
+  o.batch_all = a.batch == "all";
   o.command = a.argv;
   for (const auto& [name, v] : {std::pair{"--storage-gbps", a.storage_gbps}, {"--memory-gbps", a.memory_gbps},
                                 {"--gflops", a.gflops}, {"--memory-gb", a.memory_gb}})
@@ -128,6 +130,10 @@ CommandRegistrar reg("golden", "Record what the CPU reference does on a prompt s
   sub->add_option("--memory-gbps", a->memory_gbps, "Plan with this rate of weights through the matmuls from RAM (GB/s)");
   sub->add_option("--gflops", a->gflops, "Plan with this prefill matmul rate (GFLOP/s)");
   sub->add_option("--memory-gb", a->memory_gb, "Plan (and refuse) as if this much memory were available (GB)");
+  sub->add_option("--batch", a->batch,
+                  "1 (default): each case generated alone; all: consecutive cases with equal generation settings\n"
+                  "generated together, one pass over the weights per step for all of them (large models; recorded\n"
+                  "in the manifest: the batch changes the last bits of the sums, as compare's batch=all)");
   sub->add_flag("--restart", a->restart, "Discard the finished cases of an interrupted run instead of keeping them");
   sub->add_flag("--force", a->force,
                 "Replace an existing golden record at --out (atomically: --out holds the old or the new record at\n"
@@ -153,6 +159,7 @@ CommandRegistrar reg("golden", "Record what the CPU reference does on a prompt s
     if (a->layers != "all") a->argv += " --layers " + a->layers;
     if (a->positions != "auto") a->argv += " --positions " + a->positions;
     if (a->topk != 20) a->argv += " --topk " + std::to_string(a->topk);
+    if (a->batch != "1") a->argv += " --batch " + a->batch;
     if (a->no_floors) a->argv += " --no-floors";
     return run_golden(*a);
   };

@@ -1,6 +1,7 @@
 // CpuBackend: memory, host transfer and layout ops. The numeric ops live in one file per family.
 #include "cpu/cpu_backend.h"
 
+
 #include <cstring>
 #include <vector>
 #ifdef _OPENMP
@@ -76,6 +77,8 @@ int CpuBackend::num_threads() {
   return 1;
 #endif
 }
+
+void CpuBackend::prefetch(const TensorView& w) { read_ahead(w); }
 
 void CpuBackend::bind_thread() {
 #ifdef _OPENMP

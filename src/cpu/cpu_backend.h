@@ -67,6 +67,7 @@ class CpuBackend final : public Backend {
   // Threads this backend's ops use on a thread that called bind_thread() (0: OpenMP's default).
   // Tensor parallelism gives each of its N rank threads 1/N of the cores.
   void set_threads(int n) { threads_ = n; }
+  void prefetch(const TensorView& w) override;
   void bind_thread() override;
 
   Tensor zeros(std::vector<int64_t> shape, DType dtype) override;

@@ -147,7 +147,10 @@ std::map<std::string, std::string> tensor_digests(const Checkpoint& ckpt) {
   // One tensor at a time per thread, on every core (this library is built without OpenMP).
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i; (i = next++) < ts.size();) hs[i] = content_hash64(ts[i]->data, ts[i]->nbytes);
+    for (size_t i; (i = next++) < ts.size();) {
+      if (i + 1 < ts.size()) read_ahead(*ts[i + 1]);
+      hs[i] = content_hash64(ts[i]->data, ts[i]->nbytes);
+    }
   };
   const size_t n = std::max<size_t>(1, std::min<size_t>(std::thread::hardware_concurrency(), ts.size()));
   std::vector<std::thread> pool;
@@ -424,6 +427,23 @@ json measure_floors(Engine& eng, const std::vector<int32_t>& seq, const ForcedRu
 
 }  // namespace
 
+std::vector<std::pair<size_t, size_t>> golden_batch_groups(const Suite& suite, const GoldenOptions& opt) {
+  std::vector<std::pair<size_t, size_t>> g;
+  auto same = [&](const Case& a0, const Case& b0) {
+    Case a = a0, b = b0;
+    if (opt.gen_tokens) a.max_new_tokens = b.max_new_tokens = *opt.gen_tokens;
+    return sampling_str(case_sampling(a, SamplingParams{})) == sampling_str(case_sampling(b, SamplingParams{})) &&
+           a.max_new_tokens == b.max_new_tokens && a.ignore_stop == b.ignore_stop;
+  };
+  for (size_t i = 0; i < suite.cases.size();) {
+    size_t j = i + 1;
+    while (opt.batch_all && j < suite.cases.size() && same(suite.cases[i], suite.cases[j])) ++j;
+    g.emplace_back(i, j);
+    i = j;
+  }
+  return g;
+}
+
 const char* floor_class_name(FloorClass c) { return c == FloorClass::bf16 ? "bf16" : "fp32"; }
 
 FloorClass floor_class_for(const RunConfig& rc) {
@@ -513,31 +533,86 @@ void check_golden_options(const GoldenOptions& opt, const fs::path& out) {
 // One case of the record, written as TMP/ID.safetensors: 1. the continuation, through the
 // generation loop; 2. one teacher-forced prefill over prompt + continuation (top-K, stored layers,
 // MTP top-K); 3. the noise floors of each class against it. Returns the case's manifest entry.
-json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::path& tmp, json& jfiles, GoldenSummary& sum,
-                 std::FILE* progress) {
-  const int64_t H = run.H, V = run.V;
+// Progress inside a case on a large model (stderr): once the case has run 10 s, a line per phase and,
+// at most every 10 s, one on the generation steps with the time left.
+struct CaseProgress {
+  using clock = std::chrono::steady_clock;
+  bool on = false;
+  std::string what;
+  int total = 0, steps = 0;
+  clock::time_point t0 = clock::now(), last = clock::now();
+  double since(clock::time_point t) const { return std::chrono::duration<double>(clock::now() - t).count(); }
+  void step() {
+    ++steps;
+    if (!on || since(t0) < 10 || since(last) < 10) return;
+    last = clock::now();
+    const double per = since(t0) / steps;
+    std::fprintf(stderr, "golden: %s: generation step %d of at most %d, %.1f s per step, about %s left of it\n", what.c_str(),
+                 steps, total, per, format_duration(per * std::max(total - steps, 0)).c_str());
+  }
+  void phase(const std::string& p) const {
+    if (on && since(t0) >= 10) std::fprintf(stderr, "golden: %s: %s (%s into the case)\n", what.c_str(), p.c_str(), format_duration(since(t0)).c_str());
+  }
+};
+
+// The suite's case `c` as the record runs it (the --gen-tokens override applied).
+Case golden_case(const GoldenOptions& opt, const Case& suite_case) {
   Case c = suite_case;
-  if (run.opt.gen_tokens) c.max_new_tokens = *run.opt.gen_tokens;
-  const CasePrompt cp = encode_case(c, run.tok, run.cfg);
-  const SamplingParams sp = case_sampling(c, SamplingParams{});
-  // 1. the continuation
+  if (opt.gen_tokens) c.max_new_tokens = *opt.gen_tokens;
+  return c;
+}
+
+// The generation settings of a case of the record (first_case: the sampler's case index of prompt 0).
+GenerateOptions golden_generate_options(const GoldenRun& run, const Case& c, size_t first_case) {
   GenerateOptions go;
   go.max_new_tokens = c.max_new_tokens;
   if (!c.ignore_stop) go.stop_ids = run.stops;
-  go.sampling = sp;
+  go.sampling = case_sampling(c, SamplingParams{});
   go.vocab_mask = run.maskp;
-  go.first_case = static_cast<uint32_t>(ci);
-  bool nonfinite = false;
+  go.first_case = static_cast<uint32_t>(first_case);
+  return go;
+}
+
+// --batch all: the continuations of cases [b, e) of one batch group, generated together (one pass
+// over the weights per step for all of them).
+std::vector<GenerateResult> generate_batch(GoldenRun& run, const Suite& suite, size_t b, size_t e) {
+  const Case c0 = golden_case(run.opt, suite.cases[b]);
+  GenerateOptions go = golden_generate_options(run, c0, b);
+  go.check_finite = true;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = b; i < e; ++i) prompts.push_back(encode_case(golden_case(run.opt, suite.cases[i]), run.tok, run.cfg).ids);
+  if (go.max_new_tokens <= 0) return std::vector<GenerateResult>(e - b);
+  CaseProgress cp{true, cat("cases ", b + 1, "-", e), go.max_new_tokens};
   Trace watch;
   watch.logits_only = true;
+  watch.observer = [&](const TraceEvent& ev, Tensor&, Backend&) {
+    if (ev.step == Step::logits && !ev.mtp) cp.step();
+  };
+  return generate(*run.eng, prompts, go, &watch);
+}
+
+json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::path& tmp, json& jfiles, GoldenSummary& sum,
+                 std::FILE* progress, const GenerateResult* pre = nullptr) {
+  const int64_t H = run.H, V = run.V;
+  const Case c = golden_case(run.opt, suite_case);
+  const CasePrompt cp = encode_case(c, run.tok, run.cfg);
+  const SamplingParams sp = case_sampling(c, SamplingParams{});
+  // 1. the continuation (made already with the case's batch group under --batch all)
+  const GenerateOptions go = golden_generate_options(run, c, ci);
+  bool nonfinite = pre && pre->nonfinite_logits;
+  Trace watch;
+  watch.logits_only = true;
+  CaseProgress prog{progress != nullptr, cat("case '", c.id, "'"), c.max_new_tokens};
   watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
+    if (ev.step == Step::logits && !ev.mtp) prog.step();
     if (ev.step != Step::logits || nonfinite) return;
     std::vector<float> v = b.to_host_f32(t);
     for (size_t j = 0; j < v.size(); ++j)
       if (!std::isfinite(v[j]) && !(v[j] < 0 && run.maskp && run.mask[j % V])) nonfinite = true;
   };
   GenerateResult gen;
-  if (c.max_new_tokens > 0) gen = generate(*run.eng, {cp.ids}, go, &watch).at(0);
+  if (pre) gen = *pre;
+  else if (c.max_new_tokens > 0) gen = generate(*run.eng, {cp.ids}, go, &watch).at(0);
   std::vector<int32_t> seq = cp.ids;
   seq.insert(seq.end(), gen.tokens.begin(), gen.tokens.end());
   const int64_t T = static_cast<int64_t>(seq.size());
@@ -550,6 +625,7 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
   fo.mtp = true;
   // note: no vocab_mask: the padding rows keep their logits so that lse_pad (from lse to what other
   // engines normalise by) can be computed; topk_block masks them for the top-K and lse (same values).
+  prog.phase(cat("teacher-forced prefill of ", T, " tokens"));
   ForcedRun g = forced_run(*run.eng, seq, fo);
 
   SafetensorsWriter w;
@@ -592,6 +668,7 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
       jfloors[cn] = nullptr;
       continue;
     }
+    prog.phase(cat(cn, " noise floors"));
     jfloors[cn] = measure_floors(*run.floor_eng[fc], seq, g, run.stored, main_k, mtp_k, run.maskp);
   }
 
@@ -790,7 +867,8 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
                     {"layers", opt.layers},
                     {"positions", opt.positions},
                     {"topk", opt.topk},
-                    {"floors", opt.floors}};
+                    {"floors", opt.floors},
+                    {"batch", opt.batch_all ? "all" : "1"}};
   const fs::path key_file = resume / "resume.json";
   if (fs::exists(partial) || fs::exists(resume)) {
     std::string why;
@@ -829,6 +907,40 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
   double work_done = 0, work_timed = 0, seconds_timed = 0;
   int resumed = 0;
 
+  // --batch all: each group's continuations, generated together when the first of its cases that is
+  // not kept comes up, and kept in `resume` (gen-FIRST_ID.json) so an interruption does not redo them.
+  const std::vector<std::pair<size_t, size_t>> groups = golden_batch_groups(suite, opt);
+  std::map<size_t, GenerateResult> pregen;
+  auto batch_generation = [&](size_t ci) -> const GenerateResult* {
+    if (!opt.batch_all) return nullptr;
+    if (!pregen.count(ci)) {
+      const auto [b, e] = *std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return ci >= g.first && ci < g.second; });
+      const fs::path gf = resume / cat("gen-", suite.cases[b].id, ".json");
+      json saved;
+      try {
+        if (fs::exists(gf)) saved = parse_json(read_file(gf, kMaxInputFileBytes), gf.string());
+      } catch (const Error&) {
+        saved = json();
+      }
+      if (!saved.is_array() || saved.size() != e - b) {
+        if (progress) std::fprintf(stderr, "golden: generating the continuations of cases %zu-%zu together\n", b + 1, e);
+        saved = json::array();
+        for (const GenerateResult& r : generate_batch(run, suite, b, e))
+          saved.push_back({{"tokens", r.tokens}, {"reason", static_cast<int>(r.reason)}, {"nonfinite", r.nonfinite_logits}});
+        write_file_atomic(gf, saved.dump() + "\n");
+      }
+      for (size_t i = b; i < e; ++i) {
+        GenerateResult r;
+        const json& j = saved[i - b];
+        r.tokens = j.at("tokens").get<std::vector<int32_t>>();
+        r.reason = static_cast<StopReason>(j.at("reason").get<int>());
+        r.nonfinite_logits = j.at("nonfinite").get<bool>();
+        pregen[i] = r;
+      }
+    }
+    return &pregen.at(ci);
+  };
+
   json jcases = json::array(), jfiles = json::object();
   for (size_t ci = 0; ci < suite.cases.size(); ++ci) {
     const std::string id = suite.cases[ci].id;
@@ -850,7 +962,7 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
     } else {
       json one_file = json::object();
       GoldenSummary one;
-      json jc = record_case(run, suite.cases[ci], ci, partial, one_file, one, progress);
+      json jc = record_case(run, suite.cases[ci], ci, partial, one_file, one, progress, batch_generation(ci));
       const std::string file = jc.at("file").get<std::string>();
       json e = {{"entry", jc},
                 {"file", file},
@@ -880,6 +992,7 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
     std::fprintf(progress, "golden: resumed: %d of %zu cases kept from an interrupted run (checked by SHA-256)\n", resumed,
                  suite.cases.size());
   json manifest = golden_manifest(run, suite, sum, std::move(jcases), std::move(jfiles));
+  if (opt.batch_all) manifest["settings"]["batch"] = "all";  // (absent: one case at a time, as every record before it)
   manifest[kManifestChecksumKey] = manifest_checksum(manifest);
   write_file_atomic(partial / "manifest.json", manifest.dump(1) + "\n");
   // Finished: the record leaves `partial` for a temporary of this process, the bookkeeping goes, and

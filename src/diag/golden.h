@@ -181,8 +181,17 @@ struct GoldenOptions {
   bool floors = true;                    // measure the noise floors (both classes)
   bool force = false;                    // replace an existing record
   bool restart = false;                  // discard the finished cases of an interrupted run instead of keeping them
+  // Generate the continuations of consecutive cases with equal generation settings together (one
+  // pass over the weights per step for all; as compare's batch=all). The rows of one matmul then
+  // hold several sequences, which changes the last bits of the reference's sums (kFp32Reorder), so
+  // a token at a near-tie can differ from one-at-a-time generation; recorded in the manifest.
+  bool batch_all = false;
   std::string command;                   // how it was made, recorded in the manifest
 };
+
+// The batch groups [begin, end) of the suite's cases: one per case, or with batch_all runs of
+// consecutive cases with equal sampling, max_new_tokens and ignore_stop.
+std::vector<std::pair<size_t, size_t>> golden_batch_groups(const Suite& suite, const GoldenOptions& opt);
 
 // auto: all positions while a case's layer data stays under this many bytes, else the longest prefix that fits.
 constexpr int64_t kAutoLayerBytesPerCase = 64ll << 20;

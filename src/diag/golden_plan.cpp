@@ -84,40 +84,52 @@ std::optional<double> probe_storage(const fs::path& file, std::string& how) {
   return double(got) / s / kGB;
 }
 
-// The reference's own matmul on an in-memory bf16 weight [4096, 4096]: at 1 row, bytes of weight per
-// second (decode); at 32 rows, flop/s (prefill).
+// The reference's own matmul on in-memory bf16 weights of the model's MLP shapes, [I, H] and [H, I]
+// (the tile of output rows a 512 KiB tile holds shrinks as the input grows, which sets the prefill
+// rate): at 1 row, bytes of weight per second (decode); at 16 rows, flop/s (prefill).
 void probe_matmul(const BackendFactory& factory, const ModelConfig& cfg, Precision prec, double& bytes_per_s, double& flops) {
   RunConfig rc;
   rc.precision = prec;
   std::unique_ptr<Backend> be = factory(rc, cfg);
-  const int64_t out = 4096, in = 4096;
-  std::vector<uint16_t> w(static_cast<size_t>(out * in));
-  uint64_t s = 0x9e3779b97f4a7c15ull;
-  for (auto& v : w) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    v = f32_to_bf16(static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) * (1.0f / (1 << 29)));
-  }
-  TensorView tv;
-  tv.name = "probe";
-  tv.dtype = DType::bf16;
-  tv.shape = {out, in};
-  tv.data = reinterpret_cast<const uint8_t*>(w.data());
-  tv.nbytes = w.size() * 2;
-  auto rate = [&](int64_t rows) {
-    Tensor x = be->from_host(std::vector<double>(static_cast<size_t>(rows * in), 0.01), {rows, in});
-    (void)be->matmul(x, tv);  // warm
+  int64_t I = cfg.is_moe() ? std::max(cfg.shared_expert_intermediate_size, cfg.moe_intermediate_size) : cfg.intermediate_size;
+  int64_t H = cfg.hidden_size;
+  while (I * H > (int64_t(1) << 27)) (I > H ? I : H) /= 2;  // at most 256 MB of probe weights per shape
+  I = std::max<int64_t>(I, 64);
+  H = std::max<int64_t>(H, 64);
+  auto weight = [](int64_t out, int64_t in, std::vector<uint16_t>& w, TensorView& tv) {
+    w.resize(static_cast<size_t>(out * in));
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (auto& v : w) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      v = f32_to_bf16(static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) * (1.0f / (1 << 29)));
+    }
+    tv.name = "probe";
+    tv.dtype = DType::bf16;
+    tv.shape = {out, in};
+    tv.data = reinterpret_cast<const uint8_t*>(w.data());
+    tv.nbytes = w.size() * 2;
+  };
+  std::vector<uint16_t> wa, wb;
+  TensorView up, down;
+  weight(I, H, wa, up);
+  weight(H, I, wb, down);
+  auto seconds = [&](int64_t rows) {  // one product with each weight
+    Tensor xa = be->from_host(std::vector<double>(static_cast<size_t>(rows * H), 0.01), {rows, H});
+    Tensor xb = be->from_host(std::vector<double>(static_cast<size_t>(rows * I), 0.01), {rows, I});
+    (void)be->matmul(xa, up);  // warm
     int reps = 0;
     const auto t0 = std::chrono::steady_clock::now();
     double sec = 0;
     while (sec < 0.3 || reps < 2) {
-      (void)be->matmul(x, tv);
+      (void)be->matmul(xa, up);
+      (void)be->matmul(xb, down);
       ++reps;
       sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     return sec / reps;
   };
-  bytes_per_s = double(tv.nbytes) / rate(1);
-  flops = 2.0 * 32 * double(in) * double(out) / rate(32);
+  bytes_per_s = double(up.nbytes + down.nbytes) / seconds(1);
+  flops = 2.0 * 16 * 2 * double(I) * double(H) / seconds(16);
 }
 
 }  // namespace
@@ -211,16 +223,24 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
     record_bytes_max = std::max(record_bytes_max, rec);
     layers_max = std::max(layers_max, 3.0 * (n_stored + 1) * double(P) * H * 4 + L * double(T) * 4);
   }
-  // generation: one case at a time (prefill, then a decode step per further token)
-  for (const Gen& g : gens) {
-    if (g.G <= 0) continue;
-    passes.push_back({g.Tp, g.Tp, false, true});
-    for (int64_t i = 1; i < g.G; ++i) passes.push_back({1, g.Tp + i, false, true});
-    p.passes_gen += g.G;
+  // generation: per batch group (one case, or with --batch all a run of cases with equal settings),
+  // a prefill of every prompt, then a decode step per further token for all of them together
+  for (const auto& [b, e] : golden_batch_groups(suite, opt)) {
+    const int64_t G = gens[b].G;
+    if (G <= 0) continue;
+    int64_t tp = 0, tp_max = 0;
+    for (size_t i = b; i < e; ++i) {
+      tp += gens[i].Tp;
+      tp_max = std::max(tp_max, gens[i].Tp);
+    }
+    passes.push_back({tp, tp_max, false, true});
+    for (int64_t i = 1; i < G; ++i) passes.push_back({static_cast<int64_t>(e - b), tp_max + i, false, true});
+    p.passes_gen += G;
   }
   passes.push_back({0, 0, false, false});  // the tensor digests of the manifest read every byte once
   p.passes_digest = 1;
   p.cases = static_cast<int>(suite.cases.size());
+  p.batch_groups = static_cast<int>(golden_batch_groups(suite, opt).size());
 
   // ---- memory
   const double e = opt.precision == Precision::fp64 ? 8 : 4;
@@ -282,28 +302,31 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
     probe_matmul(factory, cfg, opt.precision, bps, fl);
     p.memory_gbps = as.memory_gbps ? *as.memory_gbps : bps / kGB;
     p.gflops = as.gflops ? *as.gflops : fl / 1e9;
-    const std::string m = cat("measured: the reference matmul on a 4096 x 4096 bf16 weight in RAM, ", threads, " threads");
+    const std::string m = cat("measured: the reference matmul on bf16 weights of this model's MLP shapes in RAM, ", threads, " threads");
     p.memory_source = as.memory_gbps ? "--memory-gbps" : m + ", 1 row";
-    p.flops_source = as.gflops ? "--gflops" : m + ", 32 rows";
+    p.flops_source = as.gflops ? "--gflops" : m + ", 16 rows";
   }
   if (p.storage_gbps <= 0 && !p.fits_page_cache) {
     p.storage_source = ckpt ? "not measured (the probe could not read the checkpoint)" : "not measured (no weight files)";
   }
 
   // ---- time
+  // A pass takes the longer of its storage reads and its arithmetic (the next layer is read while
+  // this one computes); seconds_read counts the passes bound by reading, seconds_compute the rest.
   bool first = true;
   for (const Pass& ps : passes) {
     const double W = pass_bytes(ps);
     const bool from_storage = !p.fits_page_cache || first;
-    if (from_storage && p.storage_gbps > 0) p.seconds_read += W / (p.storage_gbps * kGB);
+    const double read = from_storage && p.storage_gbps > 0 ? W / (p.storage_gbps * kGB) : 0;
     first = false;
-    if (!ps.compute) continue;
-    p.bytes_weights_total += W;
-    p.flops_total += pass_flops(ps);
-    double t = 0;
-    if (p.memory_gbps > 0) t = std::max(t, W / (p.memory_gbps * kGB));
-    if (p.gflops > 0) t = std::max(t, pass_flops(ps) / (p.gflops * 1e9));
-    p.seconds_compute += t;
+    double compute = 0;
+    if (ps.compute) {
+      p.bytes_weights_total += W;
+      p.flops_total += pass_flops(ps);
+      if (p.memory_gbps > 0) compute = std::max(compute, W / (p.memory_gbps * kGB));
+      if (p.gflops > 0) compute = std::max(compute, pass_flops(ps) / (p.gflops * 1e9));
+    }
+    (read >= compute ? p.seconds_read : p.seconds_compute) += std::max(read, compute);
   }
   return p;
 }
@@ -312,7 +335,8 @@ std::vector<std::string> GoldenPlan::lines() const {
   std::vector<std::string> o;
   o.push_back(cat("model: ", model_name, ", ", std::to_string(params / 1000000), "M parameters, ", gb(weight_bytes),
                   " of weights", weights_present ? cat(" in ", files, files == 1 ? " file" : " files") : " (config only; bf16 assumed)"));
-  o.push_back(cat("suite: ", cases, " cases, up to ", max_T, " tokens each (prompt + generated)"));
+  o.push_back(cat("suite: ", cases, " cases, up to ", max_T, " tokens each (prompt + generated), ",
+                  batch_groups == cases ? "generated one at a time" : cat("generated in ", batch_groups, " batch groups (--batch all)")));
   o.push_back(cat("passes over the weights: ", passes(), " = ", passes_gen, " generation + ", passes_forced,
                   " teacher-forced + ", passes_floors, " noise floors + ", passes_digest, " digest read"));
   o.push_back(cat("  through the matmuls: ", gb(bytes_weights_total), " of weights, ", cat(std::lround(flops_total / 1e9)), " GFLOP"));
@@ -337,8 +361,8 @@ std::vector<std::string> GoldenPlan::lines() const {
     o.push_back(cat("estimate: computing ", format_duration(seconds_compute), ", plus reading ", gb(bytes_weights_total),
                     " from storage at a rate not measured (give --storage-gbps)"));
   else
-    o.push_back(cat("estimate: ", format_duration(seconds()), " (reading ", format_duration(seconds_read), ", computing ",
-                    format_duration(seconds_compute), ")"));
+    o.push_back(cat("estimate: ", format_duration(seconds()), " (passes bound by reading ", format_duration(seconds_read),
+                    ", by computing ", format_duration(seconds_compute), ")"));
   if (refused())
     o.push_back(cat("REFUSED: needs ", gb(peak_anon_bytes), " of memory, ", gb(available_bytes),
                     " available: store fewer --positions or --layers, or split the suite"));

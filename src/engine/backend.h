@@ -99,6 +99,11 @@ class Backend {
   // Called on a thread before it runs this backend's ops (tensor parallelism runs each rank's ops
   // on its own thread): a CUDA backend makes its device current there.
   virtual void bind_thread() {}
+  // A hint that `w` is about to be read (the next layer's weights, while this one computes): a
+  // backend that reads weights from their memory mapping may start reading them from storage now,
+  // so that a checkpoint larger than RAM streams with its reads overlapping the arithmetic. No effect
+  // on any result.
+  virtual void prefetch(const TensorView& w) { (void)w; }
 
   // ---- tensor parallelism ----
   // tp > 1: the ranks this backend is rank 0 of, attached by make_backend (engine/tp.h); the

@@ -299,6 +299,25 @@ Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Tra
 }
 
 // ---- §4.3 decoder layer ----
+void Engine::prefetch_layer(int l) {
+  auto hint = [&](const TensorView* t) {
+    if (t) be_.prefetch(*t);
+  };
+  if (l >= cfg_.num_layers) {
+    hint(w_.final_norm);
+    hint(w_.lm_head);
+    return;
+  }
+  const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
+  for (const TensorView* t : {lw.input_norm, lw.post_norm, lw.attn.q_proj, lw.attn.k_proj, lw.attn.v_proj, lw.attn.o_proj,
+                              lw.attn.q_norm, lw.attn.k_norm, lw.gdn.in_proj_qkvz, lw.gdn.in_proj_ba, lw.gdn.in_proj_qkv,
+                              lw.gdn.in_proj_z, lw.gdn.in_proj_b, lw.gdn.in_proj_a, lw.gdn.conv1d, lw.gdn.dt_bias,
+                              lw.gdn.A_log, lw.gdn.norm, lw.gdn.out_proj, lw.mlp.gate, lw.mlp.up, lw.mlp.down,
+                              lw.moe_w.router, lw.moe_w.shared.gate, lw.moe_w.shared.up, lw.moe_w.shared.down,
+                              lw.moe_w.shared_gate})
+    hint(t);  // (not the routed experts: a token reaches only k of them)
+}
+
 Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp) {
   const LayerNumerics n = numerics(l, mtp);
   be_.begin_layer(n);
@@ -369,7 +388,11 @@ ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const Fo
   be_.begin_layer(model_level);
   Tensor h = be_.embed(*w_.embed, ids);
   tap(tr, Step::embed, -1, h, b);
-  for (int l = 0; l < cfg_.num_layers; ++l) h = layer(l, w_.layers[l], std::move(h), b, tr, false);
+  prefetch_layer(0);
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    prefetch_layer(l + 1);  // read ahead while this layer computes
+    h = layer(l, w_.layers[l], std::move(h), b, tr, false);
+  }
   be_.begin_layer(model_level);
   Tensor hn = be_.rmsnorm(h, *w_.final_norm, cfg_.rms_norm_eps, NormKind::zero_centred);
   tap(tr, Step::final_norm, -1, hn, b);

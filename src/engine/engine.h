@@ -124,6 +124,7 @@ class Engine {
   T on_ranks(F fn);
   // The partial sums of a row-parallel product summed over the ranks (nothing at tp = 1 or `skip`).
   Tensor reduce(const Tensor& t, bool skip = false);
+  void prefetch_layer(int l);  // Backend::prefetch of layer l's weights (l == L: the final norm and LM head)
   Tensor layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp);
   Tensor attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp,
                          const LayerNumerics& n);

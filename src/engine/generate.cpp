@@ -2,6 +2,7 @@
 #include "engine/generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <span>
 
@@ -62,8 +63,14 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
     DEGEN_ASSERT(logits.cols() == V && logits.rows() == static_cast<int64_t>(active.size()), "generate: logits ",
                  shape_str(logits.shape), " for ", active.size(), " active sequences");
     std::vector<size_t> still;
+    std::vector<float> host;
+    if (opt.check_finite) host = eng.backend().to_host_f32(logits);
     for (size_t r = 0; r < active.size(); ++r) {
       const size_t i = active[r];
+      for (int64_t j = 0; opt.check_finite && j < V && !res[i].nonfinite_logits; ++j) {
+        const float v = host[static_cast<size_t>(static_cast<int64_t>(r) * V + j)];
+        if (!std::isfinite(v) && !(v < 0 && !banned.empty() && banned[static_cast<size_t>(j)])) res[i].nonfinite_logits = true;
+      }
       const uint32_t position = static_cast<uint32_t>(prompts[i].size() + res[i].tokens.size());
       int32_t tok = eng.backend().sample_row(opt.sampling, logits, static_cast<int64_t>(r), banned, prompts[i],
                                              res[i].tokens, opt.first_case + static_cast<uint32_t>(i), position);

@@ -26,6 +26,10 @@ struct GenerateOptions {
   const std::vector<uint8_t>* vocab_mask = nullptr;  // [V] 1 = never chosen (padding ids); masked to -inf
   uint32_t first_case = 0;                           // case index of prompt 0 (prompt i: first_case + i)
   MtpOptions mtp;                                    // MTP drafts per step and MTP faults (mtp_options(RunConfig))
+  // Check every logits row a sequence's tokens are chosen from for values that are not finite (a
+  // masked padding id's -inf excepted): GenerateResult::nonfinite_logits. Copies the logits to the
+  // host at every step (golden: the reference runs on the CPU, where that is the data itself).
+  bool check_finite = false;
 };
 
 enum class StopReason : uint8_t { stop_token, max_tokens, max_context };
@@ -36,6 +40,7 @@ struct GenerateResult {
   StopReason reason = StopReason::max_tokens;
   double prefill_seconds = 0;   // wall time of the batch prefill (shared by the batch)
   double decode_seconds = 0;    // wall time of the decode steps this sequence took part in
+  bool nonfinite_logits = false;  // with GenerateOptions::check_finite
   // MTP (options.mtp.draft_tokens > 0): one entry per verify step, and their summary
   // (accept_rate, accept_len; metrics.md §5). Empty / nullopt without MTP.
   std::vector<VerifyStep> verify_steps;

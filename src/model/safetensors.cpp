@@ -9,6 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
+#include <deque>
+#include <condition_variable>
+#include <mutex>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -266,6 +270,57 @@ uint64_t decl_bytes(const std::string& name, DType dtype, const std::vector<int6
 }  // namespace
 
 // ---------------------------------------------------------------- TensorView
+
+namespace {
+
+// One thread that issues the read-ahead hints: MADV_WILLNEED on a file mapping submits the reads in
+// the calling thread and can block until the device has queued them (most of the read time of a
+// large tensor), so the thread that computes must not be the one that asks. At most kMaxQueued
+// tensors wait; a hint beyond that is dropped (the tensor is then faulted in when it is used), so
+// the reads never run far ahead of the computation and evict what it still needs.
+class ReadAheadThread {
+ public:
+  static ReadAheadThread& get() {
+    static ReadAheadThread* t = new ReadAheadThread();  // never destroyed: detached worker, process lifetime
+    return *t;
+  }
+  void push(uintptr_t a, size_t n) {
+    std::lock_guard<std::mutex> g(m_);
+    if (q_.size() >= kMaxQueued) return;
+    q_.emplace_back(a, n);
+    cv_.notify_one();
+  }
+
+ private:
+  static constexpr size_t kMaxQueued = 32;
+  ReadAheadThread() {
+    std::thread([this] {
+      for (;;) {
+        std::pair<uintptr_t, size_t> r;
+        {
+          std::unique_lock<std::mutex> g(m_);
+          cv_.wait(g, [&] { return !q_.empty(); });
+          r = q_.front();
+          q_.pop_front();
+        }
+        (void)::madvise(reinterpret_cast<void*>(r.first), r.second, MADV_WILLNEED);  // a hint: failure changes nothing
+      }
+    }).detach();
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::pair<uintptr_t, size_t>> q_;
+};
+
+}  // namespace
+
+void read_ahead(const TensorView& t) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  if (!t.data || t.nbytes == 0) return;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(t.data) & ~(page - 1);
+  const uintptr_t e = reinterpret_cast<uintptr_t>(t.data) + t.nbytes;
+  ReadAheadThread::get().push(a, e - a);
+}
 
 int64_t TensorView::numel() const {
   int64_t n = 1;

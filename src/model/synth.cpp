@@ -281,7 +281,12 @@ int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std:
     lm["bos_token_id"] = nullptr;
   }
   if (!opt.mtp) lm.erase("mtp_num_hidden_layers");
-  json gen = {{"eos_token_id", cfg.vocab_size <= 1024 ? json{im_end, eos} : json(cfg.eos_token_ids)},
+  // The stop ids must be tokens of the synthetic tokenizer (its first max_ids ids): a real-size
+  // preset's own ids (248044) are not, so generation stops at the tokenizer's <|im_end|> and
+  // <|endoftext|> instead.
+  bool own_ids = cfg.vocab_size > 1024 && !cfg.eos_token_ids.empty();
+  for (int64_t id : cfg.eos_token_ids) own_ids = own_ids && id < max_ids;
+  json gen = {{"eos_token_id", own_ids ? json(cfg.eos_token_ids) : json{im_end, eos}},
               {"do_sample", true}, {"temperature", 0.6}, {"top_p", 0.95}, {"top_k", 20},
               {"degenbisect_synthetic", true}};
   write_file_atomic(out / "config.json", cfg_out.dump(2) + "\n");
