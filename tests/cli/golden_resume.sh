@@ -74,6 +74,15 @@ expect_out "passes over the weights: 92 = 84 generation + 7 teacher-forced + 0 n
 expect_out "peak anonymous memory, at most"
 expect_out "(config only; bf16 assumed)"
 expect_out "estimate:"
+# the MoE presets (config only) plan too: experts counted as a pass's tokens are expected to reach them
+for p in qwen3next-80b-a3b qwen35-35b-a3b; do
+  expect_exit 0 "$BIN" synth --preset "$p" --out "$WORK/$p"
+  expect_exit 0 "$BIN" golden --plan --model "$WORK/$p" --cases "$cases" --batch all --storage-gbps 100 --memory-gbps 100 \
+    --gflops 2000 --memory-gb 512
+  expect_out "generated in 2 batch groups (--batch all)"
+  expect_out " = 24 generation + 7 teacher-forced + "
+  expect_out "estimate:"
+done
 # a machine that cannot hold the activations: refused with the figure, exit 125
 expect_exit 125 "$BIN" golden --plan --model "$q27" --cases "$cases" --memory-gbps 100 --gflops 2000 --memory-gb 0.2
 expect_out "REFUSED: needs"

@@ -1,0 +1,103 @@
+// golden --plan and --batch all (issue 22): the passes over the weights a run makes, by batch group
+// and floor class; the memory bound holds what a real run uses; --batch all gives the continuations
+// of one-at-a-time generation on the tiny model and is recorded; the resource meter reads /proc.
+#include <doctest/doctest.h>
+
+#include "backends/make_backend.h"
+#include "diag/cases.h"
+#include "diag/golden.h"
+#include "diag/golden_plan.h"
+#include "helpers.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "model/tokenizer.h"
+#include "util/resource_meter.h"
+
+using namespace degen;
+namespace fs = std::filesystem;
+
+namespace {
+
+Suite suite3() {
+  // two greedy cases with 5 tokens to generate, then one sampled: two batch groups
+  return parse_suite(R"({"suite": "p", "defaults": {"max_new_tokens": 5}, "cases": [
+      {"id": "a", "tokens": [1, 2, 3, 4]},
+      {"id": "b", "tokens": [5, 6, 7, 8, 9, 10]},
+      {"id": "c", "tokens": [1, 2], "max_new_tokens": 3, "sampling": "temp=0.7,seed=1"}]})",
+                     "suite3");
+}
+
+}  // namespace
+
+TEST_CASE("golden plan: passes by batch group and floor class") {
+  const SynthPreset& p = find_synth_preset("tiny-qwen35");
+  test::TempDir dir("plan");
+  synth_checkpoint(p.config, p.options, dir.path());
+  auto model = load_model(dir.path());
+  const Suite s = suite3();
+  GoldenOptions o;
+  o.floors = false;
+  PlanAssumptions as;
+  as.probe = false;
+  as.memory_gb = 100;
+  GoldenPlan one = plan_golden(dir.path(), model->config, model->checkpoint.get(), nullptr, s, o, as, make_backend);
+  CHECK(one.passes_gen == 5 + 5 + 3);  // one prefill + (G - 1) decode steps per case
+  CHECK(one.passes_forced == 3);
+  CHECK(one.passes_floors == 0);
+  CHECK(one.batch_groups == 3);
+  o.batch_all = true;
+  REQUIRE(golden_batch_groups(s, o) == std::vector<std::pair<size_t, size_t>>{{0, 2}, {2, 3}});
+  GoldenPlan all = plan_golden(dir.path(), model->config, model->checkpoint.get(), nullptr, s, o, as, make_backend);
+  CHECK(all.passes_gen == 5 + 3);  // the two greedy cases share their steps
+  CHECK(all.batch_groups == 2);
+  o.floors = true;
+  o.positions = "2";
+  GoldenPlan fl = plan_golden(dir.path(), model->config, model->checkpoint.get(), nullptr, s, o, as, make_backend);
+  // per class and case: isolated prefill (1) + isolated decode (P = 2) + teacher-forced prefill (1) + decode (T)
+  CHECK(fl.passes_floors == 2 * ((1 + 2 + 1 + 9) + (1 + 2 + 1 + 11) + (1 + 2 + 1 + 5)));
+  double items = 0;
+  for (const PlanItem& m : fl.memory) items += m.bytes;
+  CHECK(fl.peak_anon_bytes == doctest::Approx(items));
+  CHECK(fl.peak_anon_bytes < all.peak_anon_bytes);  // 2 positions stored instead of all of them
+  CHECK_FALSE(fl.refused());
+  as.memory_gb = 0.001;
+  CHECK(plan_golden(dir.path(), model->config, model->checkpoint.get(), nullptr, s, o, as, make_backend).refused());
+}
+
+TEST_CASE("golden --batch all: the tiny model's record equals one-at-a-time generation's, and says how it was made") {
+  const SynthPreset& p = find_synth_preset("tiny-qwen35");
+  test::TempDir dir("batch");
+  synth_checkpoint(p.config, p.options, dir / "m");
+  auto model = load_model(dir / "m");
+  auto tok = Tokenizer::load(dir / "m" / "tokenizer.json");
+  const Suite s = suite3();
+  GoldenOptions o;
+  o.floors = false;
+  write_golden(*model, tok.get(), s, dir / "one", o, make_backend);
+  o.batch_all = true;
+  write_golden(*model, tok.get(), s, dir / "all", o, make_backend);
+  GoldenRecord a = GoldenRecord::open(dir / "one"), b = GoldenRecord::open(dir / "all");
+  CHECK_FALSE(a.manifest()["settings"].contains("batch"));
+  CHECK(b.manifest()["settings"]["batch"] == "all");
+  for (size_t i = 0; i < s.cases.size(); ++i) {
+    // the data files: same continuations, and the teacher-forced data made one case at a time in both
+    CHECK(a.manifest()["files"][a.cases()[i].file] == b.manifest()["files"][b.cases()[i].file]);
+  }
+  CHECK_FALSE(fs::exists(dir / ".all.resume"));
+  CHECK_FALSE(fs::exists(dir / ".all.partial"));
+}
+
+TEST_CASE("resource meter: anonymous memory, CPU time and wall time of this process") {
+  ResourceMeter m(5);
+  std::vector<char> big(64 << 20, 1);  // touched: 64 MiB of anonymous memory
+  volatile char sink = big[12345];
+  (void)sink;
+  double x = 0;
+  for (int i = 0; i < 20000000; ++i) x += i * 1e-9;
+  CHECK(x > 0);
+  const ResourceUsage u = m.now();
+  CHECK(u.peak_anon_bytes >= uint64_t(64) << 20);
+  CHECK(u.wall_s > 0);
+  CHECK(u.user_s + u.sys_s > 0);
+  CHECK(memory_available_bytes() > 0);
+}
