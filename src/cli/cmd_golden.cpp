@@ -111,7 +111,7 @@ int run_golden(const GoldenArgs& a) {
                   "limits instead (see `degenbisect compare --help`)\n",
                   floor_class_name(fc), s.floors_reason[i].c_str(), floor_class_name(fc));
   }
-  std::fprintf(stderr, "golden: cost: %s\n", meter.now().str().c_str());
+  if (progress) std::fprintf(stderr, "golden: cost: %s\n", meter.now().str().c_str());
   return 0;
 }
 

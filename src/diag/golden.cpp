@@ -575,14 +575,14 @@ GenerateOptions golden_generate_options(const GoldenRun& run, const Case& c, siz
 
 // --batch all: the continuations of cases [b, e) of one batch group, generated together (one pass
 // over the weights per step for all of them).
-std::vector<GenerateResult> generate_batch(GoldenRun& run, const Suite& suite, size_t b, size_t e) {
+std::vector<GenerateResult> generate_batch(GoldenRun& run, const Suite& suite, size_t b, size_t e, bool progress) {
   const Case c0 = golden_case(run.opt, suite.cases[b]);
   GenerateOptions go = golden_generate_options(run, c0, b);
   go.check_finite = true;
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = b; i < e; ++i) prompts.push_back(encode_case(golden_case(run.opt, suite.cases[i]), run.tok, run.cfg).ids);
   if (go.max_new_tokens <= 0) return std::vector<GenerateResult>(e - b);
-  CaseProgress cp{true, cat("cases ", b + 1, "-", e), go.max_new_tokens};
+  CaseProgress cp{progress, cat("cases ", b + 1, "-", e), go.max_new_tokens};
   Trace watch;
   watch.logits_only = true;
   watch.observer = [&](const TraceEvent& ev, Tensor&, Backend&) {
@@ -925,7 +925,7 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
       if (!saved.is_array() || saved.size() != e - b) {
         if (progress) std::fprintf(stderr, "golden: generating the continuations of cases %zu-%zu together\n", b + 1, e);
         saved = json::array();
-        for (const GenerateResult& r : generate_batch(run, suite, b, e))
+        for (const GenerateResult& r : generate_batch(run, suite, b, e, progress != nullptr))
           saved.push_back({{"tokens", r.tokens}, {"reason", static_cast<int>(r.reason)}, {"nonfinite", r.nonfinite_logits}});
         write_file_atomic(gf, saved.dump() + "\n");
       }
