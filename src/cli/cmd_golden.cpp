@@ -29,12 +29,6 @@ struct GoldenArgs {
   std::string argv;
 };
 
-std::string gb_str(double bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f GB", bytes / 1e9);
-  return b;
-}
-
 // The plan (diag/golden_plan.h) of this golden run; `probe`: measure the machine's rates.
 GoldenPlan make_plan(const GoldenArgs& a, const GoldenOptions& o, const Suite& suite, const Model* model,
                      const Tokenizer* tok, bool probe) {
@@ -81,8 +75,8 @@ int run_golden(const GoldenArgs& a) {
     std::printf("golden plan: %s on %s\n", a.model.c_str(), a.cases.c_str());
     for (const std::string& l : p.lines()) std::printf("  %s\n", l.c_str());
     if (p.refused())
-      throw UntestableError(cat("golden: this machine cannot hold the run: it needs about ", gb_str(p.peak_anon_bytes),
-                                " of memory beside the weights, ", gb_str(p.available_bytes), " are available"));
+      throw UntestableError(cat("golden: this machine cannot hold the run: it needs about ", format_bytes(p.peak_anon_bytes),
+                                " of memory beside the weights, ", format_bytes(p.available_bytes), " are available"));
     return 0;
   }
   if (a.out.empty()) input_error("golden: --model, --cases and --out are required");
@@ -92,8 +86,8 @@ int run_golden(const GoldenArgs& a) {
   {  // refuse before any work what would end in an out-of-memory kill
     const GoldenPlan p = make_plan(a, o, suite, model.get(), tok.get(), false);
     if (p.refused())
-      throw UntestableError(cat("golden: this machine cannot hold the run: it needs about ", gb_str(p.peak_anon_bytes),
-                                " of memory beside the weights (see `golden --plan`), ", gb_str(p.available_bytes),
+      throw UntestableError(cat("golden: this machine cannot hold the run: it needs about ", format_bytes(p.peak_anon_bytes),
+                                " of memory beside the weights (see `golden --plan`), ", format_bytes(p.available_bytes),
                                 " are available; store fewer --positions or --layers, or split the suite"));
     if (progress)
       std::fprintf(stderr, "golden: %lld passes over %.1f GB of weights; peak anonymous memory at most %.2f GB of %.1f GB available\n",

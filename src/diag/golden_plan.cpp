@@ -31,12 +31,7 @@ constexpr double kGB = 1e9;
 constexpr double kBaseBytes = 160.0 * (1 << 20);
 constexpr double kTileBytes = 512.0 * 1024;       // src/cpu/matmul.cpp kTileBytes
 
-std::string gb(double bytes) {
-  char b[32];
-  if (bytes >= 1e9) std::snprintf(b, sizeof b, "%.1f GB", bytes / 1e9);
-  else std::snprintf(b, sizeof b, "%.0f MB", bytes / 1e6);
-  return b;
-}
+std::string gb(double bytes) { return format_bytes(bytes); }
 
 // One pass over the weights: n tokens through every layer at context up to `ctx`, with or without the MTP head.
 struct Pass {
@@ -133,6 +128,13 @@ void probe_matmul(const BackendFactory& factory, const ModelConfig& cfg, Precisi
 }
 
 }  // namespace
+
+std::string format_bytes(double bytes) {
+  char b[32];
+  if (bytes >= 1e9) std::snprintf(b, sizeof b, "%.2f GB", bytes / 1e9);
+  else std::snprintf(b, sizeof b, "%.0f MB", bytes / 1e6);
+  return b;
+}
 
 std::string format_duration(double s) {
   char b[64];

@@ -94,6 +94,8 @@ GoldenPlan plan_golden(const std::filesystem::path& dir, const ModelConfig& cfg,
                        const Tokenizer* tok, const Suite& suite, const GoldenOptions& opt, const PlanAssumptions& as,
                        const BackendFactory& factory);
 
+// "1.04 GB" (1e9 bytes), "614 MB"
+std::string format_bytes(double bytes);
 // "1 h 02 min", "3 min 20 s", "12.5 s"
 std::string format_duration(double seconds);
 
