@@ -550,6 +550,13 @@ struct CaseProgress {
     std::fprintf(stderr, "golden: %s: generation step %d of at most %d, %.1f s per step, about %s left of it\n", what.c_str(),
                  steps, total, per, format_duration(per * std::max(total - steps, 0)).c_str());
   }
+  // Inside a pass (a long prefill): the layer it has reached, at most every 10 s.
+  void layer(int l, int L) {
+    if (!on || since(t0) < 10 || since(last) < 10) return;
+    last = clock::now();
+    std::fprintf(stderr, "golden: %s: step %d, layer %d of %d (%s into it)\n", what.c_str(), steps + 1, l + 1, L,
+                 format_duration(since(t0)).c_str());
+  }
   void phase(const std::string& p) const {
     if (on && since(t0) >= 10) std::fprintf(stderr, "golden: %s: %s (%s into the case)\n", what.c_str(), p.c_str(), format_duration(since(t0)).c_str());
   }
@@ -584,9 +591,9 @@ std::vector<GenerateResult> generate_batch(GoldenRun& run, const Suite& suite, s
   if (go.max_new_tokens <= 0) return std::vector<GenerateResult>(e - b);
   CaseProgress cp{progress, cat("cases ", b + 1, "-", e), go.max_new_tokens};
   Trace watch;
-  watch.logits_only = true;
   watch.observer = [&](const TraceEvent& ev, Tensor&, Backend&) {
     if (ev.step == Step::logits && !ev.mtp) cp.step();
+    if (ev.step == Step::l_out && !ev.mtp) cp.layer(ev.layer, run.L);
   };
   return generate(*run.eng, prompts, go, &watch);
 }
@@ -601,9 +608,10 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
   const GenerateOptions go = golden_generate_options(run, c, ci);
   bool nonfinite = pre && pre->nonfinite_logits;
   Trace watch;
-  watch.logits_only = true;
   CaseProgress prog{progress != nullptr, cat("case '", c.id, "'"), c.max_new_tokens};
+  watch.logits_only = !prog.on;  // (the layer events only to say how far a long pass has got)
   watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
+    if (ev.step == Step::l_out && !ev.mtp) prog.layer(ev.layer, run.L);
     if (ev.step == Step::logits && !ev.mtp) prog.step();
     if (ev.step != Step::logits || nonfinite) return;
     std::vector<float> v = b.to_host_f32(t);
