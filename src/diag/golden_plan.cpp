@@ -247,16 +247,25 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
   // ---- memory
   const double e = opt.precision == Precision::fp64 ? 8 : 4;
   const double T = double(p.max_T);
+  // B: the most sequences alive at once (the largest batch group); R: the most rows in one forward
+  // (a case's teacher-forced prefill, or a group's prompts prefilled together)
+  double B = 1, R = T;
+  for (const auto& [b, e] : golden_batch_groups(suite, opt)) {
+    B = std::max(B, double(e - b));
+    double rows = 0;
+    for (size_t i = b; i < e; ++i) rows += double(gens[i].Tp);
+    R = std::max(R, rows);
+  }
   const double n_lin = cfg.num_linear_layers(), n_full = cfg.num_full_layers(), n_mtp = lay.mtp_layers;
   const double proj = std::max(2.0 * cfg.n_q * cfg.head_dim, double(cfg.d_conv() + cfg.d_val() + 2 * cfg.n_v));
   const double I = cfg.is_moe() ? std::max<double>(cfg.shared_expert_intermediate_size, k * cfg.moe_intermediate_size)
                                 : double(cfg.intermediate_size);
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   p.memory = {
-      {"state", n_lin * (double(cfg.n_v) * cfg.d_k * cfg.d_v + (cfg.conv_kernel - 1) * double(cfg.d_conv())) * e +
-                    (n_full + n_mtp) * T * cfg.n_kv * cfg.head_dim * 2 * e,
-       "GDN state and conv windows of every linear layer, KV cache of T tokens"},
-      {"activations", T * (3 * H + 2 * proj + 3 * I) * e + T * T * cfg.n_q * e, "one forward over T rows"},
+      {"state", B * (n_lin * (double(cfg.n_v) * cfg.d_k * cfg.d_v + (cfg.conv_kernel - 1) * double(cfg.d_conv())) * e +
+                     (n_full + n_mtp) * T * cfg.n_kv * cfg.head_dim * 2 * e),
+       cat("GDN state and conv windows of every linear layer, KV cache of T tokens; for ", B, B == 1 ? " sequence" : " sequences at once")},
+      {"activations", R * (3 * H + 2 * proj + 3 * I) * e + R * T * cfg.n_q * e, cat("one forward over ", R, " rows")},
       {"logits", 2 * T * V * (8 + e), "T rows of V logits, record and floor runs, with the MTP head's"},
       {"layers", layers_max, "stored layer outputs, captured, injected and compared"},
       {"record", 2 * record_bytes_max, "a case's data file, written and checksummed"},

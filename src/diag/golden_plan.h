@@ -6,9 +6,12 @@
 //
 // Peak anonymous memory (an upper bound, the sum of what can be alive at once; e = bytes of the
 // reference's compute type, 4 at fp32, 8 at fp64; T = the longest case's prompt + generated tokens;
-// P = its stored positions; S = its stored layers):
-//   state       n_linear (n_v d_k d_v + (K-1) d_conv) e + (n_full + n_mtp) T n_kv D 2 e   GDN state, conv windows, KV cache
-//   activations T (3 H + 2 max(2 n_q D, d_conv + d_val + 2 n_v) + 3 I) e + T^2 n_q e            one forward over T rows
+// P = its stored positions; S = its stored layers; B = the sequences generated together, 1 or the
+// largest --batch all group; R = the most rows of one forward, max(T, a group's prompt tokens)):
+//   state       B (n_linear (n_v d_k d_v + (K-1) d_conv) e + (n_full + n_mtp) T n_kv D 2 e)  GDN state, conv windows, KV cache
+//   activations R (3 H + 2 max(2 n_q D, d_conv + d_val + 2 n_v) + 3 I) e + R T n_q e            one forward over R rows
+// (measured: a --batch all run of 6 sequences on the 27B peaked at 1.13 GB while the bound without B
+// said 1.00 GB; with B and R it says 1.96 GB)
 //   logits      2 T V (4 + 4 + e)                                       record and floor runs, host and backend copies, MTP
 //   layers      3 (S + 1) P H 4 + L T 4                                 captured, injected and compared layer outputs
 //   record      2 (data file bytes)                                     the writer's copy and the checksum read
