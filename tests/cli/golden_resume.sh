@@ -34,7 +34,11 @@ while [ "$kills" -lt 5 ]; do
     kills=$((kills + 1))
     [ -e "$out" ] && [ ! -e "$out/manifest.json" ] && fail "a killed run left $out without a manifest"
     grep -q "kept from an interrupted run" "$WORK/run.log" && kept_seen=$((kept_seen + 1))
-    [ -e "$out" ] && break  # killed after the record was put in place: nothing left to resume
+    if [ -e "$out" ]; then  # killed after the record was put in place: it must be the whole record; start over
+      diff -r "$WORK/reference" "$out" >/dev/null || fail "a run killed after its swap left a record that differs"
+      kills=$((kills - 1))
+      rm -rf "$out" "$WORK/a/.smoke.partial" "$WORK/a/.smoke.resume"
+    fi
   else
     wait "$pid" || fail "golden failed: $(cat "$WORK/run.log")"
     rm -rf "$out" "$WORK/a/.smoke.partial" "$WORK/a/.smoke.resume"  # finished before the kill: start over
