@@ -38,6 +38,7 @@ struct Pass {
   int64_t n = 1, ctx = 1;
   bool mtp = false;
   bool compute = true;  // false: a read of every byte (the tensor digests)
+  bool floor = false;   // a noise-floor run's pass
 };
 
 // Storage read rate: up to 512 MiB from the middle of the largest file with O_DIRECT (not from the
@@ -214,10 +215,10 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
     passes.push_back({T, T, true, true});  // the teacher-forced prefill
     ++p.passes_forced;
     for (int cl = 0; cl < classes; ++cl) {
-      if (P > 0) passes.push_back({P, P, false, true});
-      for (int64_t i = 0; i < P; ++i) passes.push_back({1, i + 1, false, true});
-      passes.push_back({T, T, true, true});
-      for (int64_t i = 0; i < T; ++i) passes.push_back({1, i + 1, false, true});
+      if (P > 0) passes.push_back({P, P, false, true, true});
+      for (int64_t i = 0; i < P; ++i) passes.push_back({1, i + 1, false, true, true});
+      passes.push_back({T, T, true, true, true});
+      for (int64_t i = 0; i < T; ++i) passes.push_back({1, i + 1, false, true, true});
       p.passes_floors += (P > 0 ? 1 : 0) + P + 1 + T;
     }
     const double K = std::min(opt.topk, 1000);
@@ -338,6 +339,7 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
       if (p.gflops > 0) compute = std::max(compute, pass_flops(ps) / (p.gflops * 1e9));
     }
     (read >= compute ? p.seconds_read : p.seconds_compute) += std::max(read, compute);
+    if (ps.floor) p.seconds_floors += std::max(read, compute);
   }
   return p;
 }
@@ -373,7 +375,8 @@ std::vector<std::string> GoldenPlan::lines() const {
                     " from storage at a rate not measured (give --storage-gbps)"));
   else
     o.push_back(cat("estimate: ", format_duration(seconds()), " (passes bound by reading ", format_duration(seconds_read),
-                    ", by computing ", format_duration(seconds_compute), ")"));
+                    ", by computing ", format_duration(seconds_compute), ")",
+                    passes_floors > 0 ? cat("; the noise floors take ", format_duration(seconds_floors), " of it (--no-floors)") : ""));
   if (refused())
     o.push_back(cat("REFUSED: needs ", gb(peak_anon_bytes), " of memory, ", gb(available_bytes),
                     " available: store fewer --positions or --layers, or split the suite"));

@@ -85,6 +85,7 @@ struct GoldenPlan {
   std::string storage_source, memory_source, flops_source;
   // time
   double seconds_read = 0, seconds_compute = 0;
+  double seconds_floors = 0;  // of the two above, the noise floors' passes
   double seconds() const { return seconds_read + seconds_compute; }
   int64_t passes() const { return passes_gen + passes_forced + passes_floors + passes_digest; }
   bool refused() const { return peak_anon_bytes > available_bytes; }
