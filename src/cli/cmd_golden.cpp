@@ -29,6 +29,15 @@ struct GoldenArgs {
   std::string argv;
 };
 
+// Exit 125 when the plan says this machine cannot hold the run (`before`: refused before a real run starts).
+void refuse_if_too_big(const GoldenPlan& p, bool before) {
+  if (!p.refused()) return;
+  throw UntestableError(cat("golden: this machine cannot hold the run: it needs about ", format_bytes(p.peak_anon_bytes),
+                            " of memory beside the weights", before ? " (see `golden --plan`)" : "", ", ",
+                            format_bytes(p.available_bytes), " are available",
+                            before ? "; store fewer --positions or --layers, or split the suite" : ""));
+}
+
 // The plan (diag/golden_plan.h) of this golden run; `probe`: measure the machine's rates.
 GoldenPlan make_plan(const GoldenArgs& a, const GoldenOptions& o, const Suite& suite, const Model* model,
                      const Tokenizer* tok, bool probe) {
@@ -70,28 +79,22 @@ int run_golden(const GoldenArgs& a) {
   std::unique_ptr<Tokenizer> tok;
   if (fs::exists(fs::path(a.model) / "tokenizer.json")) tok = Tokenizer::load(fs::path(a.model) / "tokenizer.json");
   if (a.plan) {  // needs no weights: a config-only folder is planned from its config (bf16)
-    if (!a.out.empty()) (void)0;
     const GoldenPlan p = make_plan(a, o, suite, nullptr, tok.get(), true);
     std::printf("golden plan: %s on %s\n", a.model.c_str(), a.cases.c_str());
     for (const std::string& l : p.lines()) std::printf("  %s\n", l.c_str());
-    if (p.refused())
-      throw UntestableError(cat("golden: this machine cannot hold the run: it needs about ", format_bytes(p.peak_anon_bytes),
-                                " of memory beside the weights, ", format_bytes(p.available_bytes), " are available"));
+    refuse_if_too_big(p, false);
     return 0;
   }
-  if (a.out.empty()) input_error("golden: --model, --cases and --out are required");
   ResourceMeter meter;
   auto model = load_model(a.model);
   std::FILE* progress = global_options().quiet ? nullptr : stdout;
   {  // refuse before any work what would end in an out-of-memory kill
     const GoldenPlan p = make_plan(a, o, suite, model.get(), tok.get(), false);
-    if (p.refused())
-      throw UntestableError(cat("golden: this machine cannot hold the run: it needs about ", format_bytes(p.peak_anon_bytes),
-                                " of memory beside the weights (see `golden --plan`), ", format_bytes(p.available_bytes),
-                                " are available; store fewer --positions or --layers, or split the suite"));
+    refuse_if_too_big(p, true);
     if (progress)
-      std::fprintf(stderr, "golden: %lld passes over %.1f GB of weights; peak anonymous memory at most %.2f GB of %.1f GB available\n",
-                   static_cast<long long>(p.passes()), p.weight_bytes / 1e9, p.peak_anon_bytes / 1e9, p.available_bytes / 1e9);
+      std::fprintf(stderr, "golden: %lld passes over %s of weights; peak anonymous memory at most %s of %s available\n",
+                   static_cast<long long>(p.passes()), format_bytes(p.weight_bytes).c_str(),
+                   format_bytes(p.peak_anon_bytes).c_str(), format_bytes(p.available_bytes).c_str());
   }
   GoldenSummary s = write_golden(*model, tok.get(), suite, a.out, o, make_backend, progress);
   std::printf("golden: wrote %s: suite '%s', %zu cases, %.1f KiB in %.2f s\n", s.dir.string().c_str(), suite.name.c_str(),

@@ -77,7 +77,6 @@ nlohmann::json describe_config(const std::string& model, const ModelConfig& cfg)
   return out;
 }
 
-
 // The checkpoint: parameters, dtypes, validity and fingerprint; without weights, the sizes the
 // config implies (bf16, the declared MTP layers).
 void describe_weights(const std::string& model, const ModelConfig& cfg, bool scan_values, InspectFacts& f) {

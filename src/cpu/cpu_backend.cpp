@@ -1,7 +1,6 @@
 // CpuBackend: memory, host transfer and layout ops. The numeric ops live in one file per family.
 #include "cpu/cpu_backend.h"
 
-
 #include <cstring>
 #include <vector>
 #ifdef _OPENMP

@@ -347,10 +347,6 @@ std::string manifest_checksum(const json& manifest) {
 
 // ---- writing ----
 
-namespace {
-
-}  // namespace
-
 int64_t golden_positions(const std::string& policy, int64_t T, int64_t per_position_bytes) {
   if (policy == "all") return T;
   if (policy == "none") return 0;
@@ -427,11 +423,21 @@ json measure_floors(Engine& eng, const std::vector<int32_t>& seq, const ForcedRu
 
 }  // namespace
 
+namespace {
+
+// The suite's case `c` as the record runs it (the --gen-tokens override applied).
+Case golden_case(const GoldenOptions& opt, const Case& suite_case) {
+  Case c = suite_case;
+  if (opt.gen_tokens) c.max_new_tokens = *opt.gen_tokens;
+  return c;
+}
+
+}  // namespace
+
 std::vector<std::pair<size_t, size_t>> golden_batch_groups(const Suite& suite, const GoldenOptions& opt) {
   std::vector<std::pair<size_t, size_t>> g;
   auto same = [&](const Case& a0, const Case& b0) {
-    Case a = a0, b = b0;
-    if (opt.gen_tokens) a.max_new_tokens = b.max_new_tokens = *opt.gen_tokens;
+    const Case a = golden_case(opt, a0), b = golden_case(opt, b0);
     return sampling_str(case_sampling(a, SamplingParams{})) == sampling_str(case_sampling(b, SamplingParams{})) &&
            a.max_new_tokens == b.max_new_tokens && a.ignore_stop == b.ignore_stop;
   };
@@ -561,13 +567,6 @@ struct CaseProgress {
     if (on && since(t0) >= 10) std::fprintf(stderr, "golden: %s: %s (%s into the case)\n", what.c_str(), p.c_str(), format_duration(since(t0)).c_str());
   }
 };
-
-// The suite's case `c` as the record runs it (the --gen-tokens override applied).
-Case golden_case(const GoldenOptions& opt, const Case& suite_case) {
-  Case c = suite_case;
-  if (opt.gen_tokens) c.max_new_tokens = *opt.gen_tokens;
-  return c;
-}
 
 // The generation settings of a case of the record (first_case: the sampler's case index of prompt 0).
 GenerateOptions golden_generate_options(const GoldenRun& run, const Case& c, size_t first_case) {
@@ -906,8 +905,7 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
   // Progress: the share of the work done, by each case's passes over the weights (golden_plan.h).
   std::vector<double> work(suite.cases.size());
   for (size_t ci = 0; ci < suite.cases.size(); ++ci) {
-    Case c = suite.cases[ci];
-    if (opt.gen_tokens) c.max_new_tokens = *opt.gen_tokens;
+    const Case c = golden_case(opt, suite.cases[ci]);
     const double T = double(encode_case(c, tok, model.config).ids.size() + static_cast<size_t>(std::max(c.max_new_tokens, 0)));
     work[ci] = std::max(c.max_new_tokens, 0) + 1 + (opt.floors ? 2 * (2 * T + 2) : 0);
   }

@@ -31,8 +31,6 @@ constexpr double kGB = 1e9;
 constexpr double kBaseBytes = 160.0 * (1 << 20);
 constexpr double kTileBytes = 512.0 * 1024;       // src/cpu/matmul.cpp kTileBytes
 
-std::string gb(double bytes) { return format_bytes(bytes); }
-
 // One pass over the weights: n tokens through every layer at context up to `ctx`, with or without the MTP head.
 struct Pass {
   int64_t n = 1, ctx = 1;
@@ -346,20 +344,20 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
 
 std::vector<std::string> GoldenPlan::lines() const {
   std::vector<std::string> o;
-  o.push_back(cat("model: ", model_name, ", ", std::to_string(params / 1000000), "M parameters, ", gb(weight_bytes),
+  o.push_back(cat("model: ", model_name, ", ", std::to_string(params / 1000000), "M parameters, ", format_bytes(weight_bytes),
                   " of weights", weights_present ? cat(" in ", files, files == 1 ? " file" : " files") : " (config only; bf16 assumed)"));
   o.push_back(cat("suite: ", cases, " cases, up to ", max_T, " tokens each (prompt + generated), ",
                   batch_groups == cases ? "generated one at a time" : cat("generated in ", batch_groups, " batch groups (--batch all)")));
   o.push_back(cat("passes over the weights: ", passes(), " = ", passes_gen, " generation + ", passes_forced,
                   " teacher-forced + ", passes_floors, " noise floors + ", passes_digest, " digest read"));
-  o.push_back(cat("  through the matmuls: ", gb(bytes_weights_total), " of weights, ", cat(std::lround(flops_total / 1e9)), " GFLOP"));
+  o.push_back(cat("  through the matmuls: ", format_bytes(bytes_weights_total), " of weights, ", cat(std::lround(flops_total / 1e9)), " GFLOP"));
   o.push_back("peak anonymous memory, at most (formula in `golden --help`):");
   for (const PlanItem& m : memory) {
     char b[160];
-    std::snprintf(b, sizeof b, "  %-12s %10s  %s", m.name.c_str(), gb(m.bytes).c_str(), m.formula.c_str());
+    std::snprintf(b, sizeof b, "  %-12s %10s  %s", m.name.c_str(), format_bytes(m.bytes).c_str(), m.formula.c_str());
     o.push_back(b);
   }
-  o.push_back(cat("  total        ", gb(peak_anon_bytes), " of ", gb(available_bytes), " available (", available_source, ")"));
+  o.push_back(cat("  total        ", format_bytes(peak_anon_bytes), " of ", format_bytes(available_bytes), " available (", available_source, ")"));
   o.push_back(fits_page_cache ? "page cache: the weights fit beside the run: storage is read once, later passes read RAM"
                               : "page cache: the weights do not fit beside the run: every pass reads them from storage");
   auto rate = [](double v, const char* unit, const std::string& src) {
@@ -371,14 +369,14 @@ std::vector<std::string> GoldenPlan::lines() const {
   o.push_back(cat("decode matmul: ", rate(memory_gbps, "GB/s of weights", memory_source)));
   o.push_back(cat("prefill matmul: ", rate(gflops, "GFLOP/s", flops_source)));
   if (!fits_page_cache && storage_gbps <= 0)
-    o.push_back(cat("estimate: computing ", format_duration(seconds_compute), ", plus reading ", gb(bytes_weights_total),
+    o.push_back(cat("estimate: computing ", format_duration(seconds_compute), ", plus reading ", format_bytes(bytes_weights_total),
                     " from storage at a rate not measured (give --storage-gbps)"));
   else
     o.push_back(cat("estimate: ", format_duration(seconds()), " (passes bound by reading ", format_duration(seconds_read),
                     ", by computing ", format_duration(seconds_compute), ")",
                     passes_floors > 0 ? cat("; the noise floors take ", format_duration(seconds_floors), " of it (--no-floors)") : ""));
   if (refused())
-    o.push_back(cat("REFUSED: needs ", gb(peak_anon_bytes), " of memory, ", gb(available_bytes),
+    o.push_back(cat("REFUSED: needs ", format_bytes(peak_anon_bytes), " of memory, ", format_bytes(available_bytes),
                     " available: store fewer --positions or --layers, or split the suite"));
   return o;
 }

@@ -197,12 +197,12 @@ void write_atomic(const fs::path& path, const std::function<void(const Sink&)>& 
                  cat(".", path.filename().string(), ".tmp-", ::getpid(), "-", counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) input_error("cannot write ", path.string(), ": creating ", tmp.string(), ": ", errno_str(errno));
-  bool open = true;
+  bool fd_open = true;
   auto fail = [&](const char* what) {
     int e = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
-    open = false;
+    fd_open = false;
     input_error("cannot write ", path.string(), ": ", what, ": ", errno_str(e));
   };
   const Sink sink = [&](const void* data, size_t n) {
@@ -221,7 +221,7 @@ void write_atomic(const fs::path& path, const std::function<void(const Sink&)>& 
   try {
     produce(sink);
   } catch (...) {
-    if (open) {  // else fail() closed and removed the temp file
+    if (fd_open) {  // else fail() closed and removed the temp file
       ::close(fd);
       ::unlink(tmp.c_str());
     }
@@ -315,8 +315,11 @@ class ReadAheadThread {
 }  // namespace
 
 void read_ahead(const TensorView& t) {
+  // A tensor of under 1 MiB is left to the page-fault readahead (128 KiB at a time: a few faults),
+  // so a model whose tensors are all small (the tiny test models) pays nothing on every forward.
+  constexpr size_t kMinBytes = size_t(1) << 20;
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  if (!t.data || t.nbytes == 0) return;
+  if (!t.data || t.nbytes < kMinBytes) return;
   const uintptr_t a = reinterpret_cast<uintptr_t>(t.data) & ~(page - 1);
   const uintptr_t e = reinterpret_cast<uintptr_t>(t.data) + t.nbytes;
   ReadAheadThread::get().push(a, e - a);

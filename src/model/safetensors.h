@@ -21,7 +21,8 @@ struct TensorView;
 // Asks a background thread to read a tensor's pages from storage into the page cache (MADV_WILLNEED
 // on its mapping) and returns at once: its next reader finds them there instead of faulting them in
 // 128 KiB at a time, and the reads overlap the arithmetic, so a checkpoint larger than RAM streams
-// at the storage's rate. A hint (dropped when 32 are waiting); no effect on any value.
+// at the storage's rate. A hint (not given for a tensor under 1 MiB, dropped when 32 are
+// waiting); no effect on any value.
 void read_ahead(const TensorView& t);
 
 struct TensorView {

@@ -331,6 +331,13 @@ int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std:
       shard_of[i] = std::min<size_t>(static_cast<size_t>(mid / ((total + opt.shards - 1) / opt.shards)), opt.shards - 1);
       off += items[i].decl.nbytes;
     }
+    // numbered 0..n-1 in order of the shards that received tensors (a tiny model may leave some empty)
+    std::vector<size_t> renum(opt.shards, SIZE_MAX);
+    nshards = 0;
+    for (size_t& s : shard_of) {
+      if (renum[s] == SIZE_MAX) renum[s] = nshards++;
+      s = renum[s];
+    }
   } else if (opt.shard_bytes > 0) {
     int64_t fill = 0;
     for (size_t i = 0; i < items.size(); ++i) {
@@ -341,14 +348,6 @@ int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std:
       }
       shard_of[i] = nshards - 1;
       fill += b;
-    }
-  }
-  if (opt.shards > 1) {  // number the shards that received tensors 0..n-1 (a tiny model may leave some empty)
-    std::vector<size_t> renum(opt.shards, SIZE_MAX);
-    nshards = 0;
-    for (size_t& s : shard_of) {
-      if (renum[s] == SIZE_MAX) renum[s] = nshards++;
-      s = renum[s];
     }
   }
 
