@@ -6,6 +6,8 @@
 #include "common.cuh"
 #include "dispatch.cuh"
 
+#include <type_traits>
+
 namespace degen::cuda {
 
 constexpr int kAttnThreads = 128;
@@ -37,10 +39,11 @@ __device__ __forceinline__ AttnRow<KV> attn_row(const AttnArgs& a, int64_t item)
   return r;
 }
 
-// Loads the (row, head) query into shared fp32 q[D]; synchronises.
+// Loads the (row, head) query (activation type A) into shared fp32 q[D]; synchronises.
+template <typename A>
 __device__ __forceinline__ void load_query(const AttnArgs& a, int64_t row, int h, float* q) {
-  const __nv_bfloat16* src = a.q + (row * a.n_q + h) * a.D;
-  for (int e = threadIdx.x; e < a.D; e += blockDim.x) q[e] = __bfloat162float(src[e]);
+  const A* src = static_cast<const A*>(a.q) + (row * a.n_q + h) * a.D;
+  for (int e = threadIdx.x; e < a.D; e += blockDim.x) q[e] = to_f32(src[e]);
   __syncthreads();
 }
 
@@ -53,9 +56,10 @@ __device__ __forceinline__ float warp_dot(const float* q, const KV* k, int D) {
 }
 
 // The flash recurrence over keys [u0, u1) (src/cpu/attention.cpp flash_range): tiles of kFlashTile
-// keys, running max m and sum l of the fp32 probabilities, acc = Σ bf16(p) v. `s_tile` is shared
+// keys, running max m and sum l of the fp32 probabilities, acc = Σ bf16(p) v (Σ p v when the
+// activations A are fp32, precision=ref). `s_tile` is shared
 // [kFlashTile]. Every thread returns m and l; acc holds its own dims.
-template <typename KV>
+template <typename KV, typename A>
 __device__ void flash_range(const AttnArgs& a, const AttnRow<KV>& r, const float* q, int64_t u0, int64_t u1,
                             float* s_tile, float& m, float& l, float (&acc)[kAttnPerThread]) {
   const int warp = threadIdx.x >> 5;
@@ -80,7 +84,7 @@ __device__ void flash_range(const AttnArgs& a, const AttnRow<KV>& r, const float
     for (int u = 0; u < n; ++u) {
       const float p = expf(s_tile[u] - mt);
       l += p;                          // the row sum takes the fp32 probabilities
-      const float pb = round_bf16(p);  // P·V takes them in bf16
+      const float pb = std::is_same<A, bf16>::value ? round_bf16(p) : p;  // P·V takes them in bf16
       const KV* vrow = r.V + (t0 + u) * stride;
 #pragma unroll
       for (int i = 0; i < kAttnPerThread; ++i) {
@@ -102,6 +106,16 @@ void dispatch_kv(DType t, F&& f) {
     case DType::f32: f(float{}); return;
     default: throw std::logic_error(cat("attention: KV cache dtype ", dtype_name(t), " is not bf16, f8_e4m3 or f32"));
   }
+}
+
+// Calls f(KV{}, A{}) for the cache dtype and the activation dtype (bf16 or f32).
+template <typename F>
+void dispatch_kv_act(DType kv, DType act, F&& f) {
+  dispatch_kv(kv, [&](auto k) {
+    if (act == DType::bf16) f(k, bf16{});
+    else if (act == DType::f32) f(k, float{});
+    else throw std::logic_error(cat("attention: activations in ", dtype_name(act), ", not bf16 or f32"));
+  });
 }
 
 }  // namespace degen::cuda

@@ -20,14 +20,15 @@ struct AttnSeq {
 };
 
 struct AttnArgs {
-  const __nv_bfloat16* q = nullptr;  // [N, n_q, D]
-  __nv_bfloat16* out = nullptr;      // [N, n_q * D]
+  const void* q = nullptr;           // [N, n_q, D] of act_dtype
+  void* out = nullptr;               // [N, n_q * D] of act_dtype
   const AttnSeq* seqs = nullptr;     // device [S]
   const int32_t* rows = nullptr;     // device [M]: the batch rows this launch computes
   const int32_t* row_seq = nullptr;  // device [M]: their sequence index into seqs
   int64_t M = 0;                     // rows in this launch
   int n_q = 0, n_kv = 0, D = 0;
   float scale = 0;                   // D^-1/2
+  DType act_dtype = DType::bf16;     // bf16 (the GPU path) or f32 (precision=ref)
   DType kv_dtype = DType::bf16;      // bf16, f8_e4m3 or f32
   int64_t max_ctx = 0;               // the longest context of these rows (scratch sizing)
 };
@@ -36,17 +37,18 @@ constexpr int kAttnMaxHeadDim = 512;  // every kernel keeps a query row and its 
 constexpr int kFlashTile = 64;        // keys per tile (src/cpu/attention.cpp kFlashTile)
 constexpr int kSplits = 4;            // split-KV parts of a decode row (src/cpu/attention.cpp kSplits)
 
-// Stores the new K and V rows in the caches: batch row i of k and v (bf16 [N, row_elems]) goes to
+// Stores the new K and V rows in the caches: batch row i of k and v (bf16 [N, row_elems] of act_dtype) goes to
 // row dst_row[i] of sequence row_seq[i]'s cache (seqs[].k / .v, converted to kv_dtype as
 // convert_cuda does). The destinations come from device tables, so a replayed graph step writes
 // where this step's positions say (kernels/kv_append.cu).
-void kv_append_cuda(const __nv_bfloat16* k, const __nv_bfloat16* v, const AttnSeq* seqs, const int32_t* row_seq,
+void kv_append_cuda(const void* k, const void* v, DType act_dtype, const AttnSeq* seqs, const int32_t* row_seq,
                     const int64_t* dst_row, int64_t N, int64_t row_elems, DType kv_dtype, cudaStream_t stream);
 
-// naive: scores materialised in bf16 into `scratch` (bf16 [M * n_q, max_ctx]), fp32 softmax,
-// probabilities materialised in bf16, P·V in fp32.
-void attention_naive_cuda(const AttnArgs& a, __nv_bfloat16* scratch, cudaStream_t stream);
-// flash: tiles of kFlashTile keys, running max/sum in fp32, probabilities rounded to bf16 for P·V.
+// naive: scores materialised in the activation dtype into `scratch` ([M * n_q, max_ctx] of
+// act_dtype), fp32 softmax, probabilities materialised in the activation dtype, P·V in fp32.
+void attention_naive_cuda(const AttnArgs& a, void* scratch, cudaStream_t stream);
+// flash: tiles of kFlashTile keys, running max/sum in fp32, probabilities rounded to bf16 for P·V
+// (kept fp32 with fp32 activations).
 void attention_flash_cuda(const AttnArgs& a, cudaStream_t stream);
 // splitkv: each row's keys in min(kSplits, ctx) parts, each reduced as flash to a partial output
 // and log-sum-exp (fp32 scratch: part [M * n_q, kSplits, D], lse [M * n_q, kSplits]), then merged.

@@ -9,19 +9,19 @@
 
 namespace degen::cuda {
 
-template <typename KV>
+template <typename KV, typename A>
 static __global__ void __launch_bounds__(kAttnThreads) attention_flash_kernel(AttnArgs a) {
   __shared__ float q[kAttnMaxHeadDim];
   __shared__ float s_tile[kFlashTile];
   const AttnRow<KV> r = attn_row<KV>(a, blockIdx.x);
-  load_query(a, r.row, r.h, q);
+  load_query<A>(a, r.row, r.h, q);
   float m, l, acc[kAttnPerThread];
-  flash_range(a, r, q, 0, r.ctx, s_tile, m, l, acc);
-  bf16* o = a.out + (r.row * a.n_q + r.h) * a.D;
+  flash_range<KV, A>(a, r, q, 0, r.ctx, s_tile, m, l, acc);
+  A* o = static_cast<A*>(a.out) + (r.row * a.n_q + r.h) * a.D;
 #pragma unroll
   for (int i = 0; i < kAttnPerThread; ++i) {
     const int e = threadIdx.x + i * kAttnThreads;
-    if (e < a.D) o[e] = __float2bfloat16_rn(acc[i] / l);
+    if (e < a.D) o[e] = from_f32<A>(acc[i] / l);
   }
 }
 
@@ -29,7 +29,11 @@ void attention_flash_cuda(const AttnArgs& a, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (a.M == 0) return;
   const unsigned blocks = static_cast<unsigned>(a.M * a.n_q);
-  dispatch_kv(a.kv_dtype, [&](auto kv) { attention_flash_kernel<decltype(kv)><<<blocks, kAttnThreads, 0, stream>>>(a); });
+  dispatch_kv_act(a.kv_dtype, a.act_dtype, [&](auto kv, auto act) {
+    using KV = decltype(kv);
+    using A = decltype(act);
+    attention_flash_kernel<KV, A><<<blocks, kAttnThreads, 0, stream>>>(a);
+  });
   CUDA_CHECK_LAUNCH("attention_flash_kernel");
 }
 

@@ -15,7 +15,7 @@ __device__ __forceinline__ void split_layout(int64_t ctx, int64_t& len, int& par
   parts = static_cast<int>((ctx + len - 1) / len);
 }
 
-template <typename KV>
+template <typename KV, typename A>
 static __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(AttnArgs a, float* part, float* lse) {
   __shared__ float q[kAttnMaxHeadDim];
   __shared__ float s_tile[kFlashTile];
@@ -25,10 +25,10 @@ static __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(At
   split_layout(r.ctx, len, parts);
   const int sp = blockIdx.y;
   if (sp >= parts) return;  // the whole block leaves: no barrier is split
-  load_query(a, r.row, r.h, q);
+  load_query<A>(a, r.row, r.h, q);
   const int64_t u0 = sp * len, u1 = r.ctx < u0 + len ? r.ctx : u0 + len;
   float m, l, acc[kAttnPerThread];
-  flash_range(a, r, q, u0, u1, s_tile, m, l, acc);
+  flash_range<KV, A>(a, r, q, u0, u1, s_tile, m, l, acc);
   float* p = part + (int64_t(blockIdx.x) * kSplits + sp) * a.D;
 #pragma unroll
   for (int i = 0; i < kAttnPerThread; ++i) {
@@ -38,6 +38,7 @@ static __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(At
   if (threadIdx.x == 0) lse[int64_t(blockIdx.x) * kSplits + sp] = m + logf(l);
 }
 
+template <typename A>
 static __global__ void attention_merge_kernel(AttnArgs a, const float* part, const float* lse) {
   const AttnRow<bf16> r = attn_row<bf16>(a, blockIdx.x);  // only row, head and ctx are used
   int64_t len;
@@ -49,11 +50,11 @@ static __global__ void attention_merge_kernel(AttnArgs a, const float* part, con
   float sum = 0.0f;
   for (int i = 0; i < parts; ++i) sum += expf(L[i] - lmax);
   const float lse_all = lmax + logf(sum);
-  bf16* o = a.out + (r.row * a.n_q + r.h) * a.D;
+  A* o = static_cast<A*>(a.out) + (r.row * a.n_q + r.h) * a.D;
   for (int e = threadIdx.x; e < a.D; e += blockDim.x) {
     float acc = 0.0f;
     for (int i = 0; i < parts; ++i) acc += expf(L[i] - lse_all) * part[(int64_t(blockIdx.x) * kSplits + i) * a.D + e];
-    o[e] = __float2bfloat16_rn(acc);
+    o[e] = from_f32<A>(acc);
   }
 }
 
@@ -61,12 +62,14 @@ void attention_splitkv_cuda(const AttnArgs& a, float* part, float* lse, cudaStre
   DEGEN_LAUNCH_GATE();
   if (a.M == 0) return;
   const dim3 grid(static_cast<unsigned>(a.M * a.n_q), kSplits);
-  dispatch_kv(a.kv_dtype, [&](auto kv) {
-    attention_split_kernel<decltype(kv)><<<grid, kAttnThreads, 0, stream>>>(a, part, lse);
+  dispatch_kv_act(a.kv_dtype, a.act_dtype, [&](auto kv, auto act) {
+    using KV = decltype(kv);
+    using A = decltype(act);
+    attention_split_kernel<KV, A><<<grid, kAttnThreads, 0, stream>>>(a, part, lse);
+    CUDA_CHECK_LAUNCH("attention_split_kernel");
+    attention_merge_kernel<A><<<static_cast<unsigned>(a.M * a.n_q), kAttnThreads, 0, stream>>>(a, part, lse);
+    CUDA_CHECK_LAUNCH("attention_merge_kernel");
   });
-  CUDA_CHECK_LAUNCH("attention_split_kernel");
-  attention_merge_kernel<<<static_cast<unsigned>(a.M * a.n_q), kAttnThreads, 0, stream>>>(a, part, lse);
-  CUDA_CHECK_LAUNCH("attention_merge_kernel");
 }
 
 }  // namespace degen::cuda

@@ -16,11 +16,13 @@ struct Conv1dSeq {
   void* window = nullptr; // [K-1, C] of the window dtype: the K-1 previous pre-conv rows, oldest first
 };
 
-// out[t, c] = silu(Σ_{i<K} w[c, i] · [window; x][t + i, c]) for every sequence (fp32 sum, bf16 out);
+// out[t, c] = silu(Σ_{i<K} w[c, i] · [window; x][t + i, c]) for every sequence (fp32 sum, rounded once to T);
 // then each window takes the last K-1 rows of [window; x], rounded to `window_dtype` (unless `stuck`
 // and the sequence has exactly one row: fault conv-window-stuck).
-// x, out [N, C] bf16; w [C, K] bf16; seqs: a device array of n_seq Conv1dSeq.
-void conv1d_causal_cuda(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int64_t C, int64_t K,
+// x, out [N, C] of T (bf16, or float for precision=ref); w [C, K] of Wt (bf16, or float where the
+// reference keeps a wider stored weight); seqs: a device array of n_seq Conv1dSeq.
+template <typename T, typename Wt>
+void conv1d_causal_cuda(const T* x, const Wt* w, T* out, int64_t C, int64_t K,
                         const Conv1dSeq* seqs, int n_seq, int64_t max_rows, DType window_dtype, bool stuck,
                         cudaStream_t stream);
 

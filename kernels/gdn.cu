@@ -7,7 +7,7 @@
 //   - arithmetic in fp32 throughout; S is held in fp32 inside a kernel and rounded to its storage
 //     dtype after every token (recurrent) or every chunk (chunked), where the CPU rounds it; the
 //     output of a token/chunk is computed from the state before that rounding;
-//   - o is stored bf16 (the activation dtype), rounded once from fp32, so it cannot overflow as an
+//   - o is stored in the activation dtype (bf16; fp32 under precision=ref), rounded once from fp32, so it cannot overflow as an
 //     fp16 readout would (spec §8 item 2); fault gdn-out-fp16 rounds it to fp16 first (inf beyond
 //     ±65504), as the reference does;
 //   - value head j reads key head j / r (fault gdn-head-mod: j mod n_k);
@@ -41,9 +41,16 @@ __device__ __forceinline__ int key_head(const GdnShape& sh, int j) {
   return sh.head_mod ? j % sh.n_k : j / (sh.n_v / sh.n_k);
 }
 
-__device__ __forceinline__ bf16 out_value(const GdnShape& sh, float x) {
+template <typename A>
+__device__ __forceinline__ A out_value(const GdnShape& sh, float x) {
   if (sh.out_fp16) x = __half2float(__float2half_rn(x));  // fault gdn-out-fp16 (inf beyond ±65504)
-  return __float2bfloat16_rn(x);
+  return from_f32<A>(x);
+}
+
+// Element i of an input of activation type A (GdnIo holds untyped pointers), as fp32.
+template <typename A>
+__device__ __forceinline__ float ld(const void* p, int64_t i) {
+  return to_f32(static_cast<const A*>(p)[i]);
 }
 
 // x as stored in SW and read back (identity for fp32).
@@ -63,7 +70,7 @@ __device__ __forceinline__ float column_sum(float part, float* red) {
   return s;
 }
 
-template <typename SW, int MAXR>
+template <typename SW, int MAXR, typename A>
 __global__ void __launch_bounds__(kTile * kRowGroups)
     gdn_recurrent_kernel(GdnIo io, GdnShape sh, const GdnSeq* seqs) {
   extern __shared__ float smem[];
@@ -87,12 +94,12 @@ __global__ void __launch_bounds__(kTile * kRowGroups)
   for (int64_t t = s.row0; t < s.row0 + s.rows; ++t) {
     __syncthreads();  // the previous token's readers of ks / qs are done
     for (int i = tid; i < dk; i += kTile * kRowGroups) {
-      ks[i] = __bfloat162float(io.k[(t * nk + kh) * dk + i]);
-      qs[i] = __bfloat162float(io.q[(t * nk + kh) * dk + i]);
+      ks[i] = ld<A>(io.k, (t * nk + kh) * dk + i);
+      qs[i] = ld<A>(io.q, (t * nk + kh) * dk + i);
     }
     const float alpha = expf(io.g[t * nv + j]);
-    const float b = __bfloat162float(io.beta[t * nv + j]);
-    const float vc = col ? __bfloat162float(io.v[(t * nv + j) * dv + c]) : 0.0f;
+    const float b = ld<A>(io.beta, t * nv + j);
+    const float vc = col ? ld<A>(io.v, (t * nv + j) * dv + c) : 0.0f;
     __syncthreads();
     auto dot = [&](const float* x) {
       float p = 0.0f;
@@ -115,7 +122,7 @@ __global__ void __launch_bounds__(kTile * kRowGroups)
       if (a < dk) st[m] = fmaf(ks[a], delta, st[m]);
     }
     const float ov = column_sum(dot(qs), red);  // read after the write
-    if (ty == 0 && col) io.o[(t * nv + j) * dv + c] = out_value(sh, ov);
+    if (ty == 0 && col) static_cast<A*>(io.o)[(t * nv + j) * dv + c] = out_value<A>(sh, ov);
     if constexpr (!std::is_same_v<SW, float>) {
 #pragma unroll
       for (int m = 0; m < MAXR; ++m) st[m] = stored<SW>(st[m]);  // stored between steps
@@ -131,6 +138,7 @@ __global__ void __launch_bounds__(kTile * kRowGroups)
 // Per chunk and value head: G, M, T = (I + M)^-1, W = T·diag(β e^G)·K, U = T·diag(β)·V, A = (QKᵀ) ⊙ Γ.
 // Scratch rows are the batch rows (chunks partition them): W [N, nv, dk], U [N, nv, dv], A [N, nv, 64],
 // G [N, nv].
+template <typename A>
 __global__ void __launch_bounds__(256)
     gdn_chunk_prep_kernel(GdnIo io, GdnShape sh, const GdnChunk* chunks, float* Wd, float* Ud, float* Ad, float* Gd) {
   extern __shared__ float smem[];
@@ -148,10 +156,10 @@ __global__ void __launch_bounds__(256)
   float* cw = gr + kGdnChunk;              // [64] coefficient of K rows in W
   for (int e = tid; e < L * dk; e += nt) {
     const int i = e / dk, a = e % dk;
-    Ks[i * ldk + a] = __bfloat162float(io.k[((r0 + i) * nk + kh) * dk + a]);
+    Ks[i * ldk + a] = ld<A>(io.k, ((r0 + i) * nk + kh) * dk + a);
   }
   if (tid < L) {
-    bt[tid] = __bfloat162float(io.beta[(r0 + tid) * nv + j]);
+    bt[tid] = ld<A>(io.beta, (r0 + tid) * nv + j);
     gr[tid] = io.g[(r0 + tid) * nv + j];
   }
   __syncthreads();
@@ -171,11 +179,11 @@ __global__ void __launch_bounds__(256)
     if (l > i) continue;
     const float* ki = Ks + i * ldk;
     const float* kl = Ks + l * ldk;
-    const bf16* qi = io.q + ((r0 + i) * nk + kh) * dk;
+    const A* qi = static_cast<const A*>(io.q) + ((r0 + i) * nk + kh) * dk;
     float kk = 0.0f, qk = 0.0f;
     for (int a = 0; a < dk; ++a) {
       kk = fmaf(ki[a], kl[a], kk);
-      qk = fmaf(__bfloat162float(qi[a]), kl[a], qk);
+      qk = fmaf(to_f32(qi[a]), kl[a], qk);
     }
     const float dec = expf(G[i] - G[l]);
     Ad[((r0 + i) * nv + j) * kGdnChunk + l] = qk * dec;
@@ -205,7 +213,7 @@ __global__ void __launch_bounds__(256)
     const int i = e / dv, c = e % dv;
     float s = 0.0f;
     for (int l = 0; l <= i; ++l)
-      s = fmaf(T[i * kLdM + l] * bt[l], __bfloat162float(io.v[((r0 + l) * nv + j) * dv + c]), s);
+      s = fmaf(T[i * kLdM + l] * bt[l], ld<A>(io.v, ((r0 + l) * nv + j) * dv + c), s);
     Ud[((r0 + i) * nv + j) * dv + c] = s;
   }
 }
@@ -215,7 +223,7 @@ size_t prep_smem_bytes(int dk) {
 }
 
 // Per sequence, value head and 32-column tile of S: the chunks in order.
-template <typename SW>
+template <typename SW, typename A>
 __global__ void __launch_bounds__(kTile * kRowGroups)
     gdn_chunk_state_kernel(GdnIo io, GdnShape sh, const GdnSeq* seqs, const float* Wd, const float* Ud,
                            const float* Ad, const float* Gd) {
@@ -252,13 +260,13 @@ __global__ void __launch_bounds__(kTile * kRowGroups)
     __syncthreads();
     // O_ic = e^{G_i} Σ_a Q_ia S_ac + Σ_{l<=i} A_il V_new_lc
     for (int i = ty; i < L; i += kRowGroups) {
-      const bf16* qi = io.q + ((c0 + i) * nk + kh) * dk;
+      const A* qi = static_cast<const A*>(io.q) + ((c0 + i) * nk + kh) * dk;
       float acc = 0.0f;
-      for (int a = 0; a < dk; ++a) acc = fmaf(__bfloat162float(qi[a]), Ss[a * kTile + tx], acc);
+      for (int a = 0; a < dk; ++a) acc = fmaf(to_f32(qi[a]), Ss[a * kTile + tx], acc);
       acc *= expf(Gs[i]);
       const float* Ai = Ad + ((c0 + i) * nv + j) * kGdnChunk;
       for (int l = 0; l <= i; ++l) acc = fmaf(Ai[l], Vn[l * (kTile + 1) + tx], acc);
-      if (col) io.o[((c0 + i) * nv + j) * dv + c] = out_value(sh, acc);
+      if (col) static_cast<A*>(io.o)[((c0 + i) * nv + j) * dv + c] = out_value<A>(sh, acc);
     }
     __syncthreads();
     // S_ac ← e^{G_L} S_ac + Σ_i e^{G_L - G_i} K_ia V_new_ic, stored in SW between chunks
@@ -266,7 +274,7 @@ __global__ void __launch_bounds__(kTile * kRowGroups)
     for (int a = ty; a < dk; a += kRowGroups) {
       float acc = eL * Ss[a * kTile + tx];
       for (int i = 0; i < L; ++i)
-        acc = fmaf(Fs[i] * __bfloat162float(io.k[((c0 + i) * nk + kh) * dk + a]), Vn[i * (kTile + 1) + tx], acc);
+        acc = fmaf(Fs[i] * ld<A>(io.k, ((c0 + i) * nk + kh) * dk + a), Vn[i * (kTile + 1) + tx], acc);
       Ss[a * kTile + tx] = stored<SW>(acc);
     }
   }
@@ -284,6 +292,14 @@ void check_shape(const GdnShape& sh, int n_seq) {
   DEGEN_ASSERT(sh.d_k > 0 && sh.d_k <= kGdnMaxDk, "gdn: d_k ", sh.d_k, " outside 1..", kGdnMaxDk);
   DEGEN_ASSERT(sh.d_v > 0, "gdn: d_v ", sh.d_v);
   DEGEN_ASSERT(n_seq <= 65535, "gdn: ", n_seq, " sequences in one call");
+}
+
+// f(A{}) for the activation dtype of q, k, v, beta and o: bf16 or f32 (precision=ref).
+template <typename F>
+void with_gdn_act(DType t, F&& f) {
+  if (t == DType::bf16) f(bf16{});
+  else if (t == DType::f32) f(float{});
+  else throw std::logic_error(cat("gdn: activations in ", dtype_name(t), ", not bf16 or f32"));
 }
 
 DType state_kind(DType t) {
@@ -307,11 +323,14 @@ void gdn_recurrent_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs,
     if constexpr (std::is_same_v<SW, e4m3>) {
       throw std::logic_error("gdn: e4m3 state");
     } else {
-      if (maxr <= 4) gdn_recurrent_kernel<SW, 4><<<grid, block, smem, stream>>>(io, sh, seqs);
-      else if (maxr <= 8) gdn_recurrent_kernel<SW, 8><<<grid, block, smem, stream>>>(io, sh, seqs);
-      else if (maxr <= 16) gdn_recurrent_kernel<SW, 16><<<grid, block, smem, stream>>>(io, sh, seqs);
-      else gdn_recurrent_kernel<SW, 32><<<grid, block, smem, stream>>>(io, sh, seqs);
-      CUDA_CHECK_LAUNCH("gdn_recurrent_kernel");
+      with_gdn_act(io.act, [&](auto act) {
+        using A = decltype(act);
+        if (maxr <= 4) gdn_recurrent_kernel<SW, 4, A><<<grid, block, smem, stream>>>(io, sh, seqs);
+        else if (maxr <= 8) gdn_recurrent_kernel<SW, 8, A><<<grid, block, smem, stream>>>(io, sh, seqs);
+        else if (maxr <= 16) gdn_recurrent_kernel<SW, 16, A><<<grid, block, smem, stream>>>(io, sh, seqs);
+        else gdn_recurrent_kernel<SW, 32, A><<<grid, block, smem, stream>>>(io, sh, seqs);
+        CUDA_CHECK_LAUNCH("gdn_recurrent_kernel");
+      });
     }
   });
 }
@@ -330,10 +349,13 @@ void gdn_chunked_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs, i
   float* Ad = Ud + N * sh.n_v * sh.d_v;
   float* Gd = Ad + N * sh.n_v * kGdnChunk;
   const size_t prep = prep_smem_bytes(sh.d_k);
-  CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(prep)));
-  gdn_chunk_prep_kernel<<<dim3(n_chunks, sh.n_v), 256, prep, stream>>>(io, sh, chunks, Wd, Ud, Ad, Gd);
-  CUDA_CHECK_LAUNCH("gdn_chunk_prep_kernel");
+  with_gdn_act(io.act, [&](auto act) {
+    using A = decltype(act);
+    CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_prep_kernel<A>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(prep)));
+    gdn_chunk_prep_kernel<A><<<dim3(n_chunks, sh.n_v), 256, prep, stream>>>(io, sh, chunks, Wd, Ud, Ad, Gd);
+    CUDA_CHECK_LAUNCH("gdn_chunk_prep_kernel");
+  });
   const dim3 grid(sh.n_v, (sh.d_v + kTile - 1) / kTile, n_seq), block(kTile, kRowGroups);
   const size_t smem = state_smem_bytes(sh.d_k);
   dispatch_float(state_kind(state_dtype), "gdn state", [&](auto zero) {
@@ -341,8 +363,11 @@ void gdn_chunked_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs, i
     if constexpr (std::is_same_v<SW, e4m3>) {
       throw std::logic_error("gdn: e4m3 state");
     } else {
-      gdn_chunk_state_kernel<SW><<<grid, block, smem, stream>>>(io, sh, seqs, Wd, Ud, Ad, Gd);
-      CUDA_CHECK_LAUNCH("gdn_chunk_state_kernel");
+      with_gdn_act(io.act, [&](auto act) {
+        using A = decltype(act);
+        gdn_chunk_state_kernel<SW, A><<<grid, block, smem, stream>>>(io, sh, seqs, Wd, Ud, Ad, Gd);
+        CUDA_CHECK_LAUNCH("gdn_chunk_state_kernel");
+      });
     }
   });
 }

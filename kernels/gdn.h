@@ -32,12 +32,13 @@ struct GdnShape {
   bool out_fp16 = false;           // fault gdn-out-fp16: o rounded to fp16 before its bf16 store
 };
 
-// Inputs of both forms: q, k [N, n_k, d_k] bf16 (normalised, q scaled), v [N, n_v, d_v] bf16,
-// g [N, n_v] fp32 (log decay), beta [N, n_v] bf16; output o [N, n_v, d_v] bf16.
+// Inputs of both forms: q, k [N, n_k, d_k] (normalised, q scaled), v [N, n_v, d_v], g [N, n_v] fp32
+// (log decay), beta [N, n_v]; output o [N, n_v, d_v]; q, k, v, beta and o in the activation dtype.
 struct GdnIo {
-  const __nv_bfloat16 *q = nullptr, *k = nullptr, *v = nullptr, *beta = nullptr;
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *beta = nullptr;  // of `act`
   const float* g = nullptr;
-  __nv_bfloat16* o = nullptr;
+  void* o = nullptr;                                                   // of `act`
+  DType act = DType::bf16;                                             // bf16, or f32 (precision=ref)
 };
 
 // Recurrent form (§4.7.5), token by token: S ← αS; δ = β(v − Sᵀk); S ← S + kδᵀ; o = Sᵀq, fp32

@@ -1,5 +1,5 @@
 // Gated DeltaNet gates (spec §4.7.4; CpuBackend::gdn_gates is the reference): the log decay g in
-// fp32 (A_log and dt_bias upcast as stored; torch's softplus returns x above 20) and beta in bf16.
+// fp32 (A_log and dt_bias upcast as stored; torch's softplus returns x above 20) and beta in the activation dtype.
 #include "cuda/check.h"
 #include "common.cuh"
 #include "gdn_gates.h"
@@ -10,29 +10,36 @@ __device__ __forceinline__ float load_param(const void* p, bool f32, int64_t i) 
   return f32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const bf16*>(p)[i]);
 }
 
-static __global__ void gdn_gates_kernel(const bf16* a, const bf16* b, const void* A_log, bool a_f32, const void* dt_bias,
-                                        bool dt_f32, float* g, bf16* beta, int64_t R, int64_t nv, bool no_exp) {
+template <typename T>
+static __global__ void gdn_gates_kernel(const T* a, const T* b, const void* A_log, bool a_f32, const void* dt_bias,
+                                        bool dt_f32, float* g, T* beta, int64_t R, int64_t nv, bool no_exp) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * nv; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t j = i % nv;
     const float A = load_param(A_log, a_f32, j);
-    const float x = __bfloat162float(a[i]) + load_param(dt_bias, dt_f32, j);
+    const float x = to_f32(a[i]) + load_param(dt_bias, dt_f32, j);
     const float sp = x > 20.0f ? x : log1pf(expf(x));
     const float rate = no_exp ? A : expf(A);  // fault alog-no-exp: A_log taken as A
     g[i] = -rate * sp;
-    beta[i] = __float2bfloat16_rn(sigmoidf_(__bfloat162float(b[i])));
+    beta[i] = from_f32<T>(sigmoidf_(to_f32(b[i])));
   }
 }
 
-void gdn_gates_cuda(const bf16* a, const bf16* b, const void* A_log, DType a_log_dtype, const void* dt_bias,
-                    DType dt_dtype, float* g, bf16* beta, int64_t R, int64_t nv, bool no_exp, cudaStream_t stream) {
+template <typename T>
+void gdn_gates_cuda(const T* a, const T* b, const void* A_log, DType a_log_dtype, const void* dt_bias,
+                    DType dt_dtype, float* g, T* beta, int64_t R, int64_t nv, bool no_exp, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R * nv == 0) return;
   DEGEN_ASSERT((a_log_dtype == DType::f32 || a_log_dtype == DType::bf16) &&
                    (dt_dtype == DType::f32 || dt_dtype == DType::bf16),
                "gdn_gates: A_log / dt_bias dtypes");
-  gdn_gates_kernel<<<std::min<unsigned>(blocks_for(R * nv, 256), 4096), 256, 0, stream>>>(
+  gdn_gates_kernel<T><<<std::min<unsigned>(blocks_for(R * nv, 256), 4096), 256, 0, stream>>>(
       a, b, A_log, a_log_dtype == DType::f32, dt_bias, dt_dtype == DType::f32, g, beta, R, nv, no_exp);
   CUDA_CHECK_LAUNCH("gdn_gates_kernel");
 }
+
+template void gdn_gates_cuda<bf16>(const bf16*, const bf16*, const void*, DType, const void*, DType, float*, bf16*,
+                                   int64_t, int64_t, bool, cudaStream_t);
+template void gdn_gates_cuda<float>(const float*, const float*, const void*, DType, const void*, DType, float*, float*,
+                                    int64_t, int64_t, bool, cudaStream_t);
 
 }  // namespace degen::cuda

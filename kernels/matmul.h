@@ -1,5 +1,5 @@
-// Launchers of kernels/matmul.cu: y = x Wᵀ with bf16 operands and fp32 accumulation, the result
-// rounded to bf16 once (x [N, in], W [out, in] row-major as in the checkpoint, y [N, out]).
+// Launchers of kernels/matmul.cu: y = x Wᵀ with fp32 accumulation, the result rounded once to y's
+// dtype: bf16 operands on the GPU path, fp32 on the reference (precision=ref) (x [N, in], W [out, in] row-major as in the checkpoint, y [N, out]).
 // Mirrors src/cpu/matmul.cpp. Device pointers, caller's stream / handle.
 #pragma once
 #include <cstdint>
@@ -12,9 +12,15 @@ namespace degen::cuda {
 // gemm=cublas: cublasGemmEx, CUBLAS_COMPUTE_32F (the handle is bound to the backend's stream).
 void matmul_bf16_cublas(cublasHandle_t handle, const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,
                         int64_t N, int64_t in, int64_t out);
+// The reference's product (precision=ref): fp32 x [N, in] times fp32 rows W [out, in], fp32 sums
+// (CUBLAS_COMPUTE_32F on fp32 operands: no TF32 under the handle's default math mode), into the
+// columns [0, out) of y, whose rows are ldy apart (y may be a column block of a wider matrix).
+void matmul_f32_cublas(cublasHandle_t handle, const float* x, const float* w, float* y, int64_t N, int64_t in,
+                       int64_t out, int64_t ldy);
 // gemm=simple: a plain shared-memory tiled kernel (fp32 FMA, no tensor cores) that does not depend
-// on cuBLAS, to clear or convict it.
-void matmul_bf16_simple_cuda(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t N, int64_t in,
-                             int64_t out, cudaStream_t stream);
+// on cuBLAS, to clear or convict it. X, W, Y: bf16 (the GPU path) or float (precision=ref: float x
+// and y, bf16 or float weights).
+template <typename X, typename W, typename Y>
+void matmul_simple_cuda(const X* x, const W* w, Y* y, int64_t N, int64_t in, int64_t out, cudaStream_t stream);
 
 }  // namespace degen::cuda

@@ -15,19 +15,20 @@ constexpr int kThreads = 128;
 // (p, id) pair order: larger p first, then lower id.
 __device__ __forceinline__ bool better(float pa, int ia, float pb, int ib) { return pa > pb || (pa == pb && ia < ib); }
 
-static __global__ void __launch_bounds__(kThreads) moe_route_kernel(const bf16* logits, int E, int k, bool renormalise,
+template <typename T>
+static __global__ void __launch_bounds__(kThreads) moe_route_kernel(const T* logits, int E, int k, bool renormalise,
                                                                     int32_t* experts, float* weights) {
   extern __shared__ float p[];  // [E]
   __shared__ float red[32];
   __shared__ float best_p[kThreads / 32];
   __shared__ int best_i[kThreads / 32];
-  const bf16* l = logits + int64_t(blockIdx.x) * E;
+  const T* l = logits + int64_t(blockIdx.x) * E;
   float mx = -INFINITY;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, __bfloat162float(l[e]));
+  for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, to_f32(l[e]));
   mx = block_max(mx, red);
   float sum = 0.0f;
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    p[e] = expf(__bfloat162float(l[e]) - mx);
+    p[e] = expf(to_f32(l[e]) - mx);
     sum += p[e];
   }
   sum = block_sum(sum, red);  // synchronises: p is complete
@@ -67,14 +68,18 @@ static __global__ void __launch_bounds__(kThreads) moe_route_kernel(const bf16* 
     for (int r = 0; r < k; ++r) wt[r] /= top;
 }
 
-void moe_route_cuda(const bf16* logits, int64_t R, int E, int k, bool renormalise, int32_t* experts, float* weights,
+template <typename T>
+void moe_route_cuda(const T* logits, int64_t R, int E, int k, bool renormalise, int32_t* experts, float* weights,
                     cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R == 0) return;
   const size_t shmem = size_t(E) * sizeof(float);
-  if (shmem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shmem)));
-  moe_route_kernel<<<static_cast<unsigned>(R), kThreads, shmem, stream>>>(logits, E, k, renormalise, experts, weights);
+  if (shmem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(moe_route_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shmem)));
+  moe_route_kernel<T><<<static_cast<unsigned>(R), kThreads, shmem, stream>>>(logits, E, k, renormalise, experts, weights);
   CUDA_CHECK_LAUNCH("moe_route_kernel");
 }
+
+template void moe_route_cuda<bf16>(const bf16*, int64_t, int, int, bool, int32_t*, float*, cudaStream_t);
+template void moe_route_cuda<float>(const float*, int64_t, int, int, bool, int32_t*, float*, cudaStream_t);
 
 }  // namespace degen::cuda

@@ -8,10 +8,11 @@
 
 namespace degen::cuda {
 
-// Per row of logits [R, E] (bf16): softmax over all E experts in fp32, the k most probable
+// Per row of logits [R, E] (T: bf16, or float for precision=ref): softmax over all E experts in fp32, the k most probable
 // (descending, lower id first on ties), their weights p_e, divided by their sum when `renormalise`.
 // experts int32 [R, k], weights fp32 [R, k].
-void moe_route_cuda(const __nv_bfloat16* logits, int64_t R, int E, int k, bool renormalise, int32_t* experts,
+template <typename T>
+void moe_route_cuda(const T* logits, int64_t R, int E, int k, bool renormalise, int32_t* experts,
                     float* weights, cudaStream_t stream);
 
 }  // namespace degen::cuda

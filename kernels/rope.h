@@ -7,10 +7,12 @@
 
 namespace degen::cuda {
 
-// x [N, heads, D] bf16, rotated in place on dims [0, rotary_dim); pos device int64 [N]; inv_freq
+// x [N, heads, D] of T (bf16: cos/sin rounded to bf16 as the GPU engines cache them; float for
+// precision=ref: cos/sin in fp32, as the reference), rotated in place on dims [0, rotary_dim); pos device int64 [N]; inv_freq
 // device fp32 [rotary_dim / 2] (ω_i computed on the host exactly as the CPU does). `interleaved`:
 // fault rope-interleaved, pairs (2i, 2i+1) instead of (i, i + R/2).
-void rope_partial_cuda(__nv_bfloat16* x, const int64_t* pos, const float* inv_freq, int64_t N, int64_t heads, int64_t D,
+template <typename T>
+void rope_partial_cuda(T* x, const int64_t* pos, const float* inv_freq, int64_t N, int64_t heads, int64_t D,
                        int rotary_dim, bool interleaved, cudaStream_t stream);
 
 }  // namespace degen::cuda

@@ -540,6 +540,10 @@ TEST_CASE("compare: the floor class follows the configuration, and a bf16 path i
   CHECK(floor_class_for(parse_run_config("ssm_dtype=fp16")) == FloorClass::bf16);
   CHECK(floor_class_for(parse_run_config("attn=flash")) == FloorClass::bf16);
   CHECK(floor_class_for(parse_run_config("backend=cuda")) == FloorClass::bf16);
+  // the reference on the GPU is fp32 whatever runs it; a storage toggle still makes it bf16 class
+  CHECK(floor_class_for(parse_run_config("backend=cuda,precision=ref")) == FloorClass::fp32);
+  CHECK(floor_class_for(parse_run_config("backend=cuda,precision=ref,gemm=simple,tp=2,graphs=on")) == FloorClass::fp32);
+  CHECK(floor_class_for(parse_run_config("backend=cuda,precision=ref,attn=flash")) == FloorClass::bf16);
 
   Fixture& f = fixture();
   GoldenRecord rec = GoldenRecord::open(f.record);

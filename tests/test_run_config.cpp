@@ -99,6 +99,20 @@ TEST_CASE("run_config: toggles a backend cannot honour give a reason") {
   CHECK(parse_run_config("backend=cuda,graphs=on").untestable_reason(true).empty());
   CHECK(parse_run_config("gemm=simple").untestable_reason(true).find("CUDA toggle") != std::string::npos);
   CHECK(parse_run_config("backend=cuda").untestable_reason(false).find("no CUDA backend") != std::string::npos);
+  // backend=cuda,precision=ref: the fp32 reference on the GPU, kept apart from the bf16 GPU path
+  // (whose precision is not given) through str() and the defaults it resolves
+  const RunConfig gref = parse_run_config("backend=cuda,precision=ref");
+  CHECK(gref.cuda_reference());
+  CHECK(gref.str() == "backend=cuda,precision=ref");
+  CHECK(parse_run_config(gref.str()).cuda_reference());
+  CHECK_FALSE(parse_run_config("backend=cuda").cuda_reference());
+  CHECK_FALSE(parse_run_config("precision=ref").cuda_reference());
+  CHECK(parse_run_config("precision=ref").str() == "default");
+  CHECK(gref.untestable_reason(true).empty());
+  CHECK(gref.conv_dtype_at(0, nullptr) == DType::f32);
+  CHECK(parse_run_config("backend=cuda").conv_dtype_at(0, nullptr) == DType::bf16);
+  CHECK(parse_run_config("backend=cuda,precision=fp64").untestable_reason(true).find("CPU precisions") != std::string::npos);
+  CHECK(parse_run_config("backend=cuda,precision=bf16").untestable_reason(true).find("CPU precisions") != std::string::npos);
   CHECK(parse_run_config("backend=cuda").untestable_reason(true).empty());
   CHECK(parse_run_config("precision=bf16,attn=flash").untestable_reason(false).empty());
 }

@@ -46,7 +46,7 @@ std::unique_ptr<Backend> make_cuda_backend(const RunConfig& rc, const ModelConfi
   GemmKind gemm = GemmKind::cublas;
   if (rc.gemm && *rc.gemm == "simple") gemm = GemmKind::simple;
   else if (rc.gemm && *rc.gemm != "cublas") input_error("config ", rc.str(), ": gemm must be cublas or simple");
-  auto be = std::make_unique<CudaBackend>(dev, gemm, graphs);
+  auto be = std::make_unique<CudaBackend>(dev, gemm, graphs, rc.cuda_reference());
   int64_t free_b = 0, total_b = 0;
   be->context()->mem_info(&free_b, &total_b);
   // tp > 1: this rank holds its shard and the replicated tensors (model/shard.h)

@@ -1,4 +1,5 @@
-// `degenbisect golden`: run a prompt suite through the CPU reference and write a golden record
+// `degenbisect golden`: run a prompt suite through the reference (the CPU, or the fp32 reference on the
+// GPU checked by the CPU) and write a golden record
 // (DESIGN.md §6, src/diag/golden.h): token ids, per-position top-K log-probs, per-layer outputs,
 // MTP drafts and per-layer noise floors, with checksums, written atomically.
 #include <cstdio>
@@ -22,6 +23,8 @@ namespace fs = std::filesystem;
 
 struct GoldenArgs {
   std::string model, cases, out, precision = "fp32", layers = "all", positions = "auto", batch = "1";
+  std::string config, verify_layers = "all";
+  int verify_positions = 4;
   int gen_tokens = -1;
   int topk = 20;
   bool no_floors = false, force = false, restart = false, plan = false;
@@ -72,6 +75,12 @@ int run_golden(const GoldenArgs& a) {
   if (a.batch != "1" && a.batch != "all") input_error("golden: --batch ", a.batch, ": expected 1 or all");
   o.batch_all = a.batch == "all";
   o.command = a.argv;
+  if (!a.config.empty()) o.reference = parse_run_config(a.config);
+  o.verify_layers = a.verify_layers;
+  o.verify_positions = a.verify_positions;
+  if (a.plan && o.reference.backend != BackendKind::cpu)
+    input_error("golden --plan estimates the CPU reference; with --config ", o.reference.str(),
+                " the CPU runs only the spot check (one prefill of --verify-positions tokens per case)");
   for (const auto& [name, v] : {std::pair{"--storage-gbps", a.storage_gbps}, {"--memory-gbps", a.memory_gbps},
                                 {"--gflops", a.gflops}, {"--memory-gb", a.memory_gb}})
     if (v && !(*v > 0 && *v < 1e9)) input_error("golden: ", name, " must be a positive number, found ", *v);
@@ -99,6 +108,7 @@ int run_golden(const GoldenArgs& a) {
   GoldenSummary s = write_golden(*model, tok.get(), suite, a.out, o, make_backend, progress);
   std::printf("golden: wrote %s: suite '%s', %zu cases, %.1f KiB in %.2f s\n", s.dir.string().c_str(), suite.name.c_str(),
               suite.cases.size(), double(s.bytes) / 1024.0, s.seconds);
+  if (!s.verification.empty()) std::printf("golden: %s\n", s.verification.c_str());
   for (FloorClass fc : {FloorClass::bf16, FloorClass::fp32}) {
     const int i = static_cast<int>(fc);
     if (s.floors[i])
@@ -112,7 +122,7 @@ int run_golden(const GoldenArgs& a) {
   return 0;
 }
 
-CommandRegistrar reg("golden", "Record what the CPU reference does on a prompt suite (a golden record)", 30,
+CommandRegistrar reg("golden", "Record what the reference does on a prompt suite (a golden record)", 30,
                      [](CLI::App* sub) -> std::function<int()> {
   auto a = std::make_shared<GoldenArgs>();
   sub->add_option("--model", a->model, "Model folder (config.json, *.safetensors, tokenizer.json)");
@@ -137,6 +147,15 @@ CommandRegistrar reg("golden", "Record what the CPU reference does on a prompt s
                   "1 (default): each case generated alone; all: consecutive cases with equal generation settings\n"
                   "generated together, one pass over the weights per step for all of them (large models; recorded\n"
                   "in the manifest: the batch changes the last bits of the sums, as compare's batch=all)");
+  sub->add_option("--config", a->config,
+                  "The engine that makes the record: the CPU (default), or backend=cuda,precision=ref for the fp32\n"
+                  "reference on the GPU (tp=N, gemm and graphs allowed), checked by the CPU (--verify-*)");
+  sub->add_option("--verify-layers", a->verify_layers,
+                  "With a GPU reference: the layers the CPU spot check recomputes from the record's own inputs\n"
+                  "(all (default), none, or a list such as 0,3,5-7); each must agree within the fp32 limits, else\n"
+                  "no record is written (exit 1); the result is in the manifest (settings.verification)");
+  sub->add_option("--verify-positions", a->verify_positions,
+                  "With a GPU reference: the first N positions of every case the spot check recomputes (default 4)");
   sub->add_flag("--restart", a->restart, "Discard the finished cases of an interrupted run instead of keeping them");
   sub->add_flag("--force", a->force,
                 "Replace an existing golden record at --out (atomically: --out holds the old or the new record at\n"
@@ -155,7 +174,8 @@ CommandRegistrar reg("golden", "Record what the CPU reference does on a prompt s
       "Examples:\n"
       "  degenbisect golden --model models/tiny-qwen35 --cases cases/smoke.json --out golden/tiny-qwen35/smoke\n"
       "  degenbisect golden --model DIR --cases cases/long-decode.json --out /tmp/g --layers 0,31,63 --positions 256\n"
-      "  degenbisect golden --plan --model DIR --cases cases/smoke.json --memory-gbps 100 --memory-gb 512");
+      "  degenbisect golden --plan --model DIR --cases cases/smoke.json --memory-gbps 100 --memory-gb 512\n"
+      "  degenbisect golden --model DIR --cases cases/smoke.json --out /tmp/g --config backend=cuda,precision=ref,tp=2");
   return [a, sub] {
     a->argv = "degenbisect golden --model " + a->model + " --cases " + a->cases + " --out " + a->out;
     if (a->gen_tokens >= 0) a->argv += " --gen-tokens " + std::to_string(a->gen_tokens);
@@ -165,6 +185,9 @@ CommandRegistrar reg("golden", "Record what the CPU reference does on a prompt s
     if (a->topk != 20) a->argv += " --topk " + std::to_string(a->topk);
     if (a->batch != "1") a->argv += " --batch " + a->batch;
     if (a->no_floors) a->argv += " --no-floors";
+    if (!a->config.empty()) a->argv += " --config " + a->config;
+    if (a->verify_layers != "all") a->argv += " --verify-layers " + a->verify_layers;
+    if (a->verify_positions != 4) a->argv += " --verify-positions " + std::to_string(a->verify_positions);
     return run_golden(*a);
   };
 });

@@ -49,7 +49,8 @@ Tensor CudaBackend::do_attention(const Tensor& q, const Tensor& k, const Tensor&
   require_device(k, "attention");
   require_device(v, "attention");
   const int64_t N = q.shape[0], n_q = q.shape[1], D = q.shape[2], n_kv = k.shape[1];
-  DEGEN_ASSERT(q.dtype == DType::bf16 && k.dtype == DType::bf16 && v.dtype == DType::bf16, "attention: bf16 q/k/v");
+  DEGEN_ASSERT(q.dtype == act_dtype() && k.dtype == q.dtype && v.dtype == q.dtype, "attention: q/k/v in ",
+               dtype_name(act_dtype()), ", got ", dtype_name(q.dtype), "/", dtype_name(k.dtype), "/", dtype_name(v.dtype));
   if (D > cuda::kAttnMaxHeadDim)
     throw UntestableError(cat("attention: head_dim ", D, " exceeds the CUDA kernels' limit ", cuda::kAttnMaxHeadDim));
   const AttnAlgo algo = numerics_.attn;
@@ -103,14 +104,14 @@ Tensor CudaBackend::do_attention(const Tensor& q, const Tensor& k, const Tensor&
     // fixes, not the context, which grows every step.
     max_ctx[a] = std::max(max_ctx[a], graphs_segment() ? max_cap : sp.pos0 + sp.rows);
   }
-  Tensor out = device_tensor({N, n_q * D}, DType::bf16, "attention");
+  Tensor out = device_tensor({N, n_q * D}, q.dtype, "attention");
   std::vector<uint8_t> seq_bytes(seqs.size() * sizeof(cuda::AttnSeq));
   if (!seqs.empty()) std::memcpy(seq_bytes.data(), seqs.data(), seq_bytes.size());
   Tensor dseqs = upload(seq_bytes, DType::u8, "attention sequences");
   {
     Tensor dseq = upload(all_seq, DType::i32, "kv store sequences");
     Tensor ddst = upload(dst_row, DType::i64, "kv store rows");
-    cuda::kv_append_cuda(static_cast<const __nv_bfloat16*>(k.raw()), static_cast<const __nv_bfloat16*>(v.raw()),
+    cuda::kv_append_cuda(k.raw(), v.raw(), q.dtype,
                          reinterpret_cast<const cuda::AttnSeq*>(dseqs.raw()), dseq.data<int32_t>(),
                          ddst.data<int64_t>(), N, row_elems, kv_dtype, st);
   }
@@ -122,8 +123,9 @@ Tensor CudaBackend::do_attention(const Tensor& q, const Tensor& k, const Tensor&
     Tensor drows = upload(rows[a], DType::i32, "attention rows");
     Tensor dseq = upload(row_seq[a], DType::i32, "attention row sequences");
     cuda::AttnArgs args;
-    args.q = static_cast<const __nv_bfloat16*>(q.raw());
-    args.out = static_cast<__nv_bfloat16*>(out.raw());
+    args.q = q.raw();
+    args.out = out.raw();
+    args.act_dtype = q.dtype;
     args.seqs = reinterpret_cast<const cuda::AttnSeq*>(dseqs.raw());
     args.rows = drows.data<int32_t>();
     args.row_seq = dseq.data<int32_t>();
@@ -136,8 +138,8 @@ Tensor CudaBackend::do_attention(const Tensor& q, const Tensor& k, const Tensor&
     args.max_ctx = max_ctx[a];
     switch (static_cast<AttnAlgo>(a)) {
       case AttnAlgo::naive: {
-        Tensor scratch = device_tensor({args.M * n_q, args.max_ctx}, DType::bf16, "attention scores");
-        cuda::attention_naive_cuda(args, static_cast<__nv_bfloat16*>(scratch.raw()), st);
+        Tensor scratch = device_tensor({args.M * n_q, args.max_ctx}, q.dtype, "attention scores");
+        cuda::attention_naive_cuda(args, scratch.raw(), st);
         break;
       }
       case AttnAlgo::flash: cuda::attention_flash_cuda(args, st); break;

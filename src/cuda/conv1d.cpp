@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "conv1d.h"
+#include "cuda/bf16_args.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
@@ -14,14 +15,13 @@ namespace degen {
 
 using cuda_detail::GdnTimer;
 using cuda_detail::words;
-using bf16 = __nv_bfloat16;
 
 static_assert(sizeof(cuda::Conv1dSeq) == 3 * sizeof(int64_t), "the per-sequence table travels as int64 words");
 
 Tensor CudaBackend::do_conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
                                      const std::vector<Tensor*>& windows) {
   require_device(x, "conv1d_causal");
-  DEGEN_ASSERT(x.dtype == DType::bf16, "conv1d_causal: bf16 activations, got ", dtype_name(x.dtype));
+  DEGEN_ASSERT(x.dtype == act_dtype(), "conv1d_causal: ", dtype_name(act_dtype()), " activations, got ", dtype_name(x.dtype));
   const int64_t N = x.rows(), C = x.cols();
   const int64_t K = w.shape[2];
   GdnTimer timer(*this);
@@ -37,13 +37,17 @@ Tensor CudaBackend::do_conv1d_causal(const Tensor& x, const TensorView& w, const
     seqs.push_back(cuda::Conv1dSeq{spans[s].row0, spans[s].rows, win.raw()});
     max_rows = std::max(max_rows, spans[s].rows);
   }
-  Tensor out = device_tensor({N, C}, DType::bf16, "conv1d_causal");
+  Tensor out = device_tensor({N, C}, x.dtype, "conv1d_causal");
   if (seqs.empty()) return out;
   const Tensor table = upload(words(seqs), DType::i64, "conv1d sequences");
-  cuda::conv1d_causal_cuda(static_cast<const bf16*>(x.raw()), static_cast<const bf16*>(weight(w).raw()),
-                           static_cast<bf16*>(out.raw()), C, K, static_cast<const cuda::Conv1dSeq*>(table.raw()),
-                           static_cast<int>(seqs.size()), max_rows, wdt, numerics_.has(Fault::conv_window_stuck),
-                           context()->stream());
+  const Tensor& W = weight(w);
+  cuda::with_act_weight(x.dtype, W.dtype, "conv1d_causal", [&](auto a, auto b) {
+    using T = decltype(a);
+    using Wt = decltype(b);
+    cuda::conv1d_causal_cuda<T, Wt>(cuda::cptr<T>(x), cuda::cptr<Wt>(W), cuda::mptr<T>(out), C, K,
+                                    static_cast<const cuda::Conv1dSeq*>(table.raw()), static_cast<int>(seqs.size()),
+                                    max_rows, wdt, numerics_.has(Fault::conv_window_stuck), context()->stream());
+  });
   return out;
 }
 

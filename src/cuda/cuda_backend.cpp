@@ -16,12 +16,13 @@ namespace degen {
 
 using cuda::CudaContext;
 
-CudaBackend::CudaBackend(int device, GemmKind gemm, bool graphs) : ctx_(CudaContext::open(device)), gemm_(gemm) {
+CudaBackend::CudaBackend(int device, GemmKind gemm, bool graphs, bool reference)
+    : ctx_(CudaContext::open(device)), gemm_(gemm), reference_(reference) {
   if (graphs) graphs_ = std::make_unique<cuda::StepGraphs>(ctx_);
-  // The GPU path's storage defaults (Engine::numerics overrides them per layer).
+  // The storage defaults (Engine::numerics overrides them per layer): the activation dtype.
   numerics_.ssm_dtype = state_dtype();
-  numerics_.conv_dtype = DType::bf16;
-  numerics_.kv_dtype = DType::bf16;
+  numerics_.conv_dtype = act_dtype();
+  numerics_.kv_dtype = act_dtype();
 }
 
 CudaBackend::~CudaBackend() {
@@ -33,7 +34,7 @@ CudaBackend::~CudaBackend() {
 }
 
 std::string CudaBackend::name() const {
-  return cat("cuda:", ctx_->device(), gemm_ == GemmKind::simple ? ":gemm-simple" : "");
+  return cat("cuda:", ctx_->device(), reference_ ? ":ref" : "", gemm_ == GemmKind::simple ? ":gemm-simple" : "");
 }
 
 void CudaBackend::sync() { ctx_->sync(); }
@@ -220,9 +221,10 @@ const Tensor& CudaBackend::weight(const TensorView& w, bool keep_dtype) {
     throw std::logic_error(cat("cuda backend: weight ", w.name, " has no host data and no registered device copy"));
   if (graphs_segment() && graphs_->mode() != cuda::StepGraphs::Mode::record)
     throw std::logic_error(cat("graphs=on: weight ", w.name, " first used in a captured or replayed step"));
-  // Upload as stored, then round on the device (bf16 as is; A_log / dt_bias keep f32 or bf16).
+  // Upload as stored, then round on the device (bf16 as is; A_log / dt_bias keep f32 or bf16; the
+  // reference widens anything but bf16 to fp32, exactly, as the CPU's reference reads it).
   DType to = DType::bf16;
-  if (keep_dtype) to = (w.dtype == DType::bf16 || w.dtype == DType::f32) ? w.dtype : DType::f32;
+  if (keep_dtype || reference_) to = (w.dtype == DType::bf16 || w.dtype == DType::f32) ? w.dtype : DType::f32;
   Tensor raw = device_tensor(w.shape, w.dtype, w.name.c_str(), /*step_buffer=*/false);
   if (w.nbytes) CUDA_CHECK(cudaMemcpyAsync(raw.raw(), w.data, w.nbytes, cudaMemcpyHostToDevice, ctx_->stream()));
   Tensor dev = raw;

@@ -15,6 +15,12 @@
 //   - GDN (kernels/conv1d.cu, gdn_gates.cu, gdn.cu): conv window in its tensor's dtype (conv_dtype),
 //     recurrent state S in its tensor's dtype (ssm_dtype) rounded after every token (recurrent) or
 //     chunk (chunked, C = 64), fp32 arithmetic, g fp32, o bf16.
+// The reference on the GPU (precision=ref, `reference` below): the same ops with fp32 activations,
+// residual stream, projections, norm outputs, logits, KV cache and conv window (the engine's
+// defaults follow act_dtype()), fp32 GDN state, cos/sin not rounded, attention probabilities fp32,
+// matrix products fp32 GEMM; weights as stored (bf16 kept, a wider one widened to fp32), so it
+// computes what CpuBackend precision=ref computes, in other summation orders (golden
+// --config backend=cuda checks it against the CPU: diag/golden.h).
 // Faults of the catalogue honoured by the kernels (numerics().faults): rope-interleaved,
 // kv-off-by-one, gdn-norm-plus-one, gdn-skip-l2norm, alog-no-exp, conv-window-stuck,
 // gdn-read-before-decay, gdn-head-mod, gdn-out-fp16; the engine-level ones (rope-all-dims,
@@ -60,12 +66,15 @@ class CudaBackend final : public Backend {
  public:
   // Opens `device` (UntestableError with the reason when it cannot).
   // graphs: decode steps as CUDA graphs (graphs=on; cuda/graphs.h).
-  explicit CudaBackend(int device = 0, GemmKind gemm = GemmKind::cublas, bool graphs = false);
+  // reference: precision=ref (fp32 activations) instead of the bf16 GPU path.
+  explicit CudaBackend(int device = 0, GemmKind gemm = GemmKind::cublas, bool graphs = false, bool reference = false);
   ~CudaBackend() override;
 
   std::string name() const override;
-  DType act_dtype() const override { return DType::bf16; }
-  bool gpu_path() const override { return true; }
+  DType act_dtype() const override { return reference_ ? DType::f32 : DType::bf16; }
+  // The reference keeps the reference's storage defaults (fp32 state), not the GPU path's.
+  bool gpu_path() const override { return !reference_; }
+  bool reference() const { return reference_; }
   DType state_dtype() const override { return DType::f32; }
 
   const std::shared_ptr<cuda::CudaContext>& context() const { return ctx_; }
@@ -74,8 +83,8 @@ class CudaBackend final : public Backend {
   void sync();  // wait for every queued op (timing, tests)
 
   // ---- weights ----
-  // The device copy of a weight (bf16, or as stored for A_log / dt_bias: keep_dtype), uploaded on
-  // first use. A view without host data (synthetic bench weights) must have been registered.
+  // The device copy of a weight (bf16; as stored for A_log / dt_bias: keep_dtype; on the reference
+  // bf16 kept and any other dtype widened to fp32), uploaded on first use. A view without host data (synthetic bench weights) must have been registered.
   const Tensor& weight(const TensorView& w, bool keep_dtype = false);
   // Registers a device tensor as the copy of `w` (bench: weights generated on the device).
   void register_weight(const TensorView& w, Tensor device_copy);
@@ -178,6 +187,7 @@ class CudaBackend final : public Backend {
   };
   std::shared_ptr<cuda::CudaContext> ctx_;
   GemmKind gemm_;
+  bool reference_ = false;
   std::unique_ptr<cuda::StepGraphs> graphs_;  // graphs=on
   CudaStats stats_;
   std::unordered_map<const TensorView*, CachedWeight> weights_[2];  // [keep_dtype]

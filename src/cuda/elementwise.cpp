@@ -9,10 +9,9 @@
 namespace degen {
 
 namespace {
-using cuda::bf16;
-using cuda::cbf;
-using cuda::check_bf16;
-using cuda::mbf;
+using cuda::cptr;
+using cuda::mptr;
+using cuda::with_act;
 
 void check_same(const Tensor& a, const Tensor& b, const char* op) {
   if (a.shape != b.shape || a.dtype != b.dtype)
@@ -30,9 +29,13 @@ Tensor CudaBackend::embed(const TensorView& table, const std::vector<int32_t>& i
       input_error("token id ", ids[i], " at input position ", i, " is outside the embedding table [0, ", V, ")");
   const Tensor& t = weight(table);
   Tensor idx = upload(ids, DType::i32, "embed ids");
-  Tensor out = device_tensor({N, H}, DType::bf16, "embed");
-  cuda::embed_cuda(cbf(t), H, idx.data<int32_t>(), N, mbf(out), context()->stream());
-  stats().weight_bytes += static_cast<double>(N * H) * 2.0;
+  Tensor out = device_tensor({N, H}, act_dtype(), "embed");
+  cuda::with_act_weight(act_dtype(), t.dtype, "embed", [&](auto a, auto w) {
+    using T = decltype(a);
+    using W = decltype(w);
+    cuda::embed_cuda<T, W>(cptr<W>(t), H, idx.data<int32_t>(), N, mptr<T>(out), context()->stream());
+  });
+  stats().weight_bytes += static_cast<double>(N * H * static_cast<int64_t>(dtype_size(t.dtype)));
   return out;
 }
 
@@ -40,9 +43,11 @@ Tensor CudaBackend::add(const Tensor& a, const Tensor& b) {
   require_device(a, "add");
   require_device(b, "add");
   check_same(a, b, "add");
-  check_bf16(a, "add");
-  Tensor out = device_tensor(a.shape, DType::bf16, "add");
-  cuda::add_cuda(cbf(a), cbf(b), mbf(out), a.numel(), context()->stream());
+  Tensor out = device_tensor(a.shape, a.dtype, "add");
+  with_act(a.dtype, "add", [&](auto z) {
+    using T = decltype(z);
+    cuda::add_cuda<T>(cptr<T>(a), cptr<T>(b), mptr<T>(out), a.numel(), context()->stream());
+  });
   return out;
 }
 
@@ -52,9 +57,11 @@ Tensor CudaBackend::sigmoid_mul(const Tensor& x, const Tensor& gate) {
   const bool bcast = gate.cols() == 1 && x.cols() != 1;
   DEGEN_ASSERT(gate.dtype == x.dtype && gate.rows() == x.rows() && (bcast || gate.cols() == x.cols()),
                "sigmoid_mul: ", shape_str(x.shape), " and gate ", shape_str(gate.shape));
-  check_bf16(x, "sigmoid_mul");
-  Tensor out = device_tensor(x.shape, DType::bf16, "sigmoid_mul");
-  cuda::sigmoid_mul_cuda(cbf(x), cbf(gate), mbf(out), x.rows(), x.cols(), bcast, context()->stream());
+  Tensor out = device_tensor(x.shape, x.dtype, "sigmoid_mul");
+  with_act(x.dtype, "sigmoid_mul", [&](auto z) {
+    using T = decltype(z);
+    cuda::sigmoid_mul_cuda<T>(cptr<T>(x), cptr<T>(gate), mptr<T>(out), x.rows(), x.cols(), bcast, context()->stream());
+  });
   return out;
 }
 
@@ -62,9 +69,11 @@ Tensor CudaBackend::swiglu(const Tensor& gate, const Tensor& up) {
   require_device(gate, "swiglu");
   require_device(up, "swiglu");
   check_same(gate, up, "swiglu");
-  check_bf16(gate, "swiglu");
-  Tensor out = device_tensor(gate.shape, DType::bf16, "swiglu");
-  cuda::swiglu_cuda(cbf(gate), cbf(up), mbf(out), gate.numel(), context()->stream());
+  Tensor out = device_tensor(gate.shape, gate.dtype, "swiglu");
+  with_act(gate.dtype, "swiglu", [&](auto z) {
+    using T = decltype(z);
+    cuda::swiglu_cuda<T>(cptr<T>(gate), cptr<T>(up), mptr<T>(out), gate.numel(), context()->stream());
+  });
   return out;
 }
 

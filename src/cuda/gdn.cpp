@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "cuda/bf16_args.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
@@ -23,7 +24,6 @@ using cuda_detail::GdnTimer;
 using cuda_detail::words;
 
 namespace {
-using bf16 = __nv_bfloat16;
 
 static_assert(sizeof(cuda::GdnSeq) == 3 * sizeof(int64_t) &&
                   sizeof(cuda::GdnChunk) == 2 * sizeof(int64_t),
@@ -41,17 +41,20 @@ void CudaBackend::gdn_gates(const Tensor& a, const Tensor& b, const TensorView& 
                             Tensor& g, Tensor& beta) {
   require_device(a, "gdn_gates");
   require_device(b, "gdn_gates");
-  DEGEN_ASSERT(a.shape == b.shape && a.dtype == DType::bf16 && b.dtype == DType::bf16, "gdn_gates: bf16 a, b of one shape");
+  DEGEN_ASSERT(a.shape == b.shape && a.dtype == act_dtype() && b.dtype == a.dtype, "gdn_gates: a, b of one shape in ",
+               dtype_name(act_dtype()));
   GdnTimer timer(*this);
   const int64_t R = a.rows(), nv = a.cols();
   DEGEN_ASSERT(A_log.numel() == nv && dt_bias.numel() == nv, "gdn_gates: A_log/dt_bias size vs ", nv, " heads");
   const Tensor& A = weight(A_log, /*keep_dtype=*/true);
   const Tensor& dt = weight(dt_bias, /*keep_dtype=*/true);
   g = device_tensor(a.shape, DType::f32, "gdn g");
-  beta = device_tensor(a.shape, DType::bf16, "gdn beta");
-  cuda::gdn_gates_cuda(static_cast<const bf16*>(a.raw()), static_cast<const bf16*>(b.raw()), A.raw(), A.dtype,
-                       dt.raw(), dt.dtype, g.data<float>(), static_cast<bf16*>(beta.raw()), R, nv,
-                       numerics_.has(Fault::alog_no_exp), context()->stream());
+  beta = device_tensor(a.shape, a.dtype, "gdn beta");
+  cuda::with_act(a.dtype, "gdn_gates", [&](auto z) {
+    using T = decltype(z);
+    cuda::gdn_gates_cuda<T>(cuda::cptr<T>(a), cuda::cptr<T>(b), A.raw(), A.dtype, dt.raw(), dt.dtype, g.data<float>(),
+                            cuda::mptr<T>(beta), R, nv, numerics_.has(Fault::alog_no_exp), context()->stream());
+  });
 }
 
 Tensor CudaBackend::gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
@@ -59,8 +62,8 @@ Tensor CudaBackend::gdn(const Tensor& q, const Tensor& k, const Tensor& v, const
   for (const Tensor* t : {&q, &k, &v, &g, &beta}) require_device(*t, "gdn");
   DEGEN_ASSERT(q.shape.size() == 3 && q.shape == k.shape && v.shape.size() == 3, "gdn shapes: q ", shape_str(q.shape),
                " k ", shape_str(k.shape), " v ", shape_str(v.shape));
-  DEGEN_ASSERT(q.dtype == DType::bf16 && k.dtype == DType::bf16 && v.dtype == DType::bf16 && beta.dtype == DType::bf16,
-               "gdn: q, k, v, beta in bf16");
+  DEGEN_ASSERT(q.dtype == act_dtype() && k.dtype == q.dtype && v.dtype == q.dtype && beta.dtype == q.dtype,
+               "gdn: q, k, v, beta in ", dtype_name(act_dtype()));
   DEGEN_ASSERT(g.dtype == DType::f32, "gdn: g in fp32 (gdn_gates), got ", dtype_name(g.dtype));
   const int64_t N = q.shape[0];
   cuda::GdnShape sh;
@@ -90,15 +93,16 @@ Tensor CudaBackend::gdn(const Tensor& q, const Tensor& k, const Tensor& v, const
     for (int64_t c0 = 0; c0 < spans[s].rows; c0 += cuda::kGdnChunk)
       chunks.push_back(cuda::GdnChunk{spans[s].row0 + c0, std::min<int64_t>(cuda::kGdnChunk, spans[s].rows - c0)});
   }
-  Tensor o = device_tensor({N, sh.n_v, sh.d_v}, DType::bf16, "gdn o");
+  Tensor o = device_tensor({N, sh.n_v, sh.d_v}, q.dtype, "gdn o");
   if (seqs.empty() || chunks.empty()) return o;
   cuda::GdnIo io;
-  io.q = static_cast<const bf16*>(q.raw());
-  io.k = static_cast<const bf16*>(k.raw());
-  io.v = static_cast<const bf16*>(v.raw());
-  io.beta = static_cast<const bf16*>(beta.raw());
+  io.q = q.raw();
+  io.k = k.raw();
+  io.v = v.raw();
+  io.beta = beta.raw();
   io.g = g.data<float>();
-  io.o = static_cast<bf16*>(o.raw());
+  io.o = o.raw();
+  io.act = q.dtype;
   const Tensor seq_table = upload(words(seqs), DType::i64, "gdn sequences");
   const auto* seq_ptr = static_cast<const cuda::GdnSeq*>(seq_table.raw());
   if (algo == GdnAlgo::recurrent) {

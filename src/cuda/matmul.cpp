@@ -1,31 +1,64 @@
 // CudaBackend matrix product y = x Wᵀ (kernels/matmul.cu; src/cpu/matmul.cpp is the reference):
-// the weight's bf16 device copy (uploaded once), cuBLAS or the plain tiled kernel (gemm=simple).
+// the weight's device copy (uploaded once), cuBLAS or the plain tiled kernel (gemm=simple).
+// GPU path: bf16 x bf16 -> bf16 with fp32 sums. Reference (precision=ref): fp32 x and y; a weight
+// kept in fp32 goes to the fp32 GEMM as it is, a bf16 one is widened exactly to fp32 a block of
+// rows at a time (kRefWidenBytes of scratch), so the device holds the weights as stored, not twice.
+#include <algorithm>
+
+#include "cuda/bf16_args.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
+#include "layout.h"
 #include "matmul.h"
 
 namespace degen {
+
+namespace {
+// Scratch of one block of widened weight rows on the reference path: large enough that cuBLAS sees
+// long products (a 5120-wide row is 20 KiB: 3,276 rows), small beside the model.
+constexpr int64_t kRefWidenBytes = int64_t(64) << 20;
+}  // namespace
 
 Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
   require_device(x, "matmul");
   if (w.shape.size() != 2 || w.shape[1] != x.cols())
     input_error("matmul: weight ", w.name, " has shape ", shape_str(w.shape), ", expected [out, ", x.cols(), "]");
-  DEGEN_ASSERT(x.dtype == DType::bf16, "matmul: bf16 activations, got ", dtype_name(x.dtype));
+  DEGEN_ASSERT(x.dtype == act_dtype(), "matmul: ", dtype_name(act_dtype()), " activations, got ", dtype_name(x.dtype));
   const int64_t N = x.rows(), in = x.cols(), out = w.shape[0];
   std::vector<int64_t> shape = x.shape;
   shape.back() = out;
-  Tensor y = device_tensor(shape, DType::bf16, "matmul");
+  Tensor y = device_tensor(shape, x.dtype, "matmul");
   if (N == 0 || out == 0) return y;
   const Tensor& W = weight(w);
-  const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
-  const auto* wp = static_cast<const __nv_bfloat16*>(W.raw());
-  auto* yp = static_cast<__nv_bfloat16*>(y.raw());
-  if (gemm_ == GemmKind::cublas)
-    cuda::matmul_bf16_cublas(context()->cublas(), xp, wp, yp, N, in, out);
-  else
-    cuda::matmul_bf16_simple_cuda(xp, wp, yp, N, in, out, context()->stream());
   stats_.matmul_flops += 2.0 * double(N) * double(in) * double(out);
   stats_.weight_bytes += static_cast<double>(W.nbytes());
+  if (x.dtype == DType::bf16) {
+    if (gemm_ == GemmKind::cublas)
+      cuda::matmul_bf16_cublas(context()->cublas(), cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out);
+    else
+      cuda::matmul_simple_cuda(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, context()->stream());
+    return y;
+  }
+  // the reference: fp32 activations
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  if (gemm_ == GemmKind::simple) {
+    cuda::with_act(W.dtype, "matmul weight", [&](auto z) {
+      using Wt = decltype(z);
+      cuda::matmul_simple_cuda(xp, cuda::cptr<Wt>(W), yp, N, in, out, context()->stream());
+    });
+  } else if (W.dtype == DType::f32) {
+    cuda::matmul_f32_cublas(context()->cublas(), xp, W.data<float>(), yp, N, in, out, out);
+  } else {
+    DEGEN_ASSERT(W.dtype == DType::bf16, "matmul: weight ", w.name, " on the device in ", dtype_name(W.dtype));
+    const int64_t rows = std::clamp<int64_t>(kRefWidenBytes / (in * 4), 1, out);
+    Tensor wide = device_tensor({rows, in}, DType::f32, "matmul widened weight rows");
+    for (int64_t o0 = 0; o0 < out; o0 += rows) {
+      const int64_t n = std::min(rows, out - o0);
+      cuda::convert_cuda(cuda::cbf(W) + o0 * in, DType::bf16, wide.raw(), DType::f32, n * in, context()->stream());
+      cuda::matmul_f32_cublas(context()->cublas(), xp, wide.data<float>(), yp + o0, N, in, n, out);
+    }
+  }
   return y;
 }
 

@@ -2,6 +2,7 @@
 // experts in fp32, top-k, optional renormalisation, on the device; the routing comes back to the
 // host (the engine drives the experts: gather_rows, matmul, swiglu, scatter_add_rows).
 // Fault moe-no-renorm reaches here as renormalise = false (engine level).
+#include "cuda/bf16_args.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
@@ -11,13 +12,15 @@ namespace degen {
 
 MoeRouting CudaBackend::moe_route(const Tensor& logits, int k, bool renormalise) {
   require_device(logits, "moe_route");
-  DEGEN_ASSERT(logits.dtype == DType::bf16, "moe_route: bf16 router logits, got ", dtype_name(logits.dtype));
   const int64_t R = logits.rows(), E = logits.cols();
   DEGEN_ASSERT(k >= 1 && k <= E, "moe_route: top-", k, " of ", E, " experts");
   Tensor ex = device_tensor({R, k}, DType::i32, "moe experts");
   Tensor wt = device_tensor({R, k}, DType::f32, "moe weights");
-  cuda::moe_route_cuda(static_cast<const __nv_bfloat16*>(logits.raw()), R, static_cast<int>(E), k, renormalise,
-                       ex.data<int32_t>(), wt.data<float>(), context()->stream());
+  cuda::with_act(logits.dtype, "moe_route", [&](auto a) {
+    using T = decltype(a);
+    cuda::moe_route_cuda<T>(cuda::cptr<T>(logits), R, static_cast<int>(E), k, renormalise, ex.data<int32_t>(),
+                            wt.data<float>(), context()->stream());
+  });
   const Tensor hx = to_host(ex), hw = to_host(wt);
   MoeRouting out;
   out.k = k;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "build_config.h"
+#include "diag/compare.h"
 #include "diag/golden_plan.h"
 #include "diag/metrics.h"
 #include "engine/generate.h"
@@ -453,11 +454,21 @@ std::vector<std::pair<size_t, size_t>> golden_batch_groups(const Suite& suite, c
 const char* floor_class_name(FloorClass c) { return c == FloorClass::bf16 ? "bf16" : "fp32"; }
 
 FloorClass floor_class_for(const RunConfig& rc) {
-  if (rc.backend != BackendKind::cpu || rc.precision == Precision::bf16 || rc.precision == Precision::q8_0)
+  if ((rc.backend != BackendKind::cpu && !rc.cuda_reference()) || rc.precision == Precision::bf16 ||
+      rc.precision == Precision::q8_0)
     return FloorClass::bf16;
   // Any other toggle that differs from its default (storage dtypes, attention algorithm, tensor
-  // parallelism, CUDA-only keys) makes the path lower-precision than the reference.
+  // parallelism on the CPU, CUDA-only keys of the GPU path) makes the path lower-precision than the
+  // reference. The reference on the GPU (backend=cuda,precision=ref) is fp32 whatever its matrix
+  // product, graphs or tensor parallelism (fp32 partial sums, summed in fp32).
   RunConfig neutral = rc;
+  if (rc.cuda_reference()) {
+    neutral.backend = BackendKind::cpu;
+    neutral.precision_set = false;
+    neutral.gemm.reset();
+    neutral.graphs.reset();
+    neutral.tp = 1;
+  }
   neutral.precision = Precision::ref;
   neutral.gdn = RunConfig{}.gdn;
   neutral.sampling = SamplingParams{};
@@ -490,13 +501,20 @@ struct GoldenRun {
   RunConfig floor_rc[2];
   std::unique_ptr<Backend> floor_be[2];
   std::unique_ptr<Engine> floor_eng[2];
+  // The CPU spot check of a reference made on the GPU (GoldenOptions::verify_layers).
+  std::vector<bool> verify_layers;
+  bool verify = false;
+  RunConfig verify_rc;
+  std::unique_ptr<Backend> verify_be;
+  std::unique_ptr<Engine> verify_eng;
 
   GoldenRun(const Model& model_, const Tokenizer* tok_, const GoldenOptions& opt_, const BackendFactory& factory,
             GoldenSummary& sum)
       : model(model_), tok(tok_), opt(opt_), cfg(model_.config), L(cfg.num_layers), H(cfg.hidden_size),
         V(cfg.vocab_size), stored(parse_layer_list(opt_.layers, cfg)),
         n_stored(static_cast<int>(std::count(stored.begin(), stored.end(), true))) {
-    rc.precision = opt.precision;
+    rc = opt.reference;
+    if (rc.backend == BackendKind::cpu) rc.precision = opt.precision;
     be = factory(rc, cfg);
     eng = std::make_unique<Engine>(cfg, model.weights, *be, engine_options(rc));
     if (tok) {
@@ -508,6 +526,14 @@ struct GoldenRun {
     maskp = mask.empty() ? nullptr : &mask;
     const int real_ids = static_cast<int>(V - std::count(mask.begin(), mask.end(), uint8_t(1)));
     K = std::min(opt.topk, real_ids);
+    if (rc.backend != BackendKind::cpu && opt.verify_layers != "none") {
+      verify_layers = parse_layer_list(opt.verify_layers, cfg);
+      verify = std::count(verify_layers.begin(), verify_layers.end(), true) > 0 && opt.verify_positions > 0;
+    }
+    if (verify) {
+      verify_be = factory(verify_rc, cfg);  // the CPU reference (precision=ref)
+      verify_eng = std::make_unique<Engine>(cfg, model.weights, *verify_be, engine_options(verify_rc));
+    }
     floor_rc[0].precision = Precision::bf16;
     floor_rc[1].precision = opt.precision == Precision::fp64 ? Precision::ref : Precision::fp64;
     for (int fc = 0; fc < 2; ++fc) {
@@ -534,6 +560,40 @@ void check_golden_options(const GoldenOptions& opt, const fs::path& out) {
   if (opt.gen_tokens && (*opt.gen_tokens < 0 || *opt.gen_tokens > kMaxNewTokensLimit))
     input_error("golden: --gen-tokens must be in [0, ", kMaxNewTokensLimit, "], found ", *opt.gen_tokens);
   validate_positions(opt.positions);
+  const RunConfig& r = opt.reference;
+  if (r.backend == BackendKind::cuda) {
+    if (!r.cuda_reference())
+      input_error("golden: --config ", r.str(), " is the bf16 GPU path, not a reference; the reference on the GPU is "
+                  "backend=cuda,precision=ref");
+    if (opt.precision != Precision::ref)
+      input_error("golden: --precision fp64 runs on the CPU only; the reference on the GPU is fp32 (precision=ref)");
+  } else if (r.precision_set && r.precision != Precision::ref && r.precision != Precision::fp64) {
+    input_error("golden: --config precision=", r.str(), ": the reference is precision=ref (fp32) or fp64 (--precision)");
+  }
+  // Only what leaves the reference's numerics as they are: the backend, precision=ref and the GPU's
+  // way of running it (tp, gemm, graphs); faults to test the spot check.
+  RunConfig neutral = r;
+  neutral.backend = BackendKind::cpu;
+  neutral.precision = Precision::ref;
+  neutral.precision_set = false;
+  neutral.tp = 1;
+  neutral.gemm.reset();
+  neutral.graphs.reset();
+  neutral.faults.clear();
+  if (neutral.str() != RunConfig{}.str())
+    input_error("golden: --config ", r.str(), ": ", neutral.str(), " would change the reference's numerics; --config takes "
+                "backend, precision=ref, tp, gemm and graphs (and faults, to test the spot check)");
+  if (r.backend == BackendKind::cpu && !r.faults.empty())
+    input_error("golden: --config fault=... on the CPU would make a wrong golden record; faults are allowed only with "
+                "backend=cuda,precision=ref, to show that the CPU spot check refuses them");
+  if (r.backend == BackendKind::cpu && (opt.verify_layers != "all" || opt.verify_positions != 4))
+    input_error("golden: --verify-layers and --verify-positions check a reference made on the GPU (--config "
+                "backend=cuda,precision=ref); the CPU reference is the one they check against");
+  if (opt.verify_positions < 0 || opt.verify_positions > 4096)
+    input_error("golden: --verify-positions must be in [0, 4096], found ", opt.verify_positions);
+  if (!r.faults.empty() && (opt.verify_layers == "none" || opt.verify_positions == 0))
+    input_error("golden: a reference with faults is only run to test the spot check; --verify-layers none or "
+                "--verify-positions 0 would let it write a wrong record");
 }
 
 // One case of the record, written as TMP/ID.safetensors: 1. the continuation, through the
@@ -568,6 +628,143 @@ struct CaseProgress {
   }
 };
 
+// The CPU spot check of one case of a reference made on the GPU (GoldenOptions::verify_layers): the
+// CPU reference runs the first Nv positions with the GPU's input of every checked layer injected,
+// so each checked layer's output is the CPU's from the GPU's input (isolated: errors do not carry
+// from layer to layer), and the logits that follow the last layer. Each layer's rel_l2 against the
+// GPU's must be within kFallbackRelL2 and each position's KLD (CPU over GPU, the real vocabulary)
+// within kFallbackKld. The decode path, which made the continuation, is checked where that costs
+// nothing: under plain greedy sampling each generated token must be the top-1 of the record's own
+// teacher-forced logits, or within kGreedyTieNats of it. Else Error(bad) naming the worst.
+// Returns the case's verification entry.
+json spot_check(GoldenRun& run, const Case& c, const SamplingParams& sp, const std::vector<int32_t>& seq,
+                size_t prompt_len, const GenerateResult& gen, const ForcedRun& g, int64_t Nv) {
+  const std::string& case_id = c.id;
+  const int64_t H = run.H, V = run.V;
+  LayerInputs in;
+  in.positions = Nv;
+  in.hidden = H;
+  in.in.resize(static_cast<size_t>(run.L));
+  for (int l = 0; l < run.L; ++l)
+    if (run.verify_layers[static_cast<size_t>(l)]) {
+      const std::vector<float>& src = l == 0 ? g.embed : g.l_out[static_cast<size_t>(l - 1)];
+      in.in[static_cast<size_t>(l)].assign(src.begin(), src.begin() + Nv * H);
+    }
+  ForcedOptions fo;
+  fo.run_positions = Nv;
+  fo.capture_positions = Nv;
+  fo.capture_layers = run.verify_layers;
+  fo.inject = &in;
+  const ForcedRun cpu = forced_run(*run.verify_eng, seq, fo);
+  double worst_rel = 0, worst_kld = 0;
+  int worst_layer = -1;
+  int64_t worst_pos = -1;
+  json layers = json::array();
+  for (int l = 0; l < run.L; ++l) {
+    if (!run.verify_layers[static_cast<size_t>(l)]) continue;
+    const std::vector<float>& gpu = g.l_out[static_cast<size_t>(l)];
+    const std::span<const float> a(gpu.data(), static_cast<size_t>(Nv * H));
+    const metrics::TensorError e = metrics::tensor_error(a, std::span<const float>(cpu.l_out[static_cast<size_t>(l)]));
+    const double rel = std::isfinite(e.rel_l2) && e.nonfinite == 0 ? e.rel_l2 : INFINITY;
+    layers.push_back({{"layer", l}, {"rel_l2", std::isfinite(rel) ? json(rel) : json(nullptr)}});
+    if (!(rel <= worst_rel)) {
+      worst_rel = rel;
+      worst_layer = l;
+    }
+  }
+  // the logits: KL(CPU || GPU) over the real vocabulary, in double
+  for (int64_t t = 0; t < Nv; ++t) {
+    const float* p = cpu.logits.data() + t * V;
+    const float* q = g.logits.data() + t * V;
+    auto lse = [&](const float* x) {
+      double m = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < V; ++j)
+        if (!(run.maskp && run.mask[static_cast<size_t>(j)])) m = std::max(m, double(x[j]));
+      for (int64_t j = 0; j < V; ++j)
+        if (!(run.maskp && run.mask[static_cast<size_t>(j)])) sum += std::exp(double(x[j]) - m);
+      return m + std::log(sum);
+    };
+    const double lp = lse(p), lq = lse(q);
+    double kld = 0;
+    for (int64_t j = 0; j < V; ++j) {
+      if (run.maskp && run.mask[static_cast<size_t>(j)]) continue;
+      const double a = double(p[j]) - lp, b = double(q[j]) - lq;
+      kld += std::exp(a) * (a - b);
+    }
+    if (!std::isfinite(kld)) kld = INFINITY;
+    if (!(kld <= worst_kld)) {
+      worst_kld = kld;
+      worst_pos = t;
+    }
+  }
+  // the generating path: each step's top-K against the record's teacher-forced logits there
+  double worst_gen_kld = 0;
+  int64_t worst_gen_step = -1;
+  for (size_t s = 0; s < gen.step_topk.size() && prompt_len + s <= seq.size(); ++s) {
+    const float* row = g.logits.data() + static_cast<int64_t>(prompt_len - 1 + s) * V;
+    double m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < V; ++j)
+      if (!(run.maskp && run.mask[static_cast<size_t>(j)])) m = std::max(m, double(row[j]));
+    for (int64_t j = 0; j < V; ++j)
+      if (!(run.maskp && run.mask[static_cast<size_t>(j)])) sum += std::exp(double(row[j]) - m);
+    const double lse = m + std::log(sum);
+    const StepTopK& t = gen.step_topk[s];
+    double kld = 0;
+    for (size_t i = 0; i < t.ids.size(); ++i) kld += std::exp(t.logprobs[i]) * (t.logprobs[i] - (double(row[t.ids[i]]) - lse));
+    if (!std::isfinite(kld)) kld = INFINITY;
+    if (!(kld <= worst_gen_kld)) {
+      worst_gen_kld = kld;
+      worst_gen_step = static_cast<int64_t>(s);
+    }
+  }
+  if (!(worst_gen_kld <= kFallbackKld))
+    throw Error(ExitCode::bad,
+                cat("golden: the CPU spot check refused the reference ", run.rc.str(), " (", run.be->name(), "): case '", case_id,
+                    "': the logits its continuation was generated from (step ", worst_gen_step, ", position ",
+                    prompt_len - 1 + static_cast<size_t>(worst_gen_step), ") differ from the record's teacher-forced logits "
+                    "there by KLD ", worst_gen_kld, " nats (top-", kSpotCheckTopK, "), over the fp32 limit ", kFallbackKld,
+                    ": the decode path disagrees with the prefill; no record written"));
+  // the continuation under plain greedy sampling: the top-1 of the record's own logits
+  const bool greedy = sp.temperature == 0 && sp.repetition_penalty == 1 && sp.presence_penalty == 0;
+  int64_t greedy_checked = 0;
+  for (size_t i = prompt_len; greedy && i < seq.size(); ++i, ++greedy_checked) {
+    const float* row = g.logits.data() + static_cast<int64_t>(i - 1) * V;
+    int64_t top = -1;
+    for (int64_t j = 0; j < V; ++j)
+      if (!(run.maskp && run.mask[static_cast<size_t>(j)]) && (top < 0 || row[j] > row[top])) top = j;
+    const double gap = double(row[top]) - double(row[seq[i]]);
+    if (!(gap <= kGreedyTieNats))
+      throw Error(ExitCode::bad,
+                  cat("golden: the CPU spot check refused the reference ", run.rc.str(), " (", run.be->name(), "): case '",
+                      case_id, "' is greedy, but its generated token ", i - prompt_len, " (id ", seq[i], ") is not the top-1 of "
+                      "the record's own teacher-forced logits at position ", i - 1, " (id ", top, ", ", gap,
+                      " nats higher; limit ", kGreedyTieNats, "): the decode path disagrees with the prefill; no record written"));
+  }
+  const std::string what = cat("golden: the CPU spot check refused the reference ", run.rc.str(), " (", run.be->name(), "): case '",
+                               case_id, "', positions 0-", Nv - 1, ": ");
+  if (!(worst_rel <= kFallbackRelL2))
+    throw Error(ExitCode::bad, cat(what, "layer ", worst_layer, " from the record's own input differs from the CPU reference by rel_l2 ",
+                                   worst_rel, ", over the fp32 limit ", kFallbackRelL2, "; no record written"));
+  if (!(worst_kld <= kFallbackKld))
+    throw Error(ExitCode::bad, cat(what, "the logits at position ", worst_pos, " differ from the CPU reference's by KLD ", worst_kld,
+                                   " nats, over the fp32 limit ", kFallbackKld, "; no record written"));
+  return {{"by", run.verify_be->name()},
+          {"positions", Nv},
+          {"worst_rel_l2", worst_rel},
+          {"worst_layer", worst_layer},
+          {"worst_kld", worst_kld},
+          {"greedy_tokens_checked", greedy_checked},
+          {"generation_steps_checked", gen.step_topk.size()},
+          {"worst_generation_kld", worst_gen_kld},
+          {"layers", std::move(layers)}};
+}
+
+json step_topk_json(const std::vector<StepTopK>& v) {
+  json a = json::array();
+  for (const StepTopK& t : v) a.push_back({t.ids, t.logprobs});
+  return a;
+}
+
 // The generation settings of a case of the record (first_case: the sampler's case index of prompt 0).
 GenerateOptions golden_generate_options(const GoldenRun& run, const Case& c, size_t first_case) {
   GenerateOptions go;
@@ -576,6 +773,7 @@ GenerateOptions golden_generate_options(const GoldenRun& run, const Case& c, siz
   go.sampling = case_sampling(c, SamplingParams{});
   go.vocab_mask = run.maskp;
   go.first_case = static_cast<uint32_t>(first_case);
+  if (run.verify) go.keep_topk = kSpotCheckTopK;  // the spot check of the generating path
   return go;
 }
 
@@ -625,15 +823,28 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
   const int64_t T = static_cast<int64_t>(seq.size());
   const int64_t P = run.n_stored == 0 ? 0 : golden_positions(run.opt.positions, T, (run.n_stored + 1) * H * 4);
 
-  // 2. the teacher-forced prefill
+  // 2. the teacher-forced prefill (with the spot check, also the layers and positions it checks)
+  const int64_t Nv = run.verify ? std::min<int64_t>(run.opt.verify_positions, T) : 0;
   ForcedOptions fo;
-  fo.capture_positions = P;
+  fo.capture_positions = std::max(P, Nv);
   fo.capture_layers = run.stored;
+  for (int l = 0; l < run.L && Nv > 0; ++l)
+    if (run.verify_layers[static_cast<size_t>(l)]) {
+      fo.capture_layers[static_cast<size_t>(l)] = true;
+      if (l > 0) fo.capture_layers[static_cast<size_t>(l - 1)] = true;  // its input
+    }
   fo.mtp = true;
   // note: no vocab_mask: the padding rows keep their logits so that lse_pad (from lse to what other
   // engines normalise by) can be computed; topk_block masks them for the top-K and lse (same values).
   prog.phase(cat("teacher-forced prefill of ", T, " tokens"));
   ForcedRun g = forced_run(*run.eng, seq, fo);
+  json jverify;
+  if (Nv > 0) {
+    prog.phase(cat("CPU spot check of ", Nv, " positions"));
+    jverify = spot_check(run, c, sp, seq, cp.ids.size(), gen, g, Nv);
+  }
+  // the record keeps the stored layers at the first P positions
+  auto first_rows = [&](const std::vector<float>& v) { return std::vector<float>(v.begin(), v.begin() + P * H); };
 
   SafetensorsWriter w;
   w.set_metadata("format", kGoldenFormat);
@@ -654,9 +865,9 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
   add_f32(w, "topk_logprobs", main_k.logprobs, {T, run.K});
   add_f32(w, "lse", main_k.lse, {T});
   add_f32(w, "lse_pad", main_k.lse_pad, {T});
-  if (!g.embed.empty()) add_f32(w, "embed", g.embed, {P, H});
+  if (P > 0) add_f32(w, "embed", first_rows(g.embed), {P, H});
   for (int l = 0; l < run.L; ++l)
-    if (!g.l_out[l].empty()) add_f32(w, trace_name(Step::l_out, l), g.l_out[l], {P, H});
+    if (P > 0 && run.stored[static_cast<size_t>(l)]) add_f32(w, trace_name(Step::l_out, l), first_rows(g.l_out[l]), {P, H});
   add_f32(w, "l_out_norm", g.l_out_norm, {run.L, T});
   TopKBlock mtp_k;
   if (!g.mtp_logits.empty()) {
@@ -704,6 +915,7 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
              {"file", file},
              {"degeneration", dg.to_json()},
              {"floors", jfloors}};
+  if (Nv > 0) jc["verification"] = jverify;
   sum.lines.push_back(cat("case ", c.id, ": ", cp.ids.size(), " prompt + ", gen.tokens.size(), " generated tokens (",
                           jc["stop_reason"].get<std::string>(), "), ", P, " of ", T, " positions stored, ",
                           (bytes.size() + 512) / 1024, " KiB", dg.degenerate ? cat(", degenerate (", *dg.rule, ")") : ""));
@@ -718,7 +930,42 @@ json golden_manifest(const GoldenRun& run, const Suite& suite, const GoldenSumma
   std::vector<int> layer_list;
   for (int l = 0; l < run.L; ++l)
     if (run.stored[static_cast<size_t>(l)]) layer_list.push_back(l);
-  return {
+  // A reference made on the GPU: what the CPU spot check checked and the worst it found.
+  json verification = nullptr;
+  if (run.rc.backend != BackendKind::cpu) {
+    if (!run.verify) {
+      verification = {{"status", "not checked"}, {"reason", cat("--verify-layers ", opt.verify_layers, " --verify-positions ", opt.verify_positions)}};
+    } else {
+      std::vector<int> vl;
+      for (int l = 0; l < run.L; ++l)
+        if (run.verify_layers[static_cast<size_t>(l)]) vl.push_back(l);
+      double rel = 0, kld = 0, gen_kld = 0;
+      int cases = 0;
+      for (const json& jc : jcases)
+        if (jc.contains("verification")) {
+          ++cases;
+          rel = std::max(rel, jc["verification"].at("worst_rel_l2").get<double>());
+          kld = std::max(kld, jc["verification"].at("worst_kld").get<double>());
+          gen_kld = std::max(gen_kld, jc["verification"].at("worst_generation_kld").get<double>());
+        }
+      verification = {{"status", "passed"},
+                      {"by", run.verify_be->name()},
+                      {"what", "isolated output of each checked layer from the record's own input, and the logits, at "
+                               "the first positions of every case, recomputed by the CPU reference"},
+                      {"layers", vl},
+                      {"positions", opt.verify_positions},
+                      {"cases", cases},
+                      {"limit_rel_l2", kFallbackRelL2},
+                      {"limit_kld", kFallbackKld},
+                      {"worst_rel_l2", rel},
+                      {"worst_kld", kld},
+                      {"worst_generation_kld", gen_kld},
+                      {"generation", cat("the logits each continuation was generated from against the record's teacher-forced "
+                                         "ones (top-", kSpotCheckTopK, " KLD, same limit), and greedy continuations against "
+                                         "their top-1")}};
+    }
+  }
+  json m = {
       {"format", kGoldenFormat},
       {"format_version", kGoldenFormatVersion},
       {"tool_version", kVersion},
@@ -757,6 +1004,8 @@ json golden_manifest(const GoldenRun& run, const Suite& suite, const GoldenSumma
                     {"judges", "the CPU at precision=ref or fp64 without storage or attention toggles"}}}}}}},
       {"cases", std::move(jcases)},
       {"files", std::move(jfiles)}};
+  if (!verification.is_null()) m["settings"]["verification"] = std::move(verification);
+  return m;
 }
 
 // Test hook: DEGEN_TEST_GOLDEN_KILL=<point> kills this process with SIGKILL at that point of the
@@ -839,6 +1088,14 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
   const auto t0 = clock::now();
   check_golden_options(opt, out);
   (void)parse_layer_list(opt.layers, model.config);  // a bad --layers is refused before an existing `out`
+  if (opt.verify_layers != "none") {
+    try {
+      (void)parse_layer_list(opt.verify_layers, model.config);
+    } catch (const InputError& e) {  // its message names --layers
+      const std::string m = e.what();
+      input_error("golden: --verify-", m.rfind("--", 0) == 0 ? m.substr(2) : m);
+    }
+  }
   if (out.filename().empty() || out.filename() == "." || out.filename() == "..")
     input_error("golden: --out ", out.string(), ": expected a folder name (such as golden/MODEL/smoke)");
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
@@ -875,7 +1132,8 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
                     {"positions", opt.positions},
                     {"topk", opt.topk},
                     {"floors", opt.floors},
-                    {"batch", opt.batch_all ? "all" : "1"}};
+                    {"batch", opt.batch_all ? "all" : "1"},
+                    {"verify", run.verify ? json({{"layers", opt.verify_layers}, {"positions", opt.verify_positions}}) : json(nullptr)}};
   const fs::path key_file = resume / "resume.json";
   if (fs::exists(partial) || fs::exists(resume)) {
     std::string why;
@@ -932,7 +1190,10 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
         if (progress) std::fprintf(stderr, "golden: generating the continuations of cases %zu-%zu together\n", b + 1, e);
         saved = json::array();
         for (const GenerateResult& r : generate_batch(run, suite, b, e, progress != nullptr))
-          saved.push_back({{"tokens", r.tokens}, {"reason", static_cast<int>(r.reason)}, {"nonfinite", r.nonfinite_logits}});
+          saved.push_back({{"tokens", r.tokens},
+                           {"reason", static_cast<int>(r.reason)},
+                           {"nonfinite", r.nonfinite_logits},
+                           {"step_topk", step_topk_json(r.step_topk)}});
         write_file_atomic(gf, saved.dump() + "\n");
       }
       for (size_t i = b; i < e; ++i) {
@@ -941,6 +1202,8 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
         r.tokens = j.at("tokens").get<std::vector<int32_t>>();
         r.reason = static_cast<StopReason>(j.at("reason").get<int>());
         r.nonfinite_logits = j.at("nonfinite").get<bool>();
+        for (const json& st : j.value("step_topk", json::array()))
+          r.step_topk.push_back({st.at(0).get<std::vector<int32_t>>(), st.at(1).get<std::vector<double>>()});
         pregen[i] = r;
       }
     }
@@ -997,7 +1260,22 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
   if (progress && resumed)
     std::fprintf(progress, "golden: resumed: %d of %zu cases kept from an interrupted run (checked by SHA-256)\n", resumed,
                  suite.cases.size());
+  if (!run.rc.faults.empty())
+    throw Error(ExitCode::bad, cat("golden: the CPU spot check passed every case of the reference ", run.rc.str(),
+                                   ", which has faults: they act outside the checked layers and positions (--verify-layers ",
+                                   opt.verify_layers, ", --verify-positions ", opt.verify_positions,
+                                   ") or below the fp32 limits; no record written"));
   json manifest = golden_manifest(run, suite, sum, std::move(jcases), std::move(jfiles));
+  if (const json& v = manifest["settings"].value("verification", json()); !v.is_null()) {
+    if (v.at("status") == "passed")
+      sum.verification = cat("CPU spot check passed: ", v.at("cases").get<int>(), " cases, ", v.at("layers").size(),
+                             " layers at the first ", v.at("positions").get<int>(), " positions; worst rel_l2 ",
+                             v.at("worst_rel_l2").get<double>(), " (limit ", kFallbackRelL2, "), worst KLD ",
+                             v.at("worst_kld").get<double>(), " nats (limit ", kFallbackKld, "), generation steps' worst KLD ",
+                             v.at("worst_generation_kld").get<double>(), " nats");
+    else
+      sum.verification = cat("NOT CHECKED by the CPU (", v.at("reason").get<std::string>(), ")");
+  }
   if (opt.batch_all) manifest["settings"]["batch"] = "all";  // (absent: one case at a time, as every record before it)
   manifest[kManifestChecksumKey] = manifest_checksum(manifest);
   write_file_atomic(partial / "manifest.json", manifest.dump(1) + "\n");

@@ -187,7 +187,34 @@ struct GoldenOptions {
   // a token at a near-tie can differ from one-at-a-time generation; recorded in the manifest.
   bool batch_all = false;
   std::string command;                   // how it was made, recorded in the manifest
+  // The engine that makes the record (golden --config): the CPU at `precision` (default), or the
+  // reference on the GPU, backend=cuda,precision=ref (fp32 activations, caches and state, weights as
+  // stored; tp, gemm and graphs allowed). Faults only to show that the spot check refuses them: a
+  // record is never written from a faulty reference.
+  RunConfig reference;
+  // The CPU spot check of a reference made on the GPU: for every case, the CPU reference recomputes
+  // the first verify_positions positions with the record's own input injected into each of
+  // verify_layers (isolated layer outputs) and the logits that follow; each must agree within the
+  // fixed fp32-class limits (compare.h kFallbackRelL2 for each layer's rel_l2, kFallbackKld for the
+  // largest KLD of a position); the logits the continuation was generated from must agree with the
+  // record's teacher-forced ones (top-kSpotCheckTopK KLD within kFallbackKld) and a greedy
+  // continuation must be their top-1 (kGreedyTieNats); else no record is written (exit 1). The result is
+  // in the manifest (settings.verification). "none": not checked (recorded so).
+  std::string verify_layers = "all";
+  int verify_positions = 4;
 };
+
+// The spot check's near-tie allowance for a greedy continuation: a generated token whose logit is
+// within this many nats of the top-1 of the record's own logits passes. fp32 reorderings move a
+// logit by ~1e-5 (1e-6 relative of |logit| <= 30 on the shipped models); 1e-3 allows 100 times that,
+// while a decode-path fault (kv-off-by-one, conv-window-stuck) moves logits by far more.
+constexpr double kGreedyTieNats = 1e-3;
+// The ids per generation step the spot check compares (the record's default --topk). A KLD over the
+// top-K alone is first order in the logit differences: a good GPU reference measures up to 1e-6
+// nats on the shipped models (the decode kernels sum in other orders than the prefill ones), the
+// decode-path faults 0.02 nats and more.
+constexpr int kSpotCheckTopK = 20;
+
 
 // The batch groups [begin, end) of the suite's cases: one per case, or with batch_all runs of
 // consecutive cases with equal sampling, max_new_tokens and ignore_stop.
@@ -213,7 +240,8 @@ int64_t golden_positions(const std::string& policy, int64_t T, int64_t per_posit
 enum class FloorClass : uint8_t { bf16 = 0, fp32 = 1 };
 const char* floor_class_name(FloorClass c);  // "bf16", "fp32"
 // The class a tested configuration is judged with: fp32 for the CPU backend at precision ref or fp64
-// with no storage or attention toggle (gdn, sampling, batch, mtp and faults keep it fp32), else bf16.
+// and for the reference on the GPU (backend=cuda,precision=ref), with no storage or attention toggle
+// (gdn, sampling, batch, mtp and faults keep it fp32), else bf16.
 FloorClass floor_class_for(const RunConfig& rc);
 
 struct GoldenSummary {
@@ -223,6 +251,7 @@ struct GoldenSummary {
   bool floors[2] = {false, false};  // measured, by FloorClass
   std::string floors_reason[2];     // why not
   std::vector<std::string> lines;   // one line per case for the CLI
+  std::string verification;         // a GPU reference: what the CPU spot check found (one line), else empty
 };
 
 // Writes the record of `suite` for `model` into `out` (atomically). `factory` builds the reference

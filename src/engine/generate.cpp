@@ -19,6 +19,35 @@ const char* stop_reason_name(StopReason r) {
   return "?";
 }
 
+namespace {
+
+// The k most probable ids of a logits row (masked ids left out; lower id first on ties) and their
+// log-probabilities over the unmasked ids, in double.
+StepTopK row_topk(const float* row, int64_t V, std::span<const uint8_t> banned, int k) {
+  auto allowed = [&](int64_t j) { return banned.empty() || !banned[static_cast<size_t>(j)]; };
+  double m = -INFINITY;
+  for (int64_t j = 0; j < V; ++j)
+    if (allowed(j)) m = std::max(m, static_cast<double>(row[j]));
+  double sum = 0;
+  for (int64_t j = 0; j < V; ++j)
+    if (allowed(j)) sum += std::exp(static_cast<double>(row[j]) - m);
+  const double lse = m + std::log(sum);
+  std::vector<int32_t> ids;
+  for (int64_t j = 0; j < V; ++j)
+    if (allowed(j)) ids.push_back(static_cast<int32_t>(j));
+  const size_t kk = std::min(ids.size(), static_cast<size_t>(k));
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(kk), ids.end(), [&](int32_t a, int32_t b) {
+    return row[a] > row[b] || (row[a] == row[b] && a < b);
+  });
+  ids.resize(kk);
+  StepTopK t;
+  t.ids = ids;
+  for (int32_t id : ids) t.logprobs.push_back(static_cast<double>(row[id]) - lse);
+  return t;
+}
+
+}  // namespace
+
 std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<int32_t>>& prompts,
                                      const GenerateOptions& opt, Trace* trace) {
   using clock = std::chrono::steady_clock;
@@ -64,13 +93,14 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
                  shape_str(logits.shape), " for ", active.size(), " active sequences");
     std::vector<size_t> still;
     std::vector<float> host;
-    if (opt.check_finite) host = eng.backend().to_host_f32(logits);
+    if (opt.check_finite || opt.keep_topk > 0) host = eng.backend().to_host_f32(logits);
     for (size_t r = 0; r < active.size(); ++r) {
       const size_t i = active[r];
       for (int64_t j = 0; opt.check_finite && j < V && !res[i].nonfinite_logits; ++j) {
         const float v = host[static_cast<size_t>(static_cast<int64_t>(r) * V + j)];
         if (!std::isfinite(v) && !(v < 0 && !banned.empty() && banned[static_cast<size_t>(j)])) res[i].nonfinite_logits = true;
       }
+      if (opt.keep_topk > 0) res[i].step_topk.push_back(row_topk(&host[static_cast<size_t>(static_cast<int64_t>(r) * V)], V, banned, opt.keep_topk));
       const uint32_t position = static_cast<uint32_t>(prompts[i].size() + res[i].tokens.size());
       int32_t tok = eng.backend().sample_row(opt.sampling, logits, static_cast<int64_t>(r), banned, prompts[i],
                                              res[i].tokens, opt.first_case + static_cast<uint32_t>(i), position);

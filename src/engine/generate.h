@@ -30,6 +30,16 @@ struct GenerateOptions {
   // masked padding id's -inf excepted): GenerateResult::nonfinite_logits. Copies the logits to the
   // host at every step (golden: the reference runs on the CPU, where that is the data itself).
   bool check_finite = false;
+  // Keep the K most probable ids of every row a token is chosen from, with their log-probabilities
+  // over the unmasked vocabulary (GenerateResult::step_topk): golden's spot check of the path that
+  // generated a continuation against the teacher-forced logits. Copies the logits to the host.
+  int keep_topk = 0;
+};
+
+// The top-K of one generation step's logits row (GenerateOptions::keep_topk), most probable first.
+struct StepTopK {
+  std::vector<int32_t> ids;
+  std::vector<double> logprobs;
 };
 
 enum class StopReason : uint8_t { stop_token, max_tokens, max_context };
@@ -41,6 +51,7 @@ struct GenerateResult {
   double prefill_seconds = 0;   // wall time of the batch prefill (shared by the batch)
   double decode_seconds = 0;    // wall time of the decode steps this sequence took part in
   bool nonfinite_logits = false;  // with GenerateOptions::check_finite
+  std::vector<StepTopK> step_topk;  // with GenerateOptions::keep_topk: one per token in `tokens` (plain decode)
   // MTP (options.mtp.draft_tokens > 0): one entry per verify step, and their summary
   // (accept_rate, accept_len; metrics.md §5). Empty / nullopt without MTP.
   std::vector<VerifyStep> verify_steps;

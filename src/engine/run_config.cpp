@@ -174,7 +174,7 @@ std::vector<int> LayerScope::layers(int n, const ModelConfig* cfg) const {
 const std::vector<ToggleInfo>& toggle_table() {
   static const std::vector<ToggleInfo> t = {
       {"backend", "cpu|cuda", "where the path runs", false},
-      {"precision", "ref|fp64|bf16|q8_0", "cpu only: golden fp32, fp64, GPU storage emulation, or ggml Q8_0 weights", false},
+      {"precision", "ref|fp64|bf16|q8_0", "cpu: golden fp32, fp64, GPU storage emulation, or ggml Q8_0 weights; cuda: ref = the fp32 reference on the GPU", false},
       {"attn", "naive|flash|splitkv", "attention algorithm", true},
       {"gdn", "chunked|recurrent", "GDN prefill algorithm", true},
       {"ssm_dtype", "fp32|bf16|fp16", "recurrent state storage (default: the checkpoint's mamba_ssm_dtype, else fp32)", true},
@@ -241,7 +241,7 @@ RunConfig apply_run_config(RunConfig rc, const std::string& text) {
       else { field.base = value; field.overrides.clear(); }
     };
     if (key == "backend") rc.backend = parse_enum(key, val, kBackend);
-    else if (key == "precision") rc.precision = parse_enum(key, val, kPrecision);
+    else if (key == "precision") { rc.precision = parse_enum(key, val, kPrecision); rc.precision_set = true; }
     else if (key == "attn") set_scoped(rc.attn, parse_enum(key, val, kAttn));
     else if (key == "gdn") set_scoped(rc.gdn, parse_enum(key, val, kGdn));
     else if (key == "ssm_dtype") { set_scoped(rc.ssm_dtype, parse_enum(key, val, kSsm)); if (!scope) rc.ssm_dtype_set = true; }
@@ -285,7 +285,7 @@ std::string RunConfig::str() const {
   const RunConfig d;
   std::vector<std::string> out;
   if (backend != d.backend) out.push_back(cat("backend=", enum_name(backend, kBackend)));
-  if (precision != d.precision) out.push_back(cat("precision=", enum_name(precision, kPrecision)));
+  if (precision != d.precision || cuda_reference()) out.push_back(cat("precision=", enum_name(precision, kPrecision)));
   scoped_str(out, "attn", attn, d.attn.base, false, kAttn);
   scoped_str(out, "gdn", gdn, d.gdn.base, false, kGdn);
   scoped_str(out, "ssm_dtype", ssm_dtype, d.ssm_dtype.base, ssm_dtype_set, kSsm);
@@ -327,7 +327,9 @@ DType RunConfig::conv_dtype_at(int layer, const ModelConfig* cfg) const {
   // Unset: fp32 for the reference, bf16 (the activation dtype, as HF and the engines keep it) under
   // GPU emulation and on cuda.
   DType base = conv_dtype_set ? conv_dtype.base
-                              : ((precision == Precision::bf16 || backend == BackendKind::cuda) ? DType::bf16 : DType::f32);
+                              : ((precision == Precision::bf16 || (backend == BackendKind::cuda && !cuda_reference()))
+                                     ? DType::bf16
+                                     : DType::f32);
   Scoped<DType> s{base, conv_dtype.overrides};
   return s.at(layer, cfg);
 }
@@ -351,7 +353,9 @@ std::string RunConfig::untestable_reason(bool cuda_built) const {
     if (gemm) return "gemm is a CUDA toggle (backend=cuda); the CPU path has one matrix product";
   } else {
     if (!cuda_built) return "this build has no CUDA backend (rebuild with nvcc and -DDEGEN_CUDA=ON)";
-    if (precision != Precision::ref) return "precision is a CPU toggle; the CUDA path stores bf16 by construction";
+    if (precision != Precision::ref)
+      return "on backend=cuda, precision is ref (the fp32 reference on the GPU) or not given (the bf16 GPU path); "
+             "fp64, bf16 and q8_0 are CPU precisions";
     // note: a graph step runs rank 0 alone; every rank's all-reduces would have to be captured at once.
     if (graphs && *graphs && tp > 1) return "graphs=on with tp > 1 is not built (decode steps of several ranks are not captured)";
   }
@@ -399,7 +403,7 @@ std::string scoped_full(const char* key, const Scoped<T>& s, const std::vector<s
 std::map<std::string, std::string> key_fragments(const RunConfig& rc) {
   std::map<std::string, std::string> m;
   m["backend"] = enum_name(rc.backend, kBackend);
-  m["precision"] = enum_name(rc.precision, kPrecision);
+  m["precision"] = rc.backend == BackendKind::cuda && !rc.cuda_reference() ? "gpu" : enum_name(rc.precision, kPrecision);
   m["attn"] = scoped_full("attn", rc.attn, kAttn);
   m["gdn"] = scoped_full("gdn", rc.gdn, kGdn);
   m["ssm_dtype"] = scoped_full("ssm_dtype", rc.ssm_dtype, kSsm, rc.ssm_dtype_set);
@@ -511,7 +515,7 @@ RunConfig mix_configs(const RunConfig& good, const RunConfig& bad, const std::ve
     }
     bool scoped = layers && toggle_scopable(k);
     if (k == "backend") r.backend = bad.backend;
-    else if (k == "precision") r.precision = bad.precision;
+    else if (k == "precision") { r.precision = bad.precision; r.precision_set = bad.precision_set; }
     else if (k == "attn") { if (scoped) mix_scoped(r.attn, good.attn, bad.attn, where, cfg, at_attn, at_attn); else r.attn = bad.attn; }
     else if (k == "gdn") { if (scoped) mix_scoped(r.gdn, good.gdn, bad.gdn, where, cfg, at_gdn, at_gdn); else r.gdn = bad.gdn; }
     else if (k == "kv_dtype") { if (scoped) mix_scoped(r.kv_dtype, good.kv_dtype, bad.kv_dtype, where, cfg, at_dt, at_dt); else r.kv_dtype = bad.kv_dtype; }

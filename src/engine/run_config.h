@@ -67,6 +67,9 @@ struct FaultSpec {
 struct RunConfig {
   BackendKind backend = BackendKind::cpu;
   Precision precision = Precision::ref;
+  // precision given explicitly: on backend=cuda, precision=ref asks for the fp32 reference on the
+  // GPU (cuda_reference()); unset is the bf16 GPU path. On the CPU an explicit ref is the default.
+  bool precision_set = false;
   Scoped<AttnAlgo> attn{AttnAlgo::naive, {}};
   Scoped<GdnAlgo> gdn{GdnAlgo::chunked, {}};
   Scoped<DType> ssm_dtype{DType::f32, {}};   // storage of the recurrent state between steps
@@ -86,6 +89,9 @@ struct RunConfig {
   // "default" when none does.
   std::string str() const;
   bool operator==(const RunConfig& o) const { return str() == o.str(); }
+
+  // backend=cuda,precision=ref: the reference's fp32 numerics on the GPU (CudaBackend reference).
+  bool cuda_reference() const { return backend == BackendKind::cuda && precision_set && precision == Precision::ref; }
 
   // Effective storage dtypes at a layer, resolving the "unset" defaults from the model config.
   DType ssm_dtype_at(int layer, const ModelConfig& cfg) const;
