@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 struct GoldenArgs {
   std::string model, cases, out, precision = "fp32", layers = "all", positions = "auto", batch = "1";
-  std::string config, verify_layers = "all";
+  std::string config, verify_layers = "all", floors_config, floor_classes = "both";
   int verify_positions = 4;
   int gen_tokens = -1;
   int topk = 20;
@@ -77,6 +77,8 @@ int run_golden(const GoldenArgs& a) {
   o.command = a.argv;
   if (!a.config.empty()) o.reference = parse_run_config(a.config);
   o.verify_layers = a.verify_layers;
+  if (!a.floors_config.empty()) o.bf16_floors = parse_run_config(a.floors_config);
+  o.floor_classes = a.floor_classes;
   o.verify_positions = a.verify_positions;
   if (a.plan && o.reference.backend != BackendKind::cpu)
     input_error("golden --plan estimates the CPU reference; with --config ", o.reference.str(),
@@ -150,6 +152,11 @@ CommandRegistrar reg("golden", "Record what the reference does on a prompt suite
   sub->add_option("--config", a->config,
                   "The engine that makes the record: the CPU (default), or backend=cuda,precision=ref for the fp32\n"
                   "reference on the GPU (tp=N, gemm and graphs allowed), checked by the CPU (--verify-*)");
+  sub->add_option("--floors-config", a->floors_config,
+                  "The engine of the bf16 noise floors: precision=bf16 (the CPU's emulation of GPU storage; default)\n"
+                  "or backend=cuda (the bf16 GPU path, spot-checked by the CPU's emulation at --verify-*)");
+  sub->add_option("--floor-classes", a->floor_classes,
+                  "Noise-floor classes to measure: both (default), bf16 or fp32 (fp32: a CPU fp64 run)");
   sub->add_option("--verify-layers", a->verify_layers,
                   "With a GPU reference: the layers the CPU spot check recomputes from the record's own inputs\n"
                   "(all (default), none, or a list such as 0,3,5-7); each must agree within the fp32 limits, else\n"
@@ -186,6 +193,8 @@ CommandRegistrar reg("golden", "Record what the reference does on a prompt suite
     if (a->batch != "1") a->argv += " --batch " + a->batch;
     if (a->no_floors) a->argv += " --no-floors";
     if (!a->config.empty()) a->argv += " --config " + a->config;
+    if (!a->floors_config.empty()) a->argv += " --floors-config " + a->floors_config;
+    if (a->floor_classes != "both") a->argv += " --floor-classes " + a->floor_classes;
     if (a->verify_layers != "all") a->argv += " --verify-layers " + a->verify_layers;
     if (a->verify_positions != 4) a->argv += " --verify-positions " + std::to_string(a->verify_positions);
     return run_golden(*a);

@@ -507,6 +507,11 @@ struct GoldenRun {
   RunConfig verify_rc;
   std::unique_ptr<Backend> verify_be;
   std::unique_ptr<Engine> verify_eng;
+  // bf16 floors made on the GPU (GoldenOptions::bf16_floors backend=cuda): checked against the CPU's
+  // emulation of GPU storage (precision=bf16) at the same layers and positions.
+  bool verify_floors = false;
+  std::unique_ptr<Backend> floor_check_be;
+  std::unique_ptr<Engine> floor_check_eng;
 
   GoldenRun(const Model& model_, const Tokenizer* tok_, const GoldenOptions& opt_, const BackendFactory& factory,
             GoldenSummary& sum)
@@ -526,19 +531,33 @@ struct GoldenRun {
     maskp = mask.empty() ? nullptr : &mask;
     const int real_ids = static_cast<int>(V - std::count(mask.begin(), mask.end(), uint8_t(1)));
     K = std::min(opt.topk, real_ids);
-    if (rc.backend != BackendKind::cpu && opt.verify_layers != "none") {
+    const bool gpu_floors = opt.floors && opt.floor_classes != "fp32" && opt.bf16_floors.backend != BackendKind::cpu;
+    if ((rc.backend != BackendKind::cpu || gpu_floors) && opt.verify_layers != "none" && opt.verify_positions > 0) {
       verify_layers = parse_layer_list(opt.verify_layers, cfg);
-      verify = std::count(verify_layers.begin(), verify_layers.end(), true) > 0 && opt.verify_positions > 0;
+      const bool any = std::count(verify_layers.begin(), verify_layers.end(), true) > 0;
+      verify = any && rc.backend != BackendKind::cpu;
+      verify_floors = any && gpu_floors;
     }
     if (verify) {
       verify_be = factory(verify_rc, cfg);  // the CPU reference (precision=ref)
       verify_eng = std::make_unique<Engine>(cfg, model.weights, *verify_be, engine_options(verify_rc));
     }
-    floor_rc[0].precision = Precision::bf16;
+    if (verify_floors) {
+      RunConfig emu;
+      emu.precision = Precision::bf16;  // the CPU's emulation of GPU storage
+      floor_check_be = factory(emu, cfg);
+      floor_check_eng = std::make_unique<Engine>(cfg, model.weights, *floor_check_be, engine_options(emu));
+    }
+    floor_rc[0] = opt.bf16_floors;
+    if (floor_rc[0].backend == BackendKind::cpu) floor_rc[0].precision = Precision::bf16;
     floor_rc[1].precision = opt.precision == Precision::fp64 ? Precision::ref : Precision::fp64;
     for (int fc = 0; fc < 2; ++fc) {
       if (!opt.floors) {
         sum.floors_reason[fc] = "not measured (--no-floors)";
+        continue;
+      }
+      if (opt.floor_classes != "both" && opt.floor_classes != floor_class_name(static_cast<FloorClass>(fc))) {
+        sum.floors_reason[fc] = cat("not measured (--floor-classes ", opt.floor_classes, ")");
         continue;
       }
       try {
@@ -586,9 +605,29 @@ void check_golden_options(const GoldenOptions& opt, const fs::path& out) {
   if (r.backend == BackendKind::cpu && !r.faults.empty())
     input_error("golden: --config fault=... on the CPU would make a wrong golden record; faults are allowed only with "
                 "backend=cuda,precision=ref, to show that the CPU spot check refuses them");
-  if (r.backend == BackendKind::cpu && (opt.verify_layers != "all" || opt.verify_positions != 4))
-    input_error("golden: --verify-layers and --verify-positions check a reference made on the GPU (--config "
-                "backend=cuda,precision=ref); the CPU reference is the one they check against");
+  const RunConfig& bf = opt.bf16_floors;
+  const bool gpu_floors = bf.backend != BackendKind::cpu;
+  if (gpu_floors) {
+    RunConfig n2 = bf;
+    n2.backend = BackendKind::cpu;
+    n2.tp = 1;
+    n2.gemm.reset();
+    n2.graphs.reset();
+    n2.faults.clear();  // to show that the spot check refuses them
+    if (bf.cuda_reference() || n2.str() != RunConfig{}.str())
+      input_error("golden: --floors-config ", bf.str(), ": the bf16 floors run on precision=bf16 (the CPU's emulation) or "
+                  "backend=cuda (the bf16 GPU path; tp, gemm and graphs allowed)");
+  } else if (bf.str() != "precision=bf16") {
+    input_error("golden: --floors-config ", bf.str(), ": the bf16 floors run on precision=bf16 (the CPU's emulation) or "
+                "backend=cuda (the bf16 GPU path)");
+  }
+  if (opt.floor_classes != "both" && opt.floor_classes != "bf16" && opt.floor_classes != "fp32")
+    input_error("golden: --floor-classes ", opt.floor_classes, ": expected both, bf16 or fp32");
+  if (r.backend == BackendKind::cpu && !gpu_floors && (opt.verify_layers != "all" || opt.verify_positions != 4))
+    input_error("golden: --verify-layers and --verify-positions check what runs on the GPU (--config "
+                "backend=cuda,precision=ref, --floors-config backend=cuda) against the CPU");
+  if (gpu_floors && opt.floors && (opt.verify_layers == "none" || opt.verify_positions == 0))
+    input_error("golden: --floors-config backend=cuda needs the CPU spot check (--verify-layers, --verify-positions)");
   if (opt.verify_positions < 0 || opt.verify_positions > 4096)
     input_error("golden: --verify-positions must be in [0, 4096], found ", opt.verify_positions);
   if (!r.faults.empty() && (opt.verify_layers == "none" || opt.verify_positions == 0))
@@ -759,6 +798,57 @@ json spot_check(GoldenRun& run, const Case& c, const SamplingParams& sp, const s
           {"layers", std::move(layers)}};
 }
 
+// The CPU spot check of bf16 floors made on the GPU (GoldenOptions::bf16_floors backend=cuda): the
+// GPU's bf16 path and the CPU's emulation of its storage (precision=bf16) each recompute the checked
+// layers from the record's own inputs at the first Nv positions; the GPU's output must be no farther
+// from the emulation's than kFloorCheckK times the emulation's own distance from the record (both
+// round to bf16 at the same points; they differ where fp32 sums in other orders round to another
+// bf16 neighbour). Else Error(bad). Returns the case's entry.
+json spot_check_floors(GoldenRun& run, const std::string& case_id, const std::vector<int32_t>& seq, const ForcedRun& g,
+                       int64_t Nv) {
+  const int64_t H = run.H;
+  LayerInputs in;
+  in.positions = Nv;
+  in.hidden = H;
+  in.in.resize(static_cast<size_t>(run.L));
+  for (int l = 0; l < run.L; ++l)
+    if (run.verify_layers[static_cast<size_t>(l)]) {
+      const std::vector<float>& src = l == 0 ? g.embed : g.l_out[static_cast<size_t>(l - 1)];
+      in.in[static_cast<size_t>(l)].assign(src.begin(), src.begin() + Nv * H);
+    }
+  ForcedOptions fo;
+  fo.run_positions = Nv;
+  fo.capture_positions = Nv;
+  fo.capture_layers = run.verify_layers;
+  fo.inject = &in;
+  fo.logits = false;
+  const ForcedRun gpu = forced_run(*run.floor_eng[0], seq, fo);
+  const ForcedRun emu = forced_run(*run.floor_check_eng, seq, fo);
+  double worst = 0;
+  int worst_layer = -1;
+  json layers = json::array();
+  for (int l = 0; l < run.L; ++l) {
+    if (!run.verify_layers[static_cast<size_t>(l)]) continue;
+    const std::span<const float> rec(g.l_out[static_cast<size_t>(l)].data(), static_cast<size_t>(Nv * H));
+    const double d = metrics::tensor_error(gpu.l_out[static_cast<size_t>(l)], emu.l_out[static_cast<size_t>(l)]).rel_l2;
+    const double e = metrics::tensor_error(emu.l_out[static_cast<size_t>(l)], rec).rel_l2;
+    const double ratio = e > 0 ? d / e : (d > 0 ? INFINITY : 0.0);
+    layers.push_back({{"layer", l}, {"gpu_vs_emulation", metrics::json_number(d)}, {"emulation_vs_record", metrics::json_number(e)}});
+    if (!(d <= kFloorCheckK * e + kFloorCheckEps))
+      throw Error(ExitCode::bad,
+                  cat("golden: the CPU spot check refused the bf16 noise floors made on ", run.floor_rc[0].str(), " (",
+                      run.floor_be[0]->name(), "): case '", case_id, "', layer ", l, " at positions 0-", Nv - 1,
+                      ": the GPU's bf16 output differs from the CPU's emulation of GPU storage by rel_l2 ", d, ", over ",
+                      kFloorCheckK, " x the emulation's own error ", e, "; no record written"));
+    if (!(ratio <= worst)) {
+      worst = ratio;
+      worst_layer = l;
+    }
+  }
+  return {{"by", run.floor_check_be->name()}, {"positions", Nv}, {"worst_ratio", metrics::json_number(worst)},
+          {"worst_layer", worst_layer}, {"layers", std::move(layers)}};
+}
+
 json step_topk_json(const std::vector<StepTopK>& v) {
   json a = json::array();
   for (const StepTopK& t : v) a.push_back({t.ids, t.logprobs});
@@ -824,7 +914,7 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
   const int64_t P = run.n_stored == 0 ? 0 : golden_positions(run.opt.positions, T, (run.n_stored + 1) * H * 4);
 
   // 2. the teacher-forced prefill (with the spot check, also the layers and positions it checks)
-  const int64_t Nv = run.verify ? std::min<int64_t>(run.opt.verify_positions, T) : 0;
+  const int64_t Nv = run.verify || run.verify_floors ? std::min<int64_t>(run.opt.verify_positions, T) : 0;
   ForcedOptions fo;
   fo.capture_positions = std::max(P, Nv);
   fo.capture_layers = run.stored;
@@ -838,13 +928,23 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
   // engines normalise by) can be computed; topk_block masks them for the top-K and lse (same values).
   prog.phase(cat("teacher-forced prefill of ", T, " tokens"));
   ForcedRun g = forced_run(*run.eng, seq, fo);
-  json jverify;
-  if (Nv > 0) {
+  json jverify, jfloor_check;
+  if (Nv > 0 && run.verify) {
     prog.phase(cat("CPU spot check of ", Nv, " positions"));
     jverify = spot_check(run, c, sp, seq, cp.ids.size(), gen, g, Nv);
   }
-  // the record keeps the stored layers at the first P positions
-  auto first_rows = [&](const std::vector<float>& v) { return std::vector<float>(v.begin(), v.begin() + P * H); };
+  if (Nv > 0 && run.verify_floors) {
+    prog.phase(cat("CPU spot check of the GPU's bf16 floor run at ", Nv, " positions"));
+    jfloor_check = spot_check_floors(run, c.id, seq, g, Nv);
+  }
+  // from here on, what the record keeps: the stored layers at the first P positions
+  g.P = P;
+  g.embed.resize(static_cast<size_t>(P * H));
+  for (int l = 0; l < run.L; ++l) {
+    std::vector<float>& v = g.l_out[static_cast<size_t>(l)];
+    if (!run.stored[static_cast<size_t>(l)] || P == 0) v.clear();
+    else v.resize(static_cast<size_t>(P * H));
+  }
 
   SafetensorsWriter w;
   w.set_metadata("format", kGoldenFormat);
@@ -865,9 +965,9 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
   add_f32(w, "topk_logprobs", main_k.logprobs, {T, run.K});
   add_f32(w, "lse", main_k.lse, {T});
   add_f32(w, "lse_pad", main_k.lse_pad, {T});
-  if (P > 0) add_f32(w, "embed", first_rows(g.embed), {P, H});
+  if (!g.embed.empty()) add_f32(w, "embed", g.embed, {P, H});
   for (int l = 0; l < run.L; ++l)
-    if (P > 0 && run.stored[static_cast<size_t>(l)]) add_f32(w, trace_name(Step::l_out, l), first_rows(g.l_out[l]), {P, H});
+    if (!g.l_out[l].empty()) add_f32(w, trace_name(Step::l_out, l), g.l_out[l], {P, H});
   add_f32(w, "l_out_norm", g.l_out_norm, {run.L, T});
   TopKBlock mtp_k;
   if (!g.mtp_logits.empty()) {
@@ -915,7 +1015,8 @@ json record_case(GoldenRun& run, const Case& suite_case, size_t ci, const fs::pa
              {"file", file},
              {"degeneration", dg.to_json()},
              {"floors", jfloors}};
-  if (Nv > 0) jc["verification"] = jverify;
+  if (!jverify.is_null()) jc["verification"] = jverify;
+  if (!jfloor_check.is_null()) jc["floor_check"] = jfloor_check;
   sum.lines.push_back(cat("case ", c.id, ": ", cp.ids.size(), " prompt + ", gen.tokens.size(), " generated tokens (",
                           jc["stop_reason"].get<std::string>(), "), ", P, " of ", T, " positions stored, ",
                           (bytes.size() + 512) / 1024, " KiB", dg.degenerate ? cat(", degenerate (", *dg.rule, ")") : ""));
@@ -1005,6 +1106,20 @@ json golden_manifest(const GoldenRun& run, const Suite& suite, const GoldenSumma
       {"cases", std::move(jcases)},
       {"files", std::move(jfiles)}};
   if (!verification.is_null()) m["settings"]["verification"] = std::move(verification);
+  if (run.verify_floors && sum.floors[0]) {
+    double worst = 0;
+    int cases = 0;
+    for (const json& jc : m["cases"])
+      if (jc.contains("floor_check")) {
+        ++cases;
+        if (jc["floor_check"]["worst_ratio"].is_number()) worst = std::max(worst, jc["floor_check"]["worst_ratio"].get<double>());
+      }
+    m["noise_floors"]["classes"]["bf16"]["spot_check"] = {
+        {"status", "passed"}, {"by", run.floor_check_be->name()}, {"cases", cases}, {"positions", opt.verify_positions},
+        {"what", "each checked layer from the record's own input on the GPU's bf16 path against the CPU's emulation of "
+                 "GPU storage, within k x the emulation's own error"},
+        {"k", kFloorCheckK}, {"worst_ratio", worst}};
+  }
   return m;
 }
 
@@ -1133,7 +1248,9 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
                     {"topk", opt.topk},
                     {"floors", opt.floors},
                     {"batch", opt.batch_all ? "all" : "1"},
-                    {"verify", run.verify ? json({{"layers", opt.verify_layers}, {"positions", opt.verify_positions}}) : json(nullptr)}};
+                    {"verify", run.verify || run.verify_floors ? json({{"layers", opt.verify_layers}, {"positions", opt.verify_positions}}) : json(nullptr)},
+                    {"bf16_floors", run.floor_rc[0].str()},
+                    {"floor_classes", opt.floor_classes}};
   const fs::path key_file = resume / "resume.json";
   if (fs::exists(partial) || fs::exists(resume)) {
     std::string why;
@@ -1260,6 +1377,9 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
   if (progress && resumed)
     std::fprintf(progress, "golden: resumed: %d of %zu cases kept from an interrupted run (checked by SHA-256)\n", resumed,
                  suite.cases.size());
+  if (!run.floor_rc[0].faults.empty() && run.floor_eng[0])
+    throw Error(ExitCode::bad, cat("golden: the CPU spot check passed the bf16 floors made on ", run.floor_rc[0].str(),
+                                   ", which has faults; no record written"));
   if (!run.rc.faults.empty())
     throw Error(ExitCode::bad, cat("golden: the CPU spot check passed every case of the reference ", run.rc.str(),
                                    ", which has faults: they act outside the checked layers and positions (--verify-layers ",

@@ -202,7 +202,24 @@ struct GoldenOptions {
   // in the manifest (settings.verification). "none": not checked (recorded so).
   std::string verify_layers = "all";
   int verify_positions = 4;
+  // The engine of the bf16 noise floors (golden --floors-config): the CPU's emulation of GPU storage
+  // (precision=bf16, default), or the bf16 GPU path itself (backend=cuda; tp, gemm, graphs allowed),
+  // whose layers the CPU's emulation then spot-checks at the verify layers and positions
+  // (kFloorCheckK). floor_classes: both (default), bf16 or fp32 (the fp32 class runs the CPU at fp64,
+  // the cost that dominates at 27B).
+  RunConfig bf16_floors = [] {
+    RunConfig r;
+    r.precision = Precision::bf16;
+    return r;
+  }();
+  std::string floor_classes = "both";
 };
+
+// The spot check of bf16 floors made on the GPU: the GPU's bf16 layer output may be at most
+// kFloorCheckK times as far from the CPU's emulation as the emulation is from the record (the floor
+// rule's k, compare.h CompareRules), plus kFloorCheckEps for layers the record holds exactly.
+constexpr double kFloorCheckK = 3.0;
+constexpr double kFloorCheckEps = 1e-12;
 
 // The spot check's near-tie allowance for a greedy continuation: a generated token whose logit is
 // within this many nats of the top-1 of the record's own logits passes. fp32 reorderings move a

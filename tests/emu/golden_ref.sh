@@ -35,6 +35,17 @@ expect_exit 0 "$BIN" golden --model "$m" --cases "$SRC/cases/smoke.json" --out "
   --config backend=cuda,precision=ref,tp=2 --verify-layers 0,3,7 --verify-positions 8
 expect_out "CPU spot check passed: 7 cases, 3 layers at the first 8 positions"
 expect_exit 0 "$BIN" -q compare --golden "$WORK/gpu-tp2" --model "$m" --case two-plus-two --case sampled-story
+# bf16 floors made on the GPU, spot-checked by the CPU's emulation; the fp32 class left out
+expect_exit 0 "$BIN" golden --model "$m" --cases "$SRC/cases/smoke.json" --out "$WORK/gpu-floors" \
+  --config backend=cuda,precision=ref --floors-config backend=cuda --floor-classes bf16
+expect_out "bf16 noise floors measured"
+expect_out "fp32 noise floors ABSENT: not measured (--floor-classes bf16)"
+grep -q '"spot_check"' "$WORK/gpu-floors/manifest.json" || fail "the manifest does not record the floors' spot check"
+expect_exit 0 "$BIN" -q compare --golden "$WORK/gpu-floors" --model "$m" --config backend=cuda
+expect_exit 1 "$BIN" golden --model "$m" --cases "$SRC/cases/smoke.json" --out "$WORK/faulty" \
+  --floors-config backend=cuda,fault=gdn-norm-plus-one --floor-classes bf16
+expect_out "the CPU spot check refused the bf16 noise floors"
+[ ! -e "$WORK/faulty" ] || fail "a record was written with faulty floors"
 # not checked: said and recorded
 expect_exit 0 "$BIN" golden --model "$m" --cases "$SRC/cases/smoke.json" --out "$WORK/unchecked" --no-floors \
   --config backend=cuda,precision=ref --verify-layers none
@@ -64,7 +75,11 @@ bad_input() {  # TEXT ARGS...
 bad_input "is the bf16 GPU path, not a reference" --config backend=cuda
 bad_input "would change the reference's numerics" --config backend=cuda,precision=ref,kv_dtype=fp8
 bad_input "faults are allowed only with" --config fault=gdn-norm-plus-one
-bad_input "check a reference made on the GPU" --verify-positions 8
+bad_input "check what runs on the GPU" --verify-positions 8
+bad_input "the bf16 floors run on" --floors-config backend=cuda,precision=ref
+bad_input "the bf16 floors run on" --floors-config kv_dtype=fp8
+bad_input "needs the CPU spot check" --floors-config backend=cuda --verify-layers none
+bad_input "expected both, bf16 or fp32" --floor-classes fp16
 bad_input "runs on the CPU only" --config backend=cuda,precision=ref --precision fp64
 bad_input "would let it write a wrong record" --config backend=cuda,precision=ref,fault=rope-interleaved --verify-layers none
 bad_input "--verify-positions must be in" --config backend=cuda,precision=ref --verify-positions -1
