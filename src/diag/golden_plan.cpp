@@ -195,7 +195,12 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
   // ---- the passes
   const std::vector<bool> stored = parse_layer_list(opt.layers, cfg);
   const int n_stored = static_cast<int>(std::count(stored.begin(), stored.end(), true));
-  const int classes = opt.floors ? 2 : 0;
+  // the floor classes the run measures on the CPU (a bf16 class made on the GPU costs the CPU only its spot check)
+  int classes = 0;
+  if (opt.floors) {
+    if (opt.floor_classes != "fp32" && opt.bf16_floors.backend == BackendKind::cpu) ++classes;
+    if (opt.floor_classes != "bf16") ++classes;
+  }
   std::vector<Pass> passes;
   double record_bytes_max = 0, layers_max = 0;
   int64_t P_max = 0;
