@@ -667,6 +667,32 @@ struct CaseProgress {
   }
 };
 
+// The spot checks' inputs: the record's own input of each checked layer (the embedding, or the
+// previous layer's output) at the first Nv positions of the run `g` that made it.
+LayerInputs checked_layer_inputs(const GoldenRun& run, const ForcedRun& g, int64_t Nv) {
+  LayerInputs in;
+  in.positions = Nv;
+  in.hidden = run.H;
+  in.in.resize(static_cast<size_t>(run.L));
+  for (int l = 0; l < run.L; ++l)
+    if (run.verify_layers[static_cast<size_t>(l)]) {
+      const std::vector<float>& src = l == 0 ? g.embed : g.l_out[static_cast<size_t>(l - 1)];
+      in.in[static_cast<size_t>(l)].assign(src.begin(), src.begin() + in.positions * run.H);
+    }
+  return in;
+}
+
+// A teacher-forced prefill of those positions that recomputes each checked layer from `in`.
+ForcedOptions checked_run(const GoldenRun& run, const LayerInputs& in, bool logits) {
+  ForcedOptions fo;
+  fo.run_positions = in.positions;
+  fo.capture_positions = in.positions;
+  fo.capture_layers = run.verify_layers;
+  fo.inject = &in;
+  fo.logits = logits;
+  return fo;
+}
+
 // The CPU spot check of one case of a reference made on the GPU (GoldenOptions::verify_layers): the
 // CPU reference runs the first Nv positions with the GPU's input of every checked layer injected,
 // so each checked layer's output is the CPU's from the GPU's input (isolated: errors do not carry
@@ -680,21 +706,8 @@ json spot_check(GoldenRun& run, const Case& c, const SamplingParams& sp, const s
                 size_t prompt_len, const GenerateResult& gen, const ForcedRun& g, int64_t Nv) {
   const std::string& case_id = c.id;
   const int64_t H = run.H, V = run.V;
-  LayerInputs in;
-  in.positions = Nv;
-  in.hidden = H;
-  in.in.resize(static_cast<size_t>(run.L));
-  for (int l = 0; l < run.L; ++l)
-    if (run.verify_layers[static_cast<size_t>(l)]) {
-      const std::vector<float>& src = l == 0 ? g.embed : g.l_out[static_cast<size_t>(l - 1)];
-      in.in[static_cast<size_t>(l)].assign(src.begin(), src.begin() + Nv * H);
-    }
-  ForcedOptions fo;
-  fo.run_positions = Nv;
-  fo.capture_positions = Nv;
-  fo.capture_layers = run.verify_layers;
-  fo.inject = &in;
-  const ForcedRun cpu = forced_run(*run.verify_eng, seq, fo);
+  const LayerInputs in = checked_layer_inputs(run, g, Nv);
+  const ForcedRun cpu = forced_run(*run.verify_eng, seq, checked_run(run, in, true));
   double worst_rel = 0, worst_kld = 0;
   int worst_layer = -1;
   int64_t worst_pos = -1;
@@ -807,21 +820,8 @@ json spot_check(GoldenRun& run, const Case& c, const SamplingParams& sp, const s
 json spot_check_floors(GoldenRun& run, const std::string& case_id, const std::vector<int32_t>& seq, const ForcedRun& g,
                        int64_t Nv) {
   const int64_t H = run.H;
-  LayerInputs in;
-  in.positions = Nv;
-  in.hidden = H;
-  in.in.resize(static_cast<size_t>(run.L));
-  for (int l = 0; l < run.L; ++l)
-    if (run.verify_layers[static_cast<size_t>(l)]) {
-      const std::vector<float>& src = l == 0 ? g.embed : g.l_out[static_cast<size_t>(l - 1)];
-      in.in[static_cast<size_t>(l)].assign(src.begin(), src.begin() + Nv * H);
-    }
-  ForcedOptions fo;
-  fo.run_positions = Nv;
-  fo.capture_positions = Nv;
-  fo.capture_layers = run.verify_layers;
-  fo.inject = &in;
-  fo.logits = false;
+  const LayerInputs in = checked_layer_inputs(run, g, Nv);
+  const ForcedOptions fo = checked_run(run, in, false);
   const ForcedRun gpu = forced_run(*run.floor_eng[0], seq, fo);
   const ForcedRun emu = forced_run(*run.floor_check_eng, seq, fo);
   double worst = 0;
