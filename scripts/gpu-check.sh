@@ -9,7 +9,8 @@
 #   3. `compare` of the four shipped tiny models on backend=cuda against golden/<model>/smoke (a
 #      committed record without noise floors is first regenerated with floors into the work folder),
 #      plus attn=flash, attn=splitkv, gemm=simple and gdn=recurrent on one model, and two planted faults
-#      (an attention one and a GDN one) that must be caught;
+#      (an attention one and a GDN one) that must be caught; the GPU reference (precision=ref) of each
+#      model at the fp32 class, and a golden record made by it, checked by the CPU spot check;
 #   4. `bench --backend cuda --synthetic qwen36-27b` (random weights made on the device, all 64
 #      layers unless $BENCH_LAYERS): issue 10's figures first — batch-1 decode (no MTP) as a fraction
 #      of the memory-bandwidth floor, with plain launches and as CUDA graphs, prefill tokens/s of a
@@ -185,6 +186,7 @@ for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
     row "compare $m $2" "exit $rc: ${v:-?}$note$mark"
   }
   run_compare backend=cuda "backend=cuda" 0
+  run_compare backend=cuda,precision=ref "precision=ref (the GPU reference, fp32 class)" 0
   if [ "$m" = tiny-qwen35 ] || [ "$m" = tiny-qwen35-moe ]; then
     run_compare backend=cuda,graphs=on "graphs=on" 0
   fi
@@ -195,6 +197,19 @@ for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
     run_compare backend=cuda,gdn=recurrent "gdn=recurrent" 0
     run_compare backend=cuda,fault=rope-interleaved@3 "fault=rope-interleaved@3" 1 --no-decode
     run_compare backend=cuda,fault=gdn-read-before-decay@0 "fault=gdn-read-before-decay@0" 1 --no-decode
+    # a golden record made by the GPU reference, checked by the CPU spot check before it is written
+    lim=$(budget 90)
+    if [ "$lim" -gt 5 ]; then
+      echo "== golden --config backend=cuda,precision=ref --floors-config backend=cuda" >> "$logdir/compare.log"
+      timeout "$lim" "$bin" golden --model "$work/$m" --cases cases/smoke.json --out "$work/gpu-ref" \
+        --config backend=cuda,precision=ref --floors-config backend=cuda --floor-classes bf16 >> "$logdir/compare.log" 2>&1
+      rc=$?
+      v="$(grep -E 'CPU spot check' "$logdir/compare.log" | tail -1 | cut -c9-120)"
+      mark=""; [ "$rc" = 0 ] || mark="  <-- expected exit 0"
+      row "golden $m on the GPU reference" "exit $rc: ${v:-?}$mark"
+    else
+      row "golden $m on the GPU reference" "skipped: DEADLINE reached"
+    fi
   fi
 done
 row "  compare time" "$(elapsed "$t0") s"
