@@ -6,8 +6,6 @@
 #include "common.cuh"
 #include "dispatch.cuh"
 
-#include <type_traits>
-
 namespace degen::cuda {
 
 constexpr int kAttnThreads = 128;
@@ -56,10 +54,10 @@ __device__ __forceinline__ float warp_dot(const float* q, const KV* k, int D) {
 }
 
 // The flash recurrence over keys [u0, u1) (src/cpu/attention.cpp flash_range): tiles of kFlashTile
-// keys, running max m and sum l of the fp32 probabilities, acc = Σ bf16(p) v (Σ p v when the
-// activations A are fp32, precision=ref). `s_tile` is shared
+// keys, running max m and sum l of the fp32 probabilities, acc = Σ bf16(p) v (under every
+// precision, as src/cpu/attention.cpp: the rounding is part of the flash algorithm). `s_tile` is shared
 // [kFlashTile]. Every thread returns m and l; acc holds its own dims.
-template <typename KV, typename A>
+template <typename KV>
 __device__ void flash_range(const AttnArgs& a, const AttnRow<KV>& r, const float* q, int64_t u0, int64_t u1,
                             float* s_tile, float& m, float& l, float (&acc)[kAttnPerThread]) {
   const int warp = threadIdx.x >> 5;
@@ -84,7 +82,7 @@ __device__ void flash_range(const AttnArgs& a, const AttnRow<KV>& r, const float
     for (int u = 0; u < n; ++u) {
       const float p = expf(s_tile[u] - mt);
       l += p;                          // the row sum takes the fp32 probabilities
-      const float pb = std::is_same<A, bf16>::value ? round_bf16(p) : p;  // P·V takes them in bf16
+      const float pb = round_bf16(p);  // P·V takes them in bf16 (part of the algorithm: every precision)
       const KV* vrow = r.V + (t0 + u) * stride;
 #pragma unroll
       for (int i = 0; i < kAttnPerThread; ++i) {

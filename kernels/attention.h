@@ -48,7 +48,7 @@ void kv_append_cuda(const void* k, const void* v, DType act_dtype, const AttnSeq
 // act_dtype), fp32 softmax, probabilities materialised in the activation dtype, P·V in fp32.
 void attention_naive_cuda(const AttnArgs& a, void* scratch, cudaStream_t stream);
 // flash: tiles of kFlashTile keys, running max/sum in fp32, probabilities rounded to bf16 for P·V
-// (kept fp32 with fp32 activations).
+// (under every precision: part of the algorithm, as on the CPU).
 void attention_flash_cuda(const AttnArgs& a, cudaStream_t stream);
 // splitkv: each row's keys in min(kSplits, ctx) parts, each reduced as flash to a partial output
 // and log-sum-exp (fp32 scratch: part [M * n_q, kSplits, D], lse [M * n_q, kSplits]), then merged.

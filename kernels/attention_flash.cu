@@ -16,7 +16,7 @@ static __global__ void __launch_bounds__(kAttnThreads) attention_flash_kernel(At
   const AttnRow<KV> r = attn_row<KV>(a, blockIdx.x);
   load_query<A>(a, r.row, r.h, q);
   float m, l, acc[kAttnPerThread];
-  flash_range<KV, A>(a, r, q, 0, r.ctx, s_tile, m, l, acc);
+  flash_range<KV>(a, r, q, 0, r.ctx, s_tile, m, l, acc);
   A* o = static_cast<A*>(a.out) + (r.row * a.n_q + r.h) * a.D;
 #pragma unroll
   for (int i = 0; i < kAttnPerThread; ++i) {

@@ -28,7 +28,7 @@ static __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(At
   load_query<A>(a, r.row, r.h, q);
   const int64_t u0 = sp * len, u1 = r.ctx < u0 + len ? r.ctx : u0 + len;
   float m, l, acc[kAttnPerThread];
-  flash_range<KV, A>(a, r, q, u0, u1, s_tile, m, l, acc);
+  flash_range<KV>(a, r, q, u0, u1, s_tile, m, l, acc);
   float* p = part + (int64_t(blockIdx.x) * kSplits + sp) * a.D;
 #pragma unroll
   for (int i = 0; i < kAttnPerThread; ++i) {

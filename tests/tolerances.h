@@ -77,6 +77,12 @@ constexpr double kCudaNmseF32 = 1e-7;
 // rounding boundary goes the other way by one ulp (2^-8 / 2^-11 relative) and the difference then
 // decays with the state, as for a bf16 output: the bound of kCudaNmseBf16 (llama.cpp's 5e-4).
 constexpr double kCudaNmseGdnState = kCudaNmseBf16;
+// The reference on the GPU (CudaBackend reference mode, backend=cuda,precision=ref) against
+// CpuBackend precision=ref, op by op (tests/cuda/test_cuda_reference.cpp): both fp32 storage, the
+// kernels summing in fp32 where the CPU sums norms, softmax and attention in double and its GEMM in
+// another fp32 order: an fp32 reordering, rel_l2 <= kFp32Reorder, so NMSE <= kFp32Reorder². A weight
+// rounded to bf16 on the way (rel 2^-9) or any bf16 storage point gives NMSE ~1e-6, 10^4 over it.
+constexpr double kCudaNmseRef = kFp32Reorder * kFp32Reorder;
 
 // An injected fault (tests/test_faults.cpp) must move its catalogue op and the logits by more than
 // ten times the fp32 reordering noise (kFp32Reorder). The smallest measured: gdn-out-fp16 without
