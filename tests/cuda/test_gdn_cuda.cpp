@@ -336,3 +336,31 @@ TEST_CASE("cuda gdn: the backend runs the GDN core on the device (no CPU fallbac
   th.join();
   CHECK_MESSAGE(err.empty(), err);
 }
+
+TEST_CASE("cuda gdn: the GPU reference (fp32 activations and state) against the CPU reference, chunked and recurrent") {
+  CudaBackend gpu(0, GemmKind::cublas, false, /*reference=*/true);
+  gpu.set_guard_check(true);
+  CpuBackend ref(CpuPrecision::ref);
+  LayerNumerics n;
+  n.layer = 0;
+  n.ssm_dtype = DType::f32;
+  n.conv_dtype = DType::f32;
+  n.kv_dtype = DType::f32;
+  gpu.begin_layer(n);
+  ref.begin_layer(n);
+  const GdnDims d{2, 6, 48, 40};
+  for (int64_t T : {1, 65, 129}) {
+    const std::vector<SeqSpan> spans = {{0, T, 17}, {T, 7, 0}};
+    const int64_t N = T + 7;
+    const GdnInputs in = gdn_inputs(d, N, 500 + uint32_t(T));
+    const std::vector<std::vector<double>> S0 = {initial_state(d, 600), std::vector<double>(size_t(d.nv * d.dk * d.dv), 0.0)};
+    for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent}) {
+      const GdnRun g = run_gdn(gpu, d, in, N, spans, S0, DType::f32, algo);
+      const GdnRun r = run_gdn(ref, d, in, N, spans, S0, DType::f32, algo);
+      const std::string tag = cat("gdn[reference,", algo_name(algo), ",T=", T, "]");
+      check_values(tag + " o", g.o, r.o, r.o, tol::kCudaNmseRef, cat("N=", N));
+      check_values(tag + " final S", flat(g.S), flat(r.S), flat(r.S), tol::kCudaNmseRef, cat("N=", N));
+    }
+  }
+  check_guards(gpu, "gdn reference");
+}
