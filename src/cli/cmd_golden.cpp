@@ -99,10 +99,11 @@ int run_golden(const GoldenArgs& a) {
   ResourceMeter meter;
   auto model = load_model(a.model);
   std::FILE* progress = global_options().quiet ? nullptr : stdout;
-  {  // refuse before any work what would end in an out-of-memory kill
+  {  // refuse before any work what would end in an out-of-memory kill (the CPU's runs: the reference, or
+     // with a GPU reference its spot check and the floors the CPU makes)
     const GoldenPlan p = make_plan(a, o, suite, model.get(), tok.get(), false);
     refuse_if_too_big(p, true);
-    if (progress)
+    if (progress && o.reference.backend == BackendKind::cpu)
       std::fprintf(stderr, "golden: %lld passes over %s of weights; peak anonymous memory at most %s of %s available\n",
                    static_cast<long long>(p.passes()), format_bytes(p.weight_bytes).c_str(),
                    format_bytes(p.peak_anon_bytes).c_str(), format_bytes(p.available_bytes).c_str());
