@@ -79,8 +79,9 @@ TEST_CASE("fuzz finding: a replay line whose config or summary has the wrong typ
   line["summary"] = {{"verdict", "bad"}, {"kld_mean", "lots"}};
   write_text(replay, line.dump() + "\n");
   CHECK(input_error_of(oracle).find("'kld_mean'") != std::string::npos);
-  // A well-typed line is replayed.
-  line["summary"] = {{"verdict", "bad"}, {"kld_mean", "inf"}, {"worst_layer", 2}, {"loop_onset", nullptr}};
+  // A well-typed line is replayed; a null reason is no reason (fuzz_replay: value("reason", "")
+  // threw type_error 302 on it).
+  line["summary"] = {{"verdict", "bad"}, {"kld_mean", "inf"}, {"worst_layer", 2}, {"loop_onset", nullptr}, {"reason", nullptr}};
   write_text(replay, line.dump() + "\n");
   BisectOracle o([](const RunConfig&) { return CellSummary{}; }, replay, kIdentity);
   CHECK(o.eval(parse_run_config("attn=flash"), "test").verdict == "bad");

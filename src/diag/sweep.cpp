@@ -376,7 +376,8 @@ void check_result_fields(const json& j, const std::string& where, bool row) {
 CellSummary cell_summary_from_json(const json& j) {
   CellSummary s;
   s.verdict = j.value("verdict", "error");
-  s.reason = j.value("reason", "");
+  // note: null is a valid "no reason" (check_result_fields), which value() would throw on
+  s.reason = j.contains("reason") && j["reason"].is_string() ? j["reason"].get<std::string>() : "";
   s.worst_layer = j.contains("worst_layer") && j["worst_layer"].is_number_integer() ? j["worst_layer"].get<int>() : -1;
   s.kld_mean = opt_num(j, "kld_mean");
   s.seq_rep_4 = opt_num(j, "seq_rep_4");
