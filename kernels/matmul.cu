@@ -78,6 +78,105 @@ void matmul_simple_cuda(const X* x, const W* w, Y* y, int64_t N, int64_t in, int
   CUDA_CHECK_LAUNCH("matmul_simple_kernel");
 }
 
+// ---- gemm=auto at N <= kGemvMaxRows: the decode product, bound by reading W once ----
+// One warp per output row o, kGemvWarps rows per block. A lane reads W's row 16 bytes (8 bf16) at a
+// time, chunk c = lane, lane + 32, ..., two chunks per iteration so that two loads are in flight,
+// and multiplies each chunk into the N rows of x (x is N x in x 2 bytes: it stays in L1/L2, W is
+// the traffic); fp32 sums, reduced across the warp by shuffles, rounded once to bf16. kVec false:
+// `in` not a multiple of 8 or a pointer not 16-byte aligned: the same sums one element at a time.
+// note: the order of the sums differs from cuBLAS's and from the CPU's k order (fp32 reordering;
+// the op test bounds it by the bf16 tolerance, as for cuBLAS on a GPU).
+namespace {
+constexpr int kGemvWarps = 4;
+
+// The 8 bf16 of a 16-byte load as fp32, in memory order: a bf16 is the high half of its fp32, so
+// each 32-bit word holds element 2i in its low 16 bits and 2i + 1 in its high 16 bits.
+__device__ __forceinline__ void unpack_bf16x8(const uint4& v, float* f) {
+  const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(u[i] << 16);
+    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void gemv_chunk(const uint4& wv, const bf16* x, int64_t in, int64_t c, float* acc) {
+  float wf[8], xf[8];
+  unpack_bf16x8(wv, wf);
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    unpack_bf16x8(reinterpret_cast<const uint4*>(x + int64_t(n) * in)[c], xf);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[n] += wf[j] * xf[j];
+  }
+}
+}  // namespace
+
+template <int N, bool kVec>
+static __global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_bf16_kernel(const bf16* x, const bf16* w, bf16* y, int64_t in, int64_t out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t o = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  if (o >= out) return;  // the whole warp: its lanes share o
+  const bf16* wr = w + o * in;
+  float acc[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) acc[n] = 0.0f;
+  if constexpr (kVec) {
+    const uint4* w4 = reinterpret_cast<const uint4*>(wr);
+    const int64_t chunks = in / 8;
+    int64_t c = lane;
+    for (; c + 32 < chunks; c += 64) {
+      const uint4 a = w4[c], b = w4[c + 32];
+      gemv_chunk<N>(a, x, in, c, acc);
+      gemv_chunk<N>(b, x, in, c + 32, acc);
+    }
+    if (c < chunks) gemv_chunk<N>(w4[c], x, in, c, acc);
+  } else {
+    for (int64_t i = lane; i < in; i += 32) {
+      const float wf = to_f32(wr[i]);
+#pragma unroll
+      for (int n = 0; n < N; ++n) acc[n] += wf * to_f32(x[int64_t(n) * in + i]);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < N; ++n) acc[n] = warp_sum(acc[n]);
+  if (lane == 0) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) y[int64_t(n) * out + o] = from_f32<bf16>(acc[n]);
+  }
+}
+
+namespace {
+template <int N>
+void gemv_launch(const bf16* x, const bf16* w, bf16* y, int64_t in, int64_t out, cudaStream_t stream) {
+  const bool vec = in % 8 == 0 && (reinterpret_cast<uintptr_t>(x) % 16) == 0 && (reinterpret_cast<uintptr_t>(w) % 16) == 0;
+  const unsigned blocks = blocks_for(out, kGemvWarps);
+  if (vec)
+    gemv_bf16_kernel<N, true><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out);
+  else
+    gemv_bf16_kernel<N, false><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out);
+  CUDA_CHECK_LAUNCH("gemv_bf16_kernel");
+}
+}  // namespace
+
+void matmul_gemv_bf16(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t in, int64_t out, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
+  if (N == 0 || out == 0) return;
+  DEGEN_ASSERT(N <= kGemvMaxRows, "matmul_gemv_bf16: ", N, " rows, at most ", kGemvMaxRows);
+  switch (N) {
+    case 1: gemv_launch<1>(x, w, y, in, out, stream); break;
+    case 2: gemv_launch<2>(x, w, y, in, out, stream); break;
+    case 3: gemv_launch<3>(x, w, y, in, out, stream); break;
+    case 4: gemv_launch<4>(x, w, y, in, out, stream); break;
+    case 5: gemv_launch<5>(x, w, y, in, out, stream); break;
+    case 6: gemv_launch<6>(x, w, y, in, out, stream); break;
+    case 7: gemv_launch<7>(x, w, y, in, out, stream); break;
+    default: gemv_launch<8>(x, w, y, in, out, stream); break;
+  }
+}
+
 template void matmul_simple_cuda<bf16, bf16, bf16>(const bf16*, const bf16*, bf16*, int64_t, int64_t, int64_t, cudaStream_t);
 template void matmul_simple_cuda<float, bf16, float>(const float*, const bf16*, float*, int64_t, int64_t, int64_t,
                                                      cudaStream_t);

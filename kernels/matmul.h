@@ -17,6 +17,12 @@ void matmul_bf16_cublas(cublasHandle_t handle, const __nv_bfloat16* x, const __n
 // columns [0, out) of y, whose rows are ldy apart (y may be a column block of a wider matrix).
 void matmul_f32_cublas(cublasHandle_t handle, const float* x, const float* w, float* y, int64_t N, int64_t in,
                        int64_t out, int64_t ldy);
+// gemm=auto (the default) at N <= kGemvMaxRows rows, the decode steps' products: a matrix-vector
+// kernel that reads W once with 16-byte loads, fp32 sums, bf16 x bf16 -> bf16. Larger N go to
+// cuBLAS. Caller's stream.
+constexpr int64_t kGemvMaxRows = 8;
+void matmul_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t N, int64_t in,
+                      int64_t out, cudaStream_t stream);
 // gemm=simple: a plain shared-memory tiled kernel (fp32 FMA, no tensor cores) that does not depend
 // on cuBLAS, to clear or convict it. X, W, Y: bf16 (the GPU path) or float (precision=ref: float x
 // and y, bf16 or float weights).

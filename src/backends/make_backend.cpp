@@ -43,9 +43,10 @@ std::unique_ptr<Backend> make_cuda_backend(const RunConfig& rc, const ModelConfi
   std::string why = cuda::device_unusable_reason(dev);
   if (!why.empty()) throw UntestableError(cat("config ", rc.str(), ": ", why));
   const bool graphs = rc.graphs && *rc.graphs;  // tp > 1 with graphs: untestable_reason
-  GemmKind gemm = GemmKind::cublas;
+  GemmKind gemm = GemmKind::automatic;
   if (rc.gemm && *rc.gemm == "simple") gemm = GemmKind::simple;
-  else if (rc.gemm && *rc.gemm != "cublas") input_error("config ", rc.str(), ": gemm must be cublas or simple");
+  else if (rc.gemm && *rc.gemm == "cublas") gemm = GemmKind::cublas;
+  else if (rc.gemm && *rc.gemm != "auto") input_error("config ", rc.str(), ": gemm must be auto, cublas or simple");
   auto be = std::make_unique<CudaBackend>(dev, gemm, graphs, rc.cuda_reference());
   int64_t free_b = 0, total_b = 0;
   be->context()->mem_info(&free_b, &total_b);

@@ -138,6 +138,7 @@ struct BenchArgs {
   int tp = 1;                     // > 1: tensor parallelism against tp=1 (bench_tp)
   int mtp = 0;                    // cuda: > 0 also times greedy generation with this many MTP drafts
   bool graphs = false;            // cuda: also decode with CUDA graphs
+  bool count = false;             // cuda on the emulator: count launches and bytes per decode step
 };
 
 // The benchmark prompt: n ids drawn with a fixed seed, the same for every measurement.
@@ -218,13 +219,14 @@ int run_bench(const BenchArgs& a) {
     c.device = global_options().device;
     c.mtp = a.mtp;
     c.graphs = a.graphs;
+    c.count = a.count;
     return cuda::run_bench(c);
 #else
     throw UntestableError("bench: this build has no CUDA backend (rebuild with nvcc and -DDEGEN_CUDA=ON)");
 #endif
   }
-  if (!a.synthetic.empty() || a.layers || a.mtp || a.graphs)
-    input_error("bench: --synthetic, --layers, --mtp and --graphs are options of --backend cuda");
+  if (!a.synthetic.empty() || a.layers || a.mtp || a.graphs || a.count)
+    input_error("bench: --synthetic, --layers, --mtp, --graphs and --count are options of --backend cuda");
   if (a.backend != "cpu") input_error("bench: --backend must be cpu or cuda, found '", a.backend, "'");
   if (a.model.empty() == a.preset.empty()) input_error("bench: give exactly one of --model DIR or --preset NAME");
   if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
@@ -341,12 +343,17 @@ CommandRegistrar reg("bench", "Benchmark the CPU reference engine or the GPU pat
       ->check(CLI::Range(0, 4));
   sub->add_flag("--graphs", a->graphs, "cuda: also time the decode steps replayed as CUDA graphs (graphs=on), "
                                       "against plain launches");
+  sub->add_flag("--count", a->count,
+                "cuda, CUDA emulator only (degenbisect-emu): instead of timing, count what each decode step asks "
+                "of the device: launches per layer, bytes moved against the weights + states + KV floor, copies, "
+                "allocations, host synchronisations");
   sub->add_option("--tp", a->tp, "Tensor parallelism: decode at tp=1 and tp=N on --model (either backend) and the "
                                  "all-reduces per decoded token")
       ->check(CLI::Range(1, 64));
   sub->footer("Examples:\n  degenbisect bench --backend cpu --preset bench-1b\n"
               "  degenbisect bench --backend cuda --synthetic qwen36-27b --layers 8 --prefill 256\n"
               "  degenbisect bench --backend cuda --model models/tiny-qwen35 --mtp 3 --graphs\n"
+              "  degenbisect-emu bench --backend cuda --synthetic qwen36-27b --layers 4 --count --batch 1 --decode 2\n"
               "  degenbisect bench --model models/tiny-qwen35 --tp 2 --decode 32");
   return [a] { return run_bench(*a); };
 });

@@ -12,6 +12,12 @@
 //            floor: floor = weight bytes per step / copy bandwidth, fraction = floor / step time.
 //            (The GDN state a step reads and writes, 2 x 3 MiB per GDN layer of the 27B, is under
 //            1 % of its weight bytes and not counted.)
+//   count    (--count; the CUDA emulator only) what one decode step asks of the device, counted call
+//            by call (cuda/device_counters.h): kernel launches (per decoder layer), the bytes read and
+//            written in device memory against the floor (the weight bytes the step's products and
+//            embedding read + the model's other weights + the GDN and conv states read and written
+//            + the KV rows attention reads and appends), copies by direction, allocations and host
+//            synchronisations, and the calls that move the most bytes. Nothing is timed.
 // note: decode feeds random token ids rather than the argmax of the logits (the step's cost does not
 // depend on the ids, and copying [B, V] logits to the host every step would be measured too).
 #include "cuda/bench.h"
@@ -27,6 +33,7 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/device_counters.h"
 #include "cuda/graphs.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -243,6 +250,97 @@ void bench_batch(Engine& eng, CudaBackend& be, const BenchArgs& a, int B, double
   }
 }
 
+// The bytes of the weights a decode step reads besides the products' and the embedding's (which
+// CudaStats::weight_bytes counts): norms, conv1d, A_log, dt_bias, every tensor that is not a matrix;
+// not the MTP layer's (decode without MTP).
+double small_weight_bytes(const ModelConfig& cfg, const ModelWeights& w) {
+  double b = 0;
+  (void)cfg;
+  auto add = [&](const TensorView* v) {
+    if (v && v->shape.size() != 2) b += double(v->nbytes);
+  };
+  for (const LayerWeights& lw : w.layers) {
+    for (const TensorView* v : {lw.input_norm, lw.post_norm, lw.attn.q_norm, lw.attn.k_norm, lw.gdn.conv1d,
+                                lw.gdn.dt_bias, lw.gdn.A_log, lw.gdn.norm})
+      add(v);
+  }
+  add(w.final_norm);
+  return b;
+}
+
+// --count: `a.decode` decode steps at batch B after a prefill of `a.prefill`, each counted; the last
+// (the steady state) printed.
+void bench_count(Engine& eng, CudaBackend& be, const ModelConfig& cfg, const ModelWeights& weights, const BenchArgs& a,
+                 int B, const std::function<std::vector<int32_t>(int)>& tokens) {
+  std::vector<SeqState> states;
+  for (int i = 0; i < B; ++i) states.push_back(eng.new_state());
+  std::vector<SeqInput> in;
+  for (int i = 0; i < B; ++i) in.push_back(SeqInput{&states[i], tokens(a.prefill)});
+  eng.forward(in);
+  be.sync();
+  cuda::DeviceCounters d;
+  double weights_b = 0;
+  for (int s = 0; s < a.decode; ++s) {
+    in.clear();
+    for (int i = 0; i < B; ++i) in.push_back(SeqInput{&states[i], tokens(1)});
+    be.stats().reset();
+    cuda::counters_start();
+    eng.forward(in);
+    d = cuda::counters_read();  // before the bench's own synchronisation
+    cuda::counters_stop();
+    be.sync();
+    weights_b = be.stats().weight_bytes;
+  }
+  // the floor: every weight once, each state read and written once, the KV rows read and appended
+  const double small_b = small_weight_bytes(cfg, weights);
+  double gdn_b = 0, kv_b = 0;
+  for (const SeqState& st : states) {
+    for (const GdnState& g : st.gdn) gdn_b += 2.0 * double(g.S.nbytes() + g.conv.nbytes());
+    for (const KvCache& kv : st.kv) {
+      if (kv.k.empty()) continue;
+      const double row = double(kv.k.nbytes() + kv.v.nbytes()) / double(kv.capacity());
+      kv_b += row * double(kv.len) + row;  // the context read, the new row written
+    }
+  }
+  const double floor_b = weights_b + small_b + gdn_b + kv_b;
+  const double moved = double(d.bytes_read + d.bytes_written);
+  const int64_t ctx = states.empty() ? 0 : states[0].pos;
+  std::printf("count    batch %d, decode step %d at context %lld (counted call by call by the emulator)\n", B, a.decode,
+              static_cast<long long>(ctx));
+  std::printf("count    launches %lld = %.1f per decoder layer (%d layers; all launches / layers): kernels %lld, cuBLAS "
+              "%lld; graph launches %lld\n",
+              static_cast<long long>(d.calls()), double(d.calls()) / cfg.num_layers, cfg.num_layers,
+              static_cast<long long>(d.launches), static_cast<long long>(d.blas_calls),
+              static_cast<long long>(d.graph_launches));
+  std::printf("count    device memory moved %.4f GB (read %.4f, written %.4f) against the floor %.4f GB (weights %.4f "
+              "+ small weights %.4f + GDN and conv states %.4f + KV %.4f): %.3f x the floor\n",
+              moved / 1e9, d.bytes_read / 1e9, d.bytes_written / 1e9, floor_b / 1e9, weights_b / 1e9, small_b / 1e9,
+              gdn_b / 1e9, kv_b / 1e9, moved / floor_b);
+  std::printf("count    copies host->device %lld (%lld bytes), device->host %lld (%lld bytes), device->device %lld "
+              "(%lld bytes), %lld with pageable host memory; memsets %lld\n",
+              static_cast<long long>(d.copies_h2d), static_cast<long long>(d.bytes_h2d),
+              static_cast<long long>(d.copies_d2h), static_cast<long long>(d.bytes_d2h),
+              static_cast<long long>(d.copies_d2d), static_cast<long long>(d.bytes_d2d),
+              static_cast<long long>(d.pageable_copies), static_cast<long long>(d.memsets));
+  std::printf("count    allocations %lld, frees %lld, host synchronisations %lld\n", static_cast<long long>(d.allocs),
+              static_cast<long long>(d.frees), static_cast<long long>(d.host_syncs));
+  std::printf("count    %-44s %7s %14s %14s %10s\n", "calls by bytes moved", "calls", "read", "written", "of floor");
+  const size_t show = std::min<size_t>(d.by_name.size(), 16);
+  for (size_t i = 0; i < show; ++i) {
+    const cuda::CallTraffic& t = d.by_name[i];
+    std::printf("count    %-44s %7lld %14lld %14lld %9.1f%%\n", t.name.substr(0, 44).c_str(),
+                static_cast<long long>(t.calls), static_cast<long long>(t.bytes_read),
+                static_cast<long long>(t.bytes_written), 100.0 * double(t.bytes_read + t.bytes_written) / floor_b);
+  }
+  if (d.by_name.size() > show) std::printf("count    (%zu more call names)\n", d.by_name.size() - show);
+  std::vector<cuda::CallTraffic> by_calls = d.by_name;
+  std::sort(by_calls.begin(), by_calls.end(), [](const auto& x, const auto& y) { return x.calls > y.calls; });
+  std::printf("count    most launched:");
+  for (size_t i = 0; i < std::min<size_t>(by_calls.size(), 8); ++i)
+    std::printf("%s %s x%lld", i ? "," : "", by_calls[i].name.c_str(), static_cast<long long>(by_calls[i].calls));
+  std::printf("\n");
+}
+
 // MTP: the same prompt generated greedily without and with drafts, at batch 1.
 void bench_mtp(Engine& eng, const BenchArgs& a, bool synthetic, const std::function<std::vector<int32_t>(int)>& tokens) {
   GenerateOptions go;
@@ -312,6 +410,19 @@ int run_bench(const BenchArgs& a) {
     for (auto& x : t) x = pick(rng);
     return t;
   };
+  if (a.count) {
+    if (!cuda::counters_supported())
+      throw UntestableError("bench --count: only the CUDA emulator counts calls and bytes (build/degenbisect-emu); on a "
+                            "GPU use Nsight Systems / Nsight Compute");
+    {  // warm-up: first-use allocations and uploads
+      SeqState st = eng.new_state();
+      eng.forward({SeqInput{&st, tokens(8)}});
+      eng.forward({SeqInput{&st, tokens(1)}});
+      be.sync();
+    }
+    for (int B : a.batches) bench_count(eng, be, cfg, *weights, a, B, tokens);
+    return 0;
+  }
   {  // warm-up: cuBLAS heuristics, the memory pool, first-use uploads of a real checkpoint
     SeqState st = eng.new_state();
     eng.forward({SeqInput{&st, tokens(8)}});

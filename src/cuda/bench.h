@@ -16,6 +16,7 @@ struct BenchArgs {
   int device = 0;
   int mtp = 0;            // > 0: also greedy generation at batch 1 with this many MTP drafts per step
   bool graphs = false;    // also the decode steps as CUDA graphs (graphs=on), against plain launches
+  bool count = false;     // count launches, bytes, copies per decode step instead of timing (emulator)
 };
 
 int run_bench(const BenchArgs& a);

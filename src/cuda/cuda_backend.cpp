@@ -34,7 +34,8 @@ CudaBackend::~CudaBackend() {
 }
 
 std::string CudaBackend::name() const {
-  return cat("cuda:", ctx_->device(), reference_ ? ":ref" : "", gemm_ == GemmKind::simple ? ":gemm-simple" : "");
+  return cat("cuda:", ctx_->device(), reference_ ? ":ref" : "",
+             gemm_ == GemmKind::simple ? ":gemm-simple" : gemm_ == GemmKind::cublas ? ":gemm-cublas" : "");
 }
 
 void CudaBackend::sync() { ctx_->sync(); }

@@ -6,8 +6,9 @@
 //     dt_bias stay as stored (fp32 or bf16), as the decay uses them;
 //   - activations, residual stream, projections, norm outputs, attention outputs: bf16, every
 //     kernel computing in fp32 and rounding once on output;
-//   - matrix products: cuBLAS bf16 x bf16 with fp32 accumulation (gemm=cublas) or a plain tiled
-//     kernel (gemm=simple), both rounding the fp32 sums to bf16 once;
+//   - matrix products: bf16 x bf16 with fp32 accumulation, rounded to bf16 once: a matrix-vector
+//     kernel for up to 8 rows and cuBLAS above (gemm=auto, the default), cuBLAS always
+//     (gemm=cublas) or a plain tiled kernel (gemm=simple);
 //   - g (log decay) and MoE routing weights fp32; KV cache bf16 or fp8 e4m3 (numerics().kv_dtype);
 //   - attention per numerics().attn: naive (scores and probabilities materialised in bf16 around an
 //     fp32 softmax), flash (tiles of 64 keys, online softmax, probabilities rounded to bf16 before
@@ -42,7 +43,10 @@ class StepGraphs;
 struct GraphStats;
 }  // namespace cuda
 
-enum class GemmKind : uint8_t { cublas, simple };
+// automatic (gemm=auto, the default): the matrix-vector kernel for products of at most
+// kGemvMaxRows rows (decode steps) on the bf16 path, cuBLAS otherwise; cublas: cuBLAS always;
+// simple: the plain tiled kernel always.
+enum class GemmKind : uint8_t { automatic, cublas, simple };
 
 // Counters for `bench` (bytes of weights the products read; optionally the GDN core's time).
 struct CudaStats {
@@ -67,7 +71,7 @@ class CudaBackend final : public Backend {
   // Opens `device` (UntestableError with the reason when it cannot).
   // graphs: decode steps as CUDA graphs (graphs=on; cuda/graphs.h).
   // reference: precision=ref (fp32 activations) instead of the bf16 GPU path.
-  explicit CudaBackend(int device = 0, GemmKind gemm = GemmKind::cublas, bool graphs = false, bool reference = false);
+  explicit CudaBackend(int device = 0, GemmKind gemm = GemmKind::automatic, bool graphs = false, bool reference = false);
   ~CudaBackend() override;
 
   std::string name() const override;

@@ -1,5 +1,6 @@
 // CudaBackend matrix product y = x Wᵀ (kernels/matmul.cu; src/cpu/matmul.cpp is the reference):
-// the weight's device copy (uploaded once), cuBLAS or the plain tiled kernel (gemm=simple).
+// the weight's device copy (uploaded once); the matrix-vector kernel up to kGemvMaxRows rows and
+// cuBLAS above (gemm=auto), cuBLAS (gemm=cublas) or the plain tiled kernel (gemm=simple).
 // GPU path: bf16 x bf16 -> bf16 with fp32 sums. Reference (precision=ref): fp32 x and y; a weight
 // kept in fp32 goes to the fp32 GEMM as it is, a bf16 one is widened exactly to fp32 a block of
 // rows at a time (kRefWidenBytes of scratch), so the device holds the weights as stored, not twice.
@@ -33,7 +34,9 @@ Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
   stats_.matmul_flops += 2.0 * double(N) * double(in) * double(out);
   stats_.weight_bytes += static_cast<double>(W.nbytes());
   if (x.dtype == DType::bf16) {
-    if (gemm_ == GemmKind::cublas)
+    if (gemm_ == GemmKind::automatic && N <= cuda::kGemvMaxRows)
+      cuda::matmul_gemv_bf16(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, context()->stream());
+    else if (gemm_ != GemmKind::simple)
       cuda::matmul_bf16_cublas(context()->cublas(), cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out);
     else
       cuda::matmul_simple_cuda(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, context()->stream());

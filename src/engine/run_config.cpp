@@ -182,7 +182,7 @@ const std::vector<ToggleInfo>& toggle_table() {
       {"kv_dtype", "bf16|fp8", "KV cache storage", true},
       {"mtp", "0..4", "MTP draft tokens per step (0 = off)", false},
       {"graphs", "on|off", "CUDA graphs for decode (cuda only)", false},
-      {"gemm", "cublas|simple", "matrix products (cuda only)", false},
+      {"gemm", "auto|cublas|simple", "matrix products (cuda only; auto: a matrix-vector kernel up to 8 rows, cuBLAS above)", false},
       {"tp", "1..64", "tensor-parallel ranks", false},
       {"batch", "1|all", "prompts one at a time or batched", false},
       {"temp", ">=0", "sampling temperature (0 = greedy)", false},
@@ -250,7 +250,8 @@ RunConfig apply_run_config(RunConfig rc, const std::string& text) {
     else if (key == "mtp") rc.mtp = parse_int(key, val, 0, 4);
     else if (key == "graphs") rc.graphs = parse_enum<bool>(key, val, {{"on", true}, {"off", false}});
     else if (key == "gemm") {
-      if (val != "cublas" && val != "simple") input_error("config: gemm=", val, ": unknown value; expected one of cublas, simple");
+      if (val != "auto" && val != "cublas" && val != "simple")
+        input_error("config: gemm=", val, ": unknown value; expected one of auto, cublas, simple");
       rc.gemm = val;
     }
     else if (key == "tp") rc.tp = parse_int(key, val, 1, 64);

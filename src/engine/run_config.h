@@ -79,7 +79,7 @@ struct RunConfig {
   Scoped<DType> kv_dtype{DType::bf16, {}};   // KV cache storage (bf16 or f8_e4m3)
   int mtp = 0;                               // MTP draft tokens per step, 0 = off
   std::optional<bool> graphs;                // cuda only; unset = off
-  std::optional<std::string> gemm;           // cuda only: cublas | simple; unset = cublas
+  std::optional<std::string> gemm;           // cuda only: auto | cublas | simple; unset = auto
   int tp = 1;
   BatchMode batch = BatchMode::one;
   SamplingParams sampling;                   // temp, top_p, top_k, min_p, rep_pen, presence_pen, seed

@@ -17,6 +17,8 @@
 #include "../tolerances.h"
 #include "cpu/cpu_backend.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/device_counters.h"
+#include "matmul.h"
 #include "cuda_test_util.h"
 
 using namespace degen;
@@ -200,17 +202,38 @@ TEST_CASE("cuda ops: RMSNorm (zero-centred, plain), gated RMSNorm, L2 norm, with
   check_guards(t, "norms");
 }
 
-TEST_CASE("cuda ops: matmul (cuBLAS and the simple tiled kernel)") {
-  for (GemmKind gk : {GemmKind::cublas, GemmKind::simple}) {
+TEST_CASE("cuda ops: matmul (the matrix-vector kernel of gemm=auto, cuBLAS and the simple tiled kernel)") {
+  for (GemmKind gk : {GemmKind::automatic, GemmKind::cublas, GemmKind::simple}) {
     Trio t;
     CudaBackend gpu(0, gk);
     gpu.set_guard_check(true);
-    const char* name = gk == GemmKind::cublas ? "matmul[cublas]" : "matmul[simple]";
+    const char* name = gk == GemmKind::automatic ? "matmul[auto]" : gk == GemmKind::cublas ? "matmul[cublas]" : "matmul[simple]";
+    // gemm=auto: N <= 8 rows go to the matrix-vector kernel (16-byte loads when `in` is a multiple of
+    // 8, element by element otherwise: in 203), more to cuBLAS
     for (auto [N, in, out] : {std::tuple<int64_t, int64_t, int64_t>{37, 200, 333}, {1, 1000, 515}, {17, 1000, 515},
-                              {64, 256, 64}}) {
+                              {64, 256, 64}, {2, 5120, 96}, {8, 1000, 515}, {5, 203, 77}, {3, 8, 9}, {7, 1032, 33}}) {
       HostWeight w("w", {out, in}, randn_bf16(size_t(out * in), 1.0 / std::sqrt(double(in)), 18));
       const std::vector<double> xv = randn_bf16(size_t(N * in), 1.0, 19);
-      const Tensor g = gpu.matmul(gpu.from_host(xv, {N, in}, DType::bf16), w.view);
+      const Tensor xg = gpu.from_host(xv, {N, in}, DType::bf16);
+      gpu.matmul(xg, w.view);  // the weight's upload, outside the count
+      cuda::counters_start();
+      const Tensor g = gpu.matmul(xg, w.view);
+      const cuda::DeviceCounters dc = cuda::counters_read();
+      cuda::counters_stop();
+      if (cuda::counters_supported()) {  // the emulator: which kernel ran
+        const bool gemv = gk == GemmKind::automatic && N <= cuda::kGemvMaxRows;
+        const std::string want = gemv ? cat("gemv_bf16_kernel<N, ", in % 8 == 0 ? "true" : "false", ">")
+                                 : gk == GemmKind::simple ? "matmul_simple_kernel<X, W, Y>" : "cublasGemmEx";
+        std::vector<cuda::CallTraffic> ran;  // set_guard_check's memsets of the output's guard aside
+        std::string names;
+        for (const auto& c : dc.by_name)
+          if (c.name != "cudaMemset") { ran.push_back(c); names += c.name + "; "; }
+        REQUIRE_MESSAGE(ran.size() == 1, names);
+        CHECK_MESSAGE(ran[0].name == want, name << " N " << N << " in " << in << ": ran " << names);
+        CHECK(ran[0].calls == 1);
+        // every weight byte read once, whatever the kernel (the count's page granularity aside)
+        CHECK(ran[0].bytes_read >= out * in * 2);
+      }
       const Tensor e = t.emu.matmul(t.emu.from_host(xv, {N, in}, DType::bf16), w.view);
       const Tensor r = t.ref.matmul(t.ref.from_host(xv, {N, in}, DType::f32), w.view);
       const std::vector<float> gv = gpu.to_host_f32(g), ev = t.emu.to_host_f32(e), rv = t.ref.to_host_f32(r);

@@ -13,6 +13,9 @@
 // under one process-wide lock.
 #pragma once
 
+// src/cuda/device_counters.cpp: the counting is the emulator's (emu_runtime.cpp)
+#define DEGEN_CUDA_EMULATED 1
+
 // Before the toolkit headers, which keep a definition they find (crt/host_defines.h).
 #define __global__
 #define __device__
@@ -173,6 +176,11 @@ inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
 using std::isinf;
 using std::isnan;
 

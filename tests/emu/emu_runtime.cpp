@@ -49,6 +49,7 @@
 #include <nccl.h>
 #endif
 
+#include "cuda/device_counters.h"
 #include "cuda_emu.h"
 
 namespace emu {
@@ -119,6 +120,25 @@ const Alloc* find_alloc(const void* p, size_t n) {
   return &x;
 }
 
+// ---- counting (src/cuda/device_counters.h): while `on`, every device data page is PROT_NONE at
+// the start of each counted call (a kernel launch, a cuBLAS product, a copy, a memset); the fault
+// handler opens a page at its first touch and adds its bytes to the call's reads or writes. Used by
+// one host thread at a time (bench --count); the state is that thread's while it counts.
+struct Count {
+  bool on = false;
+  bool in_call = false;
+  bool quiet = false;  // the emulator's own accesses (canary checks): pages opened, not counted
+  const char* call = "";
+  int64_t call_read = 0, call_written = 0;
+  int64_t outside_read = 0, outside_written = 0;  // touched between calls (e.g. the CUB stand-in)
+  std::vector<uintptr_t> open;                    // pages opened since the last call began
+  std::vector<uintptr_t> written;                 // pages the running call wrote
+  degen::cuda::DeviceCounters c;
+  std::map<std::string, degen::cuda::CallTraffic> by_name;
+  struct sigaction old_segv{}, old_bus{};
+};
+Count g_count;
+
 // Freed mappings kept for reuse by an allocation of the same length, their data pages PROT_NONE
 // like the guards (a use after free still faults). note: the engine frees and allocates the same
 // sizes every step; a fresh mmap, two mprotects, the page faults and a munmap per buffer were a
@@ -159,6 +179,7 @@ void* guarded_alloc(size_t size, int device) {
   const uintptr_t lo = std::max(reinterpret_cast<uintptr_t>(c + kPage), base - kCanary);
   std::memset(reinterpret_cast<void*>(lo), kCanaryByte, base - lo);
   std::memset(reinterpret_cast<void*>(base + size), kCanaryByte, reinterpret_cast<uintptr_t>(c + kPage + data) - (base + size));
+  if (g_count.on) mprotect(c + kPage, data, PROT_NONE);  // counted from its first touch
   std::lock_guard<std::mutex> lock(g_alloc_mutex);
   g_allocs[base] = Alloc{base, size, device, m, len};
   g_live[device] += size;
@@ -176,7 +197,8 @@ cudaError_t guarded_free(void* p) {
   g_live[it->second.device] -= it->second.size;
   const size_t len = it->second.map_len;
   char* c = static_cast<char*>(it->second.map);
-  if (g_spare_bytes + len <= kSpareMax && mprotect(c + kPage, len - 2 * kPage, PROT_NONE) == 0) {
+  // note: while counting, never unmapped: a page of it may wait in g_count.open to be closed again
+  if ((g_count.on || g_spare_bytes + len <= kSpareMax) && mprotect(c + kPage, len - 2 * kPage, PROT_NONE) == 0) {
     g_spare.emplace(len, c);
     g_spare_bytes += len;
   } else {
@@ -207,9 +229,11 @@ bool canary_intact(uintptr_t p, uintptr_t end) {
 }
 
 // The first allocation whose canary a write changed, as a message, and the canary restored.
-std::string check_canaries() {
+// `only`: check these allocations' bases only (while counting: those the launch wrote).
+std::string check_canaries(const std::vector<uintptr_t>* only = nullptr) {
   std::lock_guard<std::mutex> lock(g_alloc_mutex);
   for (const auto& [base, a] : g_allocs) {
+    if (only && !std::binary_search(only->begin(), only->end(), base)) continue;
     const uintptr_t data = reinterpret_cast<uintptr_t>(a.map) + kPage;
     const uintptr_t lo = std::max(data, base - kCanary), end = base + a.size;
     const uintptr_t hi = reinterpret_cast<uintptr_t>(a.map) + a.map_len - kPage;
@@ -228,6 +252,99 @@ std::string check_canaries() {
       }
   }
   return "";
+}
+
+// ---------------------------------------------------------------- counting
+// The allocation whose data pages hold address a, or nullptr. Its base lies less than a page above
+// the first data page, and the next allocation's base lies beyond a guard page. note: no lock: the
+// fault handler runs this on the counting thread, the only one allocating while counting.
+const Alloc* page_owner(uintptr_t a) {
+  auto it = g_allocs.upper_bound(a + kPage);
+  if (it == g_allocs.begin()) return nullptr;
+  --it;
+  const Alloc& x = it->second;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(x.map) + kPage, hi = reinterpret_cast<uintptr_t>(x.map) + x.map_len - kPage;
+  return a >= lo && a < hi ? &x : nullptr;
+}
+
+// A fault at `addr` while counting: true when it was a closed device page, now open and counted.
+bool count_fault(uintptr_t addr, void* uc) {
+  if (!g_count.on) return false;
+  const Alloc* x = page_owner(addr);
+  if (!x) return false;
+  const uintptr_t p = addr & ~(uintptr_t(kPage) - 1);
+#if defined(__x86_64__)
+  // the page-fault error code: bit 1 set for a write
+  const bool write = (static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+  const bool read = !write;
+#else
+  const bool write = true, read = true;  // cannot tell: counted as both
+#endif
+  if (mprotect(reinterpret_cast<void*>(p), kPage, write ? PROT_READ | PROT_WRITE : PROT_READ) != 0) return false;
+  const uintptr_t lo = std::max(p, x->base), hi = std::min(p + kPage, x->base + x->size);
+  const int64_t bytes = hi > lo ? int64_t(hi - lo) : 0;
+  g_count.open.push_back(p);
+  if (write) g_count.written.push_back(p);
+  if (g_count.quiet) return true;
+  int64_t& r = g_count.in_call ? g_count.call_read : g_count.outside_read;
+  int64_t& w = g_count.in_call ? g_count.call_written : g_count.outside_written;
+  if (read) r += bytes;
+  if (write) w += bytes;
+  return true;
+}
+
+// Every page opened since the last call closed again (runs of neighbouring pages in one mprotect).
+void close_pages() {
+  std::vector<uintptr_t>& v = g_count.open;
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i + 1;
+    while (j < v.size() && v[j] == v[j - 1] + kPage) ++j;
+    mprotect(reinterpret_cast<void*>(v[i]), (j - i) * kPage, PROT_NONE);
+    i = j;
+  }
+  v.clear();
+  g_count.written.clear();
+}
+
+// A counted call: its pages start closed; on leaving, its bytes go to its name. A call inside
+// another (a copy inside a 2D copy) is part of the outer one.
+struct CountedCall {
+  bool active = false;
+  explicit CountedCall(const char* name) {
+    if (!g_count.on || g_count.in_call) return;
+    close_pages();
+    g_count.in_call = true;
+    g_count.call = name;
+    g_count.call_read = g_count.call_written = 0;
+    active = true;
+  }
+  ~CountedCall() {
+    if (!active) return;
+    degen::cuda::CallTraffic& t = g_count.by_name[g_count.call];
+    t.name = g_count.call;
+    t.calls += 1;
+    t.bytes_read += g_count.call_read;
+    t.bytes_written += g_count.call_written;
+    g_count.c.bytes_read += g_count.call_read;
+    g_count.c.bytes_written += g_count.call_written;
+    g_count.in_call = false;
+  }
+};
+
+// The bases of the allocations the running call wrote, sorted (for check_canaries).
+std::vector<uintptr_t> written_allocations() {
+  std::vector<uintptr_t> out;
+  for (uintptr_t p : g_count.written)
+    if (const Alloc* x = page_owner(p)) out.push_back(x->base);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void count(int64_t degen::cuda::DeviceCounters::*field, int64_t n = 1) {
+  if (g_count.on) g_count.c.*field += n;
 }
 
 // ---------------------------------------------------------------- streams, handles, events
@@ -387,8 +504,9 @@ void ensure_altstack() {
   sigaltstack(&ss, nullptr);
 }
 
-void on_segv(int sig, siginfo_t* si, void*) {
+void on_segv(int sig, siginfo_t* si, void* uc) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(si->si_addr);
+  if (count_fault(a, uc)) return;  // a closed page of a counted run, now open
   char where[512] = "outside any kernel";
   if (Run* r = tl_run) {
     const uint3 t = r->direct ? r->direct_tid : (r->cur ? r->cur->tid : uint3{0, 0, 0});
@@ -669,6 +787,8 @@ void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
   }
   SegvHandler segv;
   ensure_altstack();
+  count(&degen::cuda::DeviceCounters::launches);
+  CountedCall counted(info.name);
   Run r;
   r.info = &info;
   r.body = body;
@@ -707,7 +827,15 @@ void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
   tl_run = saved;
   tl_builtins = saved_builtins;
   if (r.error.empty()) {
-    const std::string overrun = check_canaries();
+    std::string overrun;
+    if (g_count.on) {  // only the allocations this launch wrote could have lost their canary
+      const std::vector<uintptr_t> wrote = written_allocations();
+      g_count.quiet = true;
+      overrun = check_canaries(&wrote);
+      g_count.quiet = false;
+    } else {
+      overrun = check_canaries();
+    }
     if (!overrun.empty()) r.error = std::string("kernel ") + info.name + " " + overrun + " (found after the launch)";
   }
   if (!r.error.empty()) {
@@ -801,19 +929,23 @@ static cudaError_t emu_malloc(void** p, size_t size) {
 
 cudaError_t cudaMalloc(void** p, size_t size) {
   if (cudaError_t e = emu::unsafe_in_capture("cudaMalloc")) return e;
+  emu::count(&degen::cuda::DeviceCounters::allocs);
   return emu_malloc(p, size);
 }
 cudaError_t cudaMallocAsync(void** p, size_t size, cudaStream_t s) {
   if (emu::stream_device(s) != emu::tl_device) return fail(cudaErrorInvalidResourceHandle);
   if (cudaError_t e = emu::unsafe_in_capture("cudaMallocAsync (graph memory nodes are not modelled)")) return e;
+  emu::count(&degen::cuda::DeviceCounters::allocs);
   return emu_malloc(p, size);
 }
 cudaError_t cudaFree(void* p) {
   if (cudaError_t e = emu::unsafe_in_capture("cudaFree")) return e;
+  if (p) emu::count(&degen::cuda::DeviceCounters::frees);
   return emu::guarded_free(p);
 }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
   if (cudaError_t e = emu::unsafe_in_capture("cudaFreeAsync (graph memory nodes are not modelled)")) return e;
+  if (p) emu::count(&degen::cuda::DeviceCounters::frees);
   return emu::guarded_free(p);
 }
 cudaError_t cudaHostAlloc(void** p, size_t size, unsigned) {
@@ -884,15 +1016,40 @@ static cudaError_t copy_sides(const void* dst, const void* src, size_t n, cudaMe
   return cudaSuccess;
 }
 
+// Counts one copy of `rows` x n bytes by direction (while counting); the name of its counted call.
+static const char* count_copy(bool dd, bool sd, const void* dst, const void* src, size_t n, bool two_d) {
+  using C = degen::cuda::DeviceCounters;
+  const bool pageable = (!dd && !emu::is_pinned(dst, n)) || (!sd && !emu::is_pinned(src, n));
+  if (pageable) emu::count(&C::pageable_copies);
+  if (dd && sd) {
+    emu::count(&C::copies_d2d);
+    emu::count(&C::bytes_d2d, int64_t(n));
+    return two_d ? "cudaMemcpy2DAsync DtoD" : "cudaMemcpy DtoD";
+  }
+  if (dd) {
+    emu::count(&C::copies_h2d);
+    emu::count(&C::bytes_h2d, int64_t(n));
+    return two_d ? "cudaMemcpy2DAsync HtoD" : "cudaMemcpy HtoD";
+  }
+  if (sd) {
+    emu::count(&C::copies_d2h);
+    emu::count(&C::bytes_d2h, int64_t(n));
+    return two_d ? "cudaMemcpy2DAsync DtoH" : "cudaMemcpy DtoH";
+  }
+  return "cudaMemcpy HtoH";
+}
+
 static cudaError_t emu_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* call) {
   bool dd, sd;
   if (cudaError_t e = copy_sides(dst, src, n, kind, call, &dd, &sd)) return e;
+  emu::CountedCall counted(emu::g_count.on && !emu::g_count.in_call ? count_copy(dd, sd, dst, src, n, false) : "");
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   if (cudaError_t e = emu::unsafe_in_capture("cudaMemcpy")) return e;
+  emu::count(&degen::cuda::DeviceCounters::host_syncs);  // a blocking copy
   return emu_copy(dst, src, n, kind, "cudaMemcpy");
 }
 
@@ -915,10 +1072,19 @@ static cudaError_t capture_copy(cudaStream_t s, void* dst, const void* src, size
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
   if (emu::capturing(s)) return capture_copy(s, dst, src, n, kind, "cudaMemcpyAsync");
+  // a copy from the device into pageable memory returns when it is done: the host waited
+  if (emu::g_count.on && n && !emu::is_device_range(dst, 0) && !emu::is_pinned(dst, n) && emu::is_device_range(src, 0))
+    emu::count(&degen::cuda::DeviceCounters::host_syncs);
   return emu_copy(dst, src, n, kind, "cudaMemcpyAsync");
 }
 static cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                            cudaMemcpyKind kind) {
+  const bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice ||
+                  (kind == cudaMemcpyDefault && emu::is_device_range(dst, 0));
+  const bool sd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost ||
+                  (kind == cudaMemcpyDefault && emu::is_device_range(src, 0));
+  emu::CountedCall counted(emu::g_count.on && !emu::g_count.in_call
+                               ? count_copy(dd, sd, dst, src, width * height, true) : "");
   for (size_t r = 0; r < height; ++r)
     if (cudaError_t e = emu_copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width,
                                  kind, "cudaMemcpy2DAsync"))
@@ -947,6 +1113,8 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
 }
 static cudaError_t emu_memset(void* p, int v, size_t n) {
   if (cudaError_t e = check_side(p, n, true, "cudaMemset", "destination")) return e;
+  emu::count(&degen::cuda::DeviceCounters::memsets);
+  emu::CountedCall counted("cudaMemset");
   std::memset(p, v, n);
   return cudaSuccess;
 }
@@ -974,6 +1142,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
   if (cudaError_t e = emu::unsafe_in_capture("cudaStreamSynchronize")) return e;
+  emu::count(&degen::cuda::DeviceCounters::host_syncs);
   return emu::tl_last_error == cudaErrorLaunchFailure ? cudaErrorLaunchFailure : cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() { return cudaStreamSynchronize(nullptr); }
@@ -1028,6 +1197,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
            emu::stream_device(s), emu::tl_device);
     return fail(cudaErrorInvalidResourceHandle);
   }
+  emu::count(&degen::cuda::DeviceCounters::graph_launches);
   for (const emu::Node& n : exec->nodes) {
     n.run(s);
     if (emu::tl_last_error == cudaErrorLaunchFailure) break;  // reported by the next synchronisation
@@ -1057,7 +1227,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
   e->recorded = true;
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return emu::unsafe_in_capture("cudaEventSynchronize"); }
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  if (cudaError_t e = emu::unsafe_in_capture("cudaEventSynchronize")) return e;
+  emu::count(&degen::cuda::DeviceCounters::host_syncs);
+  return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   if (!a->recorded || !b->recorded) return fail(cudaErrorInvalidResourceHandle);
   *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
@@ -1295,6 +1469,8 @@ void gemm_rows(const TA* a, size_t a_row, const float* b, int m, int n, int k, f
 static void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float al, const void* A,
                      cudaDataType at, int lda, const void* B, cudaDataType bt, int ldb, float be, void* C,
                      cudaDataType ct, int ldc) {
+  emu::count(&degen::cuda::DeviceCounters::blas_calls);
+  emu::CountedCall counted("cublasGemmEx");
   // op(B) as columns of k in fp32 (the inputs are exact in fp32).
   std::vector<float> b(size_t(n) * size_t(k));
   gather_f32(B, bt, n, k, tb == CUBLAS_OP_N ? size_t(ldb) : 1, tb == CUBLAS_OP_N ? 1 : size_t(ldb), b.data());
@@ -1426,3 +1602,61 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 
 }  // extern "C"
 #endif
+
+// ==================================================================== counting (device_counters.h)
+namespace degen::cuda {
+
+bool counters_supported() { return true; }
+
+void counters_start() {
+  emu::Count& g = emu::g_count;
+  if (!g.on) {
+    emu::ensure_altstack();
+    struct sigaction sa{};
+    sa.sa_sigaction = emu::on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, &g.old_segv);
+    sigaction(SIGBUS, &sa, &g.old_bus);
+    std::lock_guard<std::mutex> lock(emu::g_alloc_mutex);
+    for (const auto& [base, a] : emu::g_allocs)
+      mprotect(static_cast<char*>(a.map) + emu::kPage, a.map_len - 2 * emu::kPage, PROT_NONE);
+    g.open.reserve(size_t(1) << 20);
+    g.written.reserve(size_t(1) << 16);
+    g.on = true;
+  }
+  g.c = DeviceCounters{};
+  g.by_name.clear();
+  g.outside_read = g.outside_written = 0;
+}
+
+DeviceCounters counters_read() {
+  const emu::Count& g = emu::g_count;
+  DeviceCounters d = g.c;
+  for (const auto& [n, t] : g.by_name) d.by_name.push_back(t);
+  if (g.outside_read || g.outside_written) {
+    d.by_name.push_back(CallTraffic{"(host code between calls)", 0, g.outside_read, g.outside_written});
+    d.bytes_read += g.outside_read;
+    d.bytes_written += g.outside_written;
+  }
+  std::sort(d.by_name.begin(), d.by_name.end(), [](const CallTraffic& x, const CallTraffic& y) {
+    return x.bytes_read + x.bytes_written > y.bytes_read + y.bytes_written;
+  });
+  return d;
+}
+
+void counters_stop() {
+  emu::Count& g = emu::g_count;
+  if (!g.on) return;
+  {
+    std::lock_guard<std::mutex> lock(emu::g_alloc_mutex);
+    for (const auto& [base, a] : emu::g_allocs)
+      mprotect(static_cast<char*>(a.map) + emu::kPage, a.map_len - 2 * emu::kPage, PROT_READ | PROT_WRITE);
+  }
+  g.open.clear();
+  g.written.clear();
+  g.on = false;
+  sigaction(SIGSEGV, &g.old_segv, nullptr);
+  sigaction(SIGBUS, &g.old_bus, nullptr);
+}
+
+}  // namespace degen::cuda

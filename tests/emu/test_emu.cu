@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdio>
+
+#include "cuda/device_counters.h"
 #include <string>
 #include <vector>
 
@@ -353,4 +355,89 @@ TEST_CASE("emu: a synchronisation, an allocation or a pageable copy in a capture
     cudaGetLastError();
   }
   cudaStreamDestroy(s);
+}
+
+namespace {
+__global__ void copy_n(const float* x, float* y, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i];
+}
+__global__ void read_thrice(const float* x, float* y, int n) {
+  float s = 0;
+  for (int r = 0; r < 3; ++r)
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+  if (threadIdx.x == 0) y[0] = s;
+}
+__global__ void add_one(float* y, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] += 1.0f;
+}
+}  // namespace
+
+TEST_CASE("emu: counting: each call's distinct bytes read and written, launches, copies, allocations, syncs") {
+  using degen::cuda::DeviceCounters;
+  REQUIRE(degen::cuda::counters_supported());
+  constexpr int kN = 1 << 20;  // floats: 4 MiB, a whole number of pages, so the buffers start on a page
+  Buf x(kN * sizeof(float)), y(kN * sizeof(float));
+  std::vector<float> h(kN);
+  for (int i = 0; i < kN; ++i) h[size_t(i)] = float(i % 1000);
+  REQUIRE(cudaMemcpy(x.p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  const int64_t kMiB = 1 << 20;
+
+  degen::cuda::counters_start();
+  copy_n<<<1, 128>>>(x.as<float>(), y.as<float>(), kN / 4);  // 1 MiB read, 1 MiB written
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  DeviceCounters a = degen::cuda::counters_read();
+  CHECK(a.launches == 1);
+  CHECK(a.bytes_read == kMiB);
+  CHECK(a.bytes_written == kMiB);
+  copy_n<<<1, 128>>>(x.as<float>(), y.as<float>(), kN / 4);  // again: the pages were closed in between
+  read_thrice<<<1, 128>>>(x.as<float>(), y.as<float>(), kN / 2);  // 2 MiB once, however often read; 1 page written
+  add_one<<<1, 128>>>(y.as<float>(), kN / 4);  // read and written
+  DeviceCounters b = degen::cuda::counters_diff(degen::cuda::counters_read(), a);
+  CHECK(b.launches == 3);
+  CHECK(b.bytes_read == kMiB + 2 * kMiB + kMiB);
+  CHECK(b.bytes_written == kMiB + 4096 + kMiB);
+  REQUIRE(b.by_name.size() == 3);
+  CHECK(b.by_name[0].name == "read_thrice");
+  CHECK(b.by_name[0].bytes_read == 2 * kMiB);
+
+  // cuBLAS: A [64 x 4096] and B [4096 x 1] read whole, C written; a copy each way; an allocation
+  const DeviceCounters c0 = degen::cuda::counters_read();
+  cublasHandle_t handle;
+  REQUIRE(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+  const float one = 1.0f, zero = 0.0f;
+  REQUIRE(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, 64, 1, 4096, &one, x.p, CUDA_R_32F, 4096, y.p, CUDA_R_32F,
+                       4096, &zero, static_cast<float*>(y.p) + kN / 2, CUDA_R_32F, 64, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  void* z = nullptr;
+  REQUIRE(cudaMalloc(&z, 8192) == cudaSuccess);
+  REQUIRE(cudaMemcpy(z, h.data(), 8192, cudaMemcpyHostToDevice) == cudaSuccess);
+  std::vector<float> back(2048);
+  REQUIRE(cudaMemcpy(back.data(), z, 8192, cudaMemcpyDeviceToHost) == cudaSuccess);
+  REQUIRE(cudaFree(z) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  const DeviceCounters c = degen::cuda::counters_diff(degen::cuda::counters_read(), c0);
+  CHECK(c.blas_calls == 1);
+  CHECK(c.launches == 0);
+  CHECK(c.allocs == 1);
+  CHECK(c.frees == 1);
+  CHECK(c.copies_h2d == 1);
+  CHECK(c.copies_d2h == 1);
+  CHECK(c.bytes_h2d == 8192);
+  CHECK(c.pageable_copies == 2);
+  CHECK(c.host_syncs == 3);  // two blocking copies and the stream synchronisation
+  // the product: 64 x 4096 floats of A (1 MiB) + 4096 of B (16 KiB) read, 64 floats of C written (one
+  // page's overlap is the page); the H2D copy writes 8 KiB, the D2H copy reads them
+  CHECK(c.bytes_read == kMiB + 16384 + 8192);
+  CHECK(c.bytes_written == 4096 + 8192);
+  degen::cuda::counters_stop();
+  CHECK(cublasDestroy(handle) == CUBLAS_STATUS_SUCCESS);
+
+  // counting changed nothing: the values are what they would be, and memory is open again
+  const std::vector<float> got = down(y.as<float>(), kN / 4);
+  bool same = true;
+  for (int i = 1; i < kN / 4; ++i) same &= got[size_t(i)] == h[size_t(i)] + 1.0f;  // y[0]: read_thrice's sum
+  CHECK(same);
+  copy_n<<<1, 128>>>(x.as<float>(), y.as<float>(), 16);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK(degen::cuda::counters_read().launches == 4);  // what was counted stays; nothing after the stop
 }
