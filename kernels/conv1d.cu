@@ -1,6 +1,6 @@
 // GDN depthwise causal conv + SiLU on the device (src/cpu/conv1d.cpp is the reference):
 //   out[t, c] = silu( Σ_{i<K} w[c, i] · [window; x][t + i, c] ),  w[c, K-1] on the current row.
-// Two kernels per call, in stream order: the outputs (every row of every sequence reads the old
+// Two kernels per call (one for decode-sized calls, conv1d_fused_kernel), in stream order: the outputs (every row of every sequence reads the old
 // window), then the window update (the last K-1 rows of [window; x], rounded to the window's dtype).
 // note: the K-tap sum is fp32 (the reference accumulates in double; both round once to the
 // activation dtype). The
@@ -46,6 +46,33 @@ static __global__ void conv1d_window_kernel(const T* x, int64_t C, int64_t K, co
     }
 }
 
+// Decode (at most kConvFusedRows rows per sequence): both in one launch, one thread per (sequence,
+// channel): its outputs from the old window first, then its window update, the same sums and the
+// same stores as the two kernels above (bit for bit), and no other thread touches the channel.
+constexpr int64_t kConvFusedRows = 8;
+template <typename T, typename Wt, typename W>
+static __global__ void conv1d_fused_kernel(const T* x, const Wt* w, T* out, int64_t C, int64_t K, const Conv1dSeq* seqs,
+                                           bool stuck) {
+  const Conv1dSeq s = seqs[blockIdx.y];
+  W* win = static_cast<W*>(s.window);
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t t = 0; t < s.rows; ++t) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < K; ++i) {
+        const int64_t r = t + i;
+        const float xv = r < K - 1 ? to_f32(win[r * C + c]) : to_f32(x[(s.row0 + r - (K - 1)) * C + c]);
+        acc = fmaf(to_f32(w[c * K + i]), xv, acc);
+      }
+      out[(s.row0 + t) * C + c] = from_f32<T>(siluf_(acc));
+    }
+    if (s.rows == 0 || (stuck && s.rows == 1)) continue;  // fault conv-window-stuck: decode leaves it
+    for (int64_t r = 0; r < K - 1; ++r) {
+      const int64_t src = r + s.rows;
+      win[r * C + c] = src < K - 1 ? win[src * C + c] : from_f32<W>(to_f32(x[(s.row0 + src - (K - 1)) * C + c]));
+    }
+  }
+}
+
 template <typename T, typename Wt>
 void conv1d_causal_cuda(const T* x, const Wt* w, T* out, int64_t C, int64_t K, const Conv1dSeq* seqs,
                         int n_seq, int64_t max_rows, DType window_dtype, bool stuck, cudaStream_t stream) {
@@ -54,6 +81,11 @@ void conv1d_causal_cuda(const T* x, const Wt* w, T* out, int64_t C, int64_t K, c
   DEGEN_ASSERT(n_seq <= 65535, "conv1d: ", n_seq, " sequences in one call");
   dispatch_float(window_dtype, "conv1d window", [&](auto zero) {
     using W = decltype(zero);
+    if (max_rows > 0 && max_rows <= kConvFusedRows && K > 1) {
+      conv1d_fused_kernel<T, Wt, W><<<dim3(blocks_for(C, 256), n_seq), 256, 0, stream>>>(x, w, out, C, K, seqs, stuck);
+      CUDA_CHECK_LAUNCH("conv1d_fused_kernel");
+      return;
+    }
     if (max_rows > 0) {
       const unsigned bx = std::min<unsigned>(blocks_for(max_rows * C, 256), 2048);
       conv1d_silu_kernel<T, Wt, W><<<dim3(bx, n_seq), 256, 0, stream>>>(x, w, out, C, K, seqs);

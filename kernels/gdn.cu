@@ -14,10 +14,11 @@
 //   - fault gdn-read-before-decay: δ from the undecayed state; in the chunked form, row i of M and
 //     of W carry a factor e^{-g_i} (the same algebra as the reference).
 //
-// Recurrent kernel: one block per (value head, 32-column tile of S, sequence), 32 x 8 threads;
-// thread (tx, ty) holds column tile*32 + tx of S, rows ty, ty + 8, ... in registers. Sᵀk and Sᵀq
-// are per-column sums over d_k: partial sums per thread, then a sum over the 8 row groups in
-// shared memory.
+// Recurrent kernel: one block per (value head, 32-column tile of S, sequence), 8 warps. The tile
+// comes in and goes out through shared memory with coalesced rows; in between, warp w holds columns
+// 4w .. 4w + 3 of the tile and lane l their rows l, l + 32, ... in registers, so Sᵀk and Sᵀq are
+// warp shuffles and a token costs no block barrier (it cost four with the 8 row groups of the
+// former layout summed in shared memory).
 // Chunked: a per-chunk kernel (parallel over all chunks and heads) computes everything that does not
 // depend on the incoming state; a per-sequence kernel then walks the chunks with S (a 32-column
 // tile, fp32 in shared memory). note: the per-chunk intermediates are fp32 (FLA stores w, u and the
@@ -34,7 +35,7 @@ namespace degen::cuda {
 namespace {
 
 constexpr int kTile = 32;       // S columns per block (one per lane)
-constexpr int kRowGroups = 8;   // warps per block; thread (tx, ty) holds rows ty + 8m
+constexpr int kRowGroups = 8;   // warps per block (the chunked kernel: thread (tx, ty) holds rows ty + 8m)
 constexpr int kLdM = kGdnChunk + 1;  // padded row stride of the 64 x 64 shared matrices
 
 __device__ __forceinline__ int key_head(const GdnShape& sh, int j) {
@@ -59,79 +60,88 @@ __device__ __forceinline__ float stored(float x) {
   return to_f32(from_f32<SW>(x));
 }
 
-// Sum over the 8 row groups of each column's partial sum; every thread gets its column's sum.
-// `red` holds kRowGroups * kTile floats; the function synchronises the block twice.
-__device__ __forceinline__ float column_sum(float part, float* red) {
-  __syncthreads();  // previous readers of red are done
-  red[threadIdx.y * kTile + threadIdx.x] = part;
-  __syncthreads();
-  float s = 0.0f;
-  for (int y = 0; y < kRowGroups; ++y) s += red[y * kTile + threadIdx.x];
-  return s;
-}
+// The recurrent kernel's column tile, staged through shared memory: [d_k][kTile + 1] floats (the
+// padding keeps a warp's reads of one column, 32 rows apart, on 32 different banks).
+constexpr int kStageLd = kTile + 1;
+constexpr int kColsPerWarp = kTile / kRowGroups;  // 4: the S columns one warp carries
 
-template <typename SW, int MAXR, typename A>
+template <typename SW, int RPL, typename A>
 __global__ void __launch_bounds__(kTile * kRowGroups)
     gdn_recurrent_kernel(GdnIo io, GdnShape sh, const GdnSeq* seqs) {
-  extern __shared__ float smem[];
+  extern __shared__ float stage[];  // [dk][kStageLd]: the tile on its way in and out
   const int dk = sh.d_k, dv = sh.d_v, nk = sh.n_k, nv = sh.n_v;
-  float* ks = smem;            // [dk] key of the token
-  float* qs = smem + dk;       // [dk] query of the token
-  float* red = smem + 2 * dk;  // [8][32]
   const GdnSeq s = seqs[blockIdx.z];
   if (s.rows == 0) return;
-  const int j = blockIdx.x, tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTile + tx;
-  const int c = blockIdx.y * kTile + tx;
-  const bool col = c < dv;
+  const int j = blockIdx.x, tid = threadIdx.y * kTile + threadIdx.x;
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  const int c0 = blockIdx.y * kTile;  // the tile's first column
   const int kh = key_head(sh, j);
   SW* S = static_cast<SW*>(s.S) + int64_t(j) * dk * dv;
-  float st[MAXR];
-#pragma unroll
-  for (int m = 0; m < MAXR; ++m) {
-    const int a = ty + kRowGroups * m;
-    st[m] = (col && a < dk) ? to_f32(S[int64_t(a) * dv + c]) : 0.0f;
+  // in: coalesced rows of the tile (consecutive threads, consecutive columns)
+  for (int i = tid; i < dk * kTile; i += kTile * kRowGroups) {
+    const int a = i / kTile, cc = i % kTile, c = c0 + cc;
+    stage[a * kStageLd + cc] = c < dv ? to_f32(S[int64_t(a) * dv + c]) : 0.0f;
   }
+  __syncthreads();
+  // Warp w carries columns c0 + 4w .. + 3; lane l their rows l, l + 32, ... (RPL rows per lane).
+  float st[kColsPerWarp][RPL];
+#pragma unroll
+  for (int x = 0; x < kColsPerWarp; ++x)
+#pragma unroll
+    for (int m = 0; m < RPL; ++m) {
+      const int a = lane + 32 * m;
+      st[x][m] = a < dk ? stage[a * kStageLd + warp * kColsPerWarp + x] : 0.0f;
+    }
+  // The token loop needs no barrier: each lane reads the key and query rows it holds, and the sums
+  // over d_k are warp shuffles.
   for (int64_t t = s.row0; t < s.row0 + s.rows; ++t) {
-    __syncthreads();  // the previous token's readers of ks / qs are done
-    for (int i = tid; i < dk; i += kTile * kRowGroups) {
-      ks[i] = ld<A>(io.k, (t * nk + kh) * dk + i);
-      qs[i] = ld<A>(io.q, (t * nk + kh) * dk + i);
+    float kr[RPL], qr[RPL];
+#pragma unroll
+    for (int m = 0; m < RPL; ++m) {
+      const int a = lane + 32 * m;
+      kr[m] = a < dk ? ld<A>(io.k, (t * nk + kh) * dk + a) : 0.0f;
+      qr[m] = a < dk ? ld<A>(io.q, (t * nk + kh) * dk + a) : 0.0f;
     }
     const float alpha = expf(io.g[t * nv + j]);
     const float b = ld<A>(io.beta, t * nv + j);
-    const float vc = col ? ld<A>(io.v, (t * nv + j) * dv + c) : 0.0f;
-    __syncthreads();
-    auto dot = [&](const float* x) {
-      float p = 0.0f;
 #pragma unroll
-      for (int m = 0; m < MAXR; ++m) {
-        const int a = ty + kRowGroups * m;
-        if (a < dk) p = fmaf(st[m], x[a], p);
+    for (int x = 0; x < kColsPerWarp; ++x) {
+      const int c = c0 + warp * kColsPerWarp + x;
+      const float vc = c < dv ? ld<A>(io.v, (t * nv + j) * dv + c) : 0.0f;
+      auto dot = [&](const float* r) {
+        float p = 0.0f;
+#pragma unroll
+        for (int m = 0; m < RPL; ++m) p = fmaf(st[x][m], r[m], p);
+        return warp_sum(p);
+      };
+      float sk = 0.0f;
+      if (sh.read_before_decay) sk = dot(kr);  // fault: Sᵀk from the undecayed state
+#pragma unroll
+      for (int m = 0; m < RPL; ++m) st[x][m] *= alpha;  // decay first
+      if (!sh.read_before_decay) sk = dot(kr);
+      const float delta = b * (vc - sk);
+#pragma unroll
+      for (int m = 0; m < RPL; ++m) st[x][m] = fmaf(kr[m], delta, st[x][m]);  // write
+      const float ov = dot(qr);  // read after the write
+      if (lane == 0 && c < dv) static_cast<A*>(io.o)[(t * nv + j) * dv + c] = out_value<A>(sh, ov);
+      if constexpr (!std::is_same_v<SW, float>) {
+#pragma unroll
+        for (int m = 0; m < RPL; ++m) st[x][m] = stored<SW>(st[x][m]);  // stored between steps
       }
-      return p;
-    };
-    float part = 0.0f;
-    if (sh.read_before_decay) part = dot(ks);  // fault: Sᵀk from the undecayed state
-#pragma unroll
-    for (int m = 0; m < MAXR; ++m) st[m] *= alpha;  // decay first
-    if (!sh.read_before_decay) part = dot(ks);
-    const float delta = b * (vc - column_sum(part, red));
-#pragma unroll
-    for (int m = 0; m < MAXR; ++m) {  // write
-      const int a = ty + kRowGroups * m;
-      if (a < dk) st[m] = fmaf(ks[a], delta, st[m]);
-    }
-    const float ov = column_sum(dot(qs), red);  // read after the write
-    if (ty == 0 && col) static_cast<A*>(io.o)[(t * nv + j) * dv + c] = out_value<A>(sh, ov);
-    if constexpr (!std::is_same_v<SW, float>) {
-#pragma unroll
-      for (int m = 0; m < MAXR; ++m) st[m] = stored<SW>(st[m]);  // stored between steps
     }
   }
+  // out: through the stage again, coalesced
 #pragma unroll
-  for (int m = 0; m < MAXR; ++m) {
-    const int a = ty + kRowGroups * m;
-    if (col && a < dk) S[int64_t(a) * dv + c] = from_f32<SW>(st[m]);
+  for (int x = 0; x < kColsPerWarp; ++x)
+#pragma unroll
+    for (int m = 0; m < RPL; ++m) {
+      const int a = lane + 32 * m;
+      if (a < dk) stage[a * kStageLd + warp * kColsPerWarp + x] = st[x][m];
+    }
+  __syncthreads();
+  for (int i = tid; i < dk * kTile; i += kTile * kRowGroups) {
+    const int a = i / kTile, cc = i % kTile, c = c0 + cc;
+    if (c < dv) S[int64_t(a) * dv + c] = from_f32<SW>(stage[a * kStageLd + cc]);
   }
 }
 
@@ -316,8 +326,8 @@ void gdn_recurrent_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs,
   if (n_seq == 0) return;
   check_shape(sh, n_seq);
   const dim3 grid(sh.n_v, (sh.d_v + kTile - 1) / kTile, n_seq), block(kTile, kRowGroups);
-  const size_t smem = sizeof(float) * (2 * size_t(sh.d_k) + kRowGroups * kTile);
-  const int maxr = (sh.d_k + kRowGroups - 1) / kRowGroups;
+  const size_t smem = sizeof(float) * size_t(sh.d_k) * kStageLd;  // at d_k = 256: 33 KiB
+  const int rpl = (sh.d_k + 31) / 32;  // rows per lane
   dispatch_float(state_kind(state_dtype), "gdn state", [&](auto zero) {
     using SW = decltype(zero);
     if constexpr (std::is_same_v<SW, e4m3>) {
@@ -325,10 +335,10 @@ void gdn_recurrent_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs,
     } else {
       with_gdn_act(io.act, [&](auto act) {
         using A = decltype(act);
-        if (maxr <= 4) gdn_recurrent_kernel<SW, 4, A><<<grid, block, smem, stream>>>(io, sh, seqs);
-        else if (maxr <= 8) gdn_recurrent_kernel<SW, 8, A><<<grid, block, smem, stream>>>(io, sh, seqs);
-        else if (maxr <= 16) gdn_recurrent_kernel<SW, 16, A><<<grid, block, smem, stream>>>(io, sh, seqs);
-        else gdn_recurrent_kernel<SW, 32, A><<<grid, block, smem, stream>>>(io, sh, seqs);
+        if (rpl <= 1) gdn_recurrent_kernel<SW, 1, A><<<grid, block, smem, stream>>>(io, sh, seqs);
+        else if (rpl <= 2) gdn_recurrent_kernel<SW, 2, A><<<grid, block, smem, stream>>>(io, sh, seqs);
+        else if (rpl <= 4) gdn_recurrent_kernel<SW, 4, A><<<grid, block, smem, stream>>>(io, sh, seqs);
+        else gdn_recurrent_kernel<SW, 8, A><<<grid, block, smem, stream>>>(io, sh, seqs);
         CUDA_CHECK_LAUNCH("gdn_recurrent_kernel");
       });
     }

@@ -5,6 +5,8 @@
 #include "common.cuh"
 #include "matmul.h"
 
+#include <type_traits>
+
 namespace degen::cuda {
 
 void matmul_bf16_cublas(cublasHandle_t handle, const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t in,
@@ -113,14 +115,10 @@ __device__ __forceinline__ void gemv_chunk(const uint4& wv, const bf16* x, int64
 }
 }  // namespace
 
+// Row wr of W times the N rows of x, summed across the warp: every lane returns the N sums.
 template <int N, bool kVec>
-static __global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_bf16_kernel(const bf16* x, const bf16* w, bf16* y, int64_t in, int64_t out) {
+__device__ __forceinline__ void gemv_row_sums(const bf16* x, const bf16* wr, int64_t in, float* acc) {
   const int lane = threadIdx.x & 31;
-  const int64_t o = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
-  if (o >= out) return;  // the whole warp: its lanes share o
-  const bf16* wr = w + o * in;
-  float acc[N];
 #pragma unroll
   for (int n = 0; n < N; ++n) acc[n] = 0.0f;
   if constexpr (kVec) {
@@ -142,22 +140,70 @@ static __global__ void __launch_bounds__(kGemvWarps * 32)
   }
 #pragma unroll
   for (int n = 0; n < N; ++n) acc[n] = warp_sum(acc[n]);
-  if (lane == 0) {
+}
+
+template <int N, bool kVec>
+static __global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_bf16_kernel(const bf16* x, const bf16* w, bf16* y, int64_t in, int64_t out) {
+  const int64_t o = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  if (o >= out) return;  // the whole warp: its lanes share o
+  float acc[N];
+  gemv_row_sums<N, kVec>(x, w + o * in, in, acc);
+  if ((threadIdx.x & 31) == 0) {
 #pragma unroll
     for (int n = 0; n < N; ++n) y[int64_t(n) * out + o] = from_f32<bf16>(acc[n]);
   }
 }
 
+// Several products of the same x in one launch: the warps walk the rows of W_0, then W_1, ...
+template <int N, bool kVec>
+static __global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_many_bf16_kernel(const bf16* x, GemvMany m, int64_t in) {
+  const int64_t o = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  int j = 0;
+  while (j < m.n && o >= m.rows_end[j]) ++j;
+  if (j == m.n) return;  // past the last matrix: the whole warp
+  const int64_t r = o - (j ? m.rows_end[j - 1] : 0), out = m.out[j];
+  float acc[N];
+  gemv_row_sums<N, kVec>(x, m.w[j] + r * in, in, acc);
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) m.y[j][int64_t(n) * out + r] = from_f32<bf16>(acc[n]);
+  }
+}
+
+// The MLP's gate and up rows o in the same warp, and SwiGLU on the way out: each product rounded
+// to bf16 first, then silu(gate) * up rounded once (what matmul, matmul, swiglu store).
+template <int N, bool kVec>
+static __global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_swiglu_bf16_kernel(const bf16* x, const bf16* wg, const bf16* wu, bf16* y, int64_t in, int64_t out) {
+  const int64_t o = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  if (o >= out) return;
+  float g[N], u[N];
+  gemv_row_sums<N, kVec>(x, wg + o * in, in, g);
+  gemv_row_sums<N, kVec>(x, wu + o * in, in, u);
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) y[int64_t(n) * out + o] = from_f32<bf16>(siluf_(round_bf16(g[n])) * round_bf16(u[n]));
+  }
+}
+
 namespace {
-template <int N>
-void gemv_launch(const bf16* x, const bf16* w, bf16* y, int64_t in, int64_t out, cudaStream_t stream) {
-  const bool vec = in % 8 == 0 && (reinterpret_cast<uintptr_t>(x) % 16) == 0 && (reinterpret_cast<uintptr_t>(w) % 16) == 0;
-  const unsigned blocks = blocks_for(out, kGemvWarps);
-  if (vec)
-    gemv_bf16_kernel<N, true><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out);
-  else
-    gemv_bf16_kernel<N, false><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out);
-  CUDA_CHECK_LAUNCH("gemv_bf16_kernel");
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) % 16) == 0; }
+
+// Calls f(std::integral_constant<int, N>{}) for N = rows (1..kGemvMaxRows).
+template <typename F>
+void with_rows(int64_t rows, F&& f) {
+  switch (rows) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
 }
 }  // namespace
 
@@ -165,16 +211,52 @@ void matmul_gemv_bf16(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t 
   DEGEN_LAUNCH_GATE();
   if (N == 0 || out == 0) return;
   DEGEN_ASSERT(N <= kGemvMaxRows, "matmul_gemv_bf16: ", N, " rows, at most ", kGemvMaxRows);
-  switch (N) {
-    case 1: gemv_launch<1>(x, w, y, in, out, stream); break;
-    case 2: gemv_launch<2>(x, w, y, in, out, stream); break;
-    case 3: gemv_launch<3>(x, w, y, in, out, stream); break;
-    case 4: gemv_launch<4>(x, w, y, in, out, stream); break;
-    case 5: gemv_launch<5>(x, w, y, in, out, stream); break;
-    case 6: gemv_launch<6>(x, w, y, in, out, stream); break;
-    case 7: gemv_launch<7>(x, w, y, in, out, stream); break;
-    default: gemv_launch<8>(x, w, y, in, out, stream); break;
-  }
+  const bool vec = in % 8 == 0 && aligned16(x) && aligned16(w);
+  const unsigned blocks = blocks_for(out, kGemvWarps);
+  with_rows(N, [&](auto n) {
+    constexpr int R = decltype(n)::value;
+    if (vec)
+      gemv_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out);
+    else
+      gemv_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out);
+  });
+  CUDA_CHECK_LAUNCH("gemv_bf16_kernel");
+}
+
+void matmul_gemv_many_bf16(const bf16* x, const GemvMany& m, int64_t N, int64_t in, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
+  DEGEN_ASSERT(N <= kGemvMaxRows && m.n >= 1 && m.n <= kGemvMaxMats, "matmul_gemv_many_bf16: ", N, " rows, ", m.n,
+               " matrices");
+  const int64_t rows = m.rows_end[m.n - 1];
+  if (N == 0 || rows == 0) return;
+  bool vec = in % 8 == 0 && aligned16(x);
+  for (int j = 0; j < m.n; ++j) vec = vec && aligned16(m.w[j]);
+  const unsigned blocks = blocks_for(rows, kGemvWarps);
+  with_rows(N, [&](auto n) {
+    constexpr int R = decltype(n)::value;
+    if (vec)
+      gemv_many_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, 0, stream>>>(x, m, in);
+    else
+      gemv_many_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, 0, stream>>>(x, m, in);
+  });
+  CUDA_CHECK_LAUNCH("gemv_many_bf16_kernel");
+}
+
+void matmul_gemv_swiglu_bf16(const bf16* x, const bf16* wg, const bf16* wu, bf16* y, int64_t N, int64_t in,
+                             int64_t out, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
+  if (N == 0 || out == 0) return;
+  DEGEN_ASSERT(N <= kGemvMaxRows, "matmul_gemv_swiglu_bf16: ", N, " rows, at most ", kGemvMaxRows);
+  const bool vec = in % 8 == 0 && aligned16(x) && aligned16(wg) && aligned16(wu);
+  const unsigned blocks = blocks_for(out, kGemvWarps);
+  with_rows(N, [&](auto n) {
+    constexpr int R = decltype(n)::value;
+    if (vec)
+      gemv_swiglu_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, 0, stream>>>(x, wg, wu, y, in, out);
+    else
+      gemv_swiglu_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, 0, stream>>>(x, wg, wu, y, in, out);
+  });
+  CUDA_CHECK_LAUNCH("gemv_swiglu_bf16_kernel");
 }
 
 template void matmul_simple_cuda<bf16, bf16, bf16>(const bf16*, const bf16*, bf16*, int64_t, int64_t, int64_t, cudaStream_t);

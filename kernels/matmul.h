@@ -23,6 +23,21 @@ void matmul_f32_cublas(cublasHandle_t handle, const float* x, const float* w, fl
 constexpr int64_t kGemvMaxRows = 8;
 void matmul_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t N, int64_t in,
                       int64_t out, cudaStream_t stream);
+// Up to kGemvMaxMats products of the same x [N, in] in one launch (the projections of a layer
+// input: GDN qkv, z, b, a; attention q, k, v): y[j] [N, out[j]] = x W[j]ᵀ; rows_end[j] = Σ out[..j].
+constexpr int kGemvMaxMats = 4;
+struct GemvMany {
+  const __nv_bfloat16* w[kGemvMaxMats] = {};
+  __nv_bfloat16* y[kGemvMaxMats] = {};
+  int64_t out[kGemvMaxMats] = {};
+  int64_t rows_end[kGemvMaxMats] = {};
+  int n = 0;
+};
+void matmul_gemv_many_bf16(const __nv_bfloat16* x, const GemvMany& m, int64_t N, int64_t in, cudaStream_t stream);
+// The MLP's first half in one launch: y = silu(x Gᵀ) * (x Uᵀ), each product rounded to bf16 before
+// the SwiGLU (the storage points of matmul, matmul, swiglu); G, U [out, in].
+void matmul_gemv_swiglu_bf16(const __nv_bfloat16* x, const __nv_bfloat16* wg, const __nv_bfloat16* wu,
+                             __nv_bfloat16* y, int64_t N, int64_t in, int64_t out, cudaStream_t stream);
 // gemm=simple: a plain shared-memory tiled kernel (fp32 FMA, no tensor cores) that does not depend
 // on cuBLAS, to clear or convict it. X, W, Y: bf16 (the GPU path) or float (precision=ref: float x
 // and y, bf16 or float weights).

@@ -39,6 +39,39 @@ void rmsnorm_cuda(const T* x, const W* w, T* out, int64_t R, int64_t C, float ep
   CUDA_CHECK_LAUNCH("rmsnorm_kernel");
 }
 
+// The residual add and the norm after it in one pass: sum = a + b rounded to T and stored, then
+// the RMSNorm of the stored sum, computed as rmsnorm_kernel computes it (same threads, same block
+// sum): bit for bit add_kernel followed by rmsnorm_kernel. Each thread reads back only the
+// elements it wrote, so no barrier is needed between the two.
+template <typename T, typename W>
+static __global__ void add_rmsnorm_kernel(const T* a, const T* b, const W* w, T* sum, T* out, int64_t C, float eps,
+                                          bool plus_one) {
+  __shared__ float scratch[32];
+  const int64_t base = blockIdx.x * C;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const T s = from_f32<T>(to_f32(a[base + c]) + to_f32(b[base + c]));
+    sum[base + c] = s;
+    const float v = to_f32(s);
+    ss += v * v;
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / float(C) + eps);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
+    out[base + c] = from_f32<T>(to_f32(sum[base + c]) * inv * wv);
+  }
+}
+
+template <typename T, typename W>
+void add_rmsnorm_cuda(const T* a, const T* b, const W* w, T* sum, T* out, int64_t R, int64_t C, float eps,
+                      bool plus_one, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
+  if (R == 0 || C == 0) return;
+  add_rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(a, b, w, sum, out, C, eps, plus_one);
+  CUDA_CHECK_LAUNCH("add_rmsnorm_kernel");
+}
+
 template <typename T, typename W>
 static __global__ void gated_rmsnorm_kernel(const T* x, const T* z, const W* w, T* out, int64_t C, float eps,
                                           bool plus_one) {
@@ -88,9 +121,59 @@ void l2norm_cuda(const T* x, T* out, int64_t R, int64_t C, float eps, float scal
   CUDA_CHECK_LAUNCH("l2norm_kernel");
 }
 
+// The GDN conv output's split (spec §4.7.3) in one launch: per row of conv [N, 2 nk dk + nv dv], the
+// nk query heads L2-normalised and scaled by q_scale, the nk key heads L2-normalised, the nv value
+// heads copied; one block per (head, row), each q/k head computed exactly as l2norm_kernel computes
+// a row of dk (same threads, same block sum): bit for bit slice_cols + l2norm.
+template <typename T>
+static __global__ void gdn_split_norm_kernel(const T* conv, T* q, T* k, T* v, int64_t N, int64_t nk, int64_t dk,
+                                             int64_t nv, int64_t dv, float eps, float q_scale, bool skip) {
+  __shared__ float scratch[32];
+  const int64_t C = 2 * nk * dk + nv * dv, h = blockIdx.x;
+  for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
+    const T* row = conv + n * C;
+    if (h < 2 * nk) {  // block-uniform branch: every thread of the block reaches block_sum
+      const bool is_k = h >= nk;
+      const int64_t hh = is_k ? h - nk : h;
+      const T* src = row + (is_k ? nk * dk : 0) + hh * dk;
+      T* dst = (is_k ? k : q) + (n * nk + hh) * dk;
+      float ss = 0.0f;
+      for (int64_t c = threadIdx.x; c < dk; c += blockDim.x) {
+        const float x = to_f32(src[c]);
+        ss += x * x;
+      }
+      ss = block_sum(ss, scratch);
+      const float scale = is_k ? 1.0f : q_scale;
+      const float s = skip ? scale : scale / sqrtf(ss + eps);
+      for (int64_t c = threadIdx.x; c < dk; c += blockDim.x) dst[c] = from_f32<T>(to_f32(src[c]) * s);
+    } else {
+      const int64_t hh = h - 2 * nk;
+      const T* src = row + 2 * nk * dk + hh * dv;
+      T* dst = v + (n * nv + hh) * dv;
+      for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) dst[c] = src[c];
+    }
+  }
+}
+
+template <typename T>
+void gdn_split_norm_cuda(const T* conv, T* q, T* k, T* v, int64_t N, int64_t nk, int64_t dk, int64_t nv, int64_t dv,
+                         float eps, float q_scale, bool skip, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
+  if (N == 0 || 2 * nk + nv == 0) return;
+  const dim3 grid(static_cast<unsigned>(2 * nk + nv), static_cast<unsigned>(N < 65535 ? N : 65535));
+  gdn_split_norm_kernel<T><<<grid, threads_for(dk), 0, stream>>>(conv, q, k, v, N, nk, dk, nv, dv, eps, q_scale, skip);
+  CUDA_CHECK_LAUNCH("gdn_split_norm_kernel");
+}
+template void gdn_split_norm_cuda<bf16>(const bf16*, bf16*, bf16*, bf16*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                        float, float, bool, cudaStream_t);
+template void gdn_split_norm_cuda<float>(const float*, float*, float*, float*, int64_t, int64_t, int64_t, int64_t,
+                                         int64_t, float, float, bool, cudaStream_t);
+
 // bf16 activations and weights (the GPU path); float activations with bf16 or float weights (precision=ref).
 #define DEGEN_NORM_INSTANTIATE(T, W)                                                                         \
   template void rmsnorm_cuda<T, W>(const T*, const W*, T*, int64_t, int64_t, float, bool, cudaStream_t);        \
+  template void add_rmsnorm_cuda<T, W>(const T*, const T*, const W*, T*, T*, int64_t, int64_t, float, bool,       \
+                                       cudaStream_t);                                                           \
   template void gated_rmsnorm_cuda<T, W>(const T*, const T*, const W*, T*, int64_t, int64_t, float, bool, cudaStream_t);
 DEGEN_NORM_INSTANTIATE(bf16, bf16)
 DEGEN_NORM_INSTANTIATE(float, bf16)

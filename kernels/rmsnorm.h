@@ -13,10 +13,20 @@ namespace degen::cuda {
 // out = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w).
 template <typename T, typename W>
 void rmsnorm_cuda(const T* x, const W* w, T* out, int64_t R, int64_t C, float eps, bool plus_one, cudaStream_t stream);
+// sum = a + b (rounded to T), out = rmsnorm(sum) as rmsnorm_cuda computes it: one launch for the
+// residual add and the norm after it.
+template <typename T, typename W>
+void add_rmsnorm_cuda(const T* a, const T* b, const W* w, T* sum, T* out, int64_t R, int64_t C, float eps,
+                      bool plus_one, cudaStream_t stream);
 // out = w' ⊙ x̂ ⊙ silu(z), x̂ = x / sqrt(mean(x²) + eps), w' = w (or 1 + w: fault gdn-norm-plus-one).
 template <typename T, typename W>
 void gated_rmsnorm_cuda(const T* x, const T* z, const W* w, T* out, int64_t R, int64_t C, float eps, bool plus_one,
                         cudaStream_t stream);
+// conv [N, 2 nk dk + nv dv] -> q [N, nk, dk] = l2norm(q part) * q_scale, k = l2norm(k part),
+// v [N, nv, dv] copied (skip: fault gdn-skip-l2norm, as l2norm_cuda).
+template <typename T>
+void gdn_split_norm_cuda(const T* conv, T* q, T* k, T* v, int64_t N, int64_t nk, int64_t dk, int64_t nv, int64_t dv,
+                         float eps, float q_scale, bool skip, cudaStream_t stream);
 // out = x * scale / sqrt(Σx² + eps), or x * scale when `skip` (fault gdn-skip-l2norm).
 template <typename T>
 void l2norm_cuda(const T* x, T* out, int64_t R, int64_t C, float eps, float scale, bool skip, cudaStream_t stream);

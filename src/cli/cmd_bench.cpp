@@ -139,6 +139,9 @@ struct BenchArgs {
   int mtp = 0;                    // cuda: > 0 also times greedy generation with this many MTP drafts
   bool graphs = false;            // cuda: also decode with CUDA graphs
   bool count = false;             // cuda on the emulator: count launches and bytes per decode step
+  bool ops = false;               // cuda: per-op cases
+  bool list = false;
+  std::string filter;
 };
 
 // The benchmark prompt: n ids drawn with a fixed seed, the same for every measurement.
@@ -220,13 +223,17 @@ int run_bench(const BenchArgs& a) {
     c.mtp = a.mtp;
     c.graphs = a.graphs;
     c.count = a.count;
+    c.ops = a.ops;
+    c.list = a.list;
+    c.filter = a.filter;
     return cuda::run_bench(c);
 #else
     throw UntestableError("bench: this build has no CUDA backend (rebuild with nvcc and -DDEGEN_CUDA=ON)");
 #endif
   }
-  if (!a.synthetic.empty() || a.layers || a.mtp || a.graphs || a.count)
-    input_error("bench: --synthetic, --layers, --mtp, --graphs and --count are options of --backend cuda");
+  if (!a.synthetic.empty() || a.layers || a.mtp || a.graphs || a.count || a.ops || a.list || !a.filter.empty())
+    input_error("bench: --synthetic, --layers, --mtp, --graphs, --count, --ops, --list and --filter are options of "
+                "--backend cuda");
   if (a.backend != "cpu") input_error("bench: --backend must be cpu or cuda, found '", a.backend, "'");
   if (a.model.empty() == a.preset.empty()) input_error("bench: give exactly one of --model DIR or --preset NAME");
   if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
@@ -347,6 +354,12 @@ CommandRegistrar reg("bench", "Benchmark the CPU reference engine or the GPU pat
                 "cuda, CUDA emulator only (degenbisect-emu): instead of timing, count what each decode step asks "
                 "of the device: launches per layer, bytes moved against the weights + states + KV floor, copies, "
                 "allocations, host synchronisations");
+  sub->add_flag("--ops", a->ops,
+                "cuda: per-op cases (each product, fused op, norm, the GDN recurrent step, decode attention at "
+                "context --prefill) on the model's shapes: counted on the emulator (launches, bytes against the "
+                "op's floor), timed on a GPU (GB/s, TFLOP/s)");
+  sub->add_flag("--list", a->list, "cuda --ops: list the cases and exit");
+  sub->add_option("--filter", a->filter, "cuda --ops: only the cases whose name contains this text");
   sub->add_option("--tp", a->tp, "Tensor parallelism: decode at tp=1 and tp=N on --model (either backend) and the "
                                  "all-reduces per decoded token")
       ->check(CLI::Range(1, 64));
@@ -354,6 +367,7 @@ CommandRegistrar reg("bench", "Benchmark the CPU reference engine or the GPU pat
               "  degenbisect bench --backend cuda --synthetic qwen36-27b --layers 8 --prefill 256\n"
               "  degenbisect bench --backend cuda --model models/tiny-qwen35 --mtp 3 --graphs\n"
               "  degenbisect-emu bench --backend cuda --synthetic qwen36-27b --layers 4 --count --batch 1 --decode 2\n"
+              "  degenbisect-emu bench --backend cuda --synthetic qwen36-27b --layers 4 --ops --filter matmul\n"
               "  degenbisect bench --model models/tiny-qwen35 --tp 2 --decode 32");
   return [a] { return run_bench(*a); };
 });

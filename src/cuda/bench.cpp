@@ -18,6 +18,11 @@
 //            embedding read + the model's other weights + the GDN and conv states read and written
 //            + the KV rows attention reads and appends), copies by direction, allocations and host
 //            synchronisations, and the calls that move the most bytes. Nothing is timed.
+//   ops      (--ops [--filter S] [--list]) one case per (op, shape, dtype) of the model's decode and
+//            prefill (cases_for below), each on its own: on the emulator its launches and the bytes
+//            it moved against its floor (inputs + weights + outputs once); on a GPU its best time of
+//            five, as GB/s against the copy bandwidth and TFLOP/s. So each kernel's distance to its
+//            limit is known, not only the whole model's.
 // note: decode feeds random token ids rather than the argmax of the logits (the step's cost does not
 // depend on the ids, and copying [B, V] logits to the host every step would be measured too).
 #include "cuda/bench.h"
@@ -341,6 +346,179 @@ void bench_count(Engine& eng, CudaBackend& be, const ModelConfig& cfg, const Mod
   std::printf("\n");
 }
 
+// ---- per-op cases (--ops) ----
+struct OpCase {
+  std::string name;
+  double floor_bytes = 0;  // inputs, weights and outputs, each once
+  double flops = 0;
+  std::function<void()> run;
+};
+
+// The cases of a model: its first GDN layer's and first attention layer's weights, decode (one row)
+// and prefill (`prefill` rows) shapes. Inputs are random bf16, made once per case.
+std::vector<OpCase> cases_for(CudaBackend& be, const ModelConfig& cfg, const ModelWeights& w, int prefill, int ctx) {
+  std::vector<OpCase> out;
+  const LayerWeights* gdn = nullptr;
+  const LayerWeights* att = nullptr;
+  for (const LayerWeights& lw : w.layers) {
+    if (!gdn && lw.kind == LayerKind::linear && !lw.gdn.fused) gdn = &lw;
+    if (!att && lw.kind == LayerKind::full) att = &lw;
+  }
+  const int64_t H = cfg.hidden_size;
+  auto rnd = [&](std::vector<int64_t> shape, uint64_t key) {
+    Tensor t = be.device_tensor(std::move(shape), DType::bf16, "ops input", false);
+    cuda::fill_random_cuda(t.raw(), DType::bf16, t.numel(), 99, key, 0.0f, 1.0f, be.context()->stream());
+    return t;
+  };
+  const double b2 = 2.0;
+  auto add_matmul = [&](const std::string& what, const TensorView* wv, int64_t N) {
+    if (!wv) return;
+    auto x = std::make_shared<Tensor>(rnd({N, wv->shape[1]}, 1));
+    const double wb = double(wv->nbytes), io = b2 * double(N) * double(wv->shape[0] + wv->shape[1]);
+    out.push_back(OpCase{cat("matmul ", what, " [", N, " x ", wv->shape[1], "] x [", wv->shape[0], " x ", wv->shape[1],
+                             "]^T"),
+                         wb + io, 2.0 * double(N) * double(wv->numel()), [&be, x, wv] { be.matmul(*x, *wv); }});
+  };
+  if (gdn) {
+    const GdnWeights& g = gdn->gdn;
+    add_matmul("gdn.in_proj_qkv", g.in_proj_qkv, 1);
+    add_matmul("gdn.out_proj", g.out_proj, 1);
+    auto x = std::make_shared<Tensor>(rnd({1, H}, 2));
+    const std::vector<const TensorView*> ws = {g.in_proj_qkv, g.in_proj_z, g.in_proj_b, g.in_proj_a};
+    double wb = 0, rows = 0;
+    for (const TensorView* v : ws) { wb += double(v->nbytes); rows += double(v->shape[0]); }
+    out.push_back(OpCase{cat("matmul_many gdn.in_proj qkv,z,b,a [1 x ", H, "]"), wb + b2 * (H + rows), 2.0 * wb / 2.0,
+                         [&be, x, ws] { be.matmul_many(*x, ws); }});
+    // the conv output's split with the q/k norms, one row
+    const int64_t C = cfg.d_conv();
+    auto conv = std::make_shared<Tensor>(rnd({1, C}, 3));
+    const ModelConfig c = cfg;
+    out.push_back(OpCase{cat("gdn_split_norm [1 x ", C, "]"), 2.0 * b2 * double(C), 0,
+                         [&be, conv, c] { be.gdn_split_norm(*conv, c.n_k, c.d_k, c.n_v, c.d_v, 1e-6, 0.1); }});
+    // the recurrent delta rule for one token: the state read and written once dominates
+    auto st = std::make_shared<Tensor>(be.zeros({cfg.n_v, cfg.d_k, cfg.d_v}, DType::f32));
+    auto q = std::make_shared<Tensor>(rnd({1, cfg.n_k, cfg.d_k}, 4));
+    auto k = std::make_shared<Tensor>(rnd({1, cfg.n_k, cfg.d_k}, 5));
+    auto v = std::make_shared<Tensor>(rnd({1, cfg.n_v, cfg.d_v}, 6));
+    auto gg = std::make_shared<Tensor>(be.zeros({1, cfg.n_v}, DType::f32));
+    auto beta = std::make_shared<Tensor>(rnd({1, cfg.n_v}, 7));
+    const double sb = double(st->nbytes());
+    out.push_back(OpCase{cat("gdn recurrent [1 token, state ", cfg.n_v, " x ", cfg.d_k, " x ", cfg.d_v, " fp32]"),
+                         2.0 * sb + double(q->nbytes() + k->nbytes() + 2 * v->nbytes()),
+                         4.0 * double(cfg.n_v) * double(cfg.d_k) * double(cfg.d_v),
+                         [&be, st, q, k, v, gg, beta] {
+                           std::vector<Tensor*> states{st.get()};
+                           be.gdn(*q, *k, *v, *gg, *beta, {SeqSpan{0, 1, 1}}, states, GdnAlgo::recurrent);
+                         }});
+  }
+  const MlpWeights* mlp = nullptr;
+  for (const LayerWeights& lw : w.layers)
+    if (!lw.moe && lw.mlp.gate) { mlp = &lw.mlp; break; }
+  if (mlp) {
+    add_matmul("mlp.down", mlp->down, 1);
+    auto x = std::make_shared<Tensor>(rnd({1, H}, 8));
+    const double wb = double(mlp->gate->nbytes + mlp->up->nbytes);
+    out.push_back(OpCase{cat("matmul_swiglu mlp.gate,up [1 x ", H, "] -> ", mlp->gate->shape[0]),
+                         wb + b2 * double(H + mlp->gate->shape[0]), wb, [&be, x, mlp] { be.matmul_swiglu(*x, *mlp->gate, *mlp->up); }});
+    add_matmul("mlp.gate (prefill)", mlp->gate, prefill);
+  }
+  if (att) {
+    const AttnWeights& a = att->attn;
+    auto x = std::make_shared<Tensor>(rnd({1, H}, 9));
+    const std::vector<const TensorView*> ws = {a.q_proj, a.k_proj, a.v_proj};
+    double wb = 0, rows = 0;
+    for (const TensorView* v : ws) { wb += double(v->nbytes); rows += double(v->shape[0]); }
+    out.push_back(OpCase{cat("matmul_many attn q,k,v [1 x ", H, "]"), wb + b2 * (H + rows), wb,
+                         [&be, x, ws] { be.matmul_many(*x, ws); }});
+    // decode attention at context `ctx`: the cache filled by one prefill call, then one row
+    const int64_t nq = cfg.n_q, nkv = cfg.n_kv, D = cfg.head_dim;
+    auto cache = std::make_shared<KvCache>();
+    {
+      const Tensor qp = rnd({ctx, nq, D}, 10), kp = rnd({ctx, nkv, D}, 11), vp = rnd({ctx, nkv, D}, 12);
+      be.attention(qp, kp, vp, {SeqSpan{0, ctx, 0}}, {cache.get()});
+    }
+    auto q = std::make_shared<Tensor>(rnd({1, nq, D}, 13));
+    auto k = std::make_shared<Tensor>(rnd({1, nkv, D}, 14));
+    auto v = std::make_shared<Tensor>(rnd({1, nkv, D}, 15));
+    const double kvb = b2 * 2.0 * double(ctx + 1) * double(nkv * D);
+    const int64_t c0 = ctx;
+    out.push_back(OpCase{cat("attention decode [1 x ", nq, " heads x ", D, ", context ", ctx, ", ", nkv, " KV heads]"),
+                         kvb + b2 * 2.0 * double(nq * D), 4.0 * double(ctx) * double(nq * D),
+                         [&be, q, k, v, cache, c0] {
+                           cache->len = c0;  // the same row appended again each time
+                           be.attention(*q, *k, *v, {SeqSpan{0, 1, c0}}, {cache.get()});
+                         }});
+  }
+  {
+    const TensorView* nw = w.layers.at(0).post_norm;
+    auto a = std::make_shared<Tensor>(rnd({1, H}, 16));
+    auto b = std::make_shared<Tensor>(rnd({1, H}, 17));
+    out.push_back(OpCase{cat("add_rmsnorm [1 x ", H, "]"), b2 * 4.0 * double(H) + double(nw->nbytes), 0,
+                         [&be, a, b, nw, c = cfg] { be.add_rmsnorm(*a, *b, *nw, c.rms_norm_eps, NormKind::zero_centred); }});
+    out.push_back(OpCase{cat("rmsnorm [", prefill, " x ", H, "]"), b2 * 2.0 * double(prefill) * double(H),
+                         0, [&be, x = std::make_shared<Tensor>(rnd({prefill, H}, 18)), nw, c = cfg] {
+                           be.rmsnorm(*x, *nw, c.rms_norm_eps, NormKind::zero_centred);
+                         }});
+  }
+  add_matmul("lm_head", w.lm_head, 1);
+  be.sync();
+  return out;
+}
+
+int run_ops(CudaBackend& be, const ModelConfig& cfg, const ModelWeights& w, const BenchArgs& a, double bw) {
+  LayerNumerics n;
+  n.layer = 0;
+  n.ssm_dtype = DType::f32;
+  n.conv_dtype = DType::bf16;
+  n.kv_dtype = DType::bf16;
+  be.begin_layer(n);
+  const int ctx = std::max(a.prefill, 1);
+  std::vector<OpCase> cases = cases_for(be, cfg, w, a.prefill, ctx);
+  const bool counted = cuda::counters_supported();
+  if (!a.list)
+    std::printf("%-72s %8s %12s %12s %8s\n", "op", "launches", "floor MB", counted ? "moved MB" : "GB/s",
+                counted ? "x floor" : "of copy");
+  int shown = 0;
+  for (OpCase& c : cases) {
+    if (!a.filter.empty() && c.name.find(a.filter) == std::string::npos) continue;
+    ++shown;
+    if (a.list) {
+      std::printf("%s\n", c.name.c_str());
+      continue;
+    }
+    c.run();  // warm-up: weight uploads, first-use buffers
+    be.sync();
+    if (counted) {
+      cuda::counters_start();
+      c.run();
+      const cuda::DeviceCounters d = cuda::counters_read();
+      cuda::counters_stop();
+      be.sync();
+      const double moved = double(d.bytes_read + d.bytes_written);
+      std::printf("%-72s %8lld %12.3f %12.3f %8.3f\n", c.name.substr(0, 72).c_str(),
+                  static_cast<long long>(d.calls() + d.copies_d2d + d.copies_h2d + d.memsets), c.floor_bytes / 1e6,
+                  moved / 1e6, moved / c.floor_bytes);
+    } else {
+      double best = 1e30;
+      for (int r = 0; r < 5; ++r) {
+        const auto t0 = clock_type::now();
+        c.run();
+        be.sync();
+        best = std::min(best, seconds_since(t0));
+      }
+      std::printf("%-72s %8s %12.3f %12.1f %7.1f%%   %.1f TFLOP/s, %.1f us\n", c.name.substr(0, 72).c_str(), "-",
+                  c.floor_bytes / 1e6, c.floor_bytes / best / 1e9, 100.0 * c.floor_bytes / best / bw,
+                  c.flops / best / 1e12, best * 1e6);
+    }
+  }
+  if (shown == 0) input_error("bench --ops: no case matches --filter '", a.filter, "' (--list shows them)");
+  if (!a.list)
+    std::printf("note     %s\n", counted ? "counted by the CUDA emulator (distinct bytes per call at page granularity; "
+                                            "re-reads within a kernel are not seen): not a GPU timing"
+                                          : "best of 5, host-timed with a synchronisation (launch overhead included)");
+  return 0;
+}
+
 // MTP: the same prompt generated greedily without and with drafts, at batch 1.
 void bench_mtp(Engine& eng, const BenchArgs& a, bool synthetic, const std::function<std::vector<int32_t>(int)>& tokens) {
   GenerateOptions go;
@@ -410,6 +588,7 @@ int run_bench(const BenchArgs& a) {
     for (auto& x : t) x = pick(rng);
     return t;
   };
+  if (a.ops || a.list) return run_ops(be, cfg, *weights, a, bw);
   if (a.count) {
     if (!cuda::counters_supported())
       throw UntestableError("bench --count: only the CUDA emulator counts calls and bytes (build/degenbisect-emu); on a "

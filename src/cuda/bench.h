@@ -17,6 +17,9 @@ struct BenchArgs {
   int mtp = 0;            // > 0: also greedy generation at batch 1 with this many MTP drafts per step
   bool graphs = false;    // also the decode steps as CUDA graphs (graphs=on), against plain launches
   bool count = false;     // count launches, bytes, copies per decode step instead of timing (emulator)
+  bool ops = false;       // per-op cases instead of the model: counted (emulator) or timed (GPU)
+  bool list = false;      // --ops: list the cases only
+  std::string filter;     // --ops: the cases whose name contains this
 };
 
 int run_bench(const BenchArgs& a);

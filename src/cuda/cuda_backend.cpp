@@ -3,6 +3,7 @@
 // rope.cpp, attention.cpp, matmul.cpp, moe.cpp, gdn.cpp (conv1d, gates, delta rule).
 #include "cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
@@ -146,8 +147,31 @@ Tensor CudaBackend::clone(const Tensor& t) {
 template <typename T>
 Tensor CudaBackend::upload(const std::vector<T>& v, DType dtype, const char* what) {
   DEGEN_ASSERT(dtype_size(dtype) == sizeof(T), "upload: element size");
+  // Small uploads by content: the engine uploads the same tables at every layer of a step (rope
+  // positions twice per attention layer, the sequence tables of conv1d, gdn and attention at each
+  // layer), and some at every step (rope frequencies). A hit returns the device copy made before,
+  // which kernels only read. Not inside a graph step, whose uploads are staged by StepGraphs.
+  constexpr size_t kCacheMaxBytes = size_t(16) << 10, kCacheEntries = 32;
+  const size_t nbytes = v.size() * sizeof(T);
+  const bool cacheable = !graphs_segment() && !v.empty() && nbytes <= kCacheMaxBytes;
+  if (cacheable) {
+    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+    for (size_t i = upload_cache_.size(); i-- > 0;) {
+      CachedUpload& c = upload_cache_[i];
+      if (c.dtype == dtype && c.bytes.size() == nbytes && std::equal(c.bytes.begin(), c.bytes.end(), p)) {
+        Tensor hit = c.dev;
+        if (i + 1 != upload_cache_.size()) std::rotate(upload_cache_.begin() + i, upload_cache_.begin() + i + 1, upload_cache_.end());
+        return hit;
+      }
+    }
+  }
   Tensor t = device_tensor({static_cast<int64_t>(v.size())}, dtype, what);
   if (graphs_segment() && graphs_->upload(t.raw(), v.data(), t.nbytes(), what)) return t;  // staged
+  if (cacheable) {
+    if (upload_cache_.size() >= kCacheEntries) upload_cache_.erase(upload_cache_.begin());
+    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+    upload_cache_.push_back(CachedUpload{dtype, std::vector<uint8_t>(p, p + nbytes), t});
+  }
   // note: from pageable memory the copy is staged before cudaMemcpyAsync returns, so `v` may go.
   if (!v.empty()) CUDA_CHECK(cudaMemcpyAsync(t.raw(), v.data(), t.nbytes(), cudaMemcpyHostToDevice, ctx_->stream()));
   return t;

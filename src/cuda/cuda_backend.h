@@ -123,6 +123,14 @@ class CudaBackend final : public Backend {
   Tensor l2norm(const Tensor& x, double eps, double scale) override;
 
   Tensor matmul(const Tensor& x, const TensorView& w) override;
+  // gemm=auto, bf16 path, up to kGemvMaxRows rows: one launch for all (matmul_gemv_many_bf16 /
+  // matmul_gemv_swiglu_bf16); otherwise Backend's composition.
+  std::vector<Tensor> matmul_many(const Tensor& x, std::span<const TensorView* const> ws) override;
+  Tensor matmul_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up) override;
+  GdnQkv gdn_split_norm(const Tensor& conv, int64_t nk, int64_t dk, int64_t nv, int64_t dv, double eps,
+                        double q_scale) override;
+  std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, const Tensor& b, const TensorView& w, double eps,
+                                        NormKind kind) override;
 
   void rope_partial(Tensor& x, const std::vector<int64_t>& pos, int rotary_dim, double theta) override;
   Tensor do_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
@@ -183,6 +191,13 @@ class CudaBackend final : public Backend {
  private:
   void require_device(const Tensor& t, const char* op) const;
 
+  // Small uploads kept by content, most recent last (see upload()).
+  struct CachedUpload {
+    DType dtype;
+    std::vector<uint8_t> bytes;
+    Tensor dev;
+  };
+  std::vector<CachedUpload> upload_cache_;
   struct CachedWeight {
     Tensor t;
     const uint8_t* data = nullptr;

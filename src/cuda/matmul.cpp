@@ -18,6 +18,11 @@ namespace {
 // Scratch of one block of widened weight rows on the reference path: large enough that cuBLAS sees
 // long products (a 5120-wide row is 20 KiB: 3,276 rows), small beside the model.
 constexpr int64_t kRefWidenBytes = int64_t(64) << 20;
+// Whether the products of x go to the fused matrix-vector kernels: the bf16 path under gemm=auto
+// with decode-sized x.
+bool fused_gemv(GemmKind g, const Tensor& x) {
+  return g == GemmKind::automatic && x.dtype == DType::bf16 && x.rows() <= cuda::kGemvMaxRows;
+}
 }  // namespace
 
 Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
@@ -62,6 +67,53 @@ Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
       cuda::matmul_f32_cublas(context()->cublas(), xp, wide.data<float>(), yp + o0, N, in, n, out);
     }
   }
+  return y;
+}
+
+std::vector<Tensor> CudaBackend::matmul_many(const Tensor& x, std::span<const TensorView* const> ws) {
+  if (!fused_gemv(gemm_, x) || ws.empty() || ws.size() > size_t(cuda::kGemvMaxMats))
+    return Backend::matmul_many(x, ws);
+  require_device(x, "matmul");
+  const int64_t N = x.rows(), in = x.cols();
+  cuda::GemvMany m;
+  std::vector<Tensor> out;
+  int64_t rows = 0;
+  for (const TensorView* w : ws) {
+    if (w->shape.size() != 2 || w->shape[1] != in)
+      input_error("matmul: weight ", w->name, " has shape ", shape_str(w->shape), ", expected [out, ", in, "]");
+    const Tensor& W = weight(*w);
+    std::vector<int64_t> shape = x.shape;
+    shape.back() = w->shape[0];
+    out.push_back(device_tensor(shape, x.dtype, "matmul"));
+    stats_.matmul_flops += 2.0 * double(N) * double(in) * double(w->shape[0]);
+    stats_.weight_bytes += static_cast<double>(W.nbytes());
+    m.w[m.n] = cuda::cbf(W);
+    m.y[m.n] = cuda::mbf(out.back());
+    m.out[m.n] = w->shape[0];
+    rows += w->shape[0];
+    m.rows_end[m.n] = rows;
+    m.n++;
+  }
+  cuda::matmul_gemv_many_bf16(cuda::cbf(x), m, N, in, context()->stream());
+  return out;
+}
+
+Tensor CudaBackend::matmul_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up) {
+  if (!fused_gemv(gemm_, x) || gate.shape != up.shape) return Backend::matmul_swiglu(x, gate, up);
+  require_device(x, "matmul");
+  const int64_t N = x.rows(), in = x.cols();
+  for (const TensorView* w : {&gate, &up})
+    if (w->shape.size() != 2 || w->shape[1] != in)
+      input_error("matmul: weight ", w->name, " has shape ", shape_str(w->shape), ", expected [out, ", in, "]");
+  const Tensor& G = weight(gate);
+  const Tensor& U = weight(up);
+  const int64_t out = gate.shape[0];
+  std::vector<int64_t> shape = x.shape;
+  shape.back() = out;
+  Tensor y = device_tensor(shape, x.dtype, "swiglu");
+  stats_.matmul_flops += 4.0 * double(N) * double(in) * double(out);
+  stats_.weight_bytes += static_cast<double>(G.nbytes() + U.nbytes());
+  cuda::matmul_gemv_swiglu_bf16(cuda::cbf(x), cuda::cbf(G), cuda::cbf(U), cuda::mbf(y), N, in, out, context()->stream());
   return y;
 }
 

@@ -27,6 +27,26 @@ Tensor CudaBackend::do_rmsnorm(const Tensor& x, const TensorView& w, double eps,
   return out;
 }
 
+std::pair<Tensor, Tensor> CudaBackend::add_rmsnorm(const Tensor& a, const Tensor& b, const TensorView& w, double eps,
+                                                   NormKind kind) {
+  require_device(a, "add_rmsnorm");
+  require_device(b, "add_rmsnorm");
+  DEGEN_ASSERT(a.shape == b.shape && a.dtype == b.dtype, "add_rmsnorm: operands differ: ", shape_str(a.shape), " vs ",
+               shape_str(b.shape));
+  DEGEN_ASSERT(w.numel() == a.cols(), "rmsnorm weight ", w.name, " has ", w.numel(), " elements, rows have ", a.cols());
+  const int64_t R = a.rows(), C = a.cols();
+  Tensor u = device_tensor(a.shape, a.dtype, "add");
+  Tensor out = device_tensor(a.shape, a.dtype, "rmsnorm");
+  const Tensor& W = weight(w);
+  cuda::with_act_weight(a.dtype, W.dtype, "add_rmsnorm", [&](auto x, auto y) {
+    using T = decltype(x);
+    using Wt = decltype(y);
+    cuda::add_rmsnorm_cuda<T, Wt>(cptr<T>(a), cptr<T>(b), cptr<Wt>(W), mptr<T>(u), mptr<T>(out), R, C,
+                                  static_cast<float>(eps), kind == NormKind::zero_centred, context()->stream());
+  });
+  return {std::move(u), std::move(out)};
+}
+
 Tensor CudaBackend::do_gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) {
   require_device(x, "gated_rmsnorm");
   require_device(z, "gated_rmsnorm");
@@ -41,6 +61,25 @@ Tensor CudaBackend::do_gated_rmsnorm(const Tensor& x, const Tensor& z, const Ten
                                     numerics_.has(Fault::gdn_norm_plus_one), context()->stream());
   });
   return out;
+}
+
+Backend::GdnQkv CudaBackend::gdn_split_norm(const Tensor& conv, int64_t nk, int64_t dk, int64_t nv, int64_t dv,
+                                            double eps, double q_scale) {
+  require_device(conv, "gdn_split_norm");
+  const int64_t N = conv.rows();
+  DEGEN_ASSERT(conv.cols() == 2 * nk * dk + nv * dv, "gdn_split_norm: conv has ", conv.cols(), " columns, expected ",
+               2 * nk * dk + nv * dv);
+  GdnQkv r;
+  r.q = device_tensor({N, nk, dk}, conv.dtype, "l2norm");
+  r.k = device_tensor({N, nk, dk}, conv.dtype, "l2norm");
+  r.v = device_tensor({N, nv, dv}, conv.dtype, "slice_cols");
+  cuda::with_act(conv.dtype, "gdn_split_norm", [&](auto a) {
+    using T = decltype(a);
+    cuda::gdn_split_norm_cuda<T>(cptr<T>(conv), mptr<T>(r.q), mptr<T>(r.k), mptr<T>(r.v), N, nk, dk, nv, dv,
+                                 static_cast<float>(eps), static_cast<float>(q_scale),
+                                 numerics_.has(Fault::gdn_skip_l2norm), context()->stream());
+  });
+  return r;
 }
 
 Tensor CudaBackend::l2norm(const Tensor& x, double eps, double scale) {

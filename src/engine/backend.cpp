@@ -5,9 +5,37 @@
 
 namespace degen {
 
+std::vector<Tensor> Backend::matmul_many(const Tensor& x, std::span<const TensorView* const> ws) {
+  std::vector<Tensor> out;
+  out.reserve(ws.size());
+  for (const TensorView* w : ws) out.push_back(matmul(x, *w));
+  return out;
+}
+
+Tensor Backend::matmul_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up) {
+  return swiglu(matmul(x, gate), matmul(x, up));
+}
+
 Tensor Backend::rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) {
   DEGEN_ASSERT(w.numel() == x.cols(), "rmsnorm weight ", w.name, " has ", w.numel(), " elements, rows have ", x.cols());
   return do_rmsnorm(x, w, eps, kind);
+}
+
+std::pair<Tensor, Tensor> Backend::add_rmsnorm(const Tensor& a, const Tensor& b, const TensorView& w, double eps,
+                                               NormKind kind) {
+  Tensor u = add(a, b);
+  Tensor y = rmsnorm(u, w, eps, kind);
+  return {std::move(u), std::move(y)};
+}
+
+Backend::GdnQkv Backend::gdn_split_norm(const Tensor& conv, int64_t nk, int64_t dk, int64_t nv, int64_t dv, double eps,
+                                        double q_scale) {
+  const int64_t N = conv.rows(), dkey = nk * dk, dval = nv * dv;
+  GdnQkv r;
+  r.q = l2norm(slice_cols(conv, 0, dkey).reshape({N, nk, dk}), eps, q_scale);
+  r.k = l2norm(slice_cols(conv, dkey, dkey).reshape({N, nk, dk}), eps, 1.0);
+  r.v = slice_cols(conv, 2 * dkey, dval).reshape({N, nv, dv});
+  return r;
 }
 
 Tensor Backend::gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) {

@@ -143,6 +143,11 @@ class Backend {
   // RMSNorm over the last dimension (spec §4.2a/b without gate); w has cols() elements.
   // (The arguments are checked here, once for every backend; the backend computes: do_rmsnorm.)
   Tensor rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind);
+  // u = add(a, b) and rmsnorm(u, w, eps, kind), as those two ops compute them (the residual add and
+  // the norm after it); returns {u, normed}. Default: the two ops; a device backend may do both in
+  // one pass.
+  virtual std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, const Tensor& b, const TensorView& w, double eps,
+                                                NormKind kind);
   // Gated RMSNorm, norm before gate (spec §4.2b): w ⊙ x̂ ⊙ silu(z); x, z [rows, d].
   // numerics(): fault gdn_norm_plus_one. (Checked here; computed by do_gated_rmsnorm.)
   Tensor gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps);
@@ -150,9 +155,21 @@ class Backend {
   // numerics(): fault gdn_skip_l2norm.
   virtual Tensor l2norm(const Tensor& x, double eps, double scale) = 0;
 
+  // The GDN conv output's split (spec §4.7.3): conv [N, 2 nk dk + nv dv] -> q = l2norm(q part) *
+  // q_scale [N, nk, dk], k = l2norm(k part) [N, nk, dk], v [N, nv, dv]: slice_cols and l2norm as
+  // the engine composed them (default); a device backend may do it in one pass.
+  struct GdnQkv { Tensor q, k, v; };
+  virtual GdnQkv gdn_split_norm(const Tensor& conv, int64_t nk, int64_t dk, int64_t nv, int64_t dv, double eps,
+                                double q_scale);
+
   // ---- products ----
   // y = x Wᵀ: x [.., in], w [out, in] (bf16/f16/f32) -> [.., out].
   virtual Tensor matmul(const Tensor& x, const TensorView& w) = 0;
+  // matmul(x, *ws[i]) for each weight (the projections of one input), in order. Default: one
+  // matmul each; a device backend may read x once for all (CudaBackend: one launch for decode rows).
+  virtual std::vector<Tensor> matmul_many(const Tensor& x, std::span<const TensorView* const> ws);
+  // swiglu(matmul(x, gate), matmul(x, up)), the same storage points. Default: those three ops.
+  virtual Tensor matmul_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up);
 
   // ---- attention (spec §4.4-4.5) ----
   // Rotate-half RoPE on dims [0, rotary_dim) of every head; x [N, heads, D], pos [N] (may be < 0).

@@ -167,8 +167,11 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Ba
   const int64_t N = b.N, nq = cfg_.n_q, nkv = cfg_.n_kv, D = cfg_.head_dim;
   const NormKind zc = n.has(Fault::norm_no_plus_one) ? NormKind::plain : NormKind::zero_centred;
   const int rotary = n.has(Fault::rope_all_dims) ? static_cast<int>(D) : cfg_.rotary_dim;
-  // 1. q_proj -> per head [query (D) | gate (D)], interleaved per head
-  Tensor qg = be_.matmul(x, *aw.q_proj);
+  // 1. q_proj -> per head [query (D) | gate (D)], interleaved per head (with k_proj and v_proj, one
+  // call: a backend may read x once for the three)
+  const TensorView* const qkv_w[3] = {aw.q_proj, aw.k_proj, aw.v_proj};
+  std::vector<Tensor> qkv_p = be_.matmul_many(x, qkv_w);
+  Tensor qg = std::move(qkv_p[0]);
   Tensor q, gate;
   if (n.has(Fault::qgate_split)) {  // fault: read as [all queries | all gates]
     q = be_.slice_cols(qg, 0, nq * D).reshape({N * nq, D});
@@ -179,8 +182,8 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Ba
     gate = be_.slice_cols(qg, D, D).reshape({N, nq * D});
   }
   // 2. k, v
-  Tensor k = be_.matmul(x, *aw.k_proj).reshape({N * nkv, D});
-  Tensor v = be_.matmul(x, *aw.v_proj).reshape({N, nkv, D});
+  Tensor k = std::move(qkv_p[1]).reshape({N * nkv, D});
+  Tensor v = std::move(qkv_p[2]).reshape({N, nkv, D});
   // 3. QK-norm (zero-centred, per head), 4. partial RoPE
   q = be_.rmsnorm(q, *aw.q_norm, cfg_.rms_norm_eps, zc).reshape({N, nq, D});
   k = be_.rmsnorm(k, *aw.k_norm, cfg_.rms_norm_eps, zc).reshape({N, nkv, D});
@@ -204,7 +207,7 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Ba
 
 // ---- §4.7 Gated DeltaNet ----
 Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b, Trace* tr, const LayerNumerics& n) {
-  const int64_t N = b.N, dkey = cfg_.d_key(), dval = cfg_.d_val(), dconv = cfg_.d_conv();
+  const int64_t N = b.N, dval = cfg_.d_val(), dconv = cfg_.d_conv();
   const int64_t nk = cfg_.n_k, nv = cfg_.n_v, dk = cfg_.d_k, dv = cfg_.d_v;
   // 1. projections, in the split layout [q | k | v], z, b, a (§4.7.1)
   Tensor qkv, z, bb, aa;
@@ -216,10 +219,12 @@ Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b,
     bb = be_.slice_cols(ba, 0, nv);
     aa = be_.slice_cols(ba, nv, nv);
   } else {
-    qkv = be_.matmul(x, *gw.in_proj_qkv);
-    z = be_.matmul(x, *gw.in_proj_z);
-    bb = be_.matmul(x, *gw.in_proj_b);
-    aa = be_.matmul(x, *gw.in_proj_a);
+    const TensorView* const w[4] = {gw.in_proj_qkv, gw.in_proj_z, gw.in_proj_b, gw.in_proj_a};
+    std::vector<Tensor> p = be_.matmul_many(x, w);
+    qkv = std::move(p[0]);
+    z = std::move(p[1]);
+    bb = std::move(p[2]);
+    aa = std::move(p[3]);
   }
   tap(tr, Step::gdn_qkv, l, qkv, b);
   tap(tr, Step::gdn_z, l, z, b);
@@ -234,9 +239,7 @@ Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b,
   Tensor conv = be_.conv1d_causal(qkv, *gw.conv1d, b.spans, windows);
   tap(tr, Step::gdn_conv, l, conv, b);
   // 3. split, L2 norm (q also scaled by d_k^-1/2); head expansion j -> j / r happens in gdn() (§4.7.3)
-  Tensor q = be_.l2norm(be_.slice_cols(conv, 0, dkey).reshape({N, nk, dk}), 1e-6, 1.0 / std::sqrt(double(dk)));
-  Tensor k = be_.l2norm(be_.slice_cols(conv, dkey, dkey).reshape({N, nk, dk}), 1e-6, 1.0);
-  Tensor v = be_.slice_cols(conv, 2 * dkey, dval).reshape({N, nv, dv});
+  auto [q, k, v] = be_.gdn_split_norm(conv, nk, dk, nv, dv, 1e-6, 1.0 / std::sqrt(double(dk)));
   tap(tr, Step::gdn_q, l, q, b);
   tap(tr, Step::gdn_k, l, k, b);
   // 4. gates (§4.7.4)
@@ -257,7 +260,7 @@ Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b,
 
 // ---- §4.8 dense MLP ----
 Tensor Engine::mlp(const MlpWeights& mw, const Tensor& x) {
-  return be_.matmul(be_.swiglu(be_.matmul(x, *mw.gate), be_.matmul(x, *mw.up)), *mw.down);
+  return be_.matmul(be_.matmul_swiglu(x, *mw.gate, *mw.up), *mw.down);
 }
 
 // ---- §4.8 dense MLP or sparse MoE block ----
@@ -329,9 +332,8 @@ Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* t
                                         : gdn_mixer(l, lw.gdn, x, b, tr, n);
   m = reduce(m, n.has(Fault::tp_gdn_no_allreduce));  // tp > 1: o_proj / out_proj partial sums
   tap(tr, Step::mixer_out, l, m, b, mtp);
-  Tensor u = be_.add(h, m);
+  auto [u, y] = be_.add_rmsnorm(h, m, *lw.post_norm, cfg_.rms_norm_eps, zc);
   tap(tr, Step::h_mid, l, u, b, mtp);
-  Tensor y = be_.rmsnorm(u, *lw.post_norm, cfg_.rms_norm_eps, zc);
   tap(tr, Step::ffn_norm, l, y, b, mtp);
   Tensor f = ffn(l, lw, y, b, tr, mtp, n);
   // tp > 1: the down projections' partial sums (fault tp-skip-last-allreduce: not at the last

@@ -222,7 +222,7 @@ TEST_CASE("cuda ops: matmul (the matrix-vector kernel of gemm=auto, cuBLAS and t
       cuda::counters_stop();
       if (cuda::counters_supported()) {  // the emulator: which kernel ran
         const bool gemv = gk == GemmKind::automatic && N <= cuda::kGemvMaxRows;
-        const std::string want = gemv ? cat("gemv_bf16_kernel<N, ", in % 8 == 0 ? "true" : "false", ">")
+        const std::string want = gemv ? cat("gemv_bf16_kernel<R, ", in % 8 == 0 ? "true" : "false", ">")
                                  : gk == GemmKind::simple ? "matmul_simple_kernel<X, W, Y>" : "cublasGemmEx";
         std::vector<cuda::CallTraffic> ran;  // set_guard_check's memsets of the output's guard aside
         std::string names;
@@ -393,3 +393,112 @@ TEST_CASE("cuda ops: GDN gates on the device (A_log fp32 / bf16, fault alog-no-e
 }
 
 // conv1d_causal and gdn: tests/cuda/test_gdn_cuda.cpp.
+
+// The fused ops of gemm=auto's decode path: each equals the ops it replaces on the same device bit
+// for bit (the same sums in the same order, the same storage points), and the CPU emulation of
+// those ops within the bf16 tolerance; the emulator also shows that each ran as one launch.
+TEST_CASE("cuda ops: fused decode ops (projections of one input, gate/up with SwiGLU, residual add + RMSNorm)") {
+  Trio t;
+  const auto bits_equal = [&](const Tensor& a, const Tensor& b) {
+    const std::vector<float> x = t.gpu.to_host_f32(a), y = t.gpu.to_host_f32(b);
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  const auto launches = [](const cuda::DeviceCounters& d) {
+    int64_t n = 0;
+    for (const auto& c : d.by_name)
+      if (c.name != "cudaMemset") n += c.calls;
+    return n;
+  };
+  for (auto [N, in] : {std::pair<int64_t, int64_t>{1, 256}, {3, 1000}, {8, 264}, {5, 203}, {9, 256}}) {
+    const int64_t outs[4] = {96, 40, 7, 7};
+    std::vector<std::unique_ptr<HostWeight>> ws;
+    for (int j = 0; j < 4; ++j)
+      ws.push_back(std::make_unique<HostWeight>(cat("w", j), std::vector<int64_t>{outs[j], in},
+                                                randn_bf16(size_t(outs[j] * in), 1.0 / std::sqrt(double(in)), 30 + j)));
+    const TensorView* const views[4] = {&ws[0]->view, &ws[1]->view, &ws[2]->view, &ws[3]->view};
+    const auto x = t.in(randn_bf16(size_t(N * in), 1.0, 40), {N, in});
+    for (const TensorView* v : views) t.gpu.matmul(x.g, *v);  // uploads, outside the counts
+    cuda::counters_start();
+    const std::vector<Tensor> many = t.gpu.matmul_many(x.g, views);
+    const cuda::DeviceCounters dm = cuda::counters_read();
+    cuda::counters_stop();
+    const std::vector<Tensor> many_e = t.emu.matmul_many(x.e, views), many_r = t.ref.matmul_many(x.r, views);
+    REQUIRE(many.size() == 4);
+    for (int j = 0; j < 4; ++j) {
+      CHECK_MESSAGE(bits_equal(many[size_t(j)], t.gpu.matmul(x.g, *views[j])), "matmul_many N " << N << " in " << in
+                                                                                                 << " product " << j);
+      check_op(cat("matmul_many[", j, "]"), t, many[size_t(j)], many_e[size_t(j)], many_r[size_t(j)], tol::kCudaNmseBf16);
+    }
+    // gate/up + SwiGLU
+    HostWeight up("up", {96, in}, randn_bf16(size_t(96 * in), 1.0 / std::sqrt(double(in)), 50));
+    t.gpu.matmul(x.g, up.view);
+    cuda::counters_start();
+    const Tensor sw = t.gpu.matmul_swiglu(x.g, *views[0], up.view);
+    const cuda::DeviceCounters ds = cuda::counters_read();
+    cuda::counters_stop();
+    CHECK_MESSAGE(bits_equal(sw, t.gpu.swiglu(t.gpu.matmul(x.g, *views[0]), t.gpu.matmul(x.g, up.view))),
+                  "matmul_swiglu N " << N << " in " << in);
+    check_op("matmul_swiglu", t, sw, t.emu.matmul_swiglu(x.e, *views[0], up.view),
+             t.ref.matmul_swiglu(x.r, *views[0], up.view), tol::kCudaNmseBf16);
+    if (cuda::counters_supported()) {  // one launch each where the fused kernels apply (N <= 8)
+      CHECK(launches(dm) == (N <= cuda::kGemvMaxRows ? 1 : 4));
+      CHECK(launches(ds) == (N <= cuda::kGemvMaxRows ? 1 : 3));
+    }
+  }
+  // residual add + RMSNorm, both norm kinds, bf16 and f32 weights
+  for (NormKind kind : {NormKind::zero_centred, NormKind::plain}) {
+    for (DType wd : {DType::bf16, DType::f32}) {
+      const int64_t R = 5, C = 300;
+      HostWeight w("norm", {C}, randn_bf16(size_t(C), 0.1, 60), wd);
+      const auto a = t.in(randn_bf16(size_t(R * C), 1.0, 61), {R, C});
+      const auto b = t.in(randn_bf16(size_t(R * C), 1.0, 62), {R, C});
+      t.gpu.rmsnorm(a.g, w.view, 1e-6, kind);
+      cuda::counters_start();
+      auto [u, y] = t.gpu.add_rmsnorm(a.g, b.g, w.view, 1e-6, kind);
+      const cuda::DeviceCounters d = cuda::counters_read();
+      cuda::counters_stop();
+      const Tensor u2 = t.gpu.add(a.g, b.g);
+      CHECK(bits_equal(u, u2));
+      CHECK(bits_equal(y, t.gpu.rmsnorm(u2, w.view, 1e-6, kind)));
+      auto [ue, ye] = t.emu.add_rmsnorm(a.e, b.e, w.view, 1e-6, kind);
+      auto [ur, yr] = t.ref.add_rmsnorm(a.r, b.r, w.view, 1e-6, kind);
+      check_op("add_rmsnorm sum", t, u, ue, ur, tol::kCudaNmseBf16);
+      check_op("add_rmsnorm norm", t, y, ye, yr, tol::kCudaNmseBf16);
+      if (cuda::counters_supported()) CHECK(launches(d) == 1);
+    }
+  }
+  check_guards(t, "fused decode ops");
+}
+
+TEST_CASE("cuda ops: the GDN conv output's split with the q/k L2 norms in one launch, and the fault gdn-skip-l2norm") {
+  for (bool fault : {false, true}) {
+    Trio t;
+    if (fault) t.numerics(with_fault(Fault::gdn_skip_l2norm));
+    const int64_t nk = 2, dk = 40, nv = 4, dv = 24;  // dk and dv differ; nv = 2 nk (head groups)
+    for (int64_t N : {int64_t(1), int64_t(7)}) {
+      const int64_t C = 2 * nk * dk + nv * dv;
+      const auto conv = t.in(randn_bf16(size_t(N * C), 1.0, 70), {N, C});
+      const double qs = 1.0 / std::sqrt(double(dk));
+      cuda::counters_start();
+      const Backend::GdnQkv g = t.gpu.gdn_split_norm(conv.g, nk, dk, nv, dv, 1e-6, qs);
+      const cuda::DeviceCounters d = cuda::counters_read();
+      cuda::counters_stop();
+      // the composition on the same device, bit for bit
+      const Backend::GdnQkv u = t.gpu.Backend::gdn_split_norm(conv.g, nk, dk, nv, dv, 1e-6, qs);
+      for (auto [a, b, what] : {std::tuple<const Tensor*, const Tensor*, const char*>{&g.q, &u.q, "q"}, {&g.k, &u.k, "k"},
+                                {&g.v, &u.v, "v"}}) {
+        REQUIRE(a->shape == b->shape);
+        const std::vector<float> x = t.gpu.to_host_f32(*a), y = t.gpu.to_host_f32(*b);
+        CHECK_MESSAGE(std::memcmp(x.data(), y.data(), x.size() * 4) == 0, what << " N " << N << " fault " << fault);
+      }
+      const Backend::GdnQkv e = t.emu.gdn_split_norm(conv.e, nk, dk, nv, dv, 1e-6, qs);
+      const Backend::GdnQkv r = t.ref.gdn_split_norm(conv.r, nk, dk, nv, dv, 1e-6, qs);
+      const std::string tag = fault ? "[fault gdn-skip-l2norm]" : "";
+      check_op("gdn_split_norm q" + tag, t, g.q, e.q, r.q, tol::kCudaNmseBf16);
+      check_op("gdn_split_norm k" + tag, t, g.k, e.k, r.k, tol::kCudaNmseBf16);
+      check_op("gdn_split_norm v" + tag, t, g.v, e.v, r.v, tol::kCudaNmseBf16);
+      if (cuda::counters_supported()) CHECK(d.launches == 1);
+    }
+    check_guards(t, "gdn_split_norm");
+  }
+}

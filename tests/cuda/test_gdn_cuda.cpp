@@ -22,6 +22,7 @@
 #include "cpu/cpu_backend.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/device_counters.h"
 #include "cuda_test_util.h"
 
 using namespace degen;
@@ -84,11 +85,13 @@ TEST_CASE("cuda gdn: conv1d_causal prefill and decode with carried windows, seve
         we[s] = b.emu.zeros({K - 1, C}, wd);
       }
       // call 1: prefill A (37 rows) and B (2 rows: shorter than the window); call 2: decode A and B,
-      // prefill C (70 rows); call 3: decode all three
+      // prefill C (70 rows); call 3: decode all three; call 4: 3, 2 and 1 rows (an MTP verify step;
+      // calls 3 and 4 take the one-launch decode kernel, conv1d_fused_kernel)
       const std::vector<std::pair<std::vector<SeqSpan>, std::vector<int>>> calls = {
           {{{0, 37, 0}, {37, 2, 0}}, {0, 1}},
           {{{0, 1, 37}, {1, 1, 2}, {2, 70, 0}}, {0, 1, 2}},
-          {{{0, 1, 38}, {1, 1, 3}, {2, 1, 70}}, {0, 1, 2}}};
+          {{{0, 1, 38}, {1, 1, 3}, {2, 1, 70}}, {0, 1, 2}},
+          {{{0, 3, 39}, {3, 2, 4}, {5, 1, 71}}, {0, 1, 2}}};
       uint32_t seed = 60;
       for (size_t ci = 0; ci < calls.size(); ++ci) {
         const auto& [spans, which] = calls[ci];
@@ -100,7 +103,21 @@ TEST_CASE("cuda gdn: conv1d_causal prefill and decode with carried windows, seve
           pg.push_back(&wg[s]);
           pe.push_back(&we[s]);
         }
-        const Tensor og = b.gpu.conv1d_causal(b.gpu.from_host(xv, {N, C}, DType::bf16), w.view, spans, pg);
+        const Tensor xg = b.gpu.from_host(xv, {N, C}, DType::bf16);
+        cuda::counters_start();
+        const Tensor og = b.gpu.conv1d_causal(xg, w.view, spans, pg);
+        const cuda::DeviceCounters dc = cuda::counters_read();
+        cuda::counters_stop();
+        if (cuda::counters_supported()) {  // decode-sized calls (3, 4) take the one-launch kernel
+          int64_t max_rows = 0, fused = 0, kernels = 0;
+          for (const SeqSpan& sp : spans) max_rows = std::max(max_rows, sp.rows);
+          for (const auto& c : dc.by_name) {
+            if (c.name.rfind("conv1d_", 0) == 0) kernels += c.calls;
+            if (c.name.rfind("conv1d_fused_kernel", 0) == 0) fused += c.calls;
+          }
+          CHECK(kernels == (max_rows <= 8 ? 1 : 2));
+          CHECK(fused == (max_rows <= 8 ? 1 : 0));
+        }
         const Tensor oe = b.emu.conv1d_causal(b.emu.from_host(xv, {N, C}, DType::bf16), w.view, spans, pe);
         const std::string tag = cat("conv1d_causal[window ", dtype_name(wd), stuck ? ",fault conv-window-stuck" : "",
                                     "] call ", ci + 1);

@@ -1,0 +1,39 @@
+# bench --count and --ops on the CUDA emulator (tests/emu; a CPU stand-in, not a GPU): what a decode
+# step of the shipped model asks of the device, counted call by call, held to the budgets below so
+# that a change which adds launches, allocations, host synchronisations or traffic fails here
+# (the figures are counts, not timings: they do not depend on the machine). Also the bad inputs.
+# Arguments: degenbisect-emu SOURCE_DIR WORK_DIR.
+source "$2/tests/cli/lib.bash"
+M="$SRC/models/tiny-qwen35"
+[ -f "$M/config.json" ] || { expect_exit 0 "$BIN" synth --preset tiny-qwen35 --out "$WORK/m"; M="$WORK/m"; }
+expect_exit 0 "$BIN" bench --backend cuda --model "$M" --count --batch 1,2 --decode 2 --prefill 16
+# Budgets, per decode step of tiny-qwen35 (8 layers GGGA x 2) at batch 1 and 2, with what this
+# commit counts: gemm=cublas and no fused ops counted 20.2 launches per layer and 212 allocations
+# (bench --count with --config-free defaults of the previous commit, note of this session).
+#   launches per decoder layer <= 13.8 (counted 13.8: 110 launches / 8 layers)
+#   allocations = 0, host synchronisations = 0 (counted 0: the buffer cache, no MoE read-back)
+#   bytes moved <= 1.08 x the floor (counted 1.045 at batch 1, 1.075 at batch 2; 1.001 at the
+#   27B's shapes: page granularity costs the tiny model's small rows and states more)
+n=$(grep -c "^count    launches" "$WORK/out")
+[ "$n" = 2 ] || fail "bench --count printed $n launch lines, expected 2 (batch 1 and 2)"
+awk '/^count    launches/ { if ($5 + 0 > 13.8) bad = bad " launches/layer:" $5 }
+     /^count    allocations/ { gsub(",", "", $3); if ($3 != 0 || $8 != 0) bad = bad " allocs/syncs:" $3 "/" $8 }
+     /^count    device memory moved/ { for (i = 1; i <= NF; ++i) if ($i == "x" && $(i+1) == "the") r = $(i-1);
+                                       if (r + 0 > 1.08 || r + 0 < 1.0) bad = bad " ratio:" r }
+     END { if (bad != "") { print "over budget:" bad; exit 1 } }' "$WORK/out" ||
+  { cat "$WORK/out" >&2; fail "bench --count over its budget"; }
+# --ops at context 256: every case runs as at most 2 launches (decode attention: the KV append and
+# the attention) and moves at most 1.5 x its floor (counted: 1.000 to 1.25, attention 1.10; at
+# context 32 the KV rows are under a page and attention counts 1.67)
+expect_exit 0 "$BIN" bench --backend cuda --model "$M" --ops --prefill 256
+awk '/^(matmul|gdn|attention|add_rmsnorm|rmsnorm)/ { n++; if ($(NF-3) + 0 > 2 || $NF + 0 > 1.5) { print "over budget: " $0; bad = 1 } }
+     END { if (n < 12) { print "only " n " cases"; exit 1 } exit bad }' "$WORK/out" ||
+  { cat "$WORK/out" >&2; fail "bench --ops: a case over its budget"; }
+expect_exit 0 "$BIN" bench --backend cuda --model "$M" --ops --list --filter matmul_many
+expect_out "matmul_many gdn.in_proj"
+# bad input: no case matches, CPU-only options, --count where nothing counts
+expect_exit 128 "$BIN" bench --backend cuda --model "$M" --ops --filter no-such-op
+expect_out "no case matches"
+expect_exit 128 "$BIN" bench --backend cpu --model "$M" --count
+expect_out "options of --backend cuda"
+echo "ok: bench --count and --ops within their budgets"
