@@ -229,6 +229,8 @@ bench_rows() {  # LOG: summary rows of the prefill / decode lines
     fi
   done
   grep -E '^graphs ' "$1" | cut -c10-200 | while read -r l; do row "  graphs" "$l"; done
+  # the decode fraction of the nominal bandwidth floor (4.8 TB/s on an H200) and the prefill MFU
+  grep -E '^(peak|mfu) ' "$1" | cut -c10-240 | while read -r l; do row "  nominal" "$l"; done
 }
 t0=$(date +%s)
 lim=$(budget 150)

@@ -142,6 +142,7 @@ struct BenchArgs {
   bool ops = false;               // cuda: per-op cases
   bool list = false;
   std::string filter;
+  double peak_gbps = 0, peak_tflops = 0;
 };
 
 // The benchmark prompt: n ids drawn with a fixed seed, the same for every measurement.
@@ -226,14 +227,17 @@ int run_bench(const BenchArgs& a) {
     c.ops = a.ops;
     c.list = a.list;
     c.filter = a.filter;
+    c.peak_gbps = a.peak_gbps;
+    c.peak_tflops = a.peak_tflops;
     return cuda::run_bench(c);
 #else
     throw UntestableError("bench: this build has no CUDA backend (rebuild with nvcc and -DDEGEN_CUDA=ON)");
 #endif
   }
-  if (!a.synthetic.empty() || a.layers || a.mtp || a.graphs || a.count || a.ops || a.list || !a.filter.empty())
-    input_error("bench: --synthetic, --layers, --mtp, --graphs, --count, --ops, --list and --filter are options of "
-                "--backend cuda");
+  if (!a.synthetic.empty() || a.layers || a.mtp || a.graphs || a.count || a.ops || a.list || !a.filter.empty() ||
+      a.peak_gbps > 0 || a.peak_tflops > 0)
+    input_error("bench: --synthetic, --layers, --mtp, --graphs, --count, --ops, --list, --filter and --peak-* are "
+                "options of --backend cuda");
   if (a.backend != "cpu") input_error("bench: --backend must be cpu or cuda, found '", a.backend, "'");
   if (a.model.empty() == a.preset.empty()) input_error("bench: give exactly one of --model DIR or --preset NAME");
   if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
@@ -360,6 +364,13 @@ CommandRegistrar reg("bench", "Benchmark the CPU reference engine or the GPU pat
                 "op's floor), timed on a GPU (GB/s, TFLOP/s)");
   sub->add_flag("--list", a->list, "cuda --ops: list the cases and exit");
   sub->add_option("--filter", a->filter, "cuda --ops: only the cases whose name contains this text");
+  sub->add_option("--peak-gbps", a->peak_gbps,
+                  "cuda: the device's nominal memory bandwidth in GB/s, for the decode fraction of the nominal floor "
+                  "(default: the datasheet value of a known device: H200 4800, H100 SXM 3350)")
+      ->check(CLI::Range(0.0, 1e6));
+  sub->add_option("--peak-tflops", a->peak_tflops,
+                  "cuda: its nominal dense bf16 TFLOP/s, for the prefill MFU (default: H200 and H100 SXM 989)")
+      ->check(CLI::Range(0.0, 1e6));
   sub->add_option("--tp", a->tp, "Tensor parallelism: decode at tp=1 and tp=N on --model (either backend) and the "
                                  "all-reduces per decoded token")
       ->check(CLI::Range(1, 64));

@@ -186,9 +186,26 @@ void gemm_probe(CudaBackend& be, const ModelConfig& cfg, const ModelWeights& wei
               static_cast<long long>(wv->shape[0]), static_cast<long long>(K), gemm_tflops);
 }
 
+// The device's nominal limits, from the vendor's datasheets (bench --peak-gbps / --peak-tflops
+// override; 0 = not known, the lines that need them are left out):
+//   H200 SXM: HBM3e 4.8 TB/s; BF16 Tensor Core 1,979 TFLOP/s with sparsity, so 989 dense
+//     (NVIDIA H200 Tensor Core GPU datasheet, 2024);
+//   H100 SXM: HBM3 3.35 TB/s; BF16 989 TFLOP/s dense (NVIDIA H100 datasheet).
+struct Peaks {
+  double gbps = 0, tflops = 0;
+};
+Peaks nominal_peaks(const std::string& device_name, const BenchArgs& a) {
+  Peaks p;
+  if (device_name.find("H200") != std::string::npos) p = {4800, 989};
+  else if (device_name.find("H100") != std::string::npos && device_name.find("PCIe") == std::string::npos) p = {3350, 989};
+  if (a.peak_gbps > 0) p.gbps = a.peak_gbps;
+  if (a.peak_tflops > 0) p.tflops = a.peak_tflops;
+  return p;
+}
+
 // One batch size: a prefill with the GDN ops timed (its share), a plain prefill, then the decode
 // steps on the prefilled states (and, with --graphs, the same steps as CUDA graphs).
-void bench_batch(Engine& eng, CudaBackend& be, const BenchArgs& a, int B, double bw,
+void bench_batch(Engine& eng, CudaBackend& be, const BenchArgs& a, int B, double bw, const Peaks& peak,
                  const std::function<std::vector<int32_t>(int)>& tokens) {
   auto fresh_inputs = [&](std::vector<SeqState>& states) {
     states.clear();
@@ -221,6 +238,12 @@ void bench_batch(Engine& eng, CudaBackend& be, const BenchArgs& a, int B, double
   std::printf("%-8s %5d %9lld %12.3f %12.1f %12s %12.1f %7.1f%% %14s %10s\n", "prefill", B,
               static_cast<long long>(B) * a.prefill, t_pre, B * a.prefill / t_pre, "-", 1e3 * gdn_s,
               100.0 * gdn_s / std::max(timed_s, 1e-9), "-", "-");
+  const double pre_flops = be.stats().matmul_flops;
+  if (peak.tflops > 0)
+    std::printf("mfu      prefill batch %d, %d tokens each: %.1f TFLOP/s in the matrix products = %.1f%% of the nominal "
+                "%.0f TFLOP/s bf16 (products' FLOPs only; GDN %.1f%% of a timed prefill)\n",
+                B, a.prefill, pre_flops / t_pre / 1e12, 100.0 * pre_flops / t_pre / 1e12 / peak.tflops, peak.tflops,
+                100.0 * gdn_s / std::max(timed_s, 1e-9));
   // decode steps on the prefilled states; `extra` more first (graphs=on: the first step of a
   // key is recorded, the second captured); the median step is reported
   auto decode_row = [&](const char* label, int extra) {
@@ -241,6 +264,11 @@ void bench_batch(Engine& eng, CudaBackend& be, const BenchArgs& a, int B, double
     std::printf("%-8s %5d %9lld %12.3f %12.1f %12.2f %12s %8s %14.3f %9.1f%%\n", label, B,
                 static_cast<long long>(B) * a.decode, step * a.decode, B / step, 1e3 * step, "-", "-", bytes / 1e9,
                 100.0 * floor_s / step);
+    if (peak.gbps > 0)
+      std::printf("peak     %s batch %d: %.1f%% of the nominal %.0f GB/s floor (%.2f ms for %.3f GB; %.1f%% of the "
+                  "measured copy bandwidth's)\n",
+                  label, B, 100.0 * bytes / (peak.gbps * 1e9) / step, peak.gbps, 1e3 * bytes / (peak.gbps * 1e9),
+                  bytes / 1e9, 100.0 * floor_s / step);
     return step;
   };
   const double plain_step = decode_row("decode", 0);
@@ -611,7 +639,8 @@ int run_bench(const BenchArgs& a) {
 
   std::printf("%-8s %5s %9s %12s %12s %12s %12s %8s %14s %10s\n", "phase", "batch", "tokens", "seconds", "tok/s",
               "step ms", "gdn ms", "gdn %", "weights GB/st", "of floor");
-  for (int B : a.batches) bench_batch(eng, be, a, B, bw, tokens);
+  const Peaks peak = nominal_peaks(ctx.props().name, a);
+  for (int B : a.batches) bench_batch(eng, be, a, B, bw, peak, tokens);
   if (a.mtp > 0) bench_mtp(eng, a, synth != nullptr, tokens);
   std::printf("note     floor = weight bytes per decode step / copy bandwidth (decode without MTP); gdn = conv1d + "
               "gates + delta rule of a timed prefill (%% of that prefill's time); peak device memory %s\n",

@@ -20,6 +20,8 @@ struct BenchArgs {
   bool ops = false;       // per-op cases instead of the model: counted (emulator) or timed (GPU)
   bool list = false;      // --ops: list the cases only
   std::string filter;     // --ops: the cases whose name contains this
+  double peak_gbps = 0;   // > 0: the device's nominal memory bandwidth (else known devices' datasheet value)
+  double peak_tflops = 0; // > 0: its nominal dense bf16 rate
 };
 
 int run_bench(const BenchArgs& a);

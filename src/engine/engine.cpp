@@ -8,6 +8,7 @@
 // Tensor parallelism's fan-out is engine_tp.cpp, the CUDA-graph policy engine_graphs.cpp.
 #include "engine/engine_impl.h"
 
+#include <tuple>
 #include <cmath>
 
 #include "engine/faults.h"
@@ -142,6 +143,10 @@ GdnCheckpoint Engine::checkpoint_rank(const SeqState& st) {
   }
   return cp;
 }
+
+// Whether a trace observes (and may replace) the activations inside the layers: then the engine
+// computes every step on its own, in tap order, and fuses nothing across a tap.
+static bool observes_layers(const Trace* tr) { return tr && tr->on() && !tr->logits_only; }
 
 void Engine::tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp) {
   if (!tr || !tr->on()) return;
@@ -321,19 +326,26 @@ void Engine::prefetch_layer(int l) {
     hint(t);  // (not the routed experts: a token reaches only k of them)
 }
 
-Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp) {
+Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp, Tensor x_in,
+                     NextNorm* next) {
   const LayerNumerics n = numerics(l, mtp);
   be_.begin_layer(n);
   const NormKind zc = n.has(Fault::norm_no_plus_one) ? NormKind::plain : NormKind::zero_centred;
   tap(tr, Step::l_in, l, h, b, mtp);
-  Tensor x = be_.rmsnorm(h, *lw.input_norm, cfg_.rms_norm_eps, zc);
+  Tensor x = !x_in.empty() ? std::move(x_in) : be_.rmsnorm(h, *lw.input_norm, cfg_.rms_norm_eps, zc);
   tap(tr, Step::attn_norm, l, x, b, mtp);
   Tensor m = lw.kind == LayerKind::full ? attention_mixer(l, lw.attn, x, b, tr, mtp, n)
                                         : gdn_mixer(l, lw.gdn, x, b, tr, n);
   m = reduce(m, n.has(Fault::tp_gdn_no_allreduce));  // tp > 1: o_proj / out_proj partial sums
   tap(tr, Step::mixer_out, l, m, b, mtp);
-  auto [u, y] = be_.add_rmsnorm(h, m, *lw.post_norm, cfg_.rms_norm_eps, zc);
-  tap(tr, Step::h_mid, l, u, b, mtp);
+  Tensor u, y;
+  if (observes_layers(tr)) {  // an observer may replace u before the norm reads it
+    u = be_.add(h, m);
+    tap(tr, Step::h_mid, l, u, b, mtp);
+    y = be_.rmsnorm(u, *lw.post_norm, cfg_.rms_norm_eps, zc);
+  } else {  // the same values in one op (Backend::add_rmsnorm)
+    std::tie(u, y) = be_.add_rmsnorm(h, m, *lw.post_norm, cfg_.rms_norm_eps, zc);
+  }
   tap(tr, Step::ffn_norm, l, y, b, mtp);
   Tensor f = ffn(l, lw, y, b, tr, mtp, n);
   // tp > 1: the down projections' partial sums (fault tp-skip-last-allreduce: not at the last
@@ -341,7 +353,12 @@ Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* t
   f = reduce(f, skip_last_allreduce_ && !mtp && l == cfg_.num_layers - 1);
   if (n.has(Fault::tp_moe_double_allreduce)) f = reduce(f);  // fault: once more (SGLang PR #20110)
   tap(tr, Step::ffn_out, l, f, b, mtp);
-  Tensor out = be_.add(u, f);
+  Tensor out;
+  if (next && !observes_layers(tr)) {
+    std::tie(out, next->x) = be_.add_rmsnorm(u, f, *next->w, cfg_.rms_norm_eps, next->kind);
+  } else {
+    out = be_.add(u, f);
+  }
   tap(tr, Step::l_out, l, out, b, mtp);
   return out;
 }
@@ -391,12 +408,24 @@ ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const Fo
   Tensor h = be_.embed(*w_.embed, ids);
   tap(tr, Step::embed, -1, h, b);
   prefetch_layer(0);
+  // Without an observer, each layer's last residual add also computes the norm after it: the next
+  // layer's input norm (with that layer's norm kind), or the final norm after the last layer.
+  const bool fuse = !observes_layers(tr);
+  Tensor x_next;
   for (int l = 0; l < cfg_.num_layers; ++l) {
     prefetch_layer(l + 1);  // read ahead while this layer computes
-    h = layer(l, w_.layers[l], std::move(h), b, tr, false);
+    NextNorm nn;
+    if (l + 1 < cfg_.num_layers) {
+      nn.w = w_.layers[size_t(l) + 1].input_norm;
+      nn.kind = numerics(l + 1, false).has(Fault::norm_no_plus_one) ? NormKind::plain : NormKind::zero_centred;
+    } else {
+      nn.w = w_.final_norm;
+    }
+    h = layer(l, w_.layers[l], std::move(h), b, tr, false, std::move(x_next), fuse ? &nn : nullptr);
+    x_next = std::move(nn.x);
   }
   be_.begin_layer(model_level);
-  Tensor hn = be_.rmsnorm(h, *w_.final_norm, cfg_.rms_norm_eps, NormKind::zero_centred);
+  Tensor hn = !x_next.empty() ? std::move(x_next) : be_.rmsnorm(h, *w_.final_norm, cfg_.rms_norm_eps, NormKind::zero_centred);
   tap(tr, Step::final_norm, -1, hn, b);
   for (size_t i = 0; i < b.states.size(); ++i) b.states[i]->pos += b.spans[i].rows;
 

@@ -125,7 +125,16 @@ class Engine {
   // The partial sums of a row-parallel product summed over the ranks (nothing at tp = 1 or `skip`).
   Tensor reduce(const Tensor& t, bool skip = false);
   void prefetch_layer(int l);  // Backend::prefetch of layer l's weights (l == L: the final norm and LM head)
-  Tensor layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp);
+  // The norm after a layer's last residual add, computed with it (Backend::add_rmsnorm) when no
+  // trace observes the layers: the next layer's input norm, or the final norm after the last.
+  struct NextNorm {
+    const TensorView* w = nullptr;
+    NormKind kind = NormKind::zero_centred;
+    Tensor x;  // out: the normed rows
+  };
+  // x_in: this layer's input norm when the previous layer computed it (else empty: computed here).
+  Tensor layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp, Tensor x_in = {},
+               NextNorm* next = nullptr);
   Tensor attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp,
                          const LayerNumerics& n);
   Tensor gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b, Trace* tr, const LayerNumerics& n);
