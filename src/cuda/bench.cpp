@@ -604,6 +604,7 @@ int run_bench(const BenchArgs& a) {
               ctx.props().name, ctx.props().multiProcessorCount, cuda::gib(free_b).c_str(), cuda::gib(total_b).c_str(),
               cuda::gib(be.weight_bytes_on_device()).c_str(), load_s);
 
+  if (a.list) return run_ops(be, cfg, *weights, a, 0);  // the names only: no probe needed
   // Probes: device-to-device copy, and a cuBLAS product at the MLP's shape.
   const double bw = copy_bandwidth(be, size_t(2) << 30, 5);
   gemm_probe(be, cfg, *weights, bw);
@@ -616,7 +617,7 @@ int run_bench(const BenchArgs& a) {
     for (auto& x : t) x = pick(rng);
     return t;
   };
-  if (a.ops || a.list) return run_ops(be, cfg, *weights, a, bw);
+  if (a.ops) return run_ops(be, cfg, *weights, a, bw);
   if (a.count) {
     if (!cuda::counters_supported())
       throw UntestableError("bench --count: only the CUDA emulator counts calls and bytes (build/degenbisect-emu); on a "
