@@ -45,6 +45,80 @@ void rope_partial_cuda(T* x, const int64_t* pos, const float* inv_freq, int64_t 
   CUDA_CHECK_LAUNCH("rope_partial_kernel");
 }
 
+// cos / sin of position p at pair i, as rope_partial_kernel takes them.
+template <typename T>
+__device__ __forceinline__ void rope_cs(int64_t p, float w, float& c, float& s) {
+  const float phi = static_cast<float>(p) * w;
+  c = static_cast<float>(cos(static_cast<double>(phi)));
+  s = static_cast<float>(sin(static_cast<double>(phi)));
+  if (std::is_same<T, bf16>::value) {
+    c = round_bf16(c);
+    s = round_bf16(s);
+  }
+}
+
+// One block per (head, row): q heads first, then k heads; threads as rmsnorm_kernel's for a row of D.
+template <typename T, typename W>
+static __global__ void attn_inputs_kernel(const T* qg, const T* kin, const W* qw, const W* kw, T* q, T* gate, T* k,
+                                          const int64_t* pos, const float* inv_freq, int64_t N, int64_t nq,
+                                          int64_t nkv, int64_t D, int m, float eps, bool plus_one, bool interleaved) {
+  extern __shared__ float y[];  // [D]: the normed head row, as stored (rounded to T)
+  __shared__ float scratch[32];
+  const int64_t h = blockIdx.x;
+  const bool is_q = h < nq;
+  const int64_t hh = is_q ? h : h - nq;
+  const W* w = is_q ? qw : kw;
+  for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
+    const T* src = is_q ? qg + (n * nq + hh) * 2 * D : kin + (n * nkv + hh) * D;
+    T* dst = is_q ? q + (n * nq + hh) * D : k + (n * nkv + hh) * D;
+    if (is_q)
+      for (int64_t c = threadIdx.x; c < D; c += blockDim.x) gate[(n * nq + hh) * D + c] = src[D + c];
+    float ss = 0.0f;
+    for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
+      const float v = to_f32(src[c]);
+      ss += v * v;
+    }
+    ss = block_sum(ss, scratch);
+    const float inv = 1.0f / sqrtf(ss / float(D) + eps);
+    for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
+      const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
+      y[c] = to_f32(from_f32<T>(to_f32(src[c]) * inv * wv));
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+      float c, s;
+      rope_cs<T>(pos[n], inv_freq[i], c, s);
+      const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + m;
+      const float a = y[i0], b = y[i1];
+      dst[i0] = from_f32<T>(a * c - b * s);
+      dst[i1] = from_f32<T>(b * c + a * s);
+    }
+    for (int64_t c = 2 * m + threadIdx.x; c < D; c += blockDim.x) dst[c] = from_f32<T>(y[c]);  // not rotated
+    __syncthreads();  // y is the next row's
+  }
+}
+
+template <typename T, typename W>
+void attn_inputs_cuda(const T* qg, const T* kin, const W* qw, const W* kw, T* q, T* gate, T* k, const int64_t* pos,
+                      const float* inv_freq, int64_t N, int64_t nq, int64_t nkv, int64_t D, int rotary_dim, float eps,
+                      bool plus_one, bool interleaved, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
+  if (N == 0 || nq + nkv == 0 || D == 0) return;
+  const int threads = D >= 256 ? 256 : static_cast<int>((D + 31) / 32 * 32);  // rmsnorm_kernel's
+  const dim3 grid(static_cast<unsigned>(nq + nkv), static_cast<unsigned>(N < 65535 ? N : 65535));
+  attn_inputs_kernel<T, W><<<grid, threads, sizeof(float) * size_t(D), stream>>>(
+      qg, kin, qw, kw, q, gate, k, pos, inv_freq, N, nq, nkv, D, rotary_dim / 2, eps, plus_one, interleaved);
+  CUDA_CHECK_LAUNCH("attn_inputs_kernel");
+}
+#define DEGEN_ATTN_INPUTS_INSTANTIATE(T, W)                                                                     \
+  template void attn_inputs_cuda<T, W>(const T*, const T*, const W*, const W*, T*, T*, T*, const int64_t*,        \
+                                       const float*, int64_t, int64_t, int64_t, int64_t, int, float, bool, bool, \
+                                       cudaStream_t);
+DEGEN_ATTN_INPUTS_INSTANTIATE(bf16, bf16)
+DEGEN_ATTN_INPUTS_INSTANTIATE(float, bf16)
+DEGEN_ATTN_INPUTS_INSTANTIATE(float, float)
+#undef DEGEN_ATTN_INPUTS_INSTANTIATE
+
 template void rope_partial_cuda<bf16>(bf16*, const int64_t*, const float*, int64_t, int64_t, int64_t, int, bool,
                                       cudaStream_t);
 template void rope_partial_cuda<float>(float*, const int64_t*, const float*, int64_t, int64_t, int64_t, int, bool,

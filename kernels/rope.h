@@ -15,4 +15,13 @@ template <typename T>
 void rope_partial_cuda(T* x, const int64_t* pos, const float* inv_freq, int64_t N, int64_t heads, int64_t D,
                        int rotary_dim, bool interleaved, cudaStream_t stream);
 
+// The attention inputs in one launch (Backend::attn_inputs): qg [N, nq, 2D] (per head [query | gate]),
+// kin [N, nkv, D] -> q [N, nq, D] = rope(rmsnorm(query; qw)), gate [N, nq, D] copied, k [N, nkv, D] =
+// rope(rmsnorm(kin; kw)); each head row normed as rmsnorm_cuda does (plus_one: 1 + w) and rounded
+// to T, then rotated as rope_partial_cuda does: bit for bit the ops it replaces.
+template <typename T, typename W>
+void attn_inputs_cuda(const T* qg, const T* kin, const W* qw, const W* kw, T* q, T* gate, T* k, const int64_t* pos,
+                      const float* inv_freq, int64_t N, int64_t nq, int64_t nkv, int64_t D, int rotary_dim, float eps,
+                      bool plus_one, bool interleaved, cudaStream_t stream);
+
 }  // namespace degen::cuda

@@ -129,6 +129,9 @@ class CudaBackend final : public Backend {
   Tensor matmul_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up) override;
   GdnQkv gdn_split_norm(const Tensor& conv, int64_t nk, int64_t dk, int64_t nv, int64_t dv, double eps,
                         double q_scale) override;
+  AttnInputs attn_inputs(const Tensor& qg, const Tensor& k, const TensorView& q_norm, const TensorView& k_norm,
+                         double eps, NormKind kind, const std::vector<int64_t>& pos, int rotary_dim, double theta,
+                         int64_t nq, int64_t nkv, int64_t D) override;
   std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, const Tensor& b, const TensorView& w, double eps,
                                         NormKind kind) override;
 

@@ -29,4 +29,41 @@ void CudaBackend::rope_partial(Tensor& x, const std::vector<int64_t>& pos, int r
   });
 }
 
+Backend::AttnInputs CudaBackend::attn_inputs(const Tensor& qg, const Tensor& k, const TensorView& q_norm,
+                                             const TensorView& k_norm, double eps, NormKind kind,
+                                             const std::vector<int64_t>& pos, int rotary_dim, double theta, int64_t nq,
+                                             int64_t nkv, int64_t D) {
+  const Tensor& QW = weight(q_norm);
+  const Tensor& KW = weight(k_norm);
+  if (QW.dtype != KW.dtype || q_norm.numel() != D || k_norm.numel() != D)
+    return Backend::attn_inputs(qg, k, q_norm, k_norm, eps, kind, pos, rotary_dim, theta, nq, nkv, D);
+  require_device(qg, "attn_inputs");
+  require_device(k, "attn_inputs");
+  const int64_t N = qg.rows();
+  DEGEN_ASSERT(qg.numel() == N * nq * 2 * D && k.numel() == N * nkv * D && k.dtype == qg.dtype,
+               "attn_inputs: qg ", shape_str(qg.shape), ", k ", shape_str(k.shape));
+  DEGEN_ASSERT(static_cast<int64_t>(pos.size()) == N, "attn_inputs: ", pos.size(), " positions for ", N, " rows");
+  DEGEN_ASSERT(rotary_dim % 2 == 0 && rotary_dim <= D, "rotary_dim ", rotary_dim, " for head dim ", D);
+  const int m = rotary_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(m));
+  for (int i = 0; i < m; ++i)  // as rope_partial computes them
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+  Tensor p = upload(pos, DType::i64, "rope positions");
+  Tensor f = upload(inv_freq, DType::f32, "rope frequencies");
+  AttnInputs r;
+  r.q = device_tensor({N, nq, D}, qg.dtype, "rmsnorm");
+  r.gate = device_tensor({N, nq * D}, qg.dtype, "slice_cols");
+  r.k = device_tensor({N, nkv, D}, qg.dtype, "rmsnorm");
+  cuda::with_act_weight(qg.dtype, QW.dtype, "attn_inputs", [&](auto a, auto b) {
+    using T = decltype(a);
+    using Wt = decltype(b);
+    cuda::attn_inputs_cuda<T, Wt>(cuda::cptr<T>(qg), cuda::cptr<T>(k), cuda::cptr<Wt>(QW), cuda::cptr<Wt>(KW),
+                                  cuda::mptr<T>(r.q), cuda::mptr<T>(r.gate), cuda::mptr<T>(r.k), p.data<int64_t>(),
+                                  f.data<float>(), N, nq, nkv, D, rotary_dim, static_cast<float>(eps),
+                                  kind == NormKind::zero_centred, numerics_.has(Fault::rope_interleaved),
+                                  context()->stream());
+  });
+  return r;
+}
+
 }  // namespace degen

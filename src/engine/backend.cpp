@@ -38,6 +38,21 @@ Backend::GdnQkv Backend::gdn_split_norm(const Tensor& conv, int64_t nk, int64_t 
   return r;
 }
 
+Backend::AttnInputs Backend::attn_inputs(const Tensor& qg0, const Tensor& k0, const TensorView& q_norm,
+                                         const TensorView& k_norm, double eps, NormKind kind,
+                                         const std::vector<int64_t>& pos, int rotary_dim, double theta, int64_t nq,
+                                         int64_t nkv, int64_t D) {
+  const int64_t N = qg0.rows();
+  const Tensor qg = qg0.reshape({N * nq, 2 * D});
+  AttnInputs r;
+  r.q = rmsnorm(slice_cols(qg, 0, D), q_norm, eps, kind).reshape({N, nq, D});
+  r.gate = slice_cols(qg, D, D).reshape({N, nq * D});
+  r.k = rmsnorm(k0.reshape({N * nkv, D}), k_norm, eps, kind).reshape({N, nkv, D});
+  rope_partial(r.q, pos, rotary_dim, theta);
+  rope_partial(r.k, pos, rotary_dim, theta);
+  return r;
+}
+
 Tensor Backend::gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) {
   DEGEN_ASSERT(x.shape == z.shape && x.dtype == z.dtype, "gated_rmsnorm: operands differ: ", shape_str(x.shape), " vs ",
                shape_str(z.shape));

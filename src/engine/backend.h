@@ -175,6 +175,15 @@ class Backend {
   // Rotate-half RoPE on dims [0, rotary_dim) of every head; x [N, heads, D], pos [N] (may be < 0).
   // numerics(): fault rope_interleaved.
   virtual void rope_partial(Tensor& x, const std::vector<int64_t>& pos, int rotary_dim, double theta) = 0;
+  // The gated attention's inputs from its projections (spec §4.4 steps 1-4): qg [N, nq * 2D] (per
+  // head [query | gate]) and k [N, nkv * D] -> q = rope(rmsnorm(query)) [N, nq, D], gate [N, nq * D],
+  // k = rope(rmsnorm(k)) [N, nkv, D], with `kind` norms and rotate-half RoPE on `rotary_dim` dims.
+  // Default: slice_cols, rmsnorm and rope_partial as the engine composed them; a device backend may
+  // do it in one pass.
+  struct AttnInputs { Tensor q, gate, k; };
+  virtual AttnInputs attn_inputs(const Tensor& qg, const Tensor& k, const TensorView& q_norm, const TensorView& k_norm,
+                                 double eps, NormKind kind, const std::vector<int64_t>& pos, int rotary_dim,
+                                 double theta, int64_t nq, int64_t nkv, int64_t D);
   // Appends k, v [N, n_kv, D] to each sequence's cache (cache len must equal span.pos0), then
   // causal GQA softmax attention of q [N, n_q, D] over the cache, scale D^-1/2 -> [N, n_q * D].
   // numerics(): attn (the algorithm), kv_dtype (cache storage, used when the cache is allocated

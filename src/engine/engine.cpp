@@ -177,23 +177,24 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Ba
   const TensorView* const qkv_w[3] = {aw.q_proj, aw.k_proj, aw.v_proj};
   std::vector<Tensor> qkv_p = be_.matmul_many(x, qkv_w);
   Tensor qg = std::move(qkv_p[0]);
-  Tensor q, gate;
+  Tensor q, gate, k;
+  Tensor v = std::move(qkv_p[2]).reshape({N, nkv, D});  // 2. k, v
   if (n.has(Fault::qgate_split)) {  // fault: read as [all queries | all gates]
     q = be_.slice_cols(qg, 0, nq * D).reshape({N * nq, D});
     gate = be_.slice_cols(qg, nq * D, nq * D);
-  } else {
-    qg = qg.reshape({N * nq, 2 * D});
-    q = be_.slice_cols(qg, 0, D);
-    gate = be_.slice_cols(qg, D, D).reshape({N, nq * D});
+    k = std::move(qkv_p[1]).reshape({N * nkv, D});
+    // 3. QK-norm (zero-centred, per head), 4. partial RoPE
+    q = be_.rmsnorm(q, *aw.q_norm, cfg_.rms_norm_eps, zc).reshape({N, nq, D});
+    k = be_.rmsnorm(k, *aw.k_norm, cfg_.rms_norm_eps, zc).reshape({N, nkv, D});
+    be_.rope_partial(q, b.pos, rotary, cfg_.rope_theta);
+    be_.rope_partial(k, b.pos, rotary, cfg_.rope_theta);
+  } else {  // the split, 3. QK-norm and 4. partial RoPE in one op (Backend::attn_inputs)
+    Backend::AttnInputs in = be_.attn_inputs(qg, qkv_p[1], *aw.q_norm, *aw.k_norm, cfg_.rms_norm_eps, zc, b.pos, rotary,
+                                             cfg_.rope_theta, nq, nkv, D);
+    q = std::move(in.q);
+    gate = std::move(in.gate);
+    k = std::move(in.k);
   }
-  // 2. k, v
-  Tensor k = std::move(qkv_p[1]).reshape({N * nkv, D});
-  Tensor v = std::move(qkv_p[2]).reshape({N, nkv, D});
-  // 3. QK-norm (zero-centred, per head), 4. partial RoPE
-  q = be_.rmsnorm(q, *aw.q_norm, cfg_.rms_norm_eps, zc).reshape({N, nq, D});
-  k = be_.rmsnorm(k, *aw.k_norm, cfg_.rms_norm_eps, zc).reshape({N, nkv, D});
-  be_.rope_partial(q, b.pos, rotary, cfg_.rope_theta);
-  be_.rope_partial(k, b.pos, rotary, cfg_.rope_theta);
   tap(tr, Step::attn_q, l, q, b, mtp);
   tap(tr, Step::attn_gate, l, gate, b, mtp);
   tap(tr, Step::attn_k, l, k, b, mtp);

@@ -502,3 +502,43 @@ TEST_CASE("cuda ops: the GDN conv output's split with the q/k L2 norms in one la
     check_guards(t, "gdn_split_norm");
   }
 }
+
+TEST_CASE("cuda ops: the attention inputs (q/gate split, q/k norms, partial RoPE) in one launch, faults included") {
+  for (bool interleaved : {false, true}) {
+    for (NormKind kind : {NormKind::zero_centred, NormKind::plain}) {
+      Trio t;
+      if (interleaved) t.numerics(with_fault(Fault::rope_interleaved));
+      const int64_t nq = 4, nkv = 2, D = 40;
+      const int rotary = 16;  // partial: dims 16..39 are only normed
+      HostWeight qn("q_norm", {D}, randn_bf16(size_t(D), 0.1, 80));
+      HostWeight kn("k_norm", {D}, randn_bf16(size_t(D), 0.1, 81));
+      for (int64_t N : {int64_t(1), int64_t(5)}) {
+        std::vector<int64_t> pos;
+        for (int64_t i = 0; i < N; ++i) pos.push_back(1000 + 7 * i);
+        const auto qg = t.in(randn_bf16(size_t(N * nq * 2 * D), 1.0, 82), {N, nq * 2 * D});
+        const auto k = t.in(randn_bf16(size_t(N * nkv * D), 1.0, 83), {N, nkv * D});
+        t.gpu.attn_inputs(qg.g, k.g, qn.view, kn.view, 1e-6, kind, pos, rotary, 1e7, nq, nkv, D);  // uploads
+        cuda::counters_start();
+        const Backend::AttnInputs g = t.gpu.attn_inputs(qg.g, k.g, qn.view, kn.view, 1e-6, kind, pos, rotary, 1e7, nq, nkv, D);
+        const cuda::DeviceCounters d = cuda::counters_read();
+        cuda::counters_stop();
+        const Backend::AttnInputs u =
+            t.gpu.Backend::attn_inputs(qg.g, k.g, qn.view, kn.view, 1e-6, kind, pos, rotary, 1e7, nq, nkv, D);
+        const Backend::AttnInputs e = t.emu.attn_inputs(qg.e, k.e, qn.view, kn.view, 1e-6, kind, pos, rotary, 1e7, nq, nkv, D);
+        const Backend::AttnInputs r = t.ref.attn_inputs(qg.r, k.r, qn.view, kn.view, 1e-6, kind, pos, rotary, 1e7, nq, nkv, D);
+        const std::string tag = cat(interleaved ? "[fault rope-interleaved]" : "", kind == NormKind::plain ? "[plain]" : "");
+        for (auto [a, b, what] : {std::tuple<const Tensor*, const Tensor*, const char*>{&g.q, &u.q, "q"},
+                                  {&g.gate, &u.gate, "gate"}, {&g.k, &u.k, "k"}}) {
+          REQUIRE(a->shape == b->shape);
+          const std::vector<float> x = t.gpu.to_host_f32(*a), y = t.gpu.to_host_f32(*b);
+          CHECK_MESSAGE(std::memcmp(x.data(), y.data(), x.size() * 4) == 0, what << tag << " N " << N);
+        }
+        check_op("attn_inputs q" + tag, t, g.q, e.q, r.q, tol::kCudaNmseBf16);
+        check_op("attn_inputs gate" + tag, t, g.gate, e.gate, r.gate, tol::kCudaNmseBf16);
+        check_op("attn_inputs k" + tag, t, g.k, e.k, r.k, tol::kCudaNmseBf16);
+        if (cuda::counters_supported()) CHECK(d.launches == 1);
+      }
+      check_guards(t, "attn_inputs");
+    }
+  }
+}
