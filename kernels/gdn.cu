@@ -17,7 +17,7 @@
 // Recurrent kernel: one block per (value head, 32-column tile of S, sequence), 8 warps. The tile
 // comes in and goes out through shared memory with coalesced rows; in between, warp w holds columns
 // 4w .. 4w + 3 of the tile and lane l their rows l, l + 32, ... in registers, so Sᵀk and Sᵀq are
-// warp shuffles and a token costs no block barrier (it cost four with the 8 row groups of the
+// warp shuffles and a token costs no block barrier (it cost six with the 8 row groups of the
 // former layout summed in shared memory).
 // Chunked: a per-chunk kernel (parallel over all chunks and heads) computes everything that does not
 // depend on the incoming state; a per-sequence kernel then walks the chunks with S (a 32-column
