@@ -4,30 +4,15 @@
 // once (spec §4.2: "compute in fp32 and cast once").
 #include "cuda/check.h"
 #include "common.cuh"
+#include "norm_row.cuh"
 #include "rmsnorm.h"
 
 namespace degen::cuda {
 
-namespace {
-int threads_for(int64_t C) { return C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32); }
-}  // namespace
-
 template <typename T, typename W>
 static __global__ void rmsnorm_kernel(const T* x, const W* w, T* out, int64_t C, float eps, bool plus_one) {
   __shared__ float scratch[32];
-  const T* xr = x + blockIdx.x * C;
-  T* orow = out + blockIdx.x * C;
-  float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float v = to_f32(xr[c]);
-    ss += v * v;
-  }
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / float(C) + eps);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
-    orow[c] = from_f32<T>(to_f32(xr[c]) * inv * wv);
-  }
+  rmsnorm_row(x + blockIdx.x * C, w, out + blockIdx.x * C, C, eps, plus_one, scratch);
 }
 
 template <typename T, typename W>
@@ -35,32 +20,21 @@ void rmsnorm_cuda(const T* x, const W* w, T* out, int64_t R, int64_t C, float ep
                   cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
-  rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, w, out, C, eps, plus_one);
+  rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), row_threads(C), 0, stream>>>(x, w, out, C, eps, plus_one);
   CUDA_CHECK_LAUNCH("rmsnorm_kernel");
 }
 
 // The residual add and the norm after it in one pass: sum = a + b rounded to T and stored, then
-// the RMSNorm of the stored sum, computed as rmsnorm_kernel computes it (same threads, same block
-// sum): bit for bit add_kernel followed by rmsnorm_kernel. Each thread reads back only the
-// elements it wrote, so no barrier is needed between the two.
+// rmsnorm_row of the stored sum: bit for bit add_kernel followed by rmsnorm_kernel. Each thread
+// reads back only the elements it wrote (norm_row.cuh), so no barrier is needed between the two.
 template <typename T, typename W>
 static __global__ void add_rmsnorm_kernel(const T* a, const T* b, const W* w, T* sum, T* out, int64_t C, float eps,
                                           bool plus_one) {
   __shared__ float scratch[32];
   const int64_t base = blockIdx.x * C;
-  float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const T s = from_f32<T>(to_f32(a[base + c]) + to_f32(b[base + c]));
-    sum[base + c] = s;
-    const float v = to_f32(s);
-    ss += v * v;
-  }
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / float(C) + eps);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
-    out[base + c] = from_f32<T>(to_f32(sum[base + c]) * inv * wv);
-  }
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    sum[base + c] = from_f32<T>(to_f32(a[base + c]) + to_f32(b[base + c]));
+  rmsnorm_row(sum + base, w, out + base, C, eps, plus_one, scratch);
 }
 
 template <typename T, typename W>
@@ -68,7 +42,7 @@ void add_rmsnorm_cuda(const T* a, const T* b, const W* w, T* sum, T* out, int64_
                       bool plus_one, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
-  add_rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(a, b, w, sum, out, C, eps, plus_one);
+  add_rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), row_threads(C), 0, stream>>>(a, b, w, sum, out, C, eps, plus_one);
   CUDA_CHECK_LAUNCH("add_rmsnorm_kernel");
 }
 
@@ -95,36 +69,28 @@ void gated_rmsnorm_cuda(const T* x, const T* z, const W* w, T* out, int64_t R, i
                         bool plus_one, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
-  gated_rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, z, w, out, C, eps, plus_one);
+  gated_rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), row_threads(C), 0, stream>>>(x, z, w, out, C, eps, plus_one);
   CUDA_CHECK_LAUNCH("gated_rmsnorm_kernel");
 }
 
 template <typename T>
 static __global__ void l2norm_kernel(const T* x, T* out, int64_t C, float eps, float scale, bool skip) {
   __shared__ float scratch[32];
-  const int64_t base = blockIdx.x * C;
-  float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float v = to_f32(x[base + c]);
-    ss += v * v;
-  }
-  ss = block_sum(ss, scratch);
-  const float s = skip ? scale : scale / sqrtf(ss + eps);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[base + c] = from_f32<T>(to_f32(x[base + c]) * s);
+  l2norm_row(x + blockIdx.x * C, out + blockIdx.x * C, C, eps, scale, skip, scratch);
 }
 
 template <typename T>
 void l2norm_cuda(const T* x, T* out, int64_t R, int64_t C, float eps, float scale, bool skip, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
-  l2norm_kernel<T><<<static_cast<unsigned>(R), threads_for(C), 0, stream>>>(x, out, C, eps, scale, skip);
+  l2norm_kernel<T><<<static_cast<unsigned>(R), row_threads(C), 0, stream>>>(x, out, C, eps, scale, skip);
   CUDA_CHECK_LAUNCH("l2norm_kernel");
 }
 
 // The GDN conv output's split (spec §4.7.3) in one launch: per row of conv [N, 2 nk dk + nv dv], the
 // nk query heads L2-normalised and scaled by q_scale, the nk key heads L2-normalised, the nv value
-// heads copied; one block per (head, row), each q/k head computed exactly as l2norm_kernel computes
-// a row of dk (same threads, same block sum): bit for bit slice_cols + l2norm.
+// heads copied; one block per (head, row), each q/k head an l2norm_row of dk, as l2norm_kernel
+// computes it: bit for bit slice_cols + l2norm.
 template <typename T>
 static __global__ void gdn_split_norm_kernel(const T* conv, T* q, T* k, T* v, int64_t N, int64_t nk, int64_t dk,
                                              int64_t nv, int64_t dv, float eps, float q_scale, bool skip) {
@@ -135,17 +101,8 @@ static __global__ void gdn_split_norm_kernel(const T* conv, T* q, T* k, T* v, in
     if (h < 2 * nk) {  // block-uniform branch: every thread of the block reaches block_sum
       const bool is_k = h >= nk;
       const int64_t hh = is_k ? h - nk : h;
-      const T* src = row + (is_k ? nk * dk : 0) + hh * dk;
-      T* dst = (is_k ? k : q) + (n * nk + hh) * dk;
-      float ss = 0.0f;
-      for (int64_t c = threadIdx.x; c < dk; c += blockDim.x) {
-        const float x = to_f32(src[c]);
-        ss += x * x;
-      }
-      ss = block_sum(ss, scratch);
-      const float scale = is_k ? 1.0f : q_scale;
-      const float s = skip ? scale : scale / sqrtf(ss + eps);
-      for (int64_t c = threadIdx.x; c < dk; c += blockDim.x) dst[c] = from_f32<T>(to_f32(src[c]) * s);
+      l2norm_row(row + (is_k ? nk * dk : 0) + hh * dk, (is_k ? k : q) + (n * nk + hh) * dk, dk, eps,
+                 is_k ? 1.0f : q_scale, skip, scratch);
     } else {
       const int64_t hh = h - 2 * nk;
       const T* src = row + 2 * nk * dk + hh * dv;
@@ -161,7 +118,7 @@ void gdn_split_norm_cuda(const T* conv, T* q, T* k, T* v, int64_t N, int64_t nk,
   DEGEN_LAUNCH_GATE();
   if (N == 0 || 2 * nk + nv == 0) return;
   const dim3 grid(static_cast<unsigned>(2 * nk + nv), static_cast<unsigned>(N < 65535 ? N : 65535));
-  gdn_split_norm_kernel<T><<<grid, threads_for(dk), 0, stream>>>(conv, q, k, v, N, nk, dk, nv, dv, eps, q_scale, skip);
+  gdn_split_norm_kernel<T><<<grid, row_threads(dk), 0, stream>>>(conv, q, k, v, N, nk, dk, nv, dv, eps, q_scale, skip);
   CUDA_CHECK_LAUNCH("gdn_split_norm_kernel");
 }
 template void gdn_split_norm_cuda<bf16>(const bf16*, bf16*, bf16*, bf16*, int64_t, int64_t, int64_t, int64_t, int64_t,

@@ -5,11 +5,29 @@
 // of precision=ref), the rotation is fp32 and the result is rounded to the activation dtype once. One thread per (row, head, pair).
 #include "cuda/check.h"
 #include "common.cuh"
+#include "norm_row.cuh"
 #include "rope.h"
 
 #include <type_traits>
 
 namespace degen::cuda {
+
+// Rotates pair i of the head row u (of m pairs) by position p at frequency w: every RoPE of the
+// backend goes through here (rope_partial_kernel, attn_inputs_kernel), so they agree bit for bit.
+template <typename T>
+__device__ __forceinline__ void rope_pair(T* u, int i, int m, int64_t p, float w, bool interleaved) {
+  const float phi = static_cast<float>(p) * w;
+  float c = static_cast<float>(cos(static_cast<double>(phi)));
+  float s = static_cast<float>(sin(static_cast<double>(phi)));
+  if (std::is_same<T, bf16>::value) {  // the model-dtype cos/sin caches of the GPU engines
+    c = round_bf16(c);
+    s = round_bf16(s);
+  }
+  const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + m;
+  const float a = to_f32(u[i0]), b = to_f32(u[i1]);
+  u[i0] = from_f32<T>(a * c - b * s);
+  u[i1] = from_f32<T>(b * c + a * s);
+}
 
 template <typename T>
 static __global__ void rope_partial_kernel(T* x, const int64_t* pos, const float* inv_freq, int64_t N, int64_t heads,
@@ -18,18 +36,7 @@ static __global__ void rope_partial_kernel(T* x, const int64_t* pos, const float
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
     const int i = static_cast<int>(k % m);
     const int64_t nh = k / m, n = nh / heads;
-    const float phi = static_cast<float>(pos[n]) * inv_freq[i];
-    float c = static_cast<float>(cos(static_cast<double>(phi)));
-    float s = static_cast<float>(sin(static_cast<double>(phi)));
-    if (std::is_same<T, bf16>::value) {  // the model-dtype cos/sin caches of the GPU engines
-      c = round_bf16(c);
-      s = round_bf16(s);
-    }
-    T* u = x + nh * D;
-    const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + m;
-    const float a = to_f32(u[i0]), b = to_f32(u[i1]);
-    u[i0] = from_f32<T>(a * c - b * s);
-    u[i1] = from_f32<T>(b * c + a * s);
+    rope_pair(x + nh * D, i, m, pos[n], inv_freq[i], interleaved);
   }
 }
 
@@ -45,56 +52,25 @@ void rope_partial_cuda(T* x, const int64_t* pos, const float* inv_freq, int64_t 
   CUDA_CHECK_LAUNCH("rope_partial_kernel");
 }
 
-// cos / sin of position p at pair i, as rope_partial_kernel takes them.
-template <typename T>
-__device__ __forceinline__ void rope_cs(int64_t p, float w, float& c, float& s) {
-  const float phi = static_cast<float>(p) * w;
-  c = static_cast<float>(cos(static_cast<double>(phi)));
-  s = static_cast<float>(sin(static_cast<double>(phi)));
-  if (std::is_same<T, bf16>::value) {
-    c = round_bf16(c);
-    s = round_bf16(s);
-  }
-}
-
-// One block per (head, row): q heads first, then k heads; threads as rmsnorm_kernel's for a row of D.
+// One block per (head, row): q heads first, then k heads. Each head row is an rmsnorm_row into its
+// output (rmsnorm_kernel's computation), then, after a barrier, rotated there pair by pair by
+// rope_pair (rope_partial_kernel's): bit for bit the ops it replaces.
 template <typename T, typename W>
 static __global__ void attn_inputs_kernel(const T* qg, const T* kin, const W* qw, const W* kw, T* q, T* gate, T* k,
                                           const int64_t* pos, const float* inv_freq, int64_t N, int64_t nq,
                                           int64_t nkv, int64_t D, int m, float eps, bool plus_one, bool interleaved) {
-  extern __shared__ float y[];  // [D]: the normed head row, as stored (rounded to T)
   __shared__ float scratch[32];
   const int64_t h = blockIdx.x;
   const bool is_q = h < nq;
   const int64_t hh = is_q ? h : h - nq;
-  const W* w = is_q ? qw : kw;
   for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
     const T* src = is_q ? qg + (n * nq + hh) * 2 * D : kin + (n * nkv + hh) * D;
     T* dst = is_q ? q + (n * nq + hh) * D : k + (n * nkv + hh) * D;
     if (is_q)
       for (int64_t c = threadIdx.x; c < D; c += blockDim.x) gate[(n * nq + hh) * D + c] = src[D + c];
-    float ss = 0.0f;
-    for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
-      const float v = to_f32(src[c]);
-      ss += v * v;
-    }
-    ss = block_sum(ss, scratch);
-    const float inv = 1.0f / sqrtf(ss / float(D) + eps);
-    for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
-      const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
-      y[c] = to_f32(from_f32<T>(to_f32(src[c]) * inv * wv));
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < m; i += blockDim.x) {
-      float c, s;
-      rope_cs<T>(pos[n], inv_freq[i], c, s);
-      const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + m;
-      const float a = y[i0], b = y[i1];
-      dst[i0] = from_f32<T>(a * c - b * s);
-      dst[i1] = from_f32<T>(b * c + a * s);
-    }
-    for (int64_t c = 2 * m + threadIdx.x; c < D; c += blockDim.x) dst[c] = from_f32<T>(y[c]);  // not rotated
-    __syncthreads();  // y is the next row's
+    rmsnorm_row(src, is_q ? qw : kw, dst, D, eps, plus_one, scratch);
+    __syncthreads();  // a pair spans elements that other threads normed
+    for (int i = threadIdx.x; i < m; i += blockDim.x) rope_pair(dst, i, m, pos[n], inv_freq[i], interleaved);
   }
 }
 
@@ -104,9 +80,8 @@ void attn_inputs_cuda(const T* qg, const T* kin, const W* qw, const W* kw, T* q,
                       bool plus_one, bool interleaved, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (N == 0 || nq + nkv == 0 || D == 0) return;
-  const int threads = D >= 256 ? 256 : static_cast<int>((D + 31) / 32 * 32);  // rmsnorm_kernel's
   const dim3 grid(static_cast<unsigned>(nq + nkv), static_cast<unsigned>(N < 65535 ? N : 65535));
-  attn_inputs_kernel<T, W><<<grid, threads, sizeof(float) * size_t(D), stream>>>(
+  attn_inputs_kernel<T, W><<<grid, row_threads(D), 0, stream>>>(
       qg, kin, qw, kw, q, gate, k, pos, inv_freq, N, nq, nkv, D, rotary_dim / 2, eps, plus_one, interleaved);
   CUDA_CHECK_LAUNCH("attn_inputs_kernel");
 }

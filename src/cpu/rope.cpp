@@ -22,9 +22,7 @@ void CpuBackend::rope_partial(Tensor& x0, const std::vector<int64_t>& pos, int r
   DEGEN_ASSERT(static_cast<int64_t>(pos.size()) == N, "rope_partial: ", pos.size(), " positions for ", N, " rows");
   DEGEN_ASSERT(rotary_dim % 2 == 0 && rotary_dim <= D, "rotary_dim ", rotary_dim, " for head dim ", D);
   const int m = rotary_dim / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(m));
-  for (int i = 0; i < m; ++i)
-    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+  const std::vector<float> inv_freq = rope_inv_freq(rotary_dim, theta);
   cpu::dispatch(x.dtype, [&](auto zero) {
     using T = decltype(zero);
     T* p = x.data<T>();

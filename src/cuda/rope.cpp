@@ -1,8 +1,6 @@
 // CudaBackend partial RoPE (kernels/rope.cu; src/cpu/rope.cpp is the reference).
-// note: ω_i = 1 / θ^(2i/R) is computed here in fp32 with the CPU's expression, so both backends
+// note: ω_i = 1 / θ^(2i/R) comes from Backend::rope_inv_freq, as the CPU's does, so both backends
 // rotate by the same fp32 angles. Fault rope-interleaved (numerics()) reaches the kernel as a flag.
-#include <cmath>
-
 #include "cuda/bf16_args.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
@@ -16,12 +14,8 @@ void CudaBackend::rope_partial(Tensor& x, const std::vector<int64_t>& pos, int r
   const int64_t N = x.shape[0], heads = x.shape[1], D = x.shape[2];
   DEGEN_ASSERT(static_cast<int64_t>(pos.size()) == N, "rope_partial: ", pos.size(), " positions for ", N, " rows");
   DEGEN_ASSERT(rotary_dim % 2 == 0 && rotary_dim <= D, "rotary_dim ", rotary_dim, " for head dim ", D);
-  const int m = rotary_dim / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(m));
-  for (int i = 0; i < m; ++i)
-    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
   Tensor p = upload(pos, DType::i64, "rope positions");
-  Tensor f = upload(inv_freq, DType::f32, "rope frequencies");
+  Tensor f = upload(rope_inv_freq(rotary_dim, theta), DType::f32, "rope frequencies");
   cuda::with_act(x.dtype, "rope_partial", [&](auto a) {
     using T = decltype(a);
     cuda::rope_partial_cuda<T>(cuda::mptr<T>(x), p.data<int64_t>(), f.data<float>(), N, heads, D, rotary_dim,
@@ -44,12 +38,8 @@ Backend::AttnInputs CudaBackend::attn_inputs(const Tensor& qg, const Tensor& k, 
                "attn_inputs: qg ", shape_str(qg.shape), ", k ", shape_str(k.shape));
   DEGEN_ASSERT(static_cast<int64_t>(pos.size()) == N, "attn_inputs: ", pos.size(), " positions for ", N, " rows");
   DEGEN_ASSERT(rotary_dim % 2 == 0 && rotary_dim <= D, "rotary_dim ", rotary_dim, " for head dim ", D);
-  const int m = rotary_dim / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(m));
-  for (int i = 0; i < m; ++i)  // as rope_partial computes them
-    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
   Tensor p = upload(pos, DType::i64, "rope positions");
-  Tensor f = upload(inv_freq, DType::f32, "rope frequencies");
+  Tensor f = upload(rope_inv_freq(rotary_dim, theta), DType::f32, "rope frequencies");
   AttnInputs r;
   r.q = device_tensor({N, nq, D}, qg.dtype, "rmsnorm");
   r.gate = device_tensor({N, nq * D}, qg.dtype, "slice_cols");

@@ -1,9 +1,18 @@
 // The argument checks of the Backend interface: made once here, so that a backend only computes.
 #include "engine/backend.h"
 
+#include <cmath>
+
 #include "util/error.h"
 
 namespace degen {
+
+std::vector<float> Backend::rope_inv_freq(int rotary_dim, double theta) {
+  std::vector<float> inv_freq(static_cast<size_t>(rotary_dim / 2));
+  for (int i = 0; i < rotary_dim / 2; ++i)
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+  return inv_freq;
+}
 
 std::vector<Tensor> Backend::matmul_many(const Tensor& x, std::span<const TensorView* const> ws) {
   std::vector<Tensor> out;

@@ -175,6 +175,8 @@ class Backend {
   // Rotate-half RoPE on dims [0, rotary_dim) of every head; x [N, heads, D], pos [N] (may be < 0).
   // numerics(): fault rope_interleaved.
   virtual void rope_partial(Tensor& x, const std::vector<int64_t>& pos, int rotary_dim, double theta) = 0;
+  // ω_i = 1 / θ^(2i / R), i < R / 2, in fp32 (HF's inv_freq): every backend's RoPE rotates by these.
+  static std::vector<float> rope_inv_freq(int rotary_dim, double theta);
   // The gated attention's inputs from its projections (spec §4.4 steps 1-4): qg [N, nq * 2D] (per
   // head [query | gate]) and k [N, nkv * D] -> q = rope(rmsnorm(query)) [N, nq, D], gate [N, nq * D],
   // k = rope(rmsnorm(k)) [N, nkv, D], with `kind` norms and rotate-half RoPE on `rotary_dim` dims.

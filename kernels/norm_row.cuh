@@ -1,0 +1,45 @@
+// One row's norms, as every norm kernel computes them (kernels/rmsnorm.cu, and the fused kernels of
+// kernels/rope.cu): one block per row of C, row_threads(C) threads, thread t taking elements t,
+// t + blockDim, ...; the sum of squares a block reduction in fp32; each output computed in fp32 and
+// rounded once. A fused kernel that calls these computes bit for bit what the plain kernel does.
+// Each thread reads back only the elements it wrote, so a row may be normed in place of its input.
+#pragma once
+#include "common.cuh"
+
+namespace degen::cuda {
+
+// The block size of the row kernels: one warp per 32 elements, at most 256.
+inline int row_threads(int64_t C) { return C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32); }
+
+// out = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w). `scratch`: 32 floats of shared memory.
+template <typename T, typename W>
+__device__ __forceinline__ void rmsnorm_row(const T* x, const W* w, T* out, int64_t C, float eps, bool plus_one,
+                                            float* scratch) {
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = to_f32(x[c]);
+    ss += v * v;
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / float(C) + eps);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
+    out[c] = from_f32<T>(to_f32(x[c]) * inv * wv);
+  }
+}
+
+// out = x * scale / sqrt(Σx² + eps), or x * scale when `skip` (fault gdn-skip-l2norm).
+template <typename T>
+__device__ __forceinline__ void l2norm_row(const T* x, T* out, int64_t C, float eps, float scale, bool skip,
+                                           float* scratch) {
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = to_f32(x[c]);
+    ss += v * v;
+  }
+  ss = block_sum(ss, scratch);
+  const float s = skip ? scale : scale / sqrtf(ss + eps);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[c] = from_f32<T>(to_f32(x[c]) * s);
+}
+
+}  // namespace degen::cuda
