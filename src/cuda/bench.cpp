@@ -286,9 +286,8 @@ void bench_batch(Engine& eng, CudaBackend& be, const BenchArgs& a, int B, double
 // The bytes of the weights a decode step reads besides the products' and the embedding's (which
 // CudaStats::weight_bytes counts): norms, conv1d, A_log, dt_bias, every tensor that is not a matrix;
 // not the MTP layer's (decode without MTP).
-double small_weight_bytes(const ModelConfig& cfg, const ModelWeights& w) {
+double small_weight_bytes(const ModelWeights& w) {
   double b = 0;
-  (void)cfg;
   auto add = [&](const TensorView* v) {
     if (v && v->shape.size() != 2) b += double(v->nbytes);
   };
@@ -325,7 +324,7 @@ void bench_count(Engine& eng, CudaBackend& be, const ModelConfig& cfg, const Mod
     weights_b = be.stats().weight_bytes;
   }
   // the floor: every weight once, each state read and written once, the KV rows read and appended
-  const double small_b = small_weight_bytes(cfg, weights);
+  const double small_b = small_weight_bytes(weights);
   double gdn_b = 0, kv_b = 0;
   for (const SeqState& st : states) {
     for (const GdnState& g : st.gdn) gdn_b += 2.0 * double(g.S.nbytes() + g.conv.nbytes());
@@ -407,16 +406,22 @@ std::vector<OpCase> cases_for(CudaBackend& be, const ModelConfig& cfg, const Mod
                              "]^T"),
                          wb + io, 2.0 * double(N) * double(wv->numel()), [&be, x, wv] { be.matmul(*x, *wv); }});
   };
+  // the projections of one decode row in one call (bf16 weights: 2 FLOPs per weight byte)
+  auto add_matmul_many = [&](const std::string& what, std::vector<const TensorView*> ws, uint64_t key) {
+    auto x = std::make_shared<Tensor>(rnd({1, H}, key));
+    double wb = 0, rows = 0;
+    for (const TensorView* v : ws) {
+      wb += double(v->nbytes);
+      rows += double(v->shape[0]);
+    }
+    out.push_back(OpCase{cat("matmul_many ", what, " [1 x ", H, "]"), wb + b2 * (H + rows), wb,
+                         [&be, x, ws] { be.matmul_many(*x, ws); }});
+  };
   if (gdn) {
     const GdnWeights& g = gdn->gdn;
     add_matmul("gdn.in_proj_qkv", g.in_proj_qkv, 1);
     add_matmul("gdn.out_proj", g.out_proj, 1);
-    auto x = std::make_shared<Tensor>(rnd({1, H}, 2));
-    const std::vector<const TensorView*> ws = {g.in_proj_qkv, g.in_proj_z, g.in_proj_b, g.in_proj_a};
-    double wb = 0, rows = 0;
-    for (const TensorView* v : ws) { wb += double(v->nbytes); rows += double(v->shape[0]); }
-    out.push_back(OpCase{cat("matmul_many gdn.in_proj qkv,z,b,a [1 x ", H, "]"), wb + b2 * (H + rows), 2.0 * wb / 2.0,
-                         [&be, x, ws] { be.matmul_many(*x, ws); }});
+    add_matmul_many("gdn.in_proj qkv,z,b,a", {g.in_proj_qkv, g.in_proj_z, g.in_proj_b, g.in_proj_a}, 2);
     // the conv output's split with the q/k norms, one row
     const int64_t C = cfg.d_conv();
     auto conv = std::make_shared<Tensor>(rnd({1, C}, 3));
@@ -452,12 +457,7 @@ std::vector<OpCase> cases_for(CudaBackend& be, const ModelConfig& cfg, const Mod
   }
   if (att) {
     const AttnWeights& a = att->attn;
-    auto x = std::make_shared<Tensor>(rnd({1, H}, 9));
-    const std::vector<const TensorView*> ws = {a.q_proj, a.k_proj, a.v_proj};
-    double wb = 0, rows = 0;
-    for (const TensorView* v : ws) { wb += double(v->nbytes); rows += double(v->shape[0]); }
-    out.push_back(OpCase{cat("matmul_many attn q,k,v [1 x ", H, "]"), wb + b2 * (H + rows), wb,
-                         [&be, x, ws] { be.matmul_many(*x, ws); }});
+    add_matmul_many("attn q,k,v", {a.q_proj, a.k_proj, a.v_proj}, 9);
     // decode attention at context `ctx`: the cache filled by one prefill call, then one row
     const int64_t nq = cfg.n_q, nkv = cfg.n_kv, D = cfg.head_dim;
     auto cache = std::make_shared<KvCache>();

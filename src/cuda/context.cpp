@@ -83,11 +83,6 @@ CudaContext::~CudaContext() {
   for (auto& [n, p] : cache_) cudaFree(p);
 }
 
-int64_t CudaContext::cached_bytes() const {
-  std::lock_guard<std::mutex> lock(cache_mutex_);
-  return cache_bytes_;
-}
-
 void* CudaContext::take_cached(size_t n) {
   std::lock_guard<std::mutex> lock(cache_mutex_);
   auto it = cache_.find(n);
@@ -124,10 +119,7 @@ std::shared_ptr<uint8_t> CudaContext::alloc(const std::shared_ptr<CudaContext>& 
   const size_t n = bytes < 256 ? 256 : (bytes + 255) / 256 * 256;
   void* p = self->take_cached(n);
   cudaError_t err = cudaSuccess;
-  if (p) {
-    self->cache_hits_.fetch_add(1);
-  } else {
-    self->device_allocs_.fetch_add(1);
+  if (!p) {
     err = cudaMallocAsync(&p, n, self->stream_);
     if (err != cudaSuccess) {  // the cache may hold what is missing: return it and try once more
       cudaGetLastError();

@@ -48,13 +48,6 @@ class CudaContext {
 
   // Memory accounting of this context's buffers (in use; not the freed ones kept for reuse).
   int64_t live_bytes() const { return live_.load(); }
-  // Freed buffers kept for reuse by a request of the same size (see alloc), and how often a request
-  // was served from them / went to the device allocator.
-  int64_t cached_bytes() const;
-  int64_t cache_hits() const { return cache_hits_.load(); }
-  int64_t device_allocs() const { return device_allocs_.load(); }
-  // Returns every cached buffer to the device allocator.
-  void trim_cache();
   int64_t peak_bytes() const { return peak_.load(); }
   // Device memory free and total now (cudaMemGetInfo), for messages and the fit check.
   void mem_info(int64_t* free_bytes, int64_t* total_bytes) const;
@@ -76,12 +69,12 @@ class CudaContext {
   std::mutex deferred_mutex_;
   std::atomic<bool> capturing_{false};  // written under deferred_mutex_; read first without it
   std::vector<std::pair<void*, size_t>> deferred_;  // (buffer, bytes) released during a capture
-  mutable std::mutex cache_mutex_;
+  std::mutex cache_mutex_;
   std::multimap<size_t, void*> cache_;  // size -> freed buffer, kept for the next request of that size
   int64_t cache_bytes_ = 0;             // under cache_mutex_
-  std::atomic<int64_t> cache_hits_{0}, device_allocs_{0};
   void release(void* p, size_t n);
   void* take_cached(size_t n);
+  void trim_cache();  // every cached buffer back to the device allocator
 };
 
 // "12.3 GiB"

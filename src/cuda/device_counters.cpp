@@ -36,10 +36,14 @@ DeviceCounters counters_diff(const DeviceCounters& a, const DeviceCounters& b) {
   }
   for (auto& [n, t] : m)
     if (t.calls != 0 || t.bytes_read != 0 || t.bytes_written != 0) d.by_name.push_back(t);
-  std::sort(d.by_name.begin(), d.by_name.end(), [](const CallTraffic& x, const CallTraffic& y) {
+  sort_by_bytes(d.by_name);
+  return d;
+}
+
+void sort_by_bytes(std::vector<CallTraffic>& calls) {
+  std::sort(calls.begin(), calls.end(), [](const CallTraffic& x, const CallTraffic& y) {
     return x.bytes_read + x.bytes_written > y.bytes_read + y.bytes_written;
   });
-  return d;
 }
 
 #ifndef DEGEN_CUDA_EMULATED

@@ -51,5 +51,7 @@ DeviceCounters counters_read();
 void counters_stop();
 // a - b, field by field and name by name (the counts of the calls between two reads).
 DeviceCounters counters_diff(const DeviceCounters& a, const DeviceCounters& b);
+// Most bytes moved (read + written) first: the order of DeviceCounters::by_name.
+void sort_by_bytes(std::vector<CallTraffic>& calls);
 
 }  // namespace degen::cuda

@@ -23,12 +23,16 @@ constexpr int64_t kRefWidenBytes = int64_t(64) << 20;
 bool fused_gemv(GemmKind g, const Tensor& x) {
   return g == GemmKind::automatic && x.dtype == DType::bf16 && x.rows() <= cuda::kGemvMaxRows;
 }
+// A product's weight must be [out, in] for rows of `in`.
+void check_product_weight(const TensorView& w, int64_t in) {
+  if (w.shape.size() != 2 || w.shape[1] != in)
+    input_error("matmul: weight ", w.name, " has shape ", shape_str(w.shape), ", expected [out, ", in, "]");
+}
 }  // namespace
 
 Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
   require_device(x, "matmul");
-  if (w.shape.size() != 2 || w.shape[1] != x.cols())
-    input_error("matmul: weight ", w.name, " has shape ", shape_str(w.shape), ", expected [out, ", x.cols(), "]");
+  check_product_weight(w, x.cols());
   DEGEN_ASSERT(x.dtype == act_dtype(), "matmul: ", dtype_name(act_dtype()), " activations, got ", dtype_name(x.dtype));
   const int64_t N = x.rows(), in = x.cols(), out = w.shape[0];
   std::vector<int64_t> shape = x.shape;
@@ -79,8 +83,7 @@ std::vector<Tensor> CudaBackend::matmul_many(const Tensor& x, std::span<const Te
   std::vector<Tensor> out;
   int64_t rows = 0;
   for (const TensorView* w : ws) {
-    if (w->shape.size() != 2 || w->shape[1] != in)
-      input_error("matmul: weight ", w->name, " has shape ", shape_str(w->shape), ", expected [out, ", in, "]");
+    check_product_weight(*w, in);
     const Tensor& W = weight(*w);
     std::vector<int64_t> shape = x.shape;
     shape.back() = w->shape[0];
@@ -102,9 +105,8 @@ Tensor CudaBackend::matmul_swiglu(const Tensor& x, const TensorView& gate, const
   if (!fused_gemv(gemm_, x) || gate.shape != up.shape) return Backend::matmul_swiglu(x, gate, up);
   require_device(x, "matmul");
   const int64_t N = x.rows(), in = x.cols();
-  for (const TensorView* w : {&gate, &up})
-    if (w->shape.size() != 2 || w->shape[1] != in)
-      input_error("matmul: weight ", w->name, " has shape ", shape_str(w->shape), ", expected [out, ", in, "]");
+  check_product_weight(gate, in);
+  check_product_weight(up, in);
   const Tensor& G = weight(gate);
   const Tensor& U = weight(up);
   const int64_t out = gate.shape[0];

@@ -144,6 +144,11 @@ GdnCheckpoint Engine::checkpoint_rank(const SeqState& st) {
   return cp;
 }
 
+// The decoder norms' weight convention at a layer: zero-centred, or plain under fault norm-no-plus-one.
+static NormKind decoder_norm_kind(const LayerNumerics& n) {
+  return n.has(Fault::norm_no_plus_one) ? NormKind::plain : NormKind::zero_centred;
+}
+
 // Whether a trace observes (and may replace) the activations inside the layers: then the engine
 // computes every step on its own, in tap order, and fuses nothing across a tap.
 static bool observes_layers(const Trace* tr) { return tr && tr->on() && !tr->logits_only; }
@@ -170,7 +175,7 @@ void Engine::observe(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bo
 Tensor Engine::attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp,
                                const LayerNumerics& n) {
   const int64_t N = b.N, nq = cfg_.n_q, nkv = cfg_.n_kv, D = cfg_.head_dim;
-  const NormKind zc = n.has(Fault::norm_no_plus_one) ? NormKind::plain : NormKind::zero_centred;
+  const NormKind zc = decoder_norm_kind(n);
   const int rotary = n.has(Fault::rope_all_dims) ? static_cast<int>(D) : cfg_.rotary_dim;
   // 1. q_proj -> per head [query (D) | gate (D)], interleaved per head (with k_proj and v_proj, one
   // call: a backend may read x once for the three)
@@ -331,7 +336,7 @@ Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* t
                      NextNorm* next) {
   const LayerNumerics n = numerics(l, mtp);
   be_.begin_layer(n);
-  const NormKind zc = n.has(Fault::norm_no_plus_one) ? NormKind::plain : NormKind::zero_centred;
+  const NormKind zc = decoder_norm_kind(n);
   tap(tr, Step::l_in, l, h, b, mtp);
   Tensor x = !x_in.empty() ? std::move(x_in) : be_.rmsnorm(h, *lw.input_norm, cfg_.rms_norm_eps, zc);
   tap(tr, Step::attn_norm, l, x, b, mtp);
@@ -418,7 +423,7 @@ ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const Fo
     NextNorm nn;
     if (l + 1 < cfg_.num_layers) {
       nn.w = w_.layers[size_t(l) + 1].input_norm;
-      nn.kind = numerics(l + 1, false).has(Fault::norm_no_plus_one) ? NormKind::plain : NormKind::zero_centred;
+      nn.kind = decoder_norm_kind(numerics(l + 1, false));
     } else {
       nn.w = w_.final_norm;
     }

@@ -124,6 +124,11 @@ const Alloc* find_alloc(const void* p, size_t n) {
 // the start of each counted call (a kernel launch, a cuBLAS product, a copy, a memset); the fault
 // handler opens a page at its first touch and adds its bytes to the call's reads or writes. Used by
 // one host thread at a time (bench --count); the state is that thread's while it counts.
+// The SIGSEGV and SIGBUS handlers replaced by the emulator's (install_on_segv).
+struct OldHandlers {
+  struct sigaction segv{}, bus{};
+};
+
 struct Count {
   bool on = false;
   bool in_call = false;
@@ -135,7 +140,7 @@ struct Count {
   std::vector<uintptr_t> written;                 // pages the running call wrote
   degen::cuda::DeviceCounters c;
   std::map<std::string, degen::cuda::CallTraffic> by_name;
-  struct sigaction old_segv{}, old_bus{};
+  OldHandlers old;  // the handlers counting replaced
 };
 Count g_count;
 
@@ -343,6 +348,12 @@ std::vector<uintptr_t> written_allocations() {
   return out;
 }
 
+// Every live allocation's data pages set to `prot` (counting: closed at the start, open at the end).
+void protect_data_pages(int prot) {
+  std::lock_guard<std::mutex> lock(g_alloc_mutex);
+  for (const auto& [base, a] : g_allocs) mprotect(static_cast<char*>(a.map) + kPage, a.map_len - 2 * kPage, prot);
+}
+
 void count(int64_t degen::cuda::DeviceCounters::*field, int64_t n = 1) {
   if (g_count.on) g_count.c.*field += n;
 }
@@ -536,20 +547,24 @@ void on_segv(int sig, siginfo_t* si, void* uc) {
   raise(sig);
 }
 
+// on_segv for SIGSEGV and SIGBUS (on the alternate stack); the handlers it replaces in *old.
+void install_on_segv(OldHandlers* old) {
+  struct sigaction sa{};
+  sa.sa_sigaction = on_segv;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigaction(SIGSEGV, &sa, &old->segv);
+  sigaction(SIGBUS, &sa, &old->bus);
+}
+void restore_handlers(const OldHandlers& old) {
+  sigaction(SIGSEGV, &old.segv, nullptr);
+  sigaction(SIGBUS, &old.bus, nullptr);
+}
+
 // The handler is ours while a launch runs (under g_launch_mutex), the program's otherwise.
 struct SegvHandler {
-  struct sigaction old_segv{}, old_bus{};
-  SegvHandler() {
-    struct sigaction sa{};
-    sa.sa_sigaction = on_segv;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigaction(SIGSEGV, &sa, &old_segv);
-    sigaction(SIGBUS, &sa, &old_bus);
-  }
-  ~SegvHandler() {
-    sigaction(SIGSEGV, &old_segv, nullptr);
-    sigaction(SIGBUS, &old_bus, nullptr);
-  }
+  OldHandlers old;
+  SegvHandler() { install_on_segv(&old); }
+  ~SegvHandler() { restore_handlers(old); }
 };
 
 // Leaves the running fiber, which now waits or has exited, for the next runnable fiber of this round
@@ -995,20 +1010,26 @@ static cudaError_t check_side(const void* p, size_t n, bool device, const char* 
 }
 
 // Which sides of a copy of `kind` are device memory (*dd, *sd), each side checked.
+// Which sides of a copy of `kind` are device memory (*dd, *sd); false for a kind that is none.
+static bool device_sides(const void* dst, const void* src, cudaMemcpyKind kind, bool* dd, bool* sd) {
+  *dd = *sd = false;
+  switch (kind) {
+    case cudaMemcpyHostToDevice: *dd = true; return true;
+    case cudaMemcpyDeviceToHost: *sd = true; return true;
+    case cudaMemcpyDeviceToDevice: *dd = *sd = true; return true;
+    case cudaMemcpyHostToHost: return true;
+    case cudaMemcpyDefault:
+      *dd = emu::is_device_range(dst, 0);
+      *sd = emu::is_device_range(src, 0);
+      return true;
+    default: return false;
+  }
+}
+
 static cudaError_t copy_sides(const void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* call,
                               bool* dd_out, bool* sd_out) {
   bool dd = false, sd = false;
-  switch (kind) {
-    case cudaMemcpyHostToDevice: dd = true; break;
-    case cudaMemcpyDeviceToHost: sd = true; break;
-    case cudaMemcpyDeviceToDevice: dd = sd = true; break;
-    case cudaMemcpyHostToHost: break;
-    case cudaMemcpyDefault:
-      dd = emu::is_device_range(dst, 0);
-      sd = emu::is_device_range(src, 0);
-      break;
-    default: return fail(cudaErrorInvalidMemcpyDirection);
-  }
+  if (!device_sides(dst, src, kind, &dd, &sd)) return fail(cudaErrorInvalidMemcpyDirection);
   if (cudaError_t e = check_side(dst, n, dd, call, "destination")) return e;
   if (cudaError_t e = check_side(src, n, sd, call, "source")) return e;
   *dd_out = dd;
@@ -1016,7 +1037,7 @@ static cudaError_t copy_sides(const void* dst, const void* src, size_t n, cudaMe
   return cudaSuccess;
 }
 
-// Counts one copy of `rows` x n bytes by direction (while counting); the name of its counted call.
+// Counts one copy of n bytes by direction (while counting); the name of its counted call.
 static const char* count_copy(bool dd, bool sd, const void* dst, const void* src, size_t n, bool two_d) {
   using C = degen::cuda::DeviceCounters;
   const bool pageable = (!dd && !emu::is_pinned(dst, n)) || (!sd && !emu::is_pinned(src, n));
@@ -1079,11 +1100,9 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
 }
 static cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                            cudaMemcpyKind kind) {
-  const bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice ||
-                  (kind == cudaMemcpyDefault && emu::is_device_range(dst, 0));
-  const bool sd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost ||
-                  (kind == cudaMemcpyDefault && emu::is_device_range(src, 0));
-  emu::CountedCall counted(emu::g_count.on && !emu::g_count.in_call
+  bool dd = false, sd = false;
+  const bool known = device_sides(dst, src, kind, &dd, &sd);  // an unknown kind: emu_copy refuses it
+  emu::CountedCall counted(known && emu::g_count.on && !emu::g_count.in_call
                                ? count_copy(dd, sd, dst, src, width * height, true) : "");
   for (size_t r = 0; r < height; ++r)
     if (cudaError_t e = emu_copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width,
@@ -1612,14 +1631,8 @@ void counters_start() {
   emu::Count& g = emu::g_count;
   if (!g.on) {
     emu::ensure_altstack();
-    struct sigaction sa{};
-    sa.sa_sigaction = emu::on_segv;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigaction(SIGSEGV, &sa, &g.old_segv);
-    sigaction(SIGBUS, &sa, &g.old_bus);
-    std::lock_guard<std::mutex> lock(emu::g_alloc_mutex);
-    for (const auto& [base, a] : emu::g_allocs)
-      mprotect(static_cast<char*>(a.map) + emu::kPage, a.map_len - 2 * emu::kPage, PROT_NONE);
+    emu::install_on_segv(&g.old);
+    emu::protect_data_pages(PROT_NONE);
     g.open.reserve(size_t(1) << 20);
     g.written.reserve(size_t(1) << 16);
     g.on = true;
@@ -1638,25 +1651,18 @@ DeviceCounters counters_read() {
     d.bytes_read += g.outside_read;
     d.bytes_written += g.outside_written;
   }
-  std::sort(d.by_name.begin(), d.by_name.end(), [](const CallTraffic& x, const CallTraffic& y) {
-    return x.bytes_read + x.bytes_written > y.bytes_read + y.bytes_written;
-  });
+  sort_by_bytes(d.by_name);
   return d;
 }
 
 void counters_stop() {
   emu::Count& g = emu::g_count;
   if (!g.on) return;
-  {
-    std::lock_guard<std::mutex> lock(emu::g_alloc_mutex);
-    for (const auto& [base, a] : emu::g_allocs)
-      mprotect(static_cast<char*>(a.map) + emu::kPage, a.map_len - 2 * emu::kPage, PROT_READ | PROT_WRITE);
-  }
+  emu::protect_data_pages(PROT_READ | PROT_WRITE);
   g.open.clear();
   g.written.clear();
   g.on = false;
-  sigaction(SIGSEGV, &g.old_segv, nullptr);
-  sigaction(SIGBUS, &g.old_bus, nullptr);
+  emu::restore_handlers(g.old);
 }
 
 }  // namespace degen::cuda
