@@ -26,4 +26,34 @@ void conv1d_causal_cuda(const T* x, const Wt* w, T* out, int64_t C, int64_t K,
                         const Conv1dSeq* seqs, int n_seq, int64_t max_rows, DType window_dtype, bool stuck,
                         cudaStream_t stream);
 
+// Calls of at most kConvFusedRows rows per sequence (decode, MTP verify) run the outputs and the
+// window update in one launch.
+constexpr int64_t kConvFusedRows = 8;
+
+// The GDN layer's inputs from its projections for such calls, in one launch: the conv of every
+// channel (as conv1d_causal_cuda, window update included), the split with the q/k L2 norms (as
+// gdn_split_norm_cuda) and the gates (as gdn_gates_cuda), bit for bit; the conv output itself is not
+// stored. x [N, 2 nk dk + nv dv]; q, k [N, nk, dk]; v [N, nv, dv]; a, b, beta [N, nv]; g [N, nv] fp32.
+template <typename T>
+struct GdnConvInputs {
+  const T* a = nullptr;
+  const T* b = nullptr;
+  const void* A_log = nullptr;    // [nv], fp32 or bf16 as stored
+  bool a_log_f32 = false;
+  const void* dt_bias = nullptr;  // [nv], fp32 or bf16 as stored
+  bool dt_f32 = false;
+  bool no_exp = false;            // fault alog-no-exp
+  T* q = nullptr;
+  T* k = nullptr;
+  T* v = nullptr;
+  float* g = nullptr;
+  T* beta = nullptr;
+  int64_t nk = 0, dk = 0, nv = 0, dv = 0;
+  float eps = 0.0f, q_scale = 1.0f;
+  bool skip_l2norm = false;       // fault gdn-skip-l2norm
+};
+template <typename T, typename Wt>
+void gdn_conv_inputs_cuda(const T* x, const Wt* w, int64_t K, const Conv1dSeq* seqs, int n_seq, DType window_dtype,
+                          bool stuck, const GdnConvInputs<T>& io, cudaStream_t stream);
+
 }  // namespace degen::cuda

@@ -2,26 +2,15 @@
 // fp32 (A_log and dt_bias upcast as stored; torch's softplus returns x above 20) and beta in the activation dtype.
 #include "cuda/check.h"
 #include "common.cuh"
+#include "gdn_gates.cuh"
 #include "gdn_gates.h"
 
 namespace degen::cuda {
 
-__device__ __forceinline__ float load_param(const void* p, bool f32, int64_t i) {
-  return f32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const bf16*>(p)[i]);
-}
-
 template <typename T>
-static __global__ void gdn_gates_kernel(const T* a, const T* b, const void* A_log, bool a_f32, const void* dt_bias,
-                                        bool dt_f32, float* g, T* beta, int64_t R, int64_t nv, bool no_exp) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * nv; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t j = i % nv;
-    const float A = load_param(A_log, a_f32, j);
-    const float x = to_f32(a[i]) + load_param(dt_bias, dt_f32, j);
-    const float sp = x > 20.0f ? x : log1pf(expf(x));
-    const float rate = no_exp ? A : expf(A);  // fault alog-no-exp: A_log taken as A
-    g[i] = -rate * sp;
-    beta[i] = from_f32<T>(sigmoidf_(to_f32(b[i])));
-  }
+static __global__ void gdn_gates_kernel(const T* a, const T* b, GateParams p, float* g, T* beta, int64_t R, int64_t nv) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * nv; i += int64_t(gridDim.x) * blockDim.x)
+    gdn_gate(a, b, p, g, beta, i, i % nv);
 }
 
 template <typename T>
@@ -33,7 +22,7 @@ void gdn_gates_cuda(const T* a, const T* b, const void* A_log, DType a_log_dtype
                    (dt_dtype == DType::f32 || dt_dtype == DType::bf16),
                "gdn_gates: A_log / dt_bias dtypes");
   gdn_gates_kernel<T><<<std::min<unsigned>(blocks_for(R * nv, 256), 4096), 256, 0, stream>>>(
-      a, b, A_log, a_log_dtype == DType::f32, dt_bias, dt_dtype == DType::f32, g, beta, R, nv, no_exp);
+      a, b, GateParams{A_log, a_log_dtype == DType::f32, dt_bias, dt_dtype == DType::f32, no_exp}, g, beta, R, nv);
   CUDA_CHECK_LAUNCH("gdn_gates_kernel");
 }
 

@@ -4,6 +4,7 @@
 #include "cuda/check.h"
 #include "common.cuh"
 #include "matmul.h"
+#include "norm_row.cuh"
 
 #include <type_traits>
 
@@ -89,7 +90,10 @@ void matmul_simple_cuda(const X* x, const W* w, Y* y, int64_t N, int64_t in, int
 // note: the order of the sums differs from cuBLAS's and from the CPU's k order (fp32 reordering;
 // the op test bounds it by the bf16 tolerance, as for cuBLAS on a GPU).
 namespace {
-constexpr int kGemvWarps = 4;
+// 8 warps: 256 threads, row_threads' cap (norm_row.cuh), so that a block's prologue norm sums a row
+// as rmsnorm_kernel does at any row length (threads past the row add zeros to the same tree).
+constexpr int kGemvWarps = 8;
+static_assert(kGemvWarps * 32 == 256, "the prologue norm must reduce as rmsnorm_kernel (row_threads)");
 
 // The 8 bf16 of a 16-byte load as fp32, in memory order: a bf16 is the high half of its fp32, so
 // each 32-bit word holds element 2i in its low 16 bits and 2i + 1 in its high 16 bits.
@@ -114,6 +118,18 @@ __device__ __forceinline__ void gemv_chunk(const uint4& wv, const bf16* x, int64
   }
 }
 }  // namespace
+
+// The products' input: x, or (nm.w) x's N rows normed into the block's shared memory xs, each as
+// rmsnorm_kernel norms a row (rmsnorm_row, the same tree of sums), then a barrier. Every block norms
+// for itself: x (N x in x 2 bytes) is re-read from L2 by each block, W is still read once.
+template <int N>
+__device__ __forceinline__ const bf16* gemv_input(const bf16* x, const GemvNorm& nm, int64_t in, bf16* xs,
+                                                  float* scratch) {
+  if (!nm.w) return x;
+  for (int n = 0; n < N; ++n) rmsnorm_row(x + int64_t(n) * in, nm.w, xs + int64_t(n) * in, in, nm.eps, nm.plus_one, scratch);
+  __syncthreads();
+  return xs;
+}
 
 // Row wr of W times the N rows of x, summed across the warp: every lane returns the N sums.
 template <int N, bool kVec>
@@ -144,21 +160,28 @@ __device__ __forceinline__ void gemv_row_sums(const bf16* x, const bf16* wr, int
 
 template <int N, bool kVec>
 static __global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_bf16_kernel(const bf16* x, const bf16* w, bf16* y, int64_t in, int64_t out) {
+    gemv_bf16_kernel(const bf16* x, const bf16* w, bf16* y, int64_t in, int64_t out, const bf16* res) {
   const int64_t o = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   if (o >= out) return;  // the whole warp: its lanes share o
   float acc[N];
   gemv_row_sums<N, kVec>(x, w + o * in, in, acc);
   if ((threadIdx.x & 31) == 0) {
 #pragma unroll
-    for (int n = 0; n < N; ++n) y[int64_t(n) * out + o] = from_f32<bf16>(acc[n]);
+    for (int n = 0; n < N; ++n) {
+      const int64_t i = int64_t(n) * out + o;
+      // res: the residual add in the epilogue, as add_kernel adds the stored (rounded) product
+      y[i] = res ? from_f32<bf16>(to_f32(res[i]) + round_bf16(acc[n])) : from_f32<bf16>(acc[n]);
+    }
   }
 }
 
 // Several products of the same x in one launch: the warps walk the rows of W_0, then W_1, ...
 template <int N, bool kVec>
 static __global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_many_bf16_kernel(const bf16* x, GemvMany m, int64_t in) {
+    gemv_many_bf16_kernel(const bf16* x, GemvMany m, int64_t in, GemvNorm nm) {
+  extern __shared__ uint4 gemv_xs[];
+  __shared__ float scratch[32];
+  x = gemv_input<N>(x, nm, in, reinterpret_cast<bf16*>(gemv_xs), scratch);
   const int64_t o = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   int j = 0;
   while (j < m.n && o >= m.rows_end[j]) ++j;
@@ -176,7 +199,11 @@ static __global__ void __launch_bounds__(kGemvWarps * 32)
 // to bf16 first, then silu(gate) * up rounded once (what matmul, matmul, swiglu store).
 template <int N, bool kVec>
 static __global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_swiglu_bf16_kernel(const bf16* x, const bf16* wg, const bf16* wu, bf16* y, int64_t in, int64_t out) {
+    gemv_swiglu_bf16_kernel(const bf16* x, const bf16* wg, const bf16* wu, bf16* y, int64_t in, int64_t out,
+                            GemvNorm nm) {
+  extern __shared__ uint4 gemv_xs[];
+  __shared__ float scratch[32];
+  x = gemv_input<N>(x, nm, in, reinterpret_cast<bf16*>(gemv_xs), scratch);
   const int64_t o = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   if (o >= out) return;
   float g[N], u[N];
@@ -207,7 +234,8 @@ void with_rows(int64_t rows, F&& f) {
 }
 }  // namespace
 
-void matmul_gemv_bf16(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t in, int64_t out, cudaStream_t stream) {
+void matmul_gemv_bf16(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t in, int64_t out, const bf16* res,
+                      cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (N == 0 || out == 0) return;
   DEGEN_ASSERT(N <= kGemvMaxRows, "matmul_gemv_bf16: ", N, " rows, at most ", kGemvMaxRows);
@@ -216,14 +244,24 @@ void matmul_gemv_bf16(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t 
   with_rows(N, [&](auto n) {
     constexpr int R = decltype(n)::value;
     if (vec)
-      gemv_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out);
+      gemv_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out, res);
     else
-      gemv_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out);
+      gemv_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out, res);
   });
   CUDA_CHECK_LAUNCH("gemv_bf16_kernel");
 }
 
-void matmul_gemv_many_bf16(const bf16* x, const GemvMany& m, int64_t N, int64_t in, cudaStream_t stream) {
+// The shared memory of a launch with a prologue norm: the N normed rows.
+static size_t gemv_smem(const GemvNorm& nm, int64_t N, int64_t in) {
+  if (!nm.w) return 0;
+  const size_t bytes = size_t(N * in) * sizeof(bf16);
+  DEGEN_ASSERT(bytes <= size_t(kGemvNormSmemBytes), "gemv prologue norm: ", N, " rows of ", in, " need ", bytes,
+               " bytes of shared memory, at most ", kGemvNormSmemBytes);
+  return bytes;
+}
+
+void matmul_gemv_many_bf16(const bf16* x, const GemvMany& m, int64_t N, int64_t in, const GemvNorm& nm,
+                           cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   DEGEN_ASSERT(N <= kGemvMaxRows && m.n >= 1 && m.n <= kGemvMaxMats, "matmul_gemv_many_bf16: ", N, " rows, ", m.n,
                " matrices");
@@ -232,29 +270,31 @@ void matmul_gemv_many_bf16(const bf16* x, const GemvMany& m, int64_t N, int64_t 
   bool vec = in % 8 == 0 && aligned16(x);
   for (int j = 0; j < m.n; ++j) vec = vec && aligned16(m.w[j]);
   const unsigned blocks = blocks_for(rows, kGemvWarps);
+  const size_t smem = gemv_smem(nm, N, in);
   with_rows(N, [&](auto n) {
     constexpr int R = decltype(n)::value;
     if (vec)
-      gemv_many_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, 0, stream>>>(x, m, in);
+      gemv_many_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, smem, stream>>>(x, m, in, nm);
     else
-      gemv_many_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, 0, stream>>>(x, m, in);
+      gemv_many_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, smem, stream>>>(x, m, in, nm);
   });
   CUDA_CHECK_LAUNCH("gemv_many_bf16_kernel");
 }
 
 void matmul_gemv_swiglu_bf16(const bf16* x, const bf16* wg, const bf16* wu, bf16* y, int64_t N, int64_t in,
-                             int64_t out, cudaStream_t stream) {
+                             int64_t out, const GemvNorm& nm, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (N == 0 || out == 0) return;
   DEGEN_ASSERT(N <= kGemvMaxRows, "matmul_gemv_swiglu_bf16: ", N, " rows, at most ", kGemvMaxRows);
   const bool vec = in % 8 == 0 && aligned16(x) && aligned16(wg) && aligned16(wu);
   const unsigned blocks = blocks_for(out, kGemvWarps);
+  const size_t smem = gemv_smem(nm, N, in);
   with_rows(N, [&](auto n) {
     constexpr int R = decltype(n)::value;
     if (vec)
-      gemv_swiglu_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, 0, stream>>>(x, wg, wu, y, in, out);
+      gemv_swiglu_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, smem, stream>>>(x, wg, wu, y, in, out, nm);
     else
-      gemv_swiglu_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, 0, stream>>>(x, wg, wu, y, in, out);
+      gemv_swiglu_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, smem, stream>>>(x, wg, wu, y, in, out, nm);
   });
   CUDA_CHECK_LAUNCH("gemv_swiglu_bf16_kernel");
 }

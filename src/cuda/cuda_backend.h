@@ -41,6 +41,7 @@ namespace cuda {
 class CudaContext;
 class StepGraphs;
 struct GraphStats;
+struct GemvNorm;
 }  // namespace cuda
 
 // automatic (gemm=auto, the default): the matrix-vector kernel for products of at most
@@ -127,6 +128,13 @@ class CudaBackend final : public Backend {
   // matmul_gemv_swiglu_bf16); otherwise Backend's composition.
   std::vector<Tensor> matmul_many(const Tensor& x, std::span<const TensorView* const> ws) override;
   Tensor matmul_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up) override;
+  // The same kernels with the norm in their prologue (when h's rows fit the block's shared memory
+  // and the norm weight is bf16), the residual add in the plain product's epilogue; otherwise
+  // Backend's composition.
+  std::vector<Tensor> norm_matmul_many(const Tensor& h, const PreNorm& pre,
+                                       std::span<const TensorView* const> ws) override;
+  Tensor norm_matmul_swiglu(const Tensor& h, const PreNorm& pre, const TensorView& gate, const TensorView& up) override;
+  Tensor matmul_add(const Tensor& x, const TensorView& w, const Tensor& res) override;
   GdnQkv gdn_split_norm(const Tensor& conv, int64_t nk, int64_t dk, int64_t nv, int64_t dv, double eps,
                         double q_scale) override;
   AttnInputs attn_inputs(const Tensor& qg, const Tensor& k, const TensorView& q_norm, const TensorView& k_norm,
@@ -141,6 +149,11 @@ class CudaBackend final : public Backend {
 
   Tensor do_conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
                           const std::vector<Tensor*>& windows) override;
+  // Calls of at most kConvFusedRows rows per sequence: kernels/conv1d.cu gdn_conv_inputs_kernel (one
+  // launch); otherwise Backend's composition.
+  GdnInputs do_gdn_inputs(const Tensor& qkv, const TensorView& conv_w, const std::vector<SeqSpan>& spans,
+                          const std::vector<Tensor*>& windows, const Tensor& a, const Tensor& b, const TensorView& A_log,
+                          const TensorView& dt_bias, const GdnHeads& heads, double eps, double q_scale) override;
   void gdn_gates(const Tensor& a, const Tensor& b, const TensorView& A_log, const TensorView& dt_bias,
                  Tensor& g, Tensor& beta) override;
   Tensor gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
@@ -193,6 +206,12 @@ class CudaBackend final : public Backend {
 
  private:
   void require_device(const Tensor& t, const char* op) const;
+  // The fused decode products (src/cuda/matmul.cpp): whether x's products go to the matrix-vector
+  // kernels, the prologue norm of `pre` for rows h (false: not fusable), and the launches.
+  bool gemv_rows(const Tensor& x) const;
+  bool gemv_norm(const Tensor& h, const PreNorm& pre, cuda::GemvNorm& nm);
+  std::vector<Tensor> gemv_many(const Tensor& x, std::span<const TensorView* const> ws, const cuda::GemvNorm& nm);
+  Tensor gemv_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up, const cuda::GemvNorm& nm);
 
   // Small uploads kept by content, most recent last (see upload()).
   struct CachedUpload {

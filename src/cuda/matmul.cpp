@@ -18,17 +18,30 @@ namespace {
 // Scratch of one block of widened weight rows on the reference path: large enough that cuBLAS sees
 // long products (a 5120-wide row is 20 KiB: 3,276 rows), small beside the model.
 constexpr int64_t kRefWidenBytes = int64_t(64) << 20;
-// Whether the products of x go to the fused matrix-vector kernels: the bf16 path under gemm=auto
-// with decode-sized x.
-bool fused_gemv(GemmKind g, const Tensor& x) {
-  return g == GemmKind::automatic && x.dtype == DType::bf16 && x.rows() <= cuda::kGemvMaxRows;
-}
 // A product's weight must be [out, in] for rows of `in`.
 void check_product_weight(const TensorView& w, int64_t in) {
   if (w.shape.size() != 2 || w.shape[1] != in)
     input_error("matmul: weight ", w.name, " has shape ", shape_str(w.shape), ", expected [out, ", in, "]");
 }
 }  // namespace
+
+// Whether the products of x go to the fused matrix-vector kernels: the bf16 path under gemm=auto
+// with decode-sized x.
+bool CudaBackend::gemv_rows(const Tensor& x) const {
+  return gemm_ == GemmKind::automatic && x.dtype == DType::bf16 && x.rows() <= cuda::kGemvMaxRows;
+}
+
+bool CudaBackend::gemv_norm(const Tensor& h, const PreNorm& pre, cuda::GemvNorm& nm) {
+  if (!gemv_rows(h) || h.rows() * h.cols() * 2 > cuda::kGemvNormSmemBytes) return false;
+  DEGEN_ASSERT(pre.w && pre.w->numel() == h.cols(), "rmsnorm weight ", pre.w ? pre.w->name : "(none)", " for rows of ",
+               h.cols());
+  const Tensor& W = weight(*pre.w);
+  if (W.dtype != DType::bf16) return false;
+  nm.w = cuda::cbf(W);
+  nm.eps = static_cast<float>(pre.eps);
+  nm.plus_one = pre.kind == NormKind::zero_centred;
+  return true;
+}
 
 Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
   require_device(x, "matmul");
@@ -43,8 +56,8 @@ Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
   stats_.matmul_flops += 2.0 * double(N) * double(in) * double(out);
   stats_.weight_bytes += static_cast<double>(W.nbytes());
   if (x.dtype == DType::bf16) {
-    if (gemm_ == GemmKind::automatic && N <= cuda::kGemvMaxRows)
-      cuda::matmul_gemv_bf16(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, context()->stream());
+    if (gemv_rows(x))
+      cuda::matmul_gemv_bf16(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, nullptr, context()->stream());
     else if (gemm_ != GemmKind::simple)
       cuda::matmul_bf16_cublas(context()->cublas(), cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out);
     else
@@ -74,9 +87,40 @@ Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
   return y;
 }
 
+Tensor CudaBackend::matmul_add(const Tensor& x, const TensorView& w, const Tensor& res) {
+  if (!gemv_rows(x)) return Backend::matmul_add(x, w, res);
+  require_device(x, "matmul");
+  require_device(res, "add");
+  check_product_weight(w, x.cols());
+  const int64_t N = x.rows(), in = x.cols(), out = w.shape[0];
+  std::vector<int64_t> shape = x.shape;
+  shape.back() = out;
+  DEGEN_ASSERT(res.shape == shape && res.dtype == x.dtype, "matmul_add: residual ", shape_str(res.shape), ", product ",
+               shape_str(shape));
+  Tensor y = device_tensor(shape, x.dtype, "matmul_add");
+  if (N == 0 || out == 0) return y;
+  const Tensor& W = weight(w);
+  stats_.matmul_flops += 2.0 * double(N) * double(in) * double(out);
+  stats_.weight_bytes += static_cast<double>(W.nbytes());
+  cuda::matmul_gemv_bf16(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, cuda::cbf(res), context()->stream());
+  return y;
+}
+
 std::vector<Tensor> CudaBackend::matmul_many(const Tensor& x, std::span<const TensorView* const> ws) {
-  if (!fused_gemv(gemm_, x) || ws.empty() || ws.size() > size_t(cuda::kGemvMaxMats))
-    return Backend::matmul_many(x, ws);
+  if (!gemv_rows(x) || ws.empty() || ws.size() > size_t(cuda::kGemvMaxMats)) return Backend::matmul_many(x, ws);
+  return gemv_many(x, ws, cuda::GemvNorm{});
+}
+
+std::vector<Tensor> CudaBackend::norm_matmul_many(const Tensor& h, const PreNorm& pre,
+                                                  std::span<const TensorView* const> ws) {
+  cuda::GemvNorm nm;
+  if (ws.empty() || ws.size() > size_t(cuda::kGemvMaxMats) || !gemv_norm(h, pre, nm))
+    return Backend::norm_matmul_many(h, pre, ws);
+  return gemv_many(h, ws, nm);
+}
+
+std::vector<Tensor> CudaBackend::gemv_many(const Tensor& x, std::span<const TensorView* const> ws,
+                                           const cuda::GemvNorm& nm) {
   require_device(x, "matmul");
   const int64_t N = x.rows(), in = x.cols();
   cuda::GemvMany m;
@@ -97,12 +141,24 @@ std::vector<Tensor> CudaBackend::matmul_many(const Tensor& x, std::span<const Te
     m.rows_end[m.n] = rows;
     m.n++;
   }
-  cuda::matmul_gemv_many_bf16(cuda::cbf(x), m, N, in, context()->stream());
+  cuda::matmul_gemv_many_bf16(cuda::cbf(x), m, N, in, nm, context()->stream());
   return out;
 }
 
 Tensor CudaBackend::matmul_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up) {
-  if (!fused_gemv(gemm_, x) || gate.shape != up.shape) return Backend::matmul_swiglu(x, gate, up);
+  if (!gemv_rows(x) || gate.shape != up.shape) return Backend::matmul_swiglu(x, gate, up);
+  return gemv_swiglu(x, gate, up, cuda::GemvNorm{});
+}
+
+Tensor CudaBackend::norm_matmul_swiglu(const Tensor& h, const PreNorm& pre, const TensorView& gate,
+                                       const TensorView& up) {
+  cuda::GemvNorm nm;
+  if (gate.shape != up.shape || !gemv_norm(h, pre, nm)) return Backend::norm_matmul_swiglu(h, pre, gate, up);
+  return gemv_swiglu(h, gate, up, nm);
+}
+
+Tensor CudaBackend::gemv_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up,
+                                const cuda::GemvNorm& nm) {
   require_device(x, "matmul");
   const int64_t N = x.rows(), in = x.cols();
   check_product_weight(gate, in);
@@ -115,7 +171,8 @@ Tensor CudaBackend::matmul_swiglu(const Tensor& x, const TensorView& gate, const
   Tensor y = device_tensor(shape, x.dtype, "swiglu");
   stats_.matmul_flops += 4.0 * double(N) * double(in) * double(out);
   stats_.weight_bytes += static_cast<double>(G.nbytes() + U.nbytes());
-  cuda::matmul_gemv_swiglu_bf16(cuda::cbf(x), cuda::cbf(G), cuda::cbf(U), cuda::mbf(y), N, in, out, context()->stream());
+  cuda::matmul_gemv_swiglu_bf16(cuda::cbf(x), cuda::cbf(G), cuda::cbf(U), cuda::mbf(y), N, in, out, nm,
+                                context()->stream());
   return y;
 }
 

@@ -25,6 +25,17 @@ Tensor Backend::matmul_swiglu(const Tensor& x, const TensorView& gate, const Ten
   return swiglu(matmul(x, gate), matmul(x, up));
 }
 
+std::vector<Tensor> Backend::norm_matmul_many(const Tensor& h, const PreNorm& pre,
+                                              std::span<const TensorView* const> ws) {
+  return matmul_many(rmsnorm(h, *pre.w, pre.eps, pre.kind), ws);
+}
+
+Tensor Backend::norm_matmul_swiglu(const Tensor& h, const PreNorm& pre, const TensorView& gate, const TensorView& up) {
+  return matmul_swiglu(rmsnorm(h, *pre.w, pre.eps, pre.kind), gate, up);
+}
+
+Tensor Backend::matmul_add(const Tensor& x, const TensorView& w, const Tensor& res) { return add(res, matmul(x, w)); }
+
 Tensor Backend::rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) {
   DEGEN_ASSERT(w.numel() == x.cols(), "rmsnorm weight ", w.name, " has ", w.numel(), " elements, rows have ", x.cols());
   return do_rmsnorm(x, w, eps, kind);
@@ -79,8 +90,9 @@ Tensor Backend::attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   return do_attention(q, k, v, spans, caches);
 }
 
-Tensor Backend::conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
-                              const std::vector<Tensor*>& windows) {
+// The arguments of a conv1d_causal call (also those of gdn_inputs' conv).
+static void check_conv1d(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
+                         const std::vector<Tensor*>& windows) {
   const int64_t C = x.cols();
   DEGEN_ASSERT(w.shape.size() == 3 && w.shape[0] == C && w.shape[1] == 1, "conv weight ", w.name, " ",
                shape_str(w.shape), " for ", C, " channels");
@@ -92,7 +104,36 @@ Tensor Backend::conv1d_causal(const Tensor& x, const TensorView& w, const std::v
   for (const Tensor* win : windows)
     DEGEN_ASSERT(win->rows() == K - 1 && win->cols() == C, "conv window ", shape_str(win->shape), ", expected [", K - 1,
                  ", ", C, "]");
+}
+
+Tensor Backend::conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
+                              const std::vector<Tensor*>& windows) {
+  check_conv1d(x, w, spans, windows);
   return do_conv1d_causal(x, w, spans, windows);
+}
+
+Backend::GdnInputs Backend::gdn_inputs(const Tensor& qkv, const TensorView& conv_w, const std::vector<SeqSpan>& spans,
+                                       const std::vector<Tensor*>& windows, const Tensor& a, const Tensor& b,
+                                       const TensorView& A_log, const TensorView& dt_bias, const GdnHeads& h,
+                                       double eps, double q_scale) {
+  check_conv1d(qkv, conv_w, spans, windows);
+  DEGEN_ASSERT(qkv.cols() == 2 * h.nk * h.dk + h.nv * h.dv, "gdn_inputs: qkv has ", qkv.cols(), " columns, expected ",
+               2 * h.nk * h.dk + h.nv * h.dv);
+  DEGEN_ASSERT(a.shape == b.shape && a.rows() == qkv.rows() && a.cols() == h.nv, "gdn_inputs: a ", shape_str(a.shape),
+               ", b ", shape_str(b.shape), " for ", qkv.rows(), " rows of ", h.nv, " heads");
+  DEGEN_ASSERT(A_log.numel() == h.nv && dt_bias.numel() == h.nv, "gdn_inputs: A_log / dt_bias for ", h.nv, " heads");
+  return do_gdn_inputs(qkv, conv_w, spans, windows, a, b, A_log, dt_bias, h, eps, q_scale);
+}
+
+Backend::GdnInputs Backend::do_gdn_inputs(const Tensor& qkv, const TensorView& conv_w, const std::vector<SeqSpan>& spans,
+                                          const std::vector<Tensor*>& windows, const Tensor& a, const Tensor& b,
+                                          const TensorView& A_log, const TensorView& dt_bias, const GdnHeads& h,
+                                          double eps, double q_scale) {
+  const Tensor conv = conv1d_causal(qkv, conv_w, spans, windows);
+  GdnQkv s = gdn_split_norm(conv, h.nk, h.dk, h.nv, h.dv, eps, q_scale);
+  GdnInputs r{std::move(s.q), std::move(s.k), std::move(s.v), {}, {}};
+  gdn_gates(a, b, A_log, dt_bias, r.g, r.beta);
+  return r;
 }
 
 void check_kv_dtype(const KvCache& c, DType dtype) {

@@ -170,6 +170,21 @@ class Backend {
   virtual std::vector<Tensor> matmul_many(const Tensor& x, std::span<const TensorView* const> ws);
   // swiglu(matmul(x, gate), matmul(x, up)), the same storage points. Default: those three ops.
   virtual Tensor matmul_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up);
+  // The norm before a layer's first product, left to the product (the decode step's input and
+  // post-attention norms): norm_matmul_many(h, pre, ws) = matmul_many(rmsnorm(h, *pre.w, pre.eps,
+  // pre.kind), ws), norm_matmul_swiglu likewise, the same storage points (the normed rows rounded
+  // as rmsnorm stores them). Default: those ops; a device backend may norm inside the product.
+  struct PreNorm {
+    const TensorView* w = nullptr;
+    double eps = 0.0;
+    NormKind kind = NormKind::zero_centred;
+  };
+  virtual std::vector<Tensor> norm_matmul_many(const Tensor& h, const PreNorm& pre,
+                                               std::span<const TensorView* const> ws);
+  virtual Tensor norm_matmul_swiglu(const Tensor& h, const PreNorm& pre, const TensorView& gate, const TensorView& up);
+  // add(res, matmul(x, w)): a residual add after an output projection. Default: those two ops; a
+  // device backend may add in the product's epilogue.
+  virtual Tensor matmul_add(const Tensor& x, const TensorView& w, const Tensor& res);
 
   // ---- attention (spec §4.4-4.5) ----
   // Rotate-half RoPE on dims [0, rotary_dim) of every head; x [N, heads, D], pos [N] (may be < 0).
@@ -212,6 +227,15 @@ class Backend {
   // numerics(): faults gdn_read_before_decay, gdn_head_mod, gdn_out_fp16.
   virtual Tensor gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const std::vector<SeqSpan>& spans, const std::vector<Tensor*>& states, GdnAlgo algo) = 0;
+  // The gated delta rule's inputs from a GDN layer's projections (§4.7.2-4.7.4): what
+  // conv1d_causal(qkv), gdn_split_norm of its output and gdn_gates(a, b) compute, with the same
+  // storage points and window updates; the conv output itself is not returned. (Checked here;
+  // computed by do_gdn_inputs: by default those three ops, a device backend may do them in one pass.)
+  struct GdnHeads { int64_t nk = 0, dk = 0, nv = 0, dv = 0; };
+  struct GdnInputs { Tensor q, k, v, g, beta; };
+  GdnInputs gdn_inputs(const Tensor& qkv, const TensorView& conv_w, const std::vector<SeqSpan>& spans,
+                       const std::vector<Tensor*>& windows, const Tensor& a, const Tensor& b, const TensorView& A_log,
+                       const TensorView& dt_bias, const GdnHeads& heads, double eps, double q_scale);
 
   // ---- MoE (spec §4.8) ----
   // softmax over all experts, top-k, optional renormalisation; logits [N, E].
@@ -251,6 +275,10 @@ class Backend {
                               const std::vector<KvCache*>& caches) = 0;
   virtual Tensor do_conv1d_causal(const Tensor& x, const TensorView& w, const std::vector<SeqSpan>& spans,
                                   const std::vector<Tensor*>& windows) = 0;
+  virtual GdnInputs do_gdn_inputs(const Tensor& qkv, const TensorView& conv_w, const std::vector<SeqSpan>& spans,
+                                  const std::vector<Tensor*>& windows, const Tensor& a, const Tensor& b,
+                                  const TensorView& A_log, const TensorView& dt_bias, const GdnHeads& heads,
+                                  double eps, double q_scale);
   LayerNumerics numerics_;  // set by begin_layer; a backend initialises its storage dtypes to its own
 
  private:

@@ -171,16 +171,29 @@ void Engine::observe(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bo
                 shape_str(t.shape), " ", dtype_name(t.dtype), ": shape and dtype must stay");
 }
 
+Tensor& Engine::normed(Normed& in) {
+  if (in.x.empty()) in.x = be_.rmsnorm(*in.h, *in.pre.w, in.pre.eps, in.pre.kind);
+  return in.x;
+}
+
+std::vector<Tensor> Engine::project(Normed& in, std::span<const TensorView* const> ws) {
+  return in.x.empty() ? be_.norm_matmul_many(*in.h, in.pre, ws) : be_.matmul_many(in.x, ws);
+}
+
+Tensor Engine::out_proj(const Tensor& y, const TensorView& w, const Tensor* residual) {
+  return residual ? be_.matmul_add(y, w, *residual) : be_.matmul(y, w);
+}
+
 // ---- §4.4 gated full attention ----
-Tensor Engine::attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp,
-                               const LayerNumerics& n) {
+Tensor Engine::attention_mixer(int l, const AttnWeights& aw, Normed& in_x, Batch& b, Trace* tr, bool mtp,
+                               const LayerNumerics& n, const Tensor* residual) {
   const int64_t N = b.N, nq = cfg_.n_q, nkv = cfg_.n_kv, D = cfg_.head_dim;
   const NormKind zc = decoder_norm_kind(n);
   const int rotary = n.has(Fault::rope_all_dims) ? static_cast<int>(D) : cfg_.rotary_dim;
   // 1. q_proj -> per head [query (D) | gate (D)], interleaved per head (with k_proj and v_proj, one
   // call: a backend may read x once for the three)
   const TensorView* const qkv_w[3] = {aw.q_proj, aw.k_proj, aw.v_proj};
-  std::vector<Tensor> qkv_p = be_.matmul_many(x, qkv_w);
+  std::vector<Tensor> qkv_p = project(in_x, qkv_w);
   Tensor qg = std::move(qkv_p[0]);
   Tensor q, gate, k;
   Tensor v = std::move(qkv_p[2]).reshape({N, nkv, D});  // 2. k, v
@@ -213,16 +226,18 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Ba
   a = be_.sigmoid_mul(a, gate);
   tap(tr, Step::attn_gated, l, a, b, mtp);
   // 8. o_proj
-  return be_.matmul(a, *aw.o_proj);
+  return out_proj(a, *aw.o_proj, residual);
 }
 
 // ---- §4.7 Gated DeltaNet ----
-Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b, Trace* tr, const LayerNumerics& n) {
+Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, Normed& in, Batch& b, Trace* tr, const LayerNumerics& n,
+                         const Tensor* residual) {
   const int64_t N = b.N, dval = cfg_.d_val(), dconv = cfg_.d_conv();
   const int64_t nk = cfg_.n_k, nv = cfg_.n_v, dk = cfg_.d_k, dv = cfg_.d_v;
   // 1. projections, in the split layout [q | k | v], z, b, a (§4.7.1)
   Tensor qkv, z, bb, aa;
   if (gw.fused) {  // Qwen3-Next: de-interleave the per-key-group layout by a column permutation
+    const Tensor& x = normed(in);
     Tensor qkvz = be_.gather_cols(be_.matmul(x, *gw.in_proj_qkvz), qkvz_rows_);
     qkv = be_.slice_cols(qkvz, 0, dconv);
     z = be_.slice_cols(qkvz, dconv, dval);
@@ -231,7 +246,7 @@ Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b,
     aa = be_.slice_cols(ba, nv, nv);
   } else {
     const TensorView* const w[4] = {gw.in_proj_qkv, gw.in_proj_z, gw.in_proj_b, gw.in_proj_a};
-    std::vector<Tensor> p = be_.matmul_many(x, w);
+    std::vector<Tensor> p = project(in, w);
     qkv = std::move(p[0]);
     z = std::move(p[1]);
     bb = std::move(p[2]);
@@ -247,17 +262,31 @@ Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b,
     windows.push_back(&s->gdn[l].conv);
     states.push_back(&s->gdn[l].S);
   }
-  Tensor conv = be_.conv1d_causal(qkv, *gw.conv1d, b.spans, windows);
-  tap(tr, Step::gdn_conv, l, conv, b);
-  // 3. split, L2 norm (q also scaled by d_k^-1/2); head expansion j -> j / r happens in gdn() (§4.7.3)
-  auto [q, k, v] = be_.gdn_split_norm(conv, nk, dk, nv, dv, 1e-6, 1.0 / std::sqrt(double(dk)));
-  tap(tr, Step::gdn_q, l, q, b);
-  tap(tr, Step::gdn_k, l, k, b);
-  // 4. gates (§4.7.4)
-  Tensor g, beta;
-  be_.gdn_gates(aa, bb, *gw.A_log, *gw.dt_bias, g, beta);
-  tap(tr, Step::gdn_g, l, g, b);
-  tap(tr, Step::gdn_beta, l, beta, b);
+  const double q_scale = 1.0 / std::sqrt(double(dk));
+  Tensor q, k, v, g, beta;
+  if (observes_layers(tr)) {
+    Tensor conv = be_.conv1d_causal(qkv, *gw.conv1d, b.spans, windows);
+    tap(tr, Step::gdn_conv, l, conv, b);
+    // 3. split, L2 norm (q also scaled by d_k^-1/2); head expansion j -> j / r happens in gdn() (§4.7.3)
+    Backend::GdnQkv split = be_.gdn_split_norm(conv, nk, dk, nv, dv, 1e-6, q_scale);
+    q = std::move(split.q);
+    k = std::move(split.k);
+    v = std::move(split.v);
+    tap(tr, Step::gdn_q, l, q, b);
+    tap(tr, Step::gdn_k, l, k, b);
+    // 4. gates (§4.7.4)
+    be_.gdn_gates(aa, bb, *gw.A_log, *gw.dt_bias, g, beta);
+    tap(tr, Step::gdn_g, l, g, b);
+    tap(tr, Step::gdn_beta, l, beta, b);
+  } else {  // 2-4 in one op (Backend::gdn_inputs)
+    Backend::GdnInputs in = be_.gdn_inputs(qkv, *gw.conv1d, b.spans, windows, aa, bb, *gw.A_log, *gw.dt_bias,
+                                           {nk, dk, nv, dv}, 1e-6, q_scale);
+    q = std::move(in.q);
+    k = std::move(in.k);
+    v = std::move(in.v);
+    g = std::move(in.g);
+    beta = std::move(in.beta);
+  }
   // 5. the gated delta rule (§4.7.5 / §4.7.6)
   const GdnAlgo algo = b.one_token ? GdnAlgo::recurrent : Scoped<GdnAlgo>{opt_.gdn, opt_.run.gdn.overrides}.at(l, &cfg_);
   Tensor o = be_.gdn(q, k, v, g, beta, b.spans, states, algo);
@@ -266,12 +295,18 @@ Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b,
   Tensor y = be_.gated_rmsnorm(o.reshape({N * nv, dv}), z.reshape({N * nv, dv}), *gw.norm, cfg_.rms_norm_eps)
                  .reshape({N, dval});
   tap(tr, Step::gdn_norm, l, y, b);
-  return be_.matmul(y, *gw.out_proj);
+  return out_proj(y, *gw.out_proj, residual);
 }
 
 // ---- §4.8 dense MLP ----
 Tensor Engine::mlp(const MlpWeights& mw, const Tensor& x) {
   return be_.matmul(be_.matmul_swiglu(x, *mw.gate, *mw.up), *mw.down);
+}
+
+Tensor Engine::mlp(const MlpWeights& mw, Normed& in, const Tensor* residual) {
+  Tensor s = in.x.empty() ? be_.norm_matmul_swiglu(*in.h, in.pre, *mw.gate, *mw.up)
+                          : be_.matmul_swiglu(in.x, *mw.gate, *mw.up);
+  return out_proj(s, *mw.down, residual);
 }
 
 // ---- §4.8 dense MLP or sparse MoE block ----
@@ -337,31 +372,47 @@ Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* t
   const LayerNumerics n = numerics(l, mtp);
   be_.begin_layer(n);
   const NormKind zc = decoder_norm_kind(n);
+  const double eps = cfg_.rms_norm_eps;
+  // Without an observer, each norm is left to the product that reads it, and without tensor
+  // parallelism (whose all-reduce comes between an output projection and its residual add) each
+  // residual add is done by the output projection before it: the same values in fewer ops.
+  const bool observed = observes_layers(tr), fold = !observed && !comm_;
   tap(tr, Step::l_in, l, h, b, mtp);
-  Tensor x = !x_in.empty() ? std::move(x_in) : be_.rmsnorm(h, *lw.input_norm, cfg_.rms_norm_eps, zc);
-  tap(tr, Step::attn_norm, l, x, b, mtp);
-  Tensor m = lw.kind == LayerKind::full ? attention_mixer(l, lw.attn, x, b, tr, mtp, n)
-                                        : gdn_mixer(l, lw.gdn, x, b, tr, n);
-  m = reduce(m, n.has(Fault::tp_gdn_no_allreduce));  // tp > 1: o_proj / out_proj partial sums
-  tap(tr, Step::mixer_out, l, m, b, mtp);
-  Tensor u, y;
-  if (observes_layers(tr)) {  // an observer may replace u before the norm reads it
-    u = be_.add(h, m);
-    tap(tr, Step::h_mid, l, u, b, mtp);
-    y = be_.rmsnorm(u, *lw.post_norm, cfg_.rms_norm_eps, zc);
-  } else {  // the same values in one op (Backend::add_rmsnorm)
-    std::tie(u, y) = be_.add_rmsnorm(h, m, *lw.post_norm, cfg_.rms_norm_eps, zc);
+  Normed in{std::move(x_in), &h, {lw.input_norm, eps, zc}};
+  if (observed) tap(tr, Step::attn_norm, l, normed(in), b, mtp);
+  const Tensor* res = fold ? &h : nullptr;
+  Tensor m = lw.kind == LayerKind::full ? attention_mixer(l, lw.attn, in, b, tr, mtp, n, res)
+                                        : gdn_mixer(l, lw.gdn, in, b, tr, n, res);
+  Tensor u;
+  Normed post{{}, &u, {lw.post_norm, eps, zc}};
+  if (fold) {
+    u = std::move(m);  // h + o_proj / out_proj
+  } else {
+    m = reduce(m, n.has(Fault::tp_gdn_no_allreduce));  // tp > 1: o_proj / out_proj partial sums
+    tap(tr, Step::mixer_out, l, m, b, mtp);
+    if (observed) {  // an observer may replace u before the norm reads it
+      u = be_.add(h, m);
+      tap(tr, Step::h_mid, l, u, b, mtp);
+      normed(post);
+    } else {  // the same values in one op (Backend::add_rmsnorm)
+      std::tie(u, post.x) = be_.add_rmsnorm(h, m, *lw.post_norm, eps, zc);
+    }
   }
-  tap(tr, Step::ffn_norm, l, y, b, mtp);
-  Tensor f = ffn(l, lw, y, b, tr, mtp, n);
+  if (observed) tap(tr, Step::ffn_norm, l, post.x, b, mtp);
+  if (fold && !lw.moe) {  // u + down(swiglu(norm(u))): the dense MLP with its norm and residual add
+    Tensor out = mlp(lw.mlp, post, &u);
+    tap(tr, Step::l_out, l, out, b, mtp);
+    return out;
+  }
+  Tensor f = ffn(l, lw, normed(post), b, tr, mtp, n);
   // tp > 1: the down projections' partial sums (fault tp-skip-last-allreduce: not at the last
   // decoder layer, as SGLang's deferred all-reduce fusion did, PR #19411)
   f = reduce(f, skip_last_allreduce_ && !mtp && l == cfg_.num_layers - 1);
   if (n.has(Fault::tp_moe_double_allreduce)) f = reduce(f);  // fault: once more (SGLang PR #20110)
   tap(tr, Step::ffn_out, l, f, b, mtp);
   Tensor out;
-  if (next && !observes_layers(tr)) {
-    std::tie(out, next->x) = be_.add_rmsnorm(u, f, *next->w, cfg_.rms_norm_eps, next->kind);
+  if (next && !observed) {
+    std::tie(out, next->x) = be_.add_rmsnorm(u, f, *next->w, eps, next->kind);
   } else {
     out = be_.add(u, f);
   }
@@ -414,8 +465,9 @@ ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const Fo
   Tensor h = be_.embed(*w_.embed, ids);
   tap(tr, Step::embed, -1, h, b);
   prefetch_layer(0);
-  // Without an observer, each layer's last residual add also computes the norm after it: the next
-  // layer's input norm (with that layer's norm kind), or the final norm after the last layer.
+  // Without an observer, a layer whose last residual add is not the down projection's (MoE, tp > 1)
+  // computes the norm after it with it: the next layer's input norm (with that layer's norm kind),
+  // or the final norm after the last layer. Otherwise the next layer's first product norms its input.
   const bool fuse = !observes_layers(tr);
   Tensor x_next;
   for (int l = 0; l < cfg_.num_layers; ++l) {

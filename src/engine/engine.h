@@ -126,7 +126,8 @@ class Engine {
   Tensor reduce(const Tensor& t, bool skip = false);
   void prefetch_layer(int l);  // Backend::prefetch of layer l's weights (l == L: the final norm and LM head)
   // The norm after a layer's last residual add, computed with it (Backend::add_rmsnorm) when no
-  // trace observes the layers: the next layer's input norm, or the final norm after the last.
+  // trace observes the layers and that add is not done by the down projection (MoE, tp > 1): the
+  // next layer's input norm, or the final norm after the last.
   struct NextNorm {
     const TensorView* w = nullptr;
     NormKind kind = NormKind::zero_centred;
@@ -135,11 +136,25 @@ class Engine {
   // x_in: this layer's input norm when the previous layer computed it (else empty: computed here).
   Tensor layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* tr, bool mtp, Tensor x_in = {},
                NextNorm* next = nullptr);
-  Tensor attention_mixer(int l, const AttnWeights& aw, const Tensor& x, Batch& b, Trace* tr, bool mtp,
-                         const LayerNumerics& n);
-  Tensor gdn_mixer(int l, const GdnWeights& gw, const Tensor& x, Batch& b, Trace* tr, const LayerNumerics& n);
+  // A norm's output x = rmsnorm(*h, pre): computed (x), or left to the product that reads it
+  // (Backend::norm_matmul_many / norm_matmul_swiglu) where a single product does.
+  struct Normed {
+    Tensor x;
+    const Tensor* h = nullptr;
+    Backend::PreNorm pre;
+  };
+  Tensor& normed(Normed& in);  // computes x if it was left
+  std::vector<Tensor> project(Normed& in, std::span<const TensorView* const> ws);
+  // An output projection; `residual`: plus the residual (Backend::matmul_add), the layer's sum.
+  Tensor out_proj(const Tensor& y, const TensorView& w, const Tensor* residual);
+  // The mixers return o_proj / out_proj's output, or with `residual` the residual sum after it.
+  Tensor attention_mixer(int l, const AttnWeights& aw, Normed& in, Batch& b, Trace* tr, bool mtp,
+                         const LayerNumerics& n, const Tensor* residual);
+  Tensor gdn_mixer(int l, const GdnWeights& gw, Normed& in, Batch& b, Trace* tr, const LayerNumerics& n,
+                   const Tensor* residual);
   Tensor ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Trace* tr, bool mtp, const LayerNumerics& n);
   Tensor mlp(const MlpWeights& mw, const Tensor& x);
+  Tensor mlp(const MlpWeights& mw, Normed& in, const Tensor* residual);
   Tensor lm_head(const Tensor& hn, const std::vector<int64_t>& rows, const std::vector<uint8_t>* mask);
   // graphs=on: the key of a decode step that may run as a CUDA graph, "" when it may not.
   std::string graph_key(const Batch& b, const ForwardOptions& fo, Trace* tr) const;

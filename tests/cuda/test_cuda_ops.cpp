@@ -470,6 +470,77 @@ TEST_CASE("cuda ops: fused decode ops (projections of one input, gate/up with Sw
   check_guards(t, "fused decode ops");
 }
 
+TEST_CASE("cuda ops: the norm in the products' prologue and the residual add in the product's epilogue") {
+  Trio t;
+  const auto bits_equal = [&](const Tensor& a, const Tensor& b) {
+    const std::vector<float> x = t.gpu.to_host_f32(a), y = t.gpu.to_host_f32(b);
+    return a.shape == b.shape && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  // (N, in): row lengths under row_threads' 256 (the prologue's extra threads add zeros), odd (the
+  // element-by-element kernel), the shared-memory limit exactly (8 x 3072 x 2 bytes = 48 KiB) and
+  // past it, and 9 rows (cuBLAS): the last two go to the composition.
+  struct Shape { int64_t N, in; bool fused; };
+  for (Shape sh : {Shape{1, 128, true}, Shape{2, 200, true}, Shape{3, 1000, true}, Shape{5, 203, true},
+                   Shape{8, 3072, true}, Shape{7, 4000, false}, Shape{9, 256, false}}) {
+    const int64_t N = sh.N, in = sh.in;
+    const int64_t outs[3] = {48, 24, 5};
+    std::vector<std::unique_ptr<HostWeight>> ws;
+    for (int j = 0; j < 3; ++j)
+      ws.push_back(std::make_unique<HostWeight>(cat("w", j), std::vector<int64_t>{outs[j], in},
+                                                randn_bf16(size_t(outs[j] * in), 1.0 / std::sqrt(double(in)), 90 + j)));
+    HostWeight up("up", {48, in}, randn_bf16(size_t(48 * in), 1.0 / std::sqrt(double(in)), 93));
+    HostWeight down("down", {in, 48}, randn_bf16(size_t(48 * in), 1.0 / std::sqrt(48.0), 94));
+    const TensorView* const views[3] = {&ws[0]->view, &ws[1]->view, &ws[2]->view};
+    const auto h = t.in(randn_bf16(size_t(N * in), 1.0, 95), {N, in});
+    for (NormKind kind : {NormKind::zero_centred, NormKind::plain}) {
+      for (DType wd : {DType::bf16, DType::f32}) {  // an fp32 checkpoint weight: bf16 on the device for both
+        HostWeight nw("norm", {in}, randn_bf16(size_t(in), 0.1, 96), wd);
+        const Backend::PreNorm pre{&nw.view, 1e-6, kind};
+        const std::string tag = cat("N ", N, " in ", in, kind == NormKind::plain ? " plain" : "", " ", dtype_name(wd));
+        const Tensor x = t.gpu.rmsnorm(h.g, nw.view, 1e-6, kind);
+        const std::vector<Tensor> plain = t.gpu.matmul_many(x, views);  // (uploads, outside the counts)
+        const Tensor plain_sw = t.gpu.matmul_swiglu(x, *views[0], up.view);
+        cuda::counters_start();
+        const std::vector<Tensor> many = t.gpu.norm_matmul_many(h.g, pre, views);
+        const cuda::DeviceCounters dm = cuda::counters_read();
+        cuda::counters_stop();
+        cuda::counters_start();
+        const Tensor sw = t.gpu.norm_matmul_swiglu(h.g, pre, *views[0], up.view);
+        const cuda::DeviceCounters ds = cuda::counters_read();
+        cuda::counters_stop();
+        REQUIRE(many.size() == 3);
+        const std::vector<Tensor> many_e = t.emu.norm_matmul_many(h.e, pre, views);
+        const std::vector<Tensor> many_r = t.ref.norm_matmul_many(h.r, pre, views);
+        for (int j = 0; j < 3; ++j) {
+          CHECK_MESSAGE(bits_equal(many[size_t(j)], plain[size_t(j)]), "norm_matmul_many " << tag << " product " << j);
+          check_op(cat("norm_matmul_many[", j, "]"), t, many[size_t(j)], many_e[size_t(j)], many_r[size_t(j)],
+                   tol::kCudaNmseBf16);
+        }
+        CHECK_MESSAGE(bits_equal(sw, plain_sw), "norm_matmul_swiglu " << tag);
+        check_op("norm_matmul_swiglu", t, sw, t.emu.norm_matmul_swiglu(h.e, pre, *views[0], up.view),
+                 t.ref.norm_matmul_swiglu(h.r, pre, *views[0], up.view), tol::kCudaNmseBf16);
+        if (cuda::counters_supported()) {  // one launch where the prologue applies, else norm + product(s)
+          const bool fused = sh.fused;
+          CHECK_MESSAGE(dm.calls() == (fused ? 1 : sh.N <= cuda::kGemvMaxRows ? 2 : 4), tag);
+          CHECK_MESSAGE(ds.calls() == (fused ? 1 : sh.N <= cuda::kGemvMaxRows ? 2 : 4), tag);
+        }
+      }
+    }
+    // the residual add: res + x Wᵀ (down: [in, 48], so res has in columns)
+    const auto s = t.in(randn_bf16(size_t(N * 48), 1.0, 97), {N, 48});
+    const Tensor plain = t.gpu.add(h.g, t.gpu.matmul(s.g, down.view));
+    cuda::counters_start();
+    const Tensor y = t.gpu.matmul_add(s.g, down.view, h.g);
+    const cuda::DeviceCounters d = cuda::counters_read();
+    cuda::counters_stop();
+    CHECK_MESSAGE(bits_equal(y, plain), "matmul_add N " << N << " in " << in);
+    check_op("matmul_add", t, y, t.emu.matmul_add(s.e, down.view, h.e), t.ref.matmul_add(s.r, down.view, h.r),
+             tol::kCudaNmseBf16);
+    if (cuda::counters_supported()) CHECK(d.calls() == (N <= cuda::kGemvMaxRows ? 1 : 2));
+  }
+  check_guards(t, "prologue norm, epilogue add");
+}
+
 TEST_CASE("cuda ops: the GDN conv output's split with the q/k L2 norms in one launch, and the fault gdn-skip-l2norm") {
   for (bool fault : {false, true}) {
     Trio t;

@@ -132,6 +132,84 @@ TEST_CASE("cuda gdn: conv1d_causal prefill and decode with carried windows, seve
   }
 }
 
+// Backend::gdn_inputs: conv + split with the q/k L2 norms + gates. Decode-sized calls take one
+// launch (gdn_conv_inputs_kernel) and must store what the three ops store, bit for bit (outputs and
+// windows); a prefill call takes the three ops. Every fault of the three ops, both window dtypes.
+TEST_CASE("cuda gdn: the layer's inputs (conv, split with q/k norms, gates) in one launch equal the three ops, bit for bit") {
+  const Fault faults[] = {Fault::count, Fault::conv_window_stuck, Fault::gdn_skip_l2norm, Fault::alog_no_exp};
+  for (DType wd : {DType::bf16, DType::f32}) {
+    for (Fault f : faults) {
+      const std::string ftag = f == Fault::count ? "" : cat(",fault ", fault_name(f));
+      CAPTURE(dtype_name(wd));
+      CAPTURE(ftag);
+      Backends b;
+      LayerNumerics n;
+      n.conv_dtype = wd;
+      if (f != Fault::count) n.faults.set(static_cast<size_t>(f));
+      b.numerics(n);
+      const Backend::GdnHeads h{2, 40, 4, 24};  // dk and dv differ; r = 2
+      const int64_t C = 2 * h.nk * h.dk + h.nv * h.dv, K = 4;
+      HostWeight w("conv1d.weight", {C, 1, K}, randn_bf16(size_t(C * K), 0.3, 150));
+      HostWeight A_log("A_log", {h.nv}, randn_bf16(size_t(h.nv), 0.5, 151), DType::f32);
+      HostWeight dt_bias("dt_bias", {h.nv}, randn_bf16(size_t(h.nv), 0.5, 152));
+      const double eps = 1e-6, qs = 1.0 / std::sqrt(double(h.dk));
+      Tensor fused_w[2], plain_w[2], emu_w[2];
+      for (int s = 0; s < 2; ++s) {
+        fused_w[s] = b.gpu.zeros({K - 1, C}, wd);
+        plain_w[s] = b.gpu.zeros({K - 1, C}, wd);
+        emu_w[s] = b.emu.zeros({K - 1, C}, wd);
+      }
+      // prefill (9 and 2 rows: the three ops), decode (1 + 1), an MTP verify step (3 + 1)
+      const std::vector<std::vector<SeqSpan>> calls = {
+          {{0, 9, 0}, {9, 2, 0}}, {{0, 1, 9}, {1, 1, 2}}, {{0, 3, 10}, {3, 1, 3}}};
+      uint32_t seed = 160;
+      for (size_t ci = 0; ci < calls.size(); ++ci) {
+        const std::vector<SeqSpan>& spans = calls[ci];
+        const int64_t N = spans.back().row0 + spans.back().rows;
+        const std::vector<double> xv = randn_bf16(size_t(N * C), 1.0, seed++);
+        const std::vector<double> av = randn_bf16(size_t(N * h.nv), 1.0, seed++), bv = randn_bf16(size_t(N * h.nv), 1.0, seed++);
+        const Tensor x = b.gpu.from_host(xv, {N, C}, DType::bf16);
+        const Tensor ag = b.gpu.from_host(av, {N, h.nv}, DType::bf16), bg = b.gpu.from_host(bv, {N, h.nv}, DType::bf16);
+        std::vector<Tensor*> fw = {&fused_w[0], &fused_w[1]}, pw = {&plain_w[0], &plain_w[1]}, ew = {&emu_w[0], &emu_w[1]};
+        cuda::counters_start();
+        const Backend::GdnInputs got = b.gpu.gdn_inputs(x, w.view, spans, fw, ag, bg, A_log.view, dt_bias.view, h, eps, qs);
+        const cuda::DeviceCounters dc = cuda::counters_read();
+        cuda::counters_stop();
+        // the three ops on the same device
+        const Tensor conv = b.gpu.conv1d_causal(x, w.view, spans, pw);
+        const Backend::GdnQkv split = b.gpu.gdn_split_norm(conv, h.nk, h.dk, h.nv, h.dv, eps, qs);
+        Tensor g, beta;
+        b.gpu.gdn_gates(ag, bg, A_log.view, dt_bias.view, g, beta);
+        const std::string tag = cat("gdn_inputs[window ", dtype_name(wd), ftag, "] call ", ci + 1);
+        for (auto [gt, want, what] : {std::tuple<const Tensor*, const Tensor*, const char*>{&got.q, &split.q, "q"},
+                                      {&got.k, &split.k, "k"}, {&got.v, &split.v, "v"}, {&got.g, &g, "g"},
+                                      {&got.beta, &beta, "beta"}}) {
+          REQUIRE(gt->shape == want->shape);
+          CHECK_MESSAGE(same_bits(b.gpu.to_host_f32(*gt), b.gpu.to_host_f32(*want)), tag << ": " << what);
+        }
+        for (int s = 0; s < 2; ++s)
+          CHECK_MESSAGE(same_bits(b.gpu.to_host_f32(fused_w[s]), b.gpu.to_host_f32(plain_w[s])), tag << ": window " << s);
+        // against the CPU's emulation (the default composition)
+        const Backend::GdnInputs e = b.emu.gdn_inputs(b.emu.from_host(xv, {N, C}, DType::bf16), w.view, spans, ew,
+                                                      b.emu.from_host(av, {N, h.nv}, DType::bf16),
+                                                      b.emu.from_host(bv, {N, h.nv}, DType::bf16), A_log.view,
+                                                      dt_bias.view, h, eps, qs);
+        check_values(tag + " q", b.gpu.to_host_f32(got.q), b.emu.to_host_f32(e.q), {}, tol::kCudaNmseBf16, shape_str(got.q.shape));
+        check_values(tag + " k", b.gpu.to_host_f32(got.k), b.emu.to_host_f32(e.k), {}, tol::kCudaNmseBf16, shape_str(got.k.shape));
+        check_values(tag + " v", b.gpu.to_host_f32(got.v), b.emu.to_host_f32(e.v), {}, tol::kCudaNmseBf16, shape_str(got.v.shape));
+        check_values(tag + " g", b.gpu.to_host_f32(got.g), b.emu.to_host_f32(e.g), {}, tol::kCudaNmseBf16, shape_str(got.g.shape));
+        check_values(tag + " beta", b.gpu.to_host_f32(got.beta), b.emu.to_host_f32(e.beta), {}, tol::kCudaNmseBf16,
+                     shape_str(got.beta.shape));
+        if (cuda::counters_supported()) {  // decode-sized calls: one launch (plus the sequence table's upload)
+          const bool decode = ci > 0;
+          CHECK_MESSAGE(dc.launches == (decode ? 1 : 4), tag);
+        }
+      }
+      check_guards(b.gpu, "gdn_inputs");
+    }
+  }
+}
+
 TEST_CASE("cuda gdn: conv window carried across prefill -> decode equals one long prefill, bit for bit") {
   for (DType wd : {DType::bf16, DType::f32}) {
     Backends b;

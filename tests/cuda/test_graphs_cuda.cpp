@@ -11,6 +11,7 @@
 
 #include "cuda_test_util.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/device_counters.h"
 #include "cuda/graphs.h"
 #include "engine/backend_factory.h"
 #include "engine/engine.h"
@@ -34,28 +35,87 @@ std::vector<uint8_t> bytes(CudaBackend& be, const Tensor& t, int64_t rows = -1) 
 // Runs prefill + `steps` decode steps of two sequences on `be` under `config`; returns every
 // step's logits bytes and leaves the states in `st`.
 std::vector<std::vector<uint8_t>> run(const Model& m, CudaBackend& be, const std::string& config, int steps,
-                                      std::vector<SeqState>& st) {
+                                      std::vector<SeqState>& st, Trace* tr = nullptr) {
   Engine eng(m.cfg, m.w, be, engine_options(parse_run_config(config)));
   const int64_t V = m.cfg.vocab_size;
   st.clear();
   st.push_back(eng.new_state());
   st.push_back(eng.new_state());
-  eng.forward({SeqInput{&st[0], random_ids(13, V, 1)}, SeqInput{&st[1], random_ids(5, V, 2)}});
+  eng.forward({SeqInput{&st[0], random_ids(13, V, 1)}, SeqInput{&st[1], random_ids(5, V, 2)}}, {}, tr);
   std::vector<std::vector<uint8_t>> out;
   for (int s = 0; s < steps; ++s) {
     const std::vector<int32_t> t = random_ids(2, V, 100 + static_cast<uint32_t>(s));
-    ForwardOutput o = eng.forward({SeqInput{&st[0], {t[0]}}, SeqInput{&st[1], {t[1]}}});
+    ForwardOutput o = eng.forward({SeqInput{&st[0], {t[0]}}, SeqInput{&st[1], {t[1]}}}, {}, tr);
     out.push_back(bytes(be, o.logits));
   }
   return out;
 }
 
+// The final states of two runs, byte for byte: KV rows, conv windows, S.
+void check_states_equal(CudaBackend& a, const std::vector<SeqState>& sa, CudaBackend& b, const std::vector<SeqState>& sb) {
+  REQUIRE(sa.size() == sb.size());
+  for (size_t i = 0; i < sa.size(); ++i)
+    for (size_t l = 0; l < sa[i].kv.size(); ++l) {
+      CAPTURE(l);
+      CHECK(sa[i].kv[l].len == sb[i].kv[l].len);
+      if (sa[i].kv[l].len > 0) {
+        CHECK(bytes(a, sa[i].kv[l].k, sa[i].kv[l].len) == bytes(b, sb[i].kv[l].k, sb[i].kv[l].len));
+        CHECK(bytes(a, sa[i].kv[l].v, sa[i].kv[l].len) == bytes(b, sb[i].kv[l].v, sb[i].kv[l].len));
+      }
+      CHECK(bytes(a, sa[i].gdn[l].conv) == bytes(b, sb[i].gdn[l].conv));
+      CHECK(bytes(a, sa[i].gdn[l].S) == bytes(b, sb[i].gdn[l].S));
+    }
+}
+
+GemmKind gemm_of(const char* config) {
+  return std::strstr(config, "gemm=simple") ? GemmKind::simple
+         : std::strstr(config, "gemm=cublas") ? GemmKind::cublas
+                                              : GemmKind::automatic;
+}
+
 }  // namespace
+
+// Without an observer the engine leaves each norm to the product that reads it and each residual
+// add to the output projection before it (norm_matmul_many, norm_matmul_swiglu, matmul_add; MoE and
+// tp > 1 keep add_rmsnorm); an observing trace makes it compute every step on its own, in tap order.
+// Both must give the same logits and states, bit for bit; the fused run must launch fewer kernels.
+TEST_CASE("cuda engine: the fused decode path gives the logits and states of the step-by-step path, bit for bit") {
+  for (const char* preset : {"tiny-qwen35", "tiny-qwen35-r3", "tiny-qwen35-moe", "tiny-qwen3next"}) {
+    CAPTURE(preset);
+    Model m(preset);
+    CudaBackend fused_be(0, GemmKind::automatic, false), plain_be(0, GemmKind::automatic, false);
+    Trace watch;
+    int64_t offered = 0;
+    watch.observer = [&](const TraceEvent&, Tensor&, Backend&) { ++offered; };
+    constexpr int kSteps = 6;
+    std::vector<SeqState> sa, sb;
+    const bool count = cuda::counters_supported();
+    if (count) cuda::counters_start();
+    const auto got = run(m, fused_be, "backend=cuda", kSteps, sa);
+    const cuda::DeviceCounters fused_calls = count ? cuda::counters_read() : cuda::DeviceCounters{};
+    if (count) cuda::counters_stop();
+    if (count) cuda::counters_start();
+    const auto want = run(m, plain_be, "backend=cuda", kSteps, sb, &watch);
+    const cuda::DeviceCounters plain_calls = count ? cuda::counters_read() : cuda::DeviceCounters{};
+    if (count) cuda::counters_stop();
+    CHECK(offered > 0);
+    REQUIRE(got.size() == want.size());
+    for (size_t s = 0; s < want.size(); ++s) CHECK_MESSAGE(got[s] == want[s], "decode step " << s);
+    CHECK(want.front() != want.back());
+    check_states_equal(fused_be, sa, plain_be, sb);
+    if (count) {
+      std::printf("fusion-check %-16s launches: %lld fused, %lld step by step\n", preset,
+                  static_cast<long long>(fused_calls.launches), static_cast<long long>(plain_calls.launches));
+      CHECK(fused_calls.launches < plain_calls.launches);
+    }
+  }
+}
 
 TEST_CASE("cuda graphs: decode steps replayed from graphs give the logits and states of plain launches, bit for bit") {
   struct Run { const char* preset; const char* config; };
   const Run runs[] = {
       {"tiny-qwen35", "backend=cuda"},
+      {"tiny-qwen35", "backend=cuda,gemm=cublas"},
       {"tiny-qwen35", "backend=cuda,attn=naive,kv_dtype=fp8"},
       {"tiny-qwen35", "backend=cuda,attn=splitkv,ssm_dtype=bf16"},
       {"tiny-qwen35", "backend=cuda,fault=kv-off-by-one@3"},
@@ -68,7 +128,7 @@ TEST_CASE("cuda graphs: decode steps replayed from graphs give the logits and st
     CAPTURE(r.preset);
     CAPTURE(r.config);
     Model m(r.preset);
-    const GemmKind gemm = std::strstr(r.config, "gemm=simple") ? GemmKind::simple : GemmKind::cublas;
+    const GemmKind gemm = gemm_of(r.config);
     CudaBackend plain(0, gemm, /*graphs=*/false), graphed(0, gemm, /*graphs=*/true);
     std::vector<SeqState> sa, sb;
     const auto want = run(m, plain, r.config, kSteps, sa);
@@ -78,17 +138,7 @@ TEST_CASE("cuda graphs: decode steps replayed from graphs give the logits and st
     for (size_t s = 0; s < want.size(); ++s) equal += got[s] == want[s];
     CHECK(equal == kSteps);
     CHECK(want.front() != want.back());  // the steps compute different logits: equality is not trivial
-    for (size_t i = 0; i < sa.size(); ++i)
-      for (size_t l = 0; l < sa[i].kv.size(); ++l) {
-        CAPTURE(l);
-        CHECK(sa[i].kv[l].len == sb[i].kv[l].len);
-        if (sa[i].kv[l].len > 0) {
-          CHECK(bytes(plain, sa[i].kv[l].k, sa[i].kv[l].len) == bytes(graphed, sb[i].kv[l].k, sb[i].kv[l].len));
-          CHECK(bytes(plain, sa[i].kv[l].v, sa[i].kv[l].len) == bytes(graphed, sb[i].kv[l].v, sb[i].kv[l].len));
-        }
-        CHECK(bytes(plain, sa[i].gdn[l].conv) == bytes(graphed, sb[i].gdn[l].conv));
-        CHECK(bytes(plain, sa[i].gdn[l].S) == bytes(graphed, sb[i].gdn[l].S));
-      }
+    check_states_equal(plain, sa, graphed, sb);
     const cuda::GraphStats gs = graphed.graph_stats();
     const bool moe = m.cfg.num_experts > 0;
     std::printf("graph-check %-16s %-44s %d/%d steps equal; recorded %lld, captured %lld, replayed %lld, graph launches %lld\n",
