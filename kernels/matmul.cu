@@ -119,14 +119,26 @@ __device__ __forceinline__ void gemv_chunk(const uint4& wv, const bf16* x, int64
 }
 }  // namespace
 
-// The products' input: x, or (nm.w) x's N rows normed into the block's shared memory xs, each as
-// rmsnorm_kernel norms a row (rmsnorm_row, the same tree of sums), then a barrier. Every block norms
-// for itself: x (N x in x 2 bytes) is re-read from L2 by each block, W is still read once.
+// The products' input: x, or (a prologue) x's N rows computed into the block's shared memory xs,
+// each element as the prologue op's own kernel computes it (the norms: the same row functions, so
+// the same tree of sums), then a barrier. Every block computes it for itself: x (and z) are
+// re-read from L2 by each block, W is still read once.
 template <int N>
-__device__ __forceinline__ const bf16* gemv_input(const bf16* x, const GemvNorm& nm, int64_t in, bf16* xs,
+__device__ __forceinline__ const bf16* gemv_input(const bf16* x, const GemvPrologue& p, int64_t in, bf16* xs,
                                                   float* scratch) {
-  if (!nm.w) return x;
-  for (int n = 0; n < N; ++n) rmsnorm_row(x + int64_t(n) * in, nm.w, xs + int64_t(n) * in, in, nm.eps, nm.plus_one, scratch);
+  switch (p.kind) {
+    case GemvPrologue::none: return x;
+    case GemvPrologue::rmsnorm:
+      for (int n = 0; n < N; ++n) rmsnorm_row(x + int64_t(n) * in, p.w, xs + int64_t(n) * in, in, p.eps, p.plus_one, scratch);
+      break;
+    case GemvPrologue::gated_rmsnorm:
+      for (int64_t r = 0; r < N * in / p.group; ++r)
+        gated_rmsnorm_row(x + r * p.group, p.z + r * p.group, p.w, xs + r * p.group, p.group, p.eps, p.plus_one, scratch);
+      break;
+    case GemvPrologue::sigmoid_gate:
+      for (int64_t i = threadIdx.x; i < N * in; i += blockDim.x) xs[i] = from_f32<bf16>(to_f32(x[i]) * sigmoidf_(to_f32(p.z[i])));
+      break;
+  }
   __syncthreads();
   return xs;
 }
@@ -160,7 +172,10 @@ __device__ __forceinline__ void gemv_row_sums(const bf16* x, const bf16* wr, int
 
 template <int N, bool kVec>
 static __global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_bf16_kernel(const bf16* x, const bf16* w, bf16* y, int64_t in, int64_t out, const bf16* res) {
+    gemv_bf16_kernel(const bf16* x, const bf16* w, bf16* y, int64_t in, int64_t out, GemvPrologue pro, const bf16* res) {
+  extern __shared__ uint4 gemv_xs[];
+  __shared__ float scratch[32];
+  x = gemv_input<N>(x, pro, in, reinterpret_cast<bf16*>(gemv_xs), scratch);
   const int64_t o = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   if (o >= out) return;  // the whole warp: its lanes share o
   float acc[N];
@@ -178,10 +193,10 @@ static __global__ void __launch_bounds__(kGemvWarps * 32)
 // Several products of the same x in one launch: the warps walk the rows of W_0, then W_1, ...
 template <int N, bool kVec>
 static __global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_many_bf16_kernel(const bf16* x, GemvMany m, int64_t in, GemvNorm nm) {
+    gemv_many_bf16_kernel(const bf16* x, GemvMany m, int64_t in, GemvPrologue pro) {
   extern __shared__ uint4 gemv_xs[];
   __shared__ float scratch[32];
-  x = gemv_input<N>(x, nm, in, reinterpret_cast<bf16*>(gemv_xs), scratch);
+  x = gemv_input<N>(x, pro, in, reinterpret_cast<bf16*>(gemv_xs), scratch);
   const int64_t o = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   int j = 0;
   while (j < m.n && o >= m.rows_end[j]) ++j;
@@ -200,10 +215,10 @@ static __global__ void __launch_bounds__(kGemvWarps * 32)
 template <int N, bool kVec>
 static __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_swiglu_bf16_kernel(const bf16* x, const bf16* wg, const bf16* wu, bf16* y, int64_t in, int64_t out,
-                            GemvNorm nm) {
+                            GemvPrologue pro) {
   extern __shared__ uint4 gemv_xs[];
   __shared__ float scratch[32];
-  x = gemv_input<N>(x, nm, in, reinterpret_cast<bf16*>(gemv_xs), scratch);
+  x = gemv_input<N>(x, pro, in, reinterpret_cast<bf16*>(gemv_xs), scratch);
   const int64_t o = int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   if (o >= out) return;
   float g[N], u[N];
@@ -234,33 +249,36 @@ void with_rows(int64_t rows, F&& f) {
 }
 }  // namespace
 
-void matmul_gemv_bf16(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t in, int64_t out, const bf16* res,
-                      cudaStream_t stream) {
+// The shared memory of a launch with a prologue: the N rows it computes.
+static size_t gemv_smem(const GemvPrologue& p, int64_t N, int64_t in) {
+  if (p.kind == GemvPrologue::none) return 0;
+  const size_t bytes = size_t(N * in) * sizeof(bf16);
+  DEGEN_ASSERT(bytes <= size_t(kGemvPrologueSmemBytes), "gemv prologue: ", N, " rows of ", in, " need ", bytes,
+               " bytes of shared memory, at most ", kGemvPrologueSmemBytes);
+  DEGEN_ASSERT(p.kind != GemvPrologue::gated_rmsnorm || (p.group > 0 && in % p.group == 0), "gemv prologue: groups of ",
+               p.group, " in rows of ", in);
+  return bytes;
+}
+
+void matmul_gemv_bf16(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t in, int64_t out,
+                      const GemvPrologue& pro, const bf16* res, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (N == 0 || out == 0) return;
   DEGEN_ASSERT(N <= kGemvMaxRows, "matmul_gemv_bf16: ", N, " rows, at most ", kGemvMaxRows);
   const bool vec = in % 8 == 0 && aligned16(x) && aligned16(w);
   const unsigned blocks = blocks_for(out, kGemvWarps);
+  const size_t smem = gemv_smem(pro, N, in);
   with_rows(N, [&](auto n) {
     constexpr int R = decltype(n)::value;
     if (vec)
-      gemv_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out, res);
+      gemv_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, smem, stream>>>(x, w, y, in, out, pro, res);
     else
-      gemv_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, 0, stream>>>(x, w, y, in, out, res);
+      gemv_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, smem, stream>>>(x, w, y, in, out, pro, res);
   });
   CUDA_CHECK_LAUNCH("gemv_bf16_kernel");
 }
 
-// The shared memory of a launch with a prologue norm: the N normed rows.
-static size_t gemv_smem(const GemvNorm& nm, int64_t N, int64_t in) {
-  if (!nm.w) return 0;
-  const size_t bytes = size_t(N * in) * sizeof(bf16);
-  DEGEN_ASSERT(bytes <= size_t(kGemvNormSmemBytes), "gemv prologue norm: ", N, " rows of ", in, " need ", bytes,
-               " bytes of shared memory, at most ", kGemvNormSmemBytes);
-  return bytes;
-}
-
-void matmul_gemv_many_bf16(const bf16* x, const GemvMany& m, int64_t N, int64_t in, const GemvNorm& nm,
+void matmul_gemv_many_bf16(const bf16* x, const GemvMany& m, int64_t N, int64_t in, const GemvPrologue& pro,
                            cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   DEGEN_ASSERT(N <= kGemvMaxRows && m.n >= 1 && m.n <= kGemvMaxMats, "matmul_gemv_many_bf16: ", N, " rows, ", m.n,
@@ -270,31 +288,31 @@ void matmul_gemv_many_bf16(const bf16* x, const GemvMany& m, int64_t N, int64_t 
   bool vec = in % 8 == 0 && aligned16(x);
   for (int j = 0; j < m.n; ++j) vec = vec && aligned16(m.w[j]);
   const unsigned blocks = blocks_for(rows, kGemvWarps);
-  const size_t smem = gemv_smem(nm, N, in);
+  const size_t smem = gemv_smem(pro, N, in);
   with_rows(N, [&](auto n) {
     constexpr int R = decltype(n)::value;
     if (vec)
-      gemv_many_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, smem, stream>>>(x, m, in, nm);
+      gemv_many_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, smem, stream>>>(x, m, in, pro);
     else
-      gemv_many_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, smem, stream>>>(x, m, in, nm);
+      gemv_many_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, smem, stream>>>(x, m, in, pro);
   });
   CUDA_CHECK_LAUNCH("gemv_many_bf16_kernel");
 }
 
 void matmul_gemv_swiglu_bf16(const bf16* x, const bf16* wg, const bf16* wu, bf16* y, int64_t N, int64_t in,
-                             int64_t out, const GemvNorm& nm, cudaStream_t stream) {
+                             int64_t out, const GemvPrologue& pro, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (N == 0 || out == 0) return;
   DEGEN_ASSERT(N <= kGemvMaxRows, "matmul_gemv_swiglu_bf16: ", N, " rows, at most ", kGemvMaxRows);
   const bool vec = in % 8 == 0 && aligned16(x) && aligned16(wg) && aligned16(wu);
   const unsigned blocks = blocks_for(out, kGemvWarps);
-  const size_t smem = gemv_smem(nm, N, in);
+  const size_t smem = gemv_smem(pro, N, in);
   with_rows(N, [&](auto n) {
     constexpr int R = decltype(n)::value;
     if (vec)
-      gemv_swiglu_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, smem, stream>>>(x, wg, wu, y, in, out, nm);
+      gemv_swiglu_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, smem, stream>>>(x, wg, wu, y, in, out, pro);
     else
-      gemv_swiglu_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, smem, stream>>>(x, wg, wu, y, in, out, nm);
+      gemv_swiglu_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, smem, stream>>>(x, wg, wu, y, in, out, pro);
   });
   CUDA_CHECK_LAUNCH("gemv_swiglu_bf16_kernel");
 }

@@ -21,20 +21,26 @@ void matmul_f32_cublas(cublasHandle_t handle, const float* x, const float* w, fl
 // kernel that reads W once with 16-byte loads, fp32 sums, bf16 x bf16 -> bf16. Larger N go to
 // cuBLAS. Caller's stream.
 constexpr int64_t kGemvMaxRows = 8;
+// The op before a product done by the product itself: each block computes the N rows of its input
+// from x into shared memory, as the op's own kernel stores them (bit for bit), then multiplies.
+//   rmsnorm:       rmsnorm_cuda of x with w (the decode step's input and post-attention norms);
+//   gated_rmsnorm: gated_rmsnorm_cuda of x and z per group of `group` elements (the GDN out_proj's);
+//   sigmoid_gate:  sigmoid_mul_cuda of x and z (the attention output gate, before o_proj).
+// N x in x 2 bytes of shared memory, at most kGemvPrologueSmemBytes (the default limit).
+struct GemvPrologue {
+  enum Kind : int { none, rmsnorm, gated_rmsnorm, sigmoid_gate };
+  Kind kind = none;
+  const __nv_bfloat16* w = nullptr;  // the norm weight
+  const __nv_bfloat16* z = nullptr;  // the gate rows [N, in]
+  int64_t group = 0;                 // gated_rmsnorm: the norm's length
+  float eps = 0.0f;
+  bool plus_one = false;             // weight (1 + w)
+};
+constexpr int64_t kGemvPrologueSmemBytes = 48 * 1024;
 // res (nullable, [N, out]): y = res + x Wᵀ, the residual add in the epilogue (add_cuda of the stored
 // product: bit for bit matmul then add).
 void matmul_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t N, int64_t in,
-                      int64_t out, const __nv_bfloat16* res, cudaStream_t stream);
-// A norm of x's rows done by the product itself (the decode step's input and post-attention norms):
-// each block norms the N rows into shared memory as rmsnorm_cuda does, bit for bit, then multiplies
-// (x is then the un-normed rows). w == nullptr: no norm. N x in x 2 bytes of shared memory, at most
-// kGemvNormSmemBytes (the default limit of dynamic shared memory).
-struct GemvNorm {
-  const __nv_bfloat16* w = nullptr;
-  float eps = 0.0f;
-  bool plus_one = false;  // zero-centred weight (1 + w)
-};
-constexpr int64_t kGemvNormSmemBytes = 48 * 1024;
+                      int64_t out, const GemvPrologue& pro, const __nv_bfloat16* res, cudaStream_t stream);
 // Up to kGemvMaxMats products of the same x [N, in] in one launch (the projections of a layer
 // input: GDN qkv, z, b, a; attention q, k, v): y[j] [N, out[j]] = x W[j]ᵀ; rows_end[j] = Σ out[..j].
 constexpr int kGemvMaxMats = 4;
@@ -45,12 +51,12 @@ struct GemvMany {
   int64_t rows_end[kGemvMaxMats] = {};
   int n = 0;
 };
-void matmul_gemv_many_bf16(const __nv_bfloat16* x, const GemvMany& m, int64_t N, int64_t in, const GemvNorm& nm,
+void matmul_gemv_many_bf16(const __nv_bfloat16* x, const GemvMany& m, int64_t N, int64_t in, const GemvPrologue& pro,
                            cudaStream_t stream);
 // The MLP's first half in one launch: y = silu(x Gᵀ) * (x Uᵀ), each product rounded to bf16 before
 // the SwiGLU (the storage points of matmul, matmul, swiglu); G, U [out, in].
 void matmul_gemv_swiglu_bf16(const __nv_bfloat16* x, const __nv_bfloat16* wg, const __nv_bfloat16* wu,
-                             __nv_bfloat16* y, int64_t N, int64_t in, int64_t out, const GemvNorm& nm,
+                             __nv_bfloat16* y, int64_t N, int64_t in, int64_t out, const GemvPrologue& pro,
                              cudaStream_t stream);
 // gemm=simple: a plain shared-memory tiled kernel (fp32 FMA, no tensor cores) that does not depend
 // on cuBLAS, to clear or convict it. X, W, Y: bf16 (the GPU path) or float (precision=ref: float x

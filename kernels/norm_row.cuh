@@ -28,6 +28,23 @@ __device__ __forceinline__ void rmsnorm_row(const T* x, const W* w, T* out, int6
   }
 }
 
+// The GDN gated norm (norm before gate, spec §4.2b): out = w' ⊙ x̂ ⊙ silu(z), w' = plus_one ? 1 + w : w.
+template <typename T, typename W>
+__device__ __forceinline__ void gated_rmsnorm_row(const T* x, const T* z, const W* w, T* out, int64_t C, float eps,
+                                                  bool plus_one, float* scratch) {
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = to_f32(x[c]);
+    ss += v * v;
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / float(C) + eps);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
+    out[c] = from_f32<T>(wv * (to_f32(x[c]) * inv) * siluf_(to_f32(z[c])));
+  }
+}
+
 // out = x * scale / sqrt(Σx² + eps), or x * scale when `skip` (fault gdn-skip-l2norm).
 template <typename T>
 __device__ __forceinline__ void l2norm_row(const T* x, T* out, int64_t C, float eps, float scale, bool skip,

@@ -51,17 +51,7 @@ static __global__ void gated_rmsnorm_kernel(const T* x, const T* z, const W* w, 
                                           bool plus_one) {
   __shared__ float scratch[32];
   const int64_t base = blockIdx.x * C;
-  float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float v = to_f32(x[base + c]);
-    ss += v * v;
-  }
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / float(C) + eps);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
-    out[base + c] = from_f32<T>(wv * (to_f32(x[base + c]) * inv) * siluf_(to_f32(z[base + c])));
-  }
+  gated_rmsnorm_row(x + base, z + base, w, out + base, C, eps, plus_one, scratch);
 }
 
 template <typename T, typename W>

@@ -41,7 +41,7 @@ namespace cuda {
 class CudaContext;
 class StepGraphs;
 struct GraphStats;
-struct GemvNorm;
+struct GemvPrologue;
 }  // namespace cuda
 
 // automatic (gemm=auto, the default): the matrix-vector kernel for products of at most
@@ -135,6 +135,9 @@ class CudaBackend final : public Backend {
                                        std::span<const TensorView* const> ws) override;
   Tensor norm_matmul_swiglu(const Tensor& h, const PreNorm& pre, const TensorView& gate, const TensorView& up) override;
   Tensor matmul_add(const Tensor& x, const TensorView& w, const Tensor& res) override;
+  Tensor gated_norm_matmul(const Tensor& x, const Tensor& z, const TensorView& norm_w, double eps, const TensorView& w,
+                           const Tensor* res) override;
+  Tensor sigmoid_gate_matmul(const Tensor& x, const Tensor& gate, const TensorView& w, const Tensor* res) override;
   GdnQkv gdn_split_norm(const Tensor& conv, int64_t nk, int64_t dk, int64_t nv, int64_t dv, double eps,
                         double q_scale) override;
   AttnInputs attn_inputs(const Tensor& qg, const Tensor& k, const TensorView& q_norm, const TensorView& k_norm,
@@ -207,11 +210,14 @@ class CudaBackend final : public Backend {
  private:
   void require_device(const Tensor& t, const char* op) const;
   // The fused decode products (src/cuda/matmul.cpp): whether x's products go to the matrix-vector
-  // kernels, the prologue norm of `pre` for rows h (false: not fusable), and the launches.
+  // kernels, whether a prologue fits (x's rows in the block's shared memory), the prologue norm of
+  // `pre` for rows h (false: not fusable), and the launches.
   bool gemv_rows(const Tensor& x) const;
-  bool gemv_norm(const Tensor& h, const PreNorm& pre, cuda::GemvNorm& nm);
-  std::vector<Tensor> gemv_many(const Tensor& x, std::span<const TensorView* const> ws, const cuda::GemvNorm& nm);
-  Tensor gemv_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up, const cuda::GemvNorm& nm);
+  bool gemv_prologue_fits(const Tensor& x) const;
+  bool gemv_norm(const Tensor& h, const PreNorm& pre, cuda::GemvPrologue& p);
+  Tensor gemv_one(const Tensor& x, const TensorView& w, const cuda::GemvPrologue& p, const Tensor* res);
+  std::vector<Tensor> gemv_many(const Tensor& x, std::span<const TensorView* const> ws, const cuda::GemvPrologue& p);
+  Tensor gemv_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up, const cuda::GemvPrologue& p);
 
   // Small uploads kept by content, most recent last (see upload()).
   struct CachedUpload {

@@ -31,15 +31,20 @@ bool CudaBackend::gemv_rows(const Tensor& x) const {
   return gemm_ == GemmKind::automatic && x.dtype == DType::bf16 && x.rows() <= cuda::kGemvMaxRows;
 }
 
-bool CudaBackend::gemv_norm(const Tensor& h, const PreNorm& pre, cuda::GemvNorm& nm) {
-  if (!gemv_rows(h) || h.rows() * h.cols() * 2 > cuda::kGemvNormSmemBytes) return false;
+bool CudaBackend::gemv_prologue_fits(const Tensor& x) const {
+  return gemv_rows(x) && x.rows() * x.cols() * 2 <= cuda::kGemvPrologueSmemBytes;
+}
+
+bool CudaBackend::gemv_norm(const Tensor& h, const PreNorm& pre, cuda::GemvPrologue& p) {
+  if (!gemv_prologue_fits(h)) return false;
   DEGEN_ASSERT(pre.w && pre.w->numel() == h.cols(), "rmsnorm weight ", pre.w ? pre.w->name : "(none)", " for rows of ",
                h.cols());
   const Tensor& W = weight(*pre.w);
   if (W.dtype != DType::bf16) return false;
-  nm.w = cuda::cbf(W);
-  nm.eps = static_cast<float>(pre.eps);
-  nm.plus_one = pre.kind == NormKind::zero_centred;
+  p.kind = cuda::GemvPrologue::rmsnorm;
+  p.w = cuda::cbf(W);
+  p.eps = static_cast<float>(pre.eps);
+  p.plus_one = pre.kind == NormKind::zero_centred;
   return true;
 }
 
@@ -57,7 +62,8 @@ Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
   stats_.weight_bytes += static_cast<double>(W.nbytes());
   if (x.dtype == DType::bf16) {
     if (gemv_rows(x))
-      cuda::matmul_gemv_bf16(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, nullptr, context()->stream());
+      cuda::matmul_gemv_bf16(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, cuda::GemvPrologue{}, nullptr,
+                             context()->stream());
     else if (gemm_ != GemmKind::simple)
       cuda::matmul_bf16_cublas(context()->cublas(), cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out);
     else
@@ -89,38 +95,74 @@ Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
 
 Tensor CudaBackend::matmul_add(const Tensor& x, const TensorView& w, const Tensor& res) {
   if (!gemv_rows(x)) return Backend::matmul_add(x, w, res);
+  return gemv_one(x, w, cuda::GemvPrologue{}, &res);
+}
+
+Tensor CudaBackend::gated_norm_matmul(const Tensor& x, const Tensor& z, const TensorView& norm_w, double eps,
+                                      const TensorView& w, const Tensor* res) {
+  const int64_t g = norm_w.numel();
+  if (!gemv_prologue_fits(x) || z.shape != x.shape || z.dtype != x.dtype || g <= 0 || x.cols() % g != 0)
+    return Backend::gated_norm_matmul(x, z, norm_w, eps, w, res);
+  require_device(z, "gated_rmsnorm");
+  const Tensor& W = weight(norm_w);
+  if (W.dtype != DType::bf16) return Backend::gated_norm_matmul(x, z, norm_w, eps, w, res);
+  cuda::GemvPrologue p;
+  p.kind = cuda::GemvPrologue::gated_rmsnorm;
+  p.w = cuda::cbf(W);
+  p.z = cuda::cbf(z);
+  p.group = g;
+  p.eps = static_cast<float>(eps);
+  p.plus_one = numerics_.has(Fault::gdn_norm_plus_one);
+  return gemv_one(x, w, p, res);
+}
+
+Tensor CudaBackend::sigmoid_gate_matmul(const Tensor& x, const Tensor& gate, const TensorView& w, const Tensor* res) {
+  if (!gemv_prologue_fits(x) || gate.shape != x.shape || gate.dtype != x.dtype)
+    return Backend::sigmoid_gate_matmul(x, gate, w, res);
+  require_device(gate, "sigmoid_mul");
+  cuda::GemvPrologue p;
+  p.kind = cuda::GemvPrologue::sigmoid_gate;
+  p.z = cuda::cbf(gate);
+  return gemv_one(x, w, p, res);
+}
+
+// One matrix-vector product with a prologue and (res) the residual add in its epilogue.
+Tensor CudaBackend::gemv_one(const Tensor& x, const TensorView& w, const cuda::GemvPrologue& p, const Tensor* res) {
   require_device(x, "matmul");
-  require_device(res, "add");
   check_product_weight(w, x.cols());
   const int64_t N = x.rows(), in = x.cols(), out = w.shape[0];
   std::vector<int64_t> shape = x.shape;
   shape.back() = out;
-  DEGEN_ASSERT(res.shape == shape && res.dtype == x.dtype, "matmul_add: residual ", shape_str(res.shape), ", product ",
-               shape_str(shape));
-  Tensor y = device_tensor(shape, x.dtype, "matmul_add");
+  if (res) {
+    require_device(*res, "add");
+    DEGEN_ASSERT(res->shape == shape && res->dtype == x.dtype, "matmul_add: residual ", shape_str(res->shape),
+                 ", product ", shape_str(shape));
+  }
+  Tensor y = device_tensor(shape, x.dtype, res ? "matmul_add" : "matmul");
   if (N == 0 || out == 0) return y;
   const Tensor& W = weight(w);
   stats_.matmul_flops += 2.0 * double(N) * double(in) * double(out);
   stats_.weight_bytes += static_cast<double>(W.nbytes());
-  cuda::matmul_gemv_bf16(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, cuda::cbf(res), context()->stream());
+  cuda::matmul_gemv_bf16(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, p, res ? cuda::cbf(*res) : nullptr,
+                         context()->stream());
   return y;
 }
 
 std::vector<Tensor> CudaBackend::matmul_many(const Tensor& x, std::span<const TensorView* const> ws) {
   if (!gemv_rows(x) || ws.empty() || ws.size() > size_t(cuda::kGemvMaxMats)) return Backend::matmul_many(x, ws);
-  return gemv_many(x, ws, cuda::GemvNorm{});
+  return gemv_many(x, ws, cuda::GemvPrologue{});
 }
 
 std::vector<Tensor> CudaBackend::norm_matmul_many(const Tensor& h, const PreNorm& pre,
                                                   std::span<const TensorView* const> ws) {
-  cuda::GemvNorm nm;
+  cuda::GemvPrologue nm;
   if (ws.empty() || ws.size() > size_t(cuda::kGemvMaxMats) || !gemv_norm(h, pre, nm))
     return Backend::norm_matmul_many(h, pre, ws);
   return gemv_many(h, ws, nm);
 }
 
 std::vector<Tensor> CudaBackend::gemv_many(const Tensor& x, std::span<const TensorView* const> ws,
-                                           const cuda::GemvNorm& nm) {
+                                           const cuda::GemvPrologue& nm) {
   require_device(x, "matmul");
   const int64_t N = x.rows(), in = x.cols();
   cuda::GemvMany m;
@@ -147,18 +189,18 @@ std::vector<Tensor> CudaBackend::gemv_many(const Tensor& x, std::span<const Tens
 
 Tensor CudaBackend::matmul_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up) {
   if (!gemv_rows(x) || gate.shape != up.shape) return Backend::matmul_swiglu(x, gate, up);
-  return gemv_swiglu(x, gate, up, cuda::GemvNorm{});
+  return gemv_swiglu(x, gate, up, cuda::GemvPrologue{});
 }
 
 Tensor CudaBackend::norm_matmul_swiglu(const Tensor& h, const PreNorm& pre, const TensorView& gate,
                                        const TensorView& up) {
-  cuda::GemvNorm nm;
+  cuda::GemvPrologue nm;
   if (gate.shape != up.shape || !gemv_norm(h, pre, nm)) return Backend::norm_matmul_swiglu(h, pre, gate, up);
   return gemv_swiglu(h, gate, up, nm);
 }
 
 Tensor CudaBackend::gemv_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up,
-                                const cuda::GemvNorm& nm) {
+                                const cuda::GemvPrologue& nm) {
   require_device(x, "matmul");
   const int64_t N = x.rows(), in = x.cols();
   check_product_weight(gate, in);

@@ -36,6 +36,20 @@ Tensor Backend::norm_matmul_swiglu(const Tensor& h, const PreNorm& pre, const Te
 
 Tensor Backend::matmul_add(const Tensor& x, const TensorView& w, const Tensor& res) { return add(res, matmul(x, w)); }
 
+Tensor Backend::gated_norm_matmul(const Tensor& x, const Tensor& z, const TensorView& norm_w, double eps,
+                                  const TensorView& w, const Tensor* res) {
+  const int64_t N = x.rows(), in = x.cols(), g = norm_w.numel();
+  DEGEN_ASSERT(g > 0 && in % g == 0 && z.shape == x.shape, "gated_norm_matmul: rows of ", in, " in groups of ", g,
+               ", z ", shape_str(z.shape));
+  const Tensor y = gated_rmsnorm(x.reshape({N * in / g, g}), z.reshape({N * in / g, g}), norm_w, eps).reshape({N, in});
+  return res ? matmul_add(y, w, *res) : matmul(y, w);
+}
+
+Tensor Backend::sigmoid_gate_matmul(const Tensor& x, const Tensor& gate, const TensorView& w, const Tensor* res) {
+  const Tensor y = sigmoid_mul(x, gate);
+  return res ? matmul_add(y, w, *res) : matmul(y, w);
+}
+
 Tensor Backend::rmsnorm(const Tensor& x, const TensorView& w, double eps, NormKind kind) {
   DEGEN_ASSERT(w.numel() == x.cols(), "rmsnorm weight ", w.name, " has ", w.numel(), " elements, rows have ", x.cols());
   return do_rmsnorm(x, w, eps, kind);

@@ -185,6 +185,15 @@ class Backend {
   // add(res, matmul(x, w)): a residual add after an output projection. Default: those two ops; a
   // device backend may add in the product's epilogue.
   virtual Tensor matmul_add(const Tensor& x, const TensorView& w, const Tensor& res);
+  // The output projections with the op before them, and with `res` the residual add after them
+  // (matmul_add), the same storage points. Default: those ops; a device backend may compute the
+  // op's output inside the product.
+  //   gated_norm_matmul: gated_rmsnorm of x and z [N, in] in groups of norm_w's length (the GDN
+  //     gated norm per value head), then the product (the GDN out_proj);
+  //   sigmoid_gate_matmul: sigmoid_mul(x, gate) [N, in], then the product (attention's o_proj).
+  virtual Tensor gated_norm_matmul(const Tensor& x, const Tensor& z, const TensorView& norm_w, double eps,
+                                   const TensorView& w, const Tensor* res);
+  virtual Tensor sigmoid_gate_matmul(const Tensor& x, const Tensor& gate, const TensorView& w, const Tensor* res);
 
   // ---- attention (spec §4.4-4.5) ----
   // Rotate-half RoPE on dims [0, rotary_dim) of every head; x [N, heads, D], pos [N] (may be < 0).

@@ -222,10 +222,10 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, Normed& in_x, Batch
   for (SeqState* s : b.states) caches.push_back(mtp ? &s->mtp_kv : &s->kv[l]);
   Tensor a = be_.attention(q, k, v, b.spans, caches);
   tap(tr, Step::attn_core, l, a, b, mtp);
-  // 7. sigmoid output gate
+  // 7. sigmoid output gate, 8. o_proj (in one op without an observer: Backend::sigmoid_gate_matmul)
+  if (!observes_layers(tr)) return be_.sigmoid_gate_matmul(a, gate, *aw.o_proj, residual);
   a = be_.sigmoid_mul(a, gate);
   tap(tr, Step::attn_gated, l, a, b, mtp);
-  // 8. o_proj
   return out_proj(a, *aw.o_proj, residual);
 }
 
@@ -291,7 +291,10 @@ Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, Normed& in, Batch& b, Trac
   const GdnAlgo algo = b.one_token ? GdnAlgo::recurrent : Scoped<GdnAlgo>{opt_.gdn, opt_.run.gdn.overrides}.at(l, &cfg_);
   Tensor o = be_.gdn(q, k, v, g, beta, b.spans, states, algo);
   tap(tr, Step::gdn_core, l, o, b);
-  // 6. gated RMSNorm per value head (plain weight), out_proj (§4.7.7)
+  // 6. gated RMSNorm per value head (plain weight), out_proj (§4.7.7; in one op without an
+  // observer: Backend::gated_norm_matmul)
+  if (!observes_layers(tr))
+    return be_.gated_norm_matmul(o.reshape({N, dval}), z, *gw.norm, cfg_.rms_norm_eps, *gw.out_proj, residual);
   Tensor y = be_.gated_rmsnorm(o.reshape({N * nv, dv}), z.reshape({N * nv, dv}), *gw.norm, cfg_.rms_norm_eps)
                  .reshape({N, dval});
   tap(tr, Step::gdn_norm, l, y, b);

@@ -526,6 +526,49 @@ TEST_CASE("cuda ops: the norm in the products' prologue and the residual add in 
         }
       }
     }
+    // the output projections' prologues: the GDN gated norm in groups of 8 (16 for in = 128..), the
+    // attention output gate; with and without the residual add; fault gdn-norm-plus-one
+    if (in % 8 == 0) {
+      const int64_t g = in % 16 == 0 ? 16 : 8;
+      const auto z = t.in(randn_bf16(size_t(N * in), 1.0, 98), {N, in});
+      const auto r = t.in(randn_bf16(size_t(N * 48), 1.0, 99), {N, 48});
+      HostWeight gw("gated_norm", {g}, randn_bf16(size_t(g), 0.1, 100));
+      HostWeight ow("o_proj", {48, in}, randn_bf16(size_t(48 * in), 1.0 / std::sqrt(double(in)), 101));
+      for (bool plus_one : {false, true}) {
+        t.numerics(plus_one ? with_fault(Fault::gdn_norm_plus_one) : LayerNumerics{});
+        for (bool with_res : {false, true}) {
+          const Tensor* rg = with_res ? &r.g : nullptr;
+          const std::string tag = cat("N ", N, " in ", in, plus_one ? " fault gdn-norm-plus-one" : "", with_res ? " +res" : "");
+          const Tensor y0 = t.gpu.gated_rmsnorm(h.g.reshape({N * in / g, g}), z.g.reshape({N * in / g, g}), gw.view, 1e-6)
+                                .reshape({N, in});
+          const Tensor plain = with_res ? t.gpu.add(r.g, t.gpu.matmul(y0, ow.view)) : t.gpu.matmul(y0, ow.view);
+          cuda::counters_start();
+          const Tensor got = t.gpu.gated_norm_matmul(h.g, z.g, gw.view, 1e-6, ow.view, rg);
+          const cuda::DeviceCounters dg = cuda::counters_read();
+          cuda::counters_stop();
+          CHECK_MESSAGE(bits_equal(got, plain), "gated_norm_matmul " << tag);
+          check_op("gated_norm_matmul", t, got,
+                   t.emu.gated_norm_matmul(h.e, z.e, gw.view, 1e-6, ow.view, with_res ? &r.e : nullptr),
+                   t.ref.gated_norm_matmul(h.r, z.r, gw.view, 1e-6, ow.view, with_res ? &r.r : nullptr), tol::kCudaNmseBf16);
+          const Tensor s0 = t.gpu.sigmoid_mul(h.g, z.g);
+          const Tensor plain_s = with_res ? t.gpu.add(r.g, t.gpu.matmul(s0, ow.view)) : t.gpu.matmul(s0, ow.view);
+          cuda::counters_start();
+          const Tensor got_s = t.gpu.sigmoid_gate_matmul(h.g, z.g, ow.view, rg);
+          const cuda::DeviceCounters dsg = cuda::counters_read();
+          cuda::counters_stop();
+          CHECK_MESSAGE(bits_equal(got_s, plain_s), "sigmoid_gate_matmul " << tag);
+          check_op("sigmoid_gate_matmul", t, got_s,
+                   t.emu.sigmoid_gate_matmul(h.e, z.e, ow.view, with_res ? &r.e : nullptr),
+                   t.ref.sigmoid_gate_matmul(h.r, z.r, ow.view, with_res ? &r.r : nullptr), tol::kCudaNmseBf16);
+          if (cuda::counters_supported()) {  // one launch with the prologue, else the op + the product (+ add)
+            const int64_t unfused = 2 + (with_res && N > cuda::kGemvMaxRows ? 1 : 0);
+            CHECK_MESSAGE(dg.calls() == (sh.fused ? 1 : unfused), tag);
+            CHECK_MESSAGE(dsg.calls() == (sh.fused ? 1 : unfused), tag);
+          }
+        }
+      }
+      t.numerics(LayerNumerics{});
+    }
     // the residual add: res + x Wᵀ (down: [in, 48], so res has in columns)
     const auto s = t.in(randn_bf16(size_t(N * 48), 1.0, 97), {N, 48});
     const Tensor plain = t.gpu.add(h.g, t.gpu.matmul(s.g, down.view));
