@@ -5,6 +5,7 @@
 // of precision=ref), the rotation is fp32 and the result is rounded to the activation dtype once. One thread per (row, head, pair).
 #include "cuda/check.h"
 #include "common.cuh"
+#include "dispatch.cuh"
 #include "norm_row.cuh"
 #include "rope.h"
 
@@ -54,11 +55,13 @@ void rope_partial_cuda(T* x, const int64_t* pos, const float* inv_freq, int64_t 
 
 // One block per (head, row): q heads first, then k heads. Each head row is an rmsnorm_row into its
 // output (rmsnorm_kernel's computation), then, after a barrier, rotated there pair by pair by
-// rope_pair (rope_partial_kernel's): bit for bit the ops it replaces.
-template <typename T, typename W>
+// rope_pair (rope_partial_kernel's): bit for bit the ops it replaces. kStore: a k head's block then
+// stores the rotated row and the v head row in the caches (kv_append_kernel's conversion).
+template <typename T, typename W, typename KV, bool kStore>
 static __global__ void attn_inputs_kernel(const T* qg, const T* kin, const W* qw, const W* kw, T* q, T* gate, T* k,
                                           const int64_t* pos, const float* inv_freq, int64_t N, int64_t nq,
-                                          int64_t nkv, int64_t D, int m, float eps, bool plus_one, bool interleaved) {
+                                          int64_t nkv, int64_t D, int m, float eps, bool plus_one, bool interleaved,
+                                          KvStore store) {
   __shared__ float scratch[32];
   const int64_t h = blockIdx.x;
   const bool is_q = h < nq;
@@ -71,24 +74,42 @@ static __global__ void attn_inputs_kernel(const T* qg, const T* kin, const W* qw
     rmsnorm_row(src, is_q ? qw : kw, dst, D, eps, plus_one, scratch);
     __syncthreads();  // a pair spans elements that other threads normed
     for (int i = threadIdx.x; i < m; i += blockDim.x) rope_pair(dst, i, m, pos[n], inv_freq[i], interleaved);
+    if (kStore && !is_q) {
+      __syncthreads();  // the row's pairs were rotated by other threads
+      const AttnSeq s = store.seqs[store.row_seq[n]];
+      const int64_t at = (store.dst_row[n] * nkv + hh) * D;
+      const T* vrow = static_cast<const T*>(store.v) + (n * nkv + hh) * D;
+      for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
+        static_cast<KV*>(const_cast<void*>(s.k))[at + c] = from_f32<KV>(to_f32(dst[c]));
+        static_cast<KV*>(const_cast<void*>(s.v))[at + c] = from_f32<KV>(to_f32(vrow[c]));
+      }
+    }
   }
 }
 
 template <typename T, typename W>
 void attn_inputs_cuda(const T* qg, const T* kin, const W* qw, const W* kw, T* q, T* gate, T* k, const int64_t* pos,
                       const float* inv_freq, int64_t N, int64_t nq, int64_t nkv, int64_t D, int rotary_dim, float eps,
-                      bool plus_one, bool interleaved, cudaStream_t stream) {
+                      bool plus_one, bool interleaved, const KvStore& store, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (N == 0 || nq + nkv == 0 || D == 0) return;
   const dim3 grid(static_cast<unsigned>(nq + nkv), static_cast<unsigned>(N < 65535 ? N : 65535));
-  attn_inputs_kernel<T, W><<<grid, row_threads(D), 0, stream>>>(
-      qg, kin, qw, kw, q, gate, k, pos, inv_freq, N, nq, nkv, D, rotary_dim / 2, eps, plus_one, interleaved);
+  if (!store.v) {
+    attn_inputs_kernel<T, W, T, false><<<grid, row_threads(D), 0, stream>>>(
+        qg, kin, qw, kw, q, gate, k, pos, inv_freq, N, nq, nkv, D, rotary_dim / 2, eps, plus_one, interleaved, store);
+  } else {
+    dispatch_float(store.kv_dtype, "attn_inputs KV store", [&](auto kv) {
+      using KV = decltype(kv);
+      attn_inputs_kernel<T, W, KV, true><<<grid, row_threads(D), 0, stream>>>(
+          qg, kin, qw, kw, q, gate, k, pos, inv_freq, N, nq, nkv, D, rotary_dim / 2, eps, plus_one, interleaved, store);
+    });
+  }
   CUDA_CHECK_LAUNCH("attn_inputs_kernel");
 }
 #define DEGEN_ATTN_INPUTS_INSTANTIATE(T, W)                                                                     \
   template void attn_inputs_cuda<T, W>(const T*, const T*, const W*, const W*, T*, T*, T*, const int64_t*,        \
                                        const float*, int64_t, int64_t, int64_t, int64_t, int, float, bool, bool, \
-                                       cudaStream_t);
+                                       const KvStore&, cudaStream_t);
 DEGEN_ATTN_INPUTS_INSTANTIATE(bf16, bf16)
 DEGEN_ATTN_INPUTS_INSTANTIATE(float, bf16)
 DEGEN_ATTN_INPUTS_INSTANTIATE(float, float)

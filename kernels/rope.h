@@ -5,6 +5,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "attention.h"
+#include "util/dtype.h"
+
 namespace degen::cuda {
 
 // x [N, heads, D] of T (bf16: cos/sin rounded to bf16 as the GPU engines cache them; float for
@@ -19,9 +22,19 @@ void rope_partial_cuda(T* x, const int64_t* pos, const float* inv_freq, int64_t 
 // kin [N, nkv, D] -> q [N, nq, D] = rope(rmsnorm(query; qw)), gate [N, nq, D] copied, k [N, nkv, D] =
 // rope(rmsnorm(kin; kw)); each head row normed as rmsnorm_cuda does (plus_one: 1 + w) and rounded
 // to T, then rotated as rope_partial_cuda does: bit for bit the ops it replaces.
+// With a KvStore (v non-null), each k head row, once rotated, and the v head row are also stored in
+// the caches as kv_append_cuda stores them (kv_dtype; rows and caches from the device tables): the
+// attention's K/V append in the same launch.
+struct KvStore {
+  const void* v = nullptr;           // [N, nkv, D] of T
+  const AttnSeq* seqs = nullptr;     // device [S]
+  const int32_t* row_seq = nullptr;  // device [N]
+  const int64_t* dst_row = nullptr;  // device [N]
+  DType kv_dtype = DType::bf16;
+};
 template <typename T, typename W>
 void attn_inputs_cuda(const T* qg, const T* kin, const W* qw, const W* kw, T* q, T* gate, T* k, const int64_t* pos,
                       const float* inv_freq, int64_t N, int64_t nq, int64_t nkv, int64_t D, int rotary_dim, float eps,
-                      bool plus_one, bool interleaved, cudaStream_t stream);
+                      bool plus_one, bool interleaved, const KvStore& store, cudaStream_t stream);
 
 }  // namespace degen::cuda

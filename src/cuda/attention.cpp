@@ -18,6 +18,7 @@
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
 #include "layout.h"
+#include "rope.h"
 
 namespace degen {
 
@@ -43,25 +44,25 @@ void kv_reserve(CudaBackend& be, KvCache& c, int64_t need, int64_t n_kv, int64_t
 
 }  // namespace
 
-Tensor CudaBackend::do_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
-                              const std::vector<KvCache*>& caches) {
-  require_device(q, "attention");
-  require_device(k, "attention");
-  require_device(v, "attention");
-  const int64_t N = q.shape[0], n_q = q.shape[1], D = q.shape[2], n_kv = k.shape[1];
-  DEGEN_ASSERT(q.dtype == act_dtype() && k.dtype == q.dtype && v.dtype == q.dtype, "attention: q/k/v in ",
-               dtype_name(act_dtype()), ", got ", dtype_name(q.dtype), "/", dtype_name(k.dtype), "/", dtype_name(v.dtype));
+// Step 1 and 2 of a call: room in each cache for its new rows, the device tables of the K/V store
+// and of the attention launches, the rows of each algorithm; the caches' lengths advanced.
+CudaBackend::AttnPlan CudaBackend::attention_plan(int64_t N, int64_t n_q, int64_t n_kv, int64_t D,
+                                                  const std::vector<SeqSpan>& spans,
+                                                  const std::vector<KvCache*>& caches) {
   if (D > cuda::kAttnMaxHeadDim)
     throw UntestableError(cat("attention: head_dim ", D, " exceeds the CUDA kernels' limit ", cuda::kAttnMaxHeadDim));
   const AttnAlgo algo = numerics_.attn;
   const DType kv_dtype = numerics_.kv_dtype;
-  cudaStream_t st = context()->stream();
+  AttnPlan p;
+  p.N = N;
+  p.n_q = n_q;
+  p.n_kv = n_kv;
+  p.D = D;
 
   // 1. room for each sequence's new rows. A graph step (graphs=on) never grows a cache (the new
   // buffers would be baked into the graph): Engine::graph_key sends a step as a graph only when
   // each cache has two rows to spare (the step's and the one the kv-off-by-one fault writes
   // beyond it), and a plain step keeps two spare, growing geometrically, so that the next qualifies.
-  const int64_t row_elems = n_kv * D;
   std::vector<int64_t> dst_row;  // [N]: the cache row each batch row's K/V goes to
   std::vector<int32_t> all_seq;  // [N]: its sequence
   int64_t max_cap = 0;
@@ -86,10 +87,8 @@ Tensor CudaBackend::do_attention(const Tensor& q, const Tensor& k, const Tensor&
   DEGEN_ASSERT(static_cast<int64_t>(dst_row.size()) == N, "attention: spans cover ", dst_row.size(), " of ", N, " rows");
 
   // 2. the sequence table, the rows of each algorithm (splitkv: one-row sequences only; the others
-  // run flash), and the K/V store
+  // run flash), and the K/V store's tables
   std::vector<cuda::AttnSeq> seqs(spans.size());
-  std::vector<int32_t> rows[3], row_seq[3];
-  int64_t max_ctx[3] = {0, 0, 0};
   for (size_t s = 0; s < spans.size(); ++s) {
     const SeqSpan& sp = spans[s];
     seqs[s] = cuda::AttnSeq{caches[s]->k.raw(), caches[s]->v.raw(), sp.row0, sp.pos0};
@@ -97,61 +96,85 @@ Tensor CudaBackend::do_attention(const Tensor& q, const Tensor& k, const Tensor&
     if (algo == AttnAlgo::splitkv && sp.rows != 1) run = AttnAlgo::flash;
     const int a = static_cast<int>(run);
     for (int64_t t = 0; t < sp.rows; ++t) {
-      rows[a].push_back(static_cast<int32_t>(sp.row0 + t));
-      row_seq[a].push_back(static_cast<int32_t>(s));
+      p.rows[a].push_back(static_cast<int32_t>(sp.row0 + t));
+      p.row_seq[a].push_back(static_cast<int32_t>(s));
     }
     // note: in a graph step the naive scores' stride is the caches' capacity, which the step's key
     // fixes, not the context, which grows every step.
-    max_ctx[a] = std::max(max_ctx[a], graphs_segment() ? max_cap : sp.pos0 + sp.rows);
+    p.max_ctx[a] = std::max(p.max_ctx[a], graphs_segment() ? max_cap : sp.pos0 + sp.rows);
   }
-  Tensor out = device_tensor({N, n_q * D}, q.dtype, "attention");
   std::vector<uint8_t> seq_bytes(seqs.size() * sizeof(cuda::AttnSeq));
   if (!seqs.empty()) std::memcpy(seq_bytes.data(), seqs.data(), seq_bytes.size());
-  Tensor dseqs = upload(seq_bytes, DType::u8, "attention sequences");
-  {
-    Tensor dseq = upload(all_seq, DType::i32, "kv store sequences");
-    Tensor ddst = upload(dst_row, DType::i64, "kv store rows");
-    cuda::kv_append_cuda(k.raw(), v.raw(), q.dtype,
-                         reinterpret_cast<const cuda::AttnSeq*>(dseqs.raw()), dseq.data<int32_t>(),
-                         ddst.data<int64_t>(), N, row_elems, kv_dtype, st);
-  }
+  p.dseqs = upload(seq_bytes, DType::u8, "attention sequences");
+  p.store_seq = upload(all_seq, DType::i32, "kv store sequences");
+  p.store_dst = upload(dst_row, DType::i64, "kv store rows");
   for (size_t s = 0; s < spans.size(); ++s) caches[s]->len += spans[s].rows;
+  return p;
+}
 
-  // 3. one launch per algorithm
+cuda::KvStore CudaBackend::kv_store(const AttnPlan& p, const Tensor& v) const {
+  cuda::KvStore st;
+  st.v = v.raw();
+  st.seqs = reinterpret_cast<const cuda::AttnSeq*>(p.dseqs.raw());
+  st.row_seq = p.store_seq.data<int32_t>();
+  st.dst_row = p.store_dst.data<int64_t>();
+  st.kv_dtype = numerics_.kv_dtype;
+  return st;
+}
+
+// Step 3: one launch per algorithm, after the K/V rows were stored.
+Tensor CudaBackend::attention_run(const AttnPlan& p, const Tensor& q) {
+  cudaStream_t st = context()->stream();
+  Tensor out = device_tensor({p.N, p.n_q * p.D}, q.dtype, "attention");
   for (int a = 0; a < 3; ++a) {
-    if (rows[a].empty()) continue;
-    Tensor drows = upload(rows[a], DType::i32, "attention rows");
-    Tensor dseq = upload(row_seq[a], DType::i32, "attention row sequences");
+    if (p.rows[a].empty()) continue;
+    Tensor drows = upload(p.rows[a], DType::i32, "attention rows");
+    Tensor dseq = upload(p.row_seq[a], DType::i32, "attention row sequences");
     cuda::AttnArgs args;
     args.q = q.raw();
     args.out = out.raw();
     args.act_dtype = q.dtype;
-    args.seqs = reinterpret_cast<const cuda::AttnSeq*>(dseqs.raw());
+    args.seqs = reinterpret_cast<const cuda::AttnSeq*>(p.dseqs.raw());
     args.rows = drows.data<int32_t>();
     args.row_seq = dseq.data<int32_t>();
-    args.M = static_cast<int64_t>(rows[a].size());
-    args.n_q = static_cast<int>(n_q);
-    args.n_kv = static_cast<int>(n_kv);
-    args.D = static_cast<int>(D);
-    args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-    args.kv_dtype = kv_dtype;
-    args.max_ctx = max_ctx[a];
+    args.M = static_cast<int64_t>(p.rows[a].size());
+    args.n_q = static_cast<int>(p.n_q);
+    args.n_kv = static_cast<int>(p.n_kv);
+    args.D = static_cast<int>(p.D);
+    args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.D)));
+    args.kv_dtype = numerics_.kv_dtype;
+    args.max_ctx = p.max_ctx[a];
     switch (static_cast<AttnAlgo>(a)) {
       case AttnAlgo::naive: {
-        Tensor scratch = device_tensor({args.M * n_q, args.max_ctx}, q.dtype, "attention scores");
+        Tensor scratch = device_tensor({args.M * p.n_q, args.max_ctx}, q.dtype, "attention scores");
         cuda::attention_naive_cuda(args, scratch.raw(), st);
         break;
       }
       case AttnAlgo::flash: cuda::attention_flash_cuda(args, st); break;
       case AttnAlgo::splitkv: {
-        Tensor part = device_tensor({args.M * n_q, cuda::kSplits, D}, DType::f32, "attention partials");
-        Tensor lse = device_tensor({args.M * n_q, cuda::kSplits}, DType::f32, "attention lse");
+        Tensor part = device_tensor({args.M * p.n_q, cuda::kSplits, p.D}, DType::f32, "attention partials");
+        Tensor lse = device_tensor({args.M * p.n_q, cuda::kSplits}, DType::f32, "attention lse");
         cuda::attention_splitkv_cuda(args, part.data<float>(), lse.data<float>(), st);
         break;
       }
     }
   }
   return out;
+}
+
+Tensor CudaBackend::do_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
+                                 const std::vector<KvCache*>& caches) {
+  require_device(q, "attention");
+  require_device(k, "attention");
+  require_device(v, "attention");
+  const int64_t N = q.shape[0], n_q = q.shape[1], D = q.shape[2], n_kv = k.shape[1];
+  DEGEN_ASSERT(q.dtype == act_dtype() && k.dtype == q.dtype && v.dtype == q.dtype, "attention: q/k/v in ",
+               dtype_name(act_dtype()), ", got ", dtype_name(q.dtype), "/", dtype_name(k.dtype), "/", dtype_name(v.dtype));
+  const AttnPlan p = attention_plan(N, n_q, n_kv, D, spans, caches);
+  const cuda::KvStore store = kv_store(p, v);
+  cuda::kv_append_cuda(k.raw(), v.raw(), q.dtype, store.seqs, store.row_seq, store.dst_row, N, n_kv * D, store.kv_dtype,
+                       context()->stream());
+  return attention_run(p, q);
 }
 
 }  // namespace degen

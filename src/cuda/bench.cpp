@@ -311,14 +311,18 @@ void bench_count(Engine& eng, CudaBackend& be, const ModelConfig& cfg, const Mod
   eng.forward(in);
   be.sync();
   cuda::DeviceCounters d;
+  std::vector<CudaBackend::LayerMark> marks;
   double weights_b = 0;
   for (int s = 0; s < a.decode; ++s) {
     in.clear();
     for (int i = 0; i < B; ++i) in.push_back(SeqInput{&states[i], tokens(1)});
     be.stats().reset();
     cuda::counters_start();
+    be.record_layer_marks(true);
     eng.forward(in);
     d = cuda::counters_read();  // before the bench's own synchronisation
+    marks = be.layer_marks();
+    be.record_layer_marks(false);
     cuda::counters_stop();
     be.sync();
     weights_b = be.stats().weight_bytes;
@@ -344,6 +348,31 @@ void bench_count(Engine& eng, CudaBackend& be, const ModelConfig& cfg, const Mod
               static_cast<long long>(d.calls()), double(d.calls()) / cfg.num_layers, cfg.num_layers,
               static_cast<long long>(d.launches), static_cast<long long>(d.blas_calls),
               static_cast<long long>(d.graph_launches));
+  // each layer's calls: from its begin_layer to the next mark (the last: to the end of the step)
+  std::vector<int64_t> per_layer(static_cast<size_t>(cfg.num_layers), 0);
+  int64_t outside = 0;
+  for (size_t i = 0; i < marks.size(); ++i) {
+    const int64_t n = (i + 1 < marks.size() ? marks[i + 1].calls : d.calls()) - marks[i].calls;
+    if (marks[i].layer >= 0 && marks[i].layer < cfg.num_layers) per_layer[size_t(marks[i].layer)] += n;
+    else outside += n;
+  }
+  std::string kinds;
+  for (LayerKind kind : {LayerKind::linear, LayerKind::full}) {
+    int64_t lo = INT64_MAX, hi = 0, count = 0;
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      if (cfg.layer_types[size_t(l)] != kind) continue;
+      lo = std::min(lo, per_layer[size_t(l)]);
+      hi = std::max(hi, per_layer[size_t(l)]);
+      ++count;
+    }
+    if (!count) continue;
+    kinds += cat(kinds.empty() ? "" : ", ", kind == LayerKind::linear ? "GDN layers " : "attention layers ", lo,
+                 lo == hi ? "" : cat("-", hi), " (", count, " layers)");
+  }
+  const int64_t most = per_layer.empty() ? 0 : *std::max_element(per_layer.begin(), per_layer.end());
+  std::printf("count    launches in each decoder layer: %s; at most %lld; outside the layers %lld (embedding, final "
+              "norm, LM head)\n",
+              kinds.c_str(), static_cast<long long>(most), static_cast<long long>(outside));
   std::printf("count    device memory moved %.4f GB (read %.4f, written %.4f) against the floor %.4f GB (weights %.4f "
               "+ small weights %.4f + GDN and conv states %.4f + KV %.4f): %.3f x the floor\n",
               moved / 1e9, d.bytes_read / 1e9, d.bytes_written / 1e9, floor_b / 1e9, weights_b / 1e9, small_b / 1e9,

@@ -9,6 +9,7 @@
 
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/device_counters.h"
 #include "cuda/graphs.h"
 #include "layout.h"
 #include "util/error.h"
@@ -41,7 +42,10 @@ std::string CudaBackend::name() const {
 
 void CudaBackend::sync() { ctx_->sync(); }
 
-void CudaBackend::begin_layer(const LayerNumerics& n) { numerics_ = n; }
+void CudaBackend::begin_layer(const LayerNumerics& n) {
+  numerics_ = n;
+  if (layer_marks_on_) layer_marks_.push_back({n.layer, cuda::counters_read().calls()});
+}
 
 void CudaBackend::bind_thread() { CUDA_CHECK(cudaSetDevice(ctx_->device())); }
 

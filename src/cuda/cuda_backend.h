@@ -42,6 +42,7 @@ class CudaContext;
 class StepGraphs;
 struct GraphStats;
 struct GemvPrologue;
+struct KvStore;
 }  // namespace cuda
 
 // automatic (gemm=auto, the default): the matrix-vector kernel for products of at most
@@ -85,6 +86,17 @@ class CudaBackend final : public Backend {
   const std::shared_ptr<cuda::CudaContext>& context() const { return ctx_; }
   GemmKind gemm() const { return gemm_; }
   CudaStats& stats() { return stats_; }
+  // While counting (bench --count): at each begin_layer, the layer (-1: outside the decoder layers)
+  // and the device calls counted so far, so that a step's calls can be attributed to its layers.
+  struct LayerMark {
+    int layer = -1;
+    int64_t calls = 0;
+  };
+  void record_layer_marks(bool on) {
+    layer_marks_on_ = on;
+    layer_marks_.clear();
+  }
+  const std::vector<LayerMark>& layer_marks() const { return layer_marks_; }
   void sync();  // wait for every queued op (timing, tests)
 
   // ---- weights ----
@@ -143,6 +155,11 @@ class CudaBackend final : public Backend {
   AttnInputs attn_inputs(const Tensor& qg, const Tensor& k, const TensorView& q_norm, const TensorView& k_norm,
                          double eps, NormKind kind, const std::vector<int64_t>& pos, int rotary_dim, double theta,
                          int64_t nq, int64_t nkv, int64_t D) override;
+  // attn_inputs_kernel storing the K/V rows in the caches, then the attention launches.
+  AttnCore attn_inputs_attention(const Tensor& qg, const Tensor& k, const Tensor& v, const TensorView& q_norm,
+                                 const TensorView& k_norm, double eps, NormKind kind, const std::vector<int64_t>& pos,
+                                 int rotary_dim, double theta, int64_t nq, int64_t nkv, int64_t D,
+                                 const std::vector<SeqSpan>& spans, const std::vector<KvCache*>& caches) override;
   std::pair<Tensor, Tensor> add_rmsnorm(const Tensor& a, const Tensor& b, const TensorView& w, double eps,
                                         NormKind kind) override;
 
@@ -209,6 +226,26 @@ class CudaBackend final : public Backend {
 
  private:
   void require_device(const Tensor& t, const char* op) const;
+  // The bookkeeping of an attention call (src/cuda/attention.cpp): each cache with room for its new
+  // rows, the device tables of the K/V store and of the attention launches, the rows of each
+  // algorithm; then the K/V store's arguments, and the attention launches.
+  struct AttnPlan {
+    int64_t N = 0, n_q = 0, n_kv = 0, D = 0;
+    Tensor dseqs;                 // cuda::AttnSeq [S]
+    Tensor store_seq, store_dst;  // [N]: each row's sequence and cache row
+    std::vector<int32_t> rows[3], row_seq[3];  // by AttnAlgo
+    int64_t max_ctx[3] = {0, 0, 0};
+  };
+  AttnPlan attention_plan(int64_t N, int64_t n_q, int64_t n_kv, int64_t D, const std::vector<SeqSpan>& spans,
+                          const std::vector<KvCache*>& caches);
+  cuda::KvStore kv_store(const AttnPlan& p, const Tensor& v) const;
+  Tensor attention_run(const AttnPlan& p, const Tensor& q);
+  // The attention inputs' kernel (src/cuda/rope.cpp), with a K/V store or without (store.v null);
+  // whether it applies (both norm weights of one dtype and D long).
+  bool attn_inputs_fusable(const TensorView& q_norm, const TensorView& k_norm, int64_t D);
+  AttnInputs attn_inputs_launch(const Tensor& qg, const Tensor& k, const TensorView& q_norm, const TensorView& k_norm,
+                                double eps, NormKind kind, const std::vector<int64_t>& pos, int rotary_dim,
+                                double theta, int64_t nq, int64_t nkv, int64_t D, const cuda::KvStore& store);
   // The fused decode products (src/cuda/matmul.cpp): whether x's products go to the matrix-vector
   // kernels, whether a prologue fits (x's rows in the block's shared memory), the prologue norm of
   // `pre` for rows h (false: not fusable), and the launches.
@@ -246,6 +283,8 @@ class CudaBackend final : public Backend {
   };
   bool guard_ = false;
   std::vector<Guarded> guarded_;
+  bool layer_marks_on_ = false;
+  std::vector<LayerMark> layer_marks_;
 };
 
 }  // namespace degen

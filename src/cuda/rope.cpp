@@ -23,14 +23,45 @@ void CudaBackend::rope_partial(Tensor& x, const std::vector<int64_t>& pos, int r
   });
 }
 
+bool CudaBackend::attn_inputs_fusable(const TensorView& q_norm, const TensorView& k_norm, int64_t D) {
+  return weight(q_norm).dtype == weight(k_norm).dtype && q_norm.numel() == D && k_norm.numel() == D;
+}
+
 Backend::AttnInputs CudaBackend::attn_inputs(const Tensor& qg, const Tensor& k, const TensorView& q_norm,
                                              const TensorView& k_norm, double eps, NormKind kind,
                                              const std::vector<int64_t>& pos, int rotary_dim, double theta, int64_t nq,
                                              int64_t nkv, int64_t D) {
+  if (!attn_inputs_fusable(q_norm, k_norm, D))
+    return Backend::attn_inputs(qg, k, q_norm, k_norm, eps, kind, pos, rotary_dim, theta, nq, nkv, D);
+  return attn_inputs_launch(qg, k, q_norm, k_norm, eps, kind, pos, rotary_dim, theta, nq, nkv, D, cuda::KvStore{});
+}
+
+Backend::AttnCore CudaBackend::attn_inputs_attention(const Tensor& qg, const Tensor& k, const Tensor& v,
+                                                     const TensorView& q_norm, const TensorView& k_norm, double eps,
+                                                     NormKind kind, const std::vector<int64_t>& pos, int rotary_dim,
+                                                     double theta, int64_t nq, int64_t nkv, int64_t D,
+                                                     const std::vector<SeqSpan>& spans,
+                                                     const std::vector<KvCache*>& caches) {
+  if (!attn_inputs_fusable(q_norm, k_norm, D))
+    return Backend::attn_inputs_attention(qg, k, v, q_norm, k_norm, eps, kind, pos, rotary_dim, theta, nq, nkv, D, spans,
+                                          caches);
+  require_device(v, "attention");
+  const int64_t N = qg.rows();
+  DEGEN_ASSERT(v.numel() == N * nkv * D && v.dtype == qg.dtype && qg.dtype == act_dtype(), "attention: v ",
+               shape_str(v.shape), " ", dtype_name(v.dtype), " for ", N, " rows of ", nkv, " x ", D, " in ",
+               dtype_name(act_dtype()));
+  DEGEN_ASSERT(spans.size() == caches.size(), "attention: one cache per sequence");
+  const AttnPlan p = attention_plan(N, nq, nkv, D, spans, caches);
+  AttnInputs in = attn_inputs_launch(qg, k, q_norm, k_norm, eps, kind, pos, rotary_dim, theta, nq, nkv, D, kv_store(p, v));
+  return {attention_run(p, in.q), std::move(in.gate)};
+}
+
+Backend::AttnInputs CudaBackend::attn_inputs_launch(const Tensor& qg, const Tensor& k, const TensorView& q_norm,
+                                                    const TensorView& k_norm, double eps, NormKind kind,
+                                                    const std::vector<int64_t>& pos, int rotary_dim, double theta,
+                                                    int64_t nq, int64_t nkv, int64_t D, const cuda::KvStore& store) {
   const Tensor& QW = weight(q_norm);
   const Tensor& KW = weight(k_norm);
-  if (QW.dtype != KW.dtype || q_norm.numel() != D || k_norm.numel() != D)
-    return Backend::attn_inputs(qg, k, q_norm, k_norm, eps, kind, pos, rotary_dim, theta, nq, nkv, D);
   require_device(qg, "attn_inputs");
   require_device(k, "attn_inputs");
   const int64_t N = qg.rows();
@@ -50,7 +81,7 @@ Backend::AttnInputs CudaBackend::attn_inputs(const Tensor& qg, const Tensor& k, 
     cuda::attn_inputs_cuda<T, Wt>(cuda::cptr<T>(qg), cuda::cptr<T>(k), cuda::cptr<Wt>(QW), cuda::cptr<Wt>(KW),
                                   cuda::mptr<T>(r.q), cuda::mptr<T>(r.gate), cuda::mptr<T>(r.k), p.data<int64_t>(),
                                   f.data<float>(), N, nq, nkv, D, rotary_dim, static_cast<float>(eps),
-                                  kind == NormKind::zero_centred, numerics_.has(Fault::rope_interleaved),
+                                  kind == NormKind::zero_centred, numerics_.has(Fault::rope_interleaved), store,
                                   context()->stream());
   });
   return r;

@@ -87,6 +87,16 @@ Backend::AttnInputs Backend::attn_inputs(const Tensor& qg0, const Tensor& k0, co
   return r;
 }
 
+Backend::AttnCore Backend::attn_inputs_attention(const Tensor& qg, const Tensor& k, const Tensor& v,
+                                                  const TensorView& q_norm, const TensorView& k_norm, double eps,
+                                                  NormKind kind, const std::vector<int64_t>& pos, int rotary_dim,
+                                                  double theta, int64_t nq, int64_t nkv, int64_t D,
+                                                  const std::vector<SeqSpan>& spans,
+                                                  const std::vector<KvCache*>& caches) {
+  AttnInputs in = attn_inputs(qg, k, q_norm, k_norm, eps, kind, pos, rotary_dim, theta, nq, nkv, D);
+  return {attention(in.q, in.k, v, spans, caches), std::move(in.gate)};
+}
+
 Tensor Backend::gated_rmsnorm(const Tensor& x, const Tensor& z, const TensorView& w, double eps) {
   DEGEN_ASSERT(x.shape == z.shape && x.dtype == z.dtype, "gated_rmsnorm: operands differ: ", shape_str(x.shape), " vs ",
                shape_str(z.shape));

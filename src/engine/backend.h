@@ -210,6 +210,16 @@ class Backend {
   virtual AttnInputs attn_inputs(const Tensor& qg, const Tensor& k, const TensorView& q_norm, const TensorView& k_norm,
                                  double eps, NormKind kind, const std::vector<int64_t>& pos, int rotary_dim,
                                  double theta, int64_t nq, int64_t nkv, int64_t D);
+  // attn_inputs, then attention() of its q and k with v [N, nkv, D] over the caches: the attention
+  // output [N, nq * D] and the gate, as those two ops compute them (fault qgate-split: the engine
+  // composes the ops itself). Default: the two ops; a device backend may append the K/V rows in the
+  // inputs' launch.
+  struct AttnCore { Tensor out, gate; };
+  virtual AttnCore attn_inputs_attention(const Tensor& qg, const Tensor& k, const Tensor& v, const TensorView& q_norm,
+                                         const TensorView& k_norm, double eps, NormKind kind,
+                                         const std::vector<int64_t>& pos, int rotary_dim, double theta, int64_t nq,
+                                         int64_t nkv, int64_t D, const std::vector<SeqSpan>& spans,
+                                         const std::vector<KvCache*>& caches);
   // Appends k, v [N, n_kv, D] to each sequence's cache (cache len must equal span.pos0), then
   // causal GQA softmax attention of q [N, n_q, D] over the cache, scale D^-1/2 -> [N, n_q * D].
   // numerics(): attn (the algorithm), kv_dtype (cache storage, used when the cache is allocated

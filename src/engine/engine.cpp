@@ -197,6 +197,8 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, Normed& in_x, Batch
   Tensor qg = std::move(qkv_p[0]);
   Tensor q, gate, k;
   Tensor v = std::move(qkv_p[2]).reshape({N, nkv, D});  // 2. k, v
+  std::vector<KvCache*> caches;
+  for (SeqState* s : b.states) caches.push_back(mtp ? &s->mtp_kv : &s->kv[l]);
   if (n.has(Fault::qgate_split)) {  // fault: read as [all queries | all gates]
     q = be_.slice_cols(qg, 0, nq * D).reshape({N * nq, D});
     gate = be_.slice_cols(qg, nq * D, nq * D);
@@ -206,6 +208,10 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, Normed& in_x, Batch
     k = be_.rmsnorm(k, *aw.k_norm, cfg_.rms_norm_eps, zc).reshape({N, nkv, D});
     be_.rope_partial(q, b.pos, rotary, cfg_.rope_theta);
     be_.rope_partial(k, b.pos, rotary, cfg_.rope_theta);
+  } else if (!observes_layers(tr)) {  // the split and 3-6 in one op, 7-8 in another
+    Backend::AttnCore c = be_.attn_inputs_attention(qg, qkv_p[1], v, *aw.q_norm, *aw.k_norm, cfg_.rms_norm_eps, zc,
+                                                    b.pos, rotary, cfg_.rope_theta, nq, nkv, D, b.spans, caches);
+    return be_.sigmoid_gate_matmul(c.out, c.gate, *aw.o_proj, residual);
   } else {  // the split, 3. QK-norm and 4. partial RoPE in one op (Backend::attn_inputs)
     Backend::AttnInputs in = be_.attn_inputs(qg, qkv_p[1], *aw.q_norm, *aw.k_norm, cfg_.rms_norm_eps, zc, b.pos, rotary,
                                              cfg_.rope_theta, nq, nkv, D);
@@ -218,8 +224,6 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, Normed& in_x, Batch
   tap(tr, Step::attn_k, l, k, b, mtp);
   tap(tr, Step::attn_v, l, v, b, mtp);
   // 5-6. KV cache append + causal GQA attention
-  std::vector<KvCache*> caches;
-  for (SeqState* s : b.states) caches.push_back(mtp ? &s->mtp_kv : &s->kv[l]);
   Tensor a = be_.attention(q, k, v, b.spans, caches);
   tap(tr, Step::attn_core, l, a, b, mtp);
   // 7. sigmoid output gate, 8. o_proj (in one op without an observer: Backend::sigmoid_gate_matmul)

@@ -656,3 +656,79 @@ TEST_CASE("cuda ops: the attention inputs (q/gate split, q/k norms, partial RoPE
     }
   }
 }
+
+// attn_inputs_attention: the K/V rows stored by the attention inputs' kernel, then the attention
+// launches. Against attn_inputs + attention on the same device, bit for bit: the output, the gate
+// and every cache row; every algorithm, fp8 and bf16 caches, faults kv-off-by-one and
+// rope-interleaved; two sequences through prefill, decode and an MTP-verify-sized call.
+TEST_CASE("cuda ops: the attention inputs storing the K/V rows, then attention, equal attn_inputs + attention bit for bit") {
+  struct Variant { AttnAlgo algo; DType kv; Fault fault; };
+  const Variant variants[] = {{AttnAlgo::naive, DType::bf16, Fault::count},
+                              {AttnAlgo::flash, DType::f8_e4m3, Fault::count},
+                              {AttnAlgo::splitkv, DType::bf16, Fault::count},
+                              {AttnAlgo::naive, DType::bf16, Fault::kv_off_by_one},
+                              {AttnAlgo::splitkv, DType::f8_e4m3, Fault::rope_interleaved}};
+  for (const Variant& var : variants) {
+    Trio t;
+    LayerNumerics n = var.fault == Fault::count ? LayerNumerics{} : with_fault(var.fault);
+    n.attn = var.algo;
+    n.kv_dtype = var.kv;
+    t.numerics(n);
+    const std::string tag = cat("[", attn_algo_name(var.algo), ",", dtype_name(var.kv),
+                                var.fault == Fault::count ? "" : cat(",fault ", fault_name(var.fault)), "]");
+    CAPTURE(tag);
+    const int64_t nq = 4, nkv = 2, D = 40;
+    const int rotary = 16;
+    HostWeight qn("q_norm", {D}, randn_bf16(size_t(D), 0.1, 180));
+    HostWeight kn("k_norm", {D}, randn_bf16(size_t(D), 0.1, 181));
+    KvCache fused[2], plain[2];
+    const std::vector<std::vector<SeqSpan>> calls = {{{0, 6, 0}, {6, 3, 0}}, {{0, 1, 6}, {1, 1, 3}}, {{0, 3, 7}, {3, 1, 4}}};
+    uint32_t seed = 190;
+    for (size_t ci = 0; ci < calls.size(); ++ci) {
+      const std::vector<SeqSpan>& spans = calls[ci];
+      const int64_t N = spans.back().row0 + spans.back().rows;
+      std::vector<int64_t> pos;
+      for (const SeqSpan& s : spans)
+        for (int64_t i = 0; i < s.rows; ++i) pos.push_back(s.pos0 + i);
+      const Tensor qg = t.gpu.from_host(randn_bf16(size_t(N * nq * 2 * D), 1.0, seed++), {N, nq * 2 * D}, DType::bf16);
+      const Tensor k = t.gpu.from_host(randn_bf16(size_t(N * nkv * D), 1.0, seed++), {N, nkv * D}, DType::bf16);
+      const Tensor v = t.gpu.from_host(randn_bf16(size_t(N * nkv * D), 1.0, seed++), {N, nkv, D}, DType::bf16);
+      std::vector<KvCache*> fc = {&fused[0], &fused[1]}, pc = {&plain[0], &plain[1]};
+      cuda::counters_start();
+      const Backend::AttnCore got = t.gpu.attn_inputs_attention(qg, k, v, qn.view, kn.view, 1e-6, NormKind::zero_centred,
+                                                                pos, rotary, 1e7, nq, nkv, D, spans, fc);
+      const cuda::DeviceCounters d = cuda::counters_read();
+      cuda::counters_stop();
+      const Backend::AttnInputs in =
+          t.gpu.attn_inputs(qg, k, qn.view, kn.view, 1e-6, NormKind::zero_centred, pos, rotary, 1e7, nq, nkv, D);
+      cuda::counters_start();
+      const Tensor want = t.gpu.attention(in.q, in.k, v, spans, pc);
+      const cuda::DeviceCounters dp = cuda::counters_read();
+      cuda::counters_stop();
+      const auto same = [&](const Tensor& a, const Tensor& b) {
+        const std::vector<float> x = t.gpu.to_host_f32(a), y = t.gpu.to_host_f32(b);
+        return a.shape == b.shape && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+      };
+      CHECK_MESSAGE(same(got.out, want), "attention output, call " << ci + 1);
+      CHECK_MESSAGE(same(got.gate, in.gate), "gate, call " << ci + 1);
+      for (int s = 0; s < 2; ++s) {
+        CHECK(fused[s].len == plain[s].len);
+        CHECK_MESSAGE(same(fused[s].k, plain[s].k), "K cache of sequence " << s << ", call " << ci + 1);
+        CHECK_MESSAGE(same(fused[s].v, plain[s].v), "V cache of sequence " << s << ", call " << ci + 1);
+      }
+      // no K/V store launch of its own: the inputs' kernel and the attention's launches, as many
+      // as attention() alone makes with its store (splitkv: two for decode rows, flash for longer)
+      if (cuda::counters_supported()) {
+        int64_t append = 0, plain_append = 0;
+        for (const auto& c : d.by_name)
+          if (c.name.rfind("kv_append", 0) == 0) append += c.calls;
+        for (const auto& c : dp.by_name)
+          if (c.name.rfind("kv_append", 0) == 0) plain_append += c.calls;
+        CHECK(append == 0);
+        CHECK(plain_append == 1);
+        CHECK(d.launches == dp.launches);
+      }
+    }
+    check_guards(t, "attn_inputs_attention");
+  }
+}

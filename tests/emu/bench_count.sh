@@ -9,22 +9,27 @@ M="$SRC/models/tiny-qwen35"
 expect_exit 0 "$BIN" bench --backend cuda --model "$M" --count --batch 1,2 --decode 2 --prefill 16
 # Budgets, per decode step of tiny-qwen35 (8 layers GGGA x 2) at batch 1 and 2, with what this
 # commit counts: before the fused ops and the buffer cache (gemm=cublas) the same step counted 20.2
-# launches per layer and 212 allocations (the session note of issue 23).
-#   launches per decoder layer <= 11.25 (counted 11.2: 90 launches / 8 layers, embedding and LM
-#   head included: 11 per GDN layer, 10 per attention layer)
+# launches per layer and 212 allocations (the session notes of issue 23).
+#   launches in each decoder layer <= 6 (the issue's goal; counted 6 in every GDN and attention layer)
+#   all launches / layers <= 6.5 (counted 6.5: 52 launches / 8 layers, the 4 outside the layers
+#   included: embedding, final norm, row gather, LM head)
 #   allocations = 0, host synchronisations = 0 (counted 0: the buffer cache, no MoE read-back)
 #   bytes moved <= 1.07 x the floor (counted 1.038 at batch 1, 1.062 at batch 2; 1.000 at the
 #   27B's shapes: page granularity costs the tiny model's small rows and states more)
-n=$(grep -c "^count    launches" "$WORK/out")
+n=$(grep -c "^count    launches [0-9]" "$WORK/out")
 [ "$n" = 2 ] || fail "bench --count printed $n launch lines, expected 2 (batch 1 and 2)"
-awk '/^count    launches/ { if ($5 + 0 > 11.25) bad = bad " launches/layer:" $5 }
+n=$(grep -c "^count    launches in each decoder layer" "$WORK/out")
+[ "$n" = 2 ] || fail "bench --count printed $n per-layer launch lines, expected 2 (batch 1 and 2)"
+awk '/^count    launches [0-9]/ { if ($5 + 0 > 6.5) bad = bad " launches/layer:" $5 }
+     /^count    launches in each decoder layer/ { for (i = 1; i <= NF; ++i) if ($i == "most") m = $(i+1);
+                                                  sub(";", "", m); if (m + 0 > 6 || m == "") bad = bad " in a layer:" m }
      /^count    allocations/ { gsub(",", "", $3); if ($3 != 0 || $8 != 0) bad = bad " allocs/syncs:" $3 "/" $8 }
      /^count    device memory moved/ { for (i = 1; i <= NF; ++i) if ($i == "x" && $(i+1) == "the") r = $(i-1);
                                        if (r + 0 > 1.07 || r + 0 < 1.0) bad = bad " ratio:" r }
      END { if (bad != "") { print "over budget:" bad; exit 1 } }' "$WORK/out" ||
   { cat "$WORK/out" >&2; fail "bench --count over its budget"; }
 # --ops at context 256: every case runs as at most 2 launches (decode attention: the KV append and
-# the attention) and moves at most 1.5 x its floor (counted: 1.000 to 1.25, attention 1.10; at
+# the attention, as the op attention() does them) and moves at most 1.5 x its floor (counted: 1.000 to 1.25, attention 1.10; at
 # context 32 the KV rows are under a page and attention counts 1.67)
 expect_exit 0 "$BIN" bench --backend cuda --model "$M" --ops --prefill 256
 awk '/^(matmul|gdn|attention|add_rmsnorm|rmsnorm)/ { n++; if ($(NF-3) + 0 > 2 || $NF + 0 > 1.5) { print "over budget: " $0; bad = 1 } }
