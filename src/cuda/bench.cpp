@@ -367,7 +367,7 @@ void bench_count(Engine& eng, CudaBackend& be, const ModelConfig& cfg, const Mod
     }
     if (!count) continue;
     kinds += cat(kinds.empty() ? "" : ", ", kind == LayerKind::linear ? "GDN layers " : "attention layers ", lo,
-                 lo == hi ? "" : cat("-", hi), " (", count, " layers)");
+                 lo == hi ? "" : cat("-", hi), " (", count, count == 1 ? " layer)" : " layers)");
   }
   const int64_t most = per_layer.empty() ? 0 : *std::max_element(per_layer.begin(), per_layer.end());
   std::printf("count    launches in each decoder layer: %s; at most %lld; outside the layers %lld (embedding, final "
