@@ -11,17 +11,23 @@ namespace degen::cuda {
 // The block size of the row kernels: one warp per 32 elements, at most 256.
 inline int row_threads(int64_t C) { return C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32); }
 
-// out = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w). `scratch`: 32 floats of shared memory.
-template <typename T, typename W>
-__device__ __forceinline__ void rmsnorm_row(const T* x, const W* w, T* out, int64_t C, float eps, bool plus_one,
-                                            float* scratch) {
+// Σ x² over the row in fp32: thread t sums elements t, t + blockDim, ..., then a block reduction
+// (every thread gets the sum). The one sum of squares of every row norm below.
+template <typename T>
+__device__ __forceinline__ float row_sum_squares(const T* x, int64_t C, float* scratch) {
   float ss = 0.0f;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const float v = to_f32(x[c]);
     ss += v * v;
   }
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / float(C) + eps);
+  return block_sum(ss, scratch);
+}
+
+// out = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w). `scratch`: 32 floats of shared memory.
+template <typename T, typename W>
+__device__ __forceinline__ void rmsnorm_row(const T* x, const W* w, T* out, int64_t C, float eps, bool plus_one,
+                                            float* scratch) {
+  const float inv = 1.0f / sqrtf(row_sum_squares(x, C, scratch) / float(C) + eps);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
     out[c] = from_f32<T>(to_f32(x[c]) * inv * wv);
@@ -32,13 +38,7 @@ __device__ __forceinline__ void rmsnorm_row(const T* x, const W* w, T* out, int6
 template <typename T, typename W>
 __device__ __forceinline__ void gated_rmsnorm_row(const T* x, const T* z, const W* w, T* out, int64_t C, float eps,
                                                   bool plus_one, float* scratch) {
-  float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float v = to_f32(x[c]);
-    ss += v * v;
-  }
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / float(C) + eps);
+  const float inv = 1.0f / sqrtf(row_sum_squares(x, C, scratch) / float(C) + eps);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
     out[c] = from_f32<T>(wv * (to_f32(x[c]) * inv) * siluf_(to_f32(z[c])));
@@ -49,13 +49,7 @@ __device__ __forceinline__ void gated_rmsnorm_row(const T* x, const T* z, const 
 template <typename T>
 __device__ __forceinline__ void l2norm_row(const T* x, T* out, int64_t C, float eps, float scale, bool skip,
                                            float* scratch) {
-  float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float v = to_f32(x[c]);
-    ss += v * v;
-  }
-  ss = block_sum(ss, scratch);
-  const float s = skip ? scale : scale / sqrtf(ss + eps);
+  const float s = skip ? scale : scale / sqrtf(row_sum_squares(x, C, scratch) + eps);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[c] = from_f32<T>(to_f32(x[c]) * s);
 }
 

@@ -52,6 +52,7 @@ Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
   require_device(x, "matmul");
   check_product_weight(w, x.cols());
   DEGEN_ASSERT(x.dtype == act_dtype(), "matmul: ", dtype_name(act_dtype()), " activations, got ", dtype_name(x.dtype));
+  if (gemv_rows(x)) return gemv_one(x, w, cuda::GemvPrologue{}, nullptr);
   const int64_t N = x.rows(), in = x.cols(), out = w.shape[0];
   std::vector<int64_t> shape = x.shape;
   shape.back() = out;
@@ -61,10 +62,7 @@ Tensor CudaBackend::matmul(const Tensor& x, const TensorView& w) {
   stats_.matmul_flops += 2.0 * double(N) * double(in) * double(out);
   stats_.weight_bytes += static_cast<double>(W.nbytes());
   if (x.dtype == DType::bf16) {
-    if (gemv_rows(x))
-      cuda::matmul_gemv_bf16(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, cuda::GemvPrologue{}, nullptr,
-                             context()->stream());
-    else if (gemm_ != GemmKind::simple)
+    if (gemm_ != GemmKind::simple)
       cuda::matmul_bf16_cublas(context()->cublas(), cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out);
     else
       cuda::matmul_simple_cuda(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, context()->stream());
