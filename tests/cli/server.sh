@@ -95,9 +95,12 @@ if [ ! -f "$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf" ]; then
   exit 0
 fi
 start_llama() {  # PORT ARGS... : starts llama-server on the trained model's f32 GGUF, waits until healthy
+  # --poll 0: its threads sleep between graphs instead of spinning. ctest runs two tests at a time on
+  # CI's 2 cores, and two spinning llama-servers slowed each other about 4.5x here (the proxy run
+  # below: 13.7 s alone, 62 s next to a busy llama-server; 27.6 s with --poll 0; 12.6 s alone).
   local port=$1; shift
   "$LLAMA/build/bin/llama-server" -m "$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf" --host 127.0.0.1 \
-    --port "$port" -t 2 -c 4096 -np 1 "$@" >"$WORK/llama-server-$port.log" 2>&1 &
+    --port "$port" -t 2 --poll 0 -c 4096 -np 1 "$@" >"$WORK/llama-server-$port.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 120); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
@@ -126,10 +129,13 @@ start_proxy() {  # MODE -> $port
   start_py "the vLLM-shape proxy ($1)" "$WORK/proxy-$1" "$SRC/tests/cli/vllm_shape_proxy.py" "$1" "http://127.0.0.1:$p1" \
     "$WORK/proxy-$1"
 }
-oscore() { "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two "$@"; }
+# The proxy answers one request with one llama-server request per prompt position (prompt_logprobs),
+# so a request takes the sum of theirs: a time-out of 300 s, not the default 60 (CI's run once took
+# more than 60 s for one on a loaded machine, and each retry queued behind the last at -np 1).
+oscore() { "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two --timeout 300 "$@"; }
 start_proxy vllm
 expect_exit 0 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$port" --api openai --prompt-logprobs \
-  --served-model tiny-trained
+  --served-model tiny-trained --timeout 300
 expect_out "verdict: good (exit 0): 7 cases, 7 good"
 kld_line >"$WORK/vllm.txt"
 cmp -s "$WORK/native.txt" "$WORK/vllm.txt" || { paste "$WORK/native.txt" "$WORK/vllm.txt"; fail "prompt_logprobs give other figures"; }
@@ -158,7 +164,7 @@ if [ -x "$LLAMA/build/bin/llama-quantize" ]; then
     "$LLAMA/build/bin/llama-quantize" "$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf" "$WORK/tt-$t.gguf" \
       "$(echo $t | tr a-z A-Z)" >"$WORK/quantize-$t.log" 2>&1 || { cat "$WORK/quantize-$t.log" >&2; fail "llama-quantize $t"; }
     expect_exit 0 "$BIN" -q compare --golden "$G" --model "$M" --engine-class "$t" --server-log "$WORK/srv-$t.log" \
-      --server-cmd "$LLAMA/build/bin/llama-server -m $WORK/tt-$t.gguf --host 127.0.0.1 --port {port} -t 2 -np 1"
+      --server-cmd "$LLAMA/build/bin/llama-server -m $WORK/tt-$t.gguf --host 127.0.0.1 --port {port} -t 2 --poll 0 -np 1"
     expect_out "verdict: good (exit 0): 7 cases, 7 good"
     echo "$t GGUF against the $t class:"; grep -E "^  (two-plus-two|out-of-domain|repeated-pattern) " "$WORK/out"
   done
