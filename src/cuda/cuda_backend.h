@@ -180,6 +180,11 @@ class CudaBackend final : public Backend {
              const std::vector<SeqSpan>& spans, const std::vector<Tensor*>& states, GdnAlgo algo) override;
 
   MoeRouting moe_route(const Tensor& router_logits, int k, bool renormalise) override;
+  // At most kGemvMaxRows bf16 rows under gemm=auto: moe_route_cuda, then kernels/moe.cu's two expert
+  // launches over a device table of the experts' weights (built once per block, outside graph
+  // captures; every expert is uploaded then).
+  std::optional<Tensor> moe_experts_on_device(const Tensor& x, const Tensor& router_logits,
+                                              const std::vector<MlpWeights>& experts, int k, bool renormalise) override;
   void mask_logits(Tensor& logits, const std::vector<uint8_t>& mask) override;
   // On the device (cuda::sample_on_device): only the token comes back to the host.
   int32_t sample_row(const SamplingParams& params, const Tensor& logits, int64_t row, std::span<const uint8_t> banned,
@@ -263,6 +268,22 @@ class CudaBackend final : public Backend {
     Tensor dev;
   };
   std::vector<CachedUpload> upload_cache_;
+  // The MoE blocks' expert tables (cuda::MoeExpertPtrs [E] on the device), by expert list; an empty
+  // tensor where the experts cannot go to the device kernels (another dtype, shape or alignment).
+  struct MoeTable {
+    // the list it was built from: its length, and its first and last weights with their data (as
+    // weight() checks a view's data, not only its address)
+    size_t n = 0;
+    const TensorView *first = nullptr, *last = nullptr;
+    const uint8_t *first_data = nullptr, *last_data = nullptr;
+    bool same(const std::vector<MlpWeights>& e) const {
+      return e.size() == n && e[0].gate == first && e.back().down == last && first && last &&
+             first->data == first_data && last->data == last_data;
+    }
+    Tensor table;
+  };
+  std::unordered_map<const void*, MoeTable> moe_tables_;
+  const Tensor* moe_table(const std::vector<MlpWeights>& experts);
   struct CachedWeight {
     Tensor t;
     const uint8_t* data = nullptr;

@@ -28,6 +28,7 @@
 #include "engine/state.h"
 #include "engine/tensor.h"
 #include "model/safetensors.h"
+#include "model/weights.h"
 
 namespace degen {
 
@@ -259,6 +260,17 @@ class Backend {
   // ---- MoE (spec §4.8) ----
   // softmax over all experts, top-k, optional renormalisation; logits [N, E].
   virtual MoeRouting moe_route(const Tensor& router_logits, int k, bool renormalise) = 0;
+  // The routed experts (steps 2-5) with the routing kept on the device: for x [N, H] and router
+  // logits [N, E], the sum over each row's top-k experts, in increasing expert id, of its routing
+  // weight times the expert's SwiGLU MLP of the row, with the storage points of what the engine does
+  // with moe_route's routing on the host (gather_rows, matmul_swiglu, matmul, scatter_add_rows into
+  // zeros), so no host read-back and no graph pause. nullopt where a backend does not (the default):
+  // the engine routes on the host. CudaBackend does at decode sizes under gemm=auto.
+  virtual std::optional<Tensor> moe_experts_on_device(const Tensor& x, const Tensor& router_logits,
+                                                      const std::vector<MlpWeights>& experts, int k, bool renormalise) {
+    (void)x, (void)router_logits, (void)experts, (void)k, (void)renormalise;
+    return std::nullopt;
+  }
 
   // ---- logits ----
   // logits [rows, V]: entries whose mask byte is 1 become -inf (mask has V entries).

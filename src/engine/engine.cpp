@@ -324,11 +324,28 @@ Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Tra
   // 1-4. router logits, softmax over all experts, top-k, renormalisation
   Tensor logits = be_.matmul(x, *m.router);
   tap(tr, Step::moe_router, l, logits, b, mtp);
-  // graphs=on: the routing is read on the host, which drives the experts, so the step's graph
-  // pauses here; `routed` is allocated before, as a buffer of the graph the next segment reads.
+  const bool renormalise = cfg_.norm_topk_prob && !n.has(Fault::moe_no_renorm);
+  // 2-5 without the routing leaving the device where the backend can (no observer: a traced run
+  // computes them step by step, below)
+  std::optional<Tensor> on_device;
+  if (!observes_layers(tr)) on_device = be_.moe_experts_on_device(x, logits, m.experts, cfg_.experts_per_tok, renormalise);
+  Tensor routed = on_device ? std::move(*on_device) : routed_on_host(m, x, logits, b, renormalise);
+  tap(tr, Step::moe_routed, l, routed, b, mtp);
+  // 6. shared expert with its scalar sigmoid gate
+  if (!m.shared_gate) return routed;
+  Tensor shared = be_.sigmoid_mul(mlp(m.shared, x), be_.matmul(x, *m.shared_gate));
+  tap(tr, Step::moe_shared, l, shared, b, mtp);
+  // 7. routed + shared
+  return be_.add(routed, shared);
+}
+
+// §4.8 steps 2-5 with the routing on the host, which drives the experts.
+Tensor Engine::routed_on_host(const MoeWeights& m, const Tensor& x, const Tensor& logits, Batch& b, bool renormalise) {
+  // graphs=on: the routing is read on the host, so the step's graph pauses here; `routed` is
+  // allocated before, as a buffer of the graph the next segment reads.
   Tensor routed = be_.zeros({b.N, cfg_.hidden_size});
   if (graph_step_) be_.graph_step_pause();
-  MoeRouting route = be_.moe_route(logits, cfg_.experts_per_tok, cfg_.norm_topk_prob && !n.has(Fault::moe_no_renorm));
+  MoeRouting route = be_.moe_route(logits, cfg_.experts_per_tok, renormalise);
   // 5. routed experts: gather each expert's tokens, SwiGLU MLP, weighted scatter-add (in expert order)
   const int E = cfg_.num_experts, k = route.k;
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(E));
@@ -345,13 +362,7 @@ Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Tra
     be_.scatter_add_rows(routed, ye, rows[e], wts[e]);
   }
   if (graph_step_) be_.graph_step_resume();
-  tap(tr, Step::moe_routed, l, routed, b, mtp);
-  // 6. shared expert with its scalar sigmoid gate
-  if (!m.shared_gate) return routed;
-  Tensor shared = be_.sigmoid_mul(mlp(m.shared, x), be_.matmul(x, *m.shared_gate));
-  tap(tr, Step::moe_shared, l, shared, b, mtp);
-  // 7. routed + shared
-  return be_.add(routed, shared);
+  return routed;
 }
 
 // ---- §4.3 decoder layer ----

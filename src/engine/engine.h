@@ -153,6 +153,7 @@ class Engine {
   Tensor gdn_mixer(int l, const GdnWeights& gw, Normed& in, Batch& b, Trace* tr, const LayerNumerics& n,
                    const Tensor* residual);
   Tensor ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Trace* tr, bool mtp, const LayerNumerics& n);
+  Tensor routed_on_host(const MoeWeights& m, const Tensor& x, const Tensor& logits, Batch& b, bool renormalise);
   Tensor mlp(const MlpWeights& mw, const Tensor& x);
   Tensor mlp(const MlpWeights& mw, Normed& in, const Tensor* residual);
   Tensor lm_head(const Tensor& hn, const std::vector<int64_t>& rows, const std::vector<uint8_t>* mask);

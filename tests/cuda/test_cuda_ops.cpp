@@ -370,6 +370,86 @@ TEST_CASE("cuda ops: MoE routing (fp32 softmax over all experts, top-k, renormal
   check_guards(t, "moe");
 }
 
+// The routed experts with the routing on the device (decode sizes under gemm=auto) against what the
+// engine does with the routing on the host (Engine::routed_on_host: moe_route, then per expert in
+// increasing id gather_rows, matmul_swiglu, matmul, scatter_add_rows into zeros): bit for bit on the
+// same device, within the bf16 tolerance of the CPU emulation doing the same; three launches, no
+// copy to the host, no host synchronisation.
+TEST_CASE("cuda ops: the routed MoE experts on the device equal the host-routed experts bit for bit") {
+  // what the engine does with the routing on the host, on backend be
+  const auto on_host = [](Backend& be, const Tensor& x, const Tensor& logits, const std::vector<MlpWeights>& ex, int k,
+                          bool renorm) {
+    const MoeRouting route = be.moe_route(logits, k, renorm);
+    Tensor routed = be.zeros({x.rows(), x.cols()});
+    for (int e = 0; e < static_cast<int>(ex.size()); ++e) {
+      std::vector<int64_t> rows;
+      std::vector<double> w;
+      for (int64_t t = 0; t < x.rows(); ++t)
+        for (int i = 0; i < k; ++i)
+          if (route.experts[size_t(t * k + i)] == e) {
+            rows.push_back(t);
+            w.push_back(route.weights[size_t(t * k + i)]);
+          }
+      if (rows.empty()) continue;
+      const Tensor h = be.matmul_swiglu(be.gather_rows(x, rows), *ex[size_t(e)].gate, *ex[size_t(e)].up);
+      be.scatter_add_rows(routed, be.matmul(h, *ex[size_t(e)].down), rows, w);
+    }
+    return routed;
+  };
+  // (N, H, I, E, k, on the device): one token; a batch; 8 rows of 8 experts of 64; Qwen3-Next's
+  // 512 experts, top-10; every expert (k = E); 9 rows and an I that is no multiple of 8 (the host path)
+  struct Shape { int64_t N, H, I; int E, k; bool device; };
+  for (Shape sh : {Shape{1, 64, 32, 8, 2, true}, Shape{3, 128, 48, 16, 4, true}, Shape{8, 64, 40, 64, 8, true},
+                   Shape{2, 64, 16, 512, 10, true}, Shape{4, 32, 16, 4, 4, true}, Shape{9, 64, 32, 8, 2, false},
+                   Shape{2, 64, 20, 8, 2, false}}) {
+    for (bool renorm : {true, false}) {
+      Trio t;  // a backend per shape: its expert tables are the weights' of this iteration only
+      const std::string tag = cat("N ", sh.N, " H ", sh.H, " I ", sh.I, " E ", sh.E, " k ", sh.k, renorm ? "" : " no-renorm");
+      std::vector<std::unique_ptr<HostWeight>> ws;
+      std::vector<MlpWeights> ex(size_t(sh.E));
+      for (int e = 0; e < sh.E; ++e) {
+        const uint64_t seed = 200 + 3 * uint64_t(e);
+        ws.push_back(std::make_unique<HostWeight>(cat("gate", e), std::vector<int64_t>{sh.I, sh.H},
+                                                  randn_bf16(size_t(sh.I * sh.H), 1.0 / std::sqrt(double(sh.H)), seed)));
+        ex[size_t(e)].gate = &ws.back()->view;
+        ws.push_back(std::make_unique<HostWeight>(cat("up", e), std::vector<int64_t>{sh.I, sh.H},
+                                                  randn_bf16(size_t(sh.I * sh.H), 1.0 / std::sqrt(double(sh.H)), seed + 1)));
+        ex[size_t(e)].up = &ws.back()->view;
+        ws.push_back(std::make_unique<HostWeight>(cat("down", e), std::vector<int64_t>{sh.H, sh.I},
+                                                  randn_bf16(size_t(sh.H * sh.I), 1.0 / std::sqrt(double(sh.I)), seed + 2)));
+        ex[size_t(e)].down = &ws.back()->view;
+      }
+      const auto x = t.in(randn_bf16(size_t(sh.N * sh.H), 1.0, 190), {sh.N, sh.H});
+      const auto l = t.in(randn_bf16(size_t(sh.N * sh.E), 2.0, 191), {sh.N, int64_t(sh.E)});
+      const Tensor want = on_host(t.gpu, x.g, l.g, ex, sh.k, renorm);  // (uploads every expert it uses)
+      cuda::counters_start();
+      std::optional<Tensor> got = t.gpu.moe_experts_on_device(x.g, l.g, ex, sh.k, renorm);
+      const cuda::DeviceCounters dc = cuda::counters_read();
+      cuda::counters_stop();
+      CHECK_MESSAGE(got.has_value() == sh.device, tag);
+      CHECK_MESSAGE(!t.emu.moe_experts_on_device(x.e, l.e, ex, sh.k, renorm).has_value(), "the CPU routes on the host");
+      if (!got) continue;
+      const std::vector<float> a = t.gpu.to_host_f32(*got), b = t.gpu.to_host_f32(want);
+      CHECK_MESSAGE(got->shape == want.shape, tag);
+      CHECK_MESSAGE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "moe_experts_on_device " << tag);
+      CHECK(t.gpu.to_host_f32(want) != std::vector<float>(a.size(), 0.0f));  // the sums are not trivially equal
+      check_op(cat("moe_experts_on_device[k=", sh.k, renorm ? "" : ",no-renorm", "]"), t, *got,
+               on_host(t.emu, x.e, l.e, ex, sh.k, renorm), on_host(t.ref, x.r, l.r, ex, sh.k, renorm),
+               tol::kCudaNmseBf16);
+      if (cuda::counters_supported()) {  // the first call built the table (uploads): a second one counts
+        cuda::counters_start();
+        (void)t.gpu.moe_experts_on_device(x.g, l.g, ex, sh.k, renorm);
+        const cuda::DeviceCounters d2 = cuda::counters_read();
+        cuda::counters_stop();
+        CHECK_MESSAGE(d2.launches == 3, tag);
+        CHECK_MESSAGE(d2.copies_d2h + d2.copies_h2d == 0, tag);
+        CHECK_MESSAGE(d2.host_syncs == 0, tag);
+        CHECK(dc.launches == 3);
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda ops: GDN gates on the device (A_log fp32 / bf16, fault alog-no-exp)") {
   for (DType ad : {DType::f32, DType::bf16})
     for (bool fault : {false, true}) {
