@@ -28,6 +28,25 @@ awk '/^count    launches [0-9]/ { if ($5 + 0 > 6.5) bad = bad " launches/layer:"
                                        if (r + 0 > 1.07 || r + 0 < 1.0) bad = bad " ratio:" r }
      END { if (bad != "") { print "over budget:" bad; exit 1 } }' "$WORK/out" ||
   { cat "$WORK/out" >&2; fail "bench --count over its budget"; }
+# The MoE model: the routing stays on the device at decode sizes (moe_experts_on_device), so a step
+# copies nothing back to the host and never waits for it. Budgets per decode step of
+# tiny-qwen35-moe at batch 1 and 2: no device-to-host copy, no allocation, no host synchronisation
+# (before: 16 routing read-backs and 32 synchronisations), at most 15 launches in a layer (counted
+# 15: the 6 of a dense layer's mixer and norms, and router, routing, the experts' two launches, the
+# shared expert's gate/up, down and gate products, its sigmoid gate and the add; before: 21).
+MM="$SRC/models/tiny-qwen35-moe"
+[ -f "$MM/config.json" ] || { expect_exit 0 "$BIN" synth --preset tiny-qwen35-moe --out "$WORK/moe"; MM="$WORK/moe"; }
+expect_exit 0 "$BIN" bench --backend cuda --model "$MM" --count --batch 1,2 --decode 2 --prefill 16
+n=$(grep -c "^count    copies host->device" "$WORK/out")
+[ "$n" = 2 ] || fail "bench --count (MoE) printed $n copy lines, expected 2 (batch 1 and 2)"
+awk '/^count    launches in each decoder layer/ { for (i = 1; i <= NF; ++i) if ($i == "most") m = $(i+1);
+                                                  sub(";", "", m); if (m + 0 > 15 || m == "") bad = bad " in a layer:" m }
+     /^count    copies host->device/ { for (i = 1; i <= NF; ++i) if ($i == "device->host") d = $(i+1);
+                                       if (d != "0") bad = bad " device->host:" d }
+     /^count    allocations/ { gsub(",", "", $3); if ($3 != 0 || $8 != 0) bad = bad " allocs/syncs:" $3 "/" $8 }
+     END { if (bad != "") { print "over budget:" bad; exit 1 } }' "$WORK/out" ||
+  { cat "$WORK/out" >&2; fail "bench --count (MoE) over its budget"; }
+
 # --ops at context 256: every case runs as at most 2 launches (decode attention: the KV append and
 # the attention, as the op attention() does them) and moves at most 1.5 x its floor (counted: 1.000 to 1.25, attention 1.10; at
 # context 32 the KV rows are under a page and attention counts 1.67)
