@@ -451,6 +451,45 @@ std::vector<OpCase> cases_for(CudaBackend& be, const ModelConfig& cfg, const Mod
     add_matmul("gdn.in_proj_qkv", g.in_proj_qkv, 1);
     add_matmul("gdn.out_proj", g.out_proj, 1);
     add_matmul_many("gdn.in_proj qkv,z,b,a", {g.in_proj_qkv, g.in_proj_z, g.in_proj_b, g.in_proj_a}, 2);
+    // the decode layer's fused ops (Backend::norm_matmul_many, gdn_inputs, gated_norm_matmul): what
+    // each reads and writes once
+    {
+      std::vector<const TensorView*> ws{g.in_proj_qkv, g.in_proj_z, g.in_proj_b, g.in_proj_a};
+      auto h = std::make_shared<Tensor>(rnd({1, H}, 20));
+      const TensorView* nw = gdn->input_norm;
+      double wb = double(nw->nbytes), rows = 0;
+      for (const TensorView* v : ws) {
+        wb += double(v->nbytes);
+        rows += double(v->shape[0]);
+      }
+      out.push_back(OpCase{cat("norm_matmul_many input norm + gdn.in_proj [1 x ", H, "]"), wb + b2 * (H + rows),
+                           wb - double(nw->nbytes), [&be, h, ws, nw, c = cfg] {
+                             be.norm_matmul_many(*h, {nw, c.rms_norm_eps, NormKind::zero_centred}, ws);
+                           }});
+      const int64_t C = cfg.d_conv(), K = cfg.conv_kernel;
+      auto qkv = std::make_shared<Tensor>(rnd({1, C}, 21));
+      auto win = std::make_shared<Tensor>(rnd({K - 1, C}, 22));
+      auto ga = std::make_shared<Tensor>(rnd({1, cfg.n_v}, 23));
+      auto gb = std::make_shared<Tensor>(rnd({1, cfg.n_v}, 24));
+      const double io = b2 * double(C) * (1.0 + 2.0 * double(K - 1) + 1.0) + double(g.conv1d->nbytes) +
+                        b2 * 2.0 * double(cfg.n_v) + double(g.A_log->nbytes + g.dt_bias->nbytes) + 8.0 * double(cfg.n_v);
+      out.push_back(OpCase{cat("gdn_inputs conv + q/k norms + gates [1 x ", C, "]"), io, 0,
+                           [&be, qkv, win, ga, gb, g, c = cfg] {
+                             std::vector<Tensor*> windows{win.get()};
+                             be.gdn_inputs(*qkv, *g.conv1d, {SeqSpan{0, 1, 1}}, windows, *ga, *gb, *g.A_log, *g.dt_bias,
+                                           {c.n_k, c.d_k, c.n_v, c.d_v}, 1e-6, 1.0 / std::sqrt(double(c.d_k)));
+                           }});
+      const int64_t dval = cfg.d_val();
+      auto o = std::make_shared<Tensor>(rnd({1, dval}, 25));
+      auto z = std::make_shared<Tensor>(rnd({1, dval}, 26));
+      auto res = std::make_shared<Tensor>(rnd({1, H}, 27));
+      const double ob = double(g.out_proj->nbytes);
+      out.push_back(OpCase{cat("gated_norm_matmul gdn norm + out_proj + residual [1 x ", dval, "]"),
+                           ob + double(g.norm->nbytes) + b2 * (2.0 * double(dval) + 2.0 * double(H)), ob,
+                           [&be, o, z, res, g, c = cfg] {
+                             be.gated_norm_matmul(*o, *z, *g.norm, c.rms_norm_eps, *g.out_proj, res.get());
+                           }});
+    }
     // the conv output's split with the q/k norms, one row
     const int64_t C = cfg.d_conv();
     auto conv = std::make_shared<Tensor>(rnd({1, C}, 3));
@@ -483,10 +522,50 @@ std::vector<OpCase> cases_for(CudaBackend& be, const ModelConfig& cfg, const Mod
     out.push_back(OpCase{cat("matmul_swiglu mlp.gate,up [1 x ", H, "] -> ", mlp->gate->shape[0]),
                          wb + b2 * double(H + mlp->gate->shape[0]), wb, [&be, x, mlp] { be.matmul_swiglu(*x, *mlp->gate, *mlp->up); }});
     add_matmul("mlp.gate (prefill)", mlp->gate, prefill);
+    const TensorView* nw = w.layers.at(0).post_norm;
+    auto h = std::make_shared<Tensor>(rnd({1, H}, 28));
+    out.push_back(OpCase{cat("norm_matmul_swiglu post norm + mlp.gate,up [1 x ", H, "]"),
+                         wb + double(nw->nbytes) + b2 * double(H + mlp->gate->shape[0]), wb,
+                         [&be, h, nw, mlp, c = cfg] {
+                           be.norm_matmul_swiglu(*h, {nw, c.rms_norm_eps, NormKind::zero_centred}, *mlp->gate, *mlp->up);
+                         }});
+    const int64_t I = mlp->down->shape[1];
+    auto s = std::make_shared<Tensor>(rnd({1, I}, 29));
+    auto res = std::make_shared<Tensor>(rnd({1, H}, 30));
+    const double db = double(mlp->down->nbytes);
+    out.push_back(OpCase{cat("matmul_add mlp.down + residual [1 x ", I, "]"), db + b2 * double(I + 2 * H), db,
+                         [&be, s, res, mlp] { be.matmul_add(*s, *mlp->down, *res); }});
+  }
+  // the routed experts of the first MoE layer with the routing on the device (one row): the floor
+  // reads its k experts' three matrices
+  const LayerWeights* moe = nullptr;
+  for (const LayerWeights& lw : w.layers)
+    if (lw.moe) { moe = &lw; break; }
+  if (moe) {
+    const MoeWeights& m = moe->moe_w;
+    const int E = cfg.num_experts, k = cfg.experts_per_tok;
+    auto x = std::make_shared<Tensor>(rnd({1, H}, 31));
+    auto logits = std::make_shared<Tensor>(rnd({1, int64_t(E)}, 32));
+    const double eb = double(m.experts[0].gate->nbytes + m.experts[0].up->nbytes + m.experts[0].down->nbytes);
+    out.push_back(OpCase{cat("moe_experts_on_device top-", k, " of ", E, " [1 x ", H, "]"),
+                         double(k) * eb + b2 * double(2 * H + E), double(k) * eb, [&be, x, logits, ex = &m.experts, k] {
+                           if (!be.moe_experts_on_device(*x, *logits, *ex, k, true))
+                             throw std::logic_error("moe_experts_on_device: not on the device at one row");
+                         }});
   }
   if (att) {
     const AttnWeights& a = att->attn;
     add_matmul_many("attn q,k,v", {a.q_proj, a.k_proj, a.v_proj}, 9);
+    {
+      const int64_t in = a.o_proj->shape[1];
+      auto y = std::make_shared<Tensor>(rnd({1, in}, 33));
+      auto gate = std::make_shared<Tensor>(rnd({1, in}, 34));
+      auto res = std::make_shared<Tensor>(rnd({1, H}, 35));
+      const double ob = double(a.o_proj->nbytes);
+      out.push_back(OpCase{cat("sigmoid_gate_matmul output gate + o_proj + residual [1 x ", in, "]"),
+                           ob + b2 * (2.0 * double(in) + 2.0 * double(H)), ob,
+                           [&be, y, gate, res, o_proj = a.o_proj] { be.sigmoid_gate_matmul(*y, *gate, *o_proj, res.get()); }});
+    }
     // decode attention at context `ctx`: the cache filled by one prefill call, then one row
     const int64_t nq = cfg.n_q, nkv = cfg.n_kv, D = cfg.head_dim;
     auto cache = std::make_shared<KvCache>();

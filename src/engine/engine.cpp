@@ -321,8 +321,17 @@ Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Tra
                    const LayerNumerics& n) {
   if (!lw.moe) return mlp(lw.mlp, x);
   const MoeWeights& m = lw.moe_w;
-  // 1-4. router logits, softmax over all experts, top-k, renormalisation
-  Tensor logits = be_.matmul(x, *m.router);
+  // 1-4. router logits (with the shared expert's gate: both products read x), softmax over all
+  // experts, top-k, renormalisation
+  Tensor logits, shared_gate;
+  if (m.shared_gate) {
+    const TensorView* const ws[2] = {m.router, m.shared_gate};
+    std::vector<Tensor> r = be_.matmul_many(x, ws);
+    logits = std::move(r[0]);
+    shared_gate = std::move(r[1]);
+  } else {
+    logits = be_.matmul(x, *m.router);
+  }
   tap(tr, Step::moe_router, l, logits, b, mtp);
   const bool renormalise = cfg_.norm_topk_prob && !n.has(Fault::moe_no_renorm);
   // 2-5 without the routing leaving the device where the backend can (no observer: a traced run
@@ -333,7 +342,7 @@ Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Tra
   tap(tr, Step::moe_routed, l, routed, b, mtp);
   // 6. shared expert with its scalar sigmoid gate
   if (!m.shared_gate) return routed;
-  Tensor shared = be_.sigmoid_mul(mlp(m.shared, x), be_.matmul(x, *m.shared_gate));
+  Tensor shared = be_.sigmoid_mul(mlp(m.shared, x), shared_gate);
   tap(tr, Step::moe_shared, l, shared, b, mtp);
   // 7. routed + shared
   return be_.add(routed, shared);
