@@ -169,8 +169,20 @@ Tensor CudaBackend::upload(const std::vector<T>& v, DType dtype, const char* wha
       }
     }
   }
+  if (graphs_segment()) {
+    // a graph step's input: its slot of the staging block (capture, replay), or a plain buffer
+    // while the step is recorded (not the arena's: the signature has the upload only)
+    Tensor t;
+    t.dtype = dtype;
+    t.device = Device::cuda;
+    t.shape = {static_cast<int64_t>(v.size())};
+    t.storage = graphs_->upload(v.data(), nbytes, what);
+    if (t.storage) return t;
+    t = device_tensor(t.shape, dtype, what, /*step_buffer=*/false);
+    if (nbytes) CUDA_CHECK(cudaMemcpyAsync(t.raw(), v.data(), nbytes, cudaMemcpyHostToDevice, ctx_->stream()));
+    return t;
+  }
   Tensor t = device_tensor({static_cast<int64_t>(v.size())}, dtype, what);
-  if (graphs_segment() && graphs_->upload(t.raw(), v.data(), t.nbytes(), what)) return t;  // staged
   if (cacheable) {
     if (upload_cache_.size() >= kCacheEntries) upload_cache_.erase(upload_cache_.begin());
     const auto* p = reinterpret_cast<const uint8_t*>(v.data());
@@ -187,8 +199,15 @@ template Tensor CudaBackend::upload(const std::vector<uint8_t>&, DType, const ch
 
 Tensor CudaBackend::to_device(const Tensor& host) {
   DEGEN_ASSERT(host.device == Device::cpu, "to_device of a device tensor");
-  Tensor t = device_tensor(host.shape, host.dtype, "to_device");
-  if (graphs_segment() && graphs_->upload(t.raw(), host.raw(), t.nbytes(), "to_device")) return t;  // staged
+  if (graphs_segment()) {  // a graph step's input, as in upload()
+    Tensor t;
+    t.dtype = host.dtype;
+    t.device = Device::cuda;
+    t.shape = host.shape;
+    t.storage = graphs_->upload(host.raw(), host.nbytes(), "to_device");
+    if (t.storage) return t;
+  }
+  Tensor t = device_tensor(host.shape, host.dtype, "to_device", /*step_buffer=*/!graphs_segment());
   if (t.nbytes()) CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), t.nbytes(), cudaMemcpyHostToDevice, ctx_->stream()));
   return t;
 }

@@ -96,11 +96,24 @@ void StepGraphs::start() {
     }
     cur_->arena_bytes = arena;
     cur_->staging_bytes = staging;
+    // each segment's inputs: the uploads between two pauses
+    cur_->seg_staging.clear();
+    size_t off = 0, seg_begin = 0;
+    for (const Item& i : cur_->sig) {
+      if (i.kind == 'u') off += aligned(i.bytes);
+      if (i.kind == 'p') {
+        cur_->seg_staging.emplace_back(seg_begin, off);
+        seg_begin = off;
+      }
+    }
+    cur_->seg_staging.emplace_back(seg_begin, off);
     cur_->arena = CudaContext::alloc(ctx_, arena, "graph arena (decode step buffers)");
+    cur_->dev_staging = CudaContext::alloc(ctx_, staging ? staging : 1, "graph staging (decode step inputs)");
     CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&cur_->staging), staging ? staging : 1));
     CUDA_CHECK(cudaEventCreateWithFlags(&cur_->done, cudaEventDisableTiming));
     ctx_->set_capturing(true);
     CUDA_CHECK(cudaStreamBeginCapture(ctx_->stream(), cudaStreamCaptureModeThreadLocal));
+    capture_inputs();
     stats_.captured++;
   } else if (mode_ == Mode::replay) {
     // The previous launch of this key must have read the staging block before it is rewritten.
@@ -140,16 +153,25 @@ std::shared_ptr<uint8_t> StepGraphs::alloc(size_t bytes, const char* what) {
   return std::shared_ptr<uint8_t>(cur_->arena, p);  // aliasing: keeps the arena alive, frees nothing
 }
 
-bool StepGraphs::upload(void* dst, const void* src, size_t n, const char* what) {
+std::shared_ptr<uint8_t> StepGraphs::upload(const void* src, size_t n, const char* what) {
   DEGEN_ASSERT(in_segment(), "graphs: upload outside a graph segment");
   check_item('u', n, what);
-  if (mode_ == Mode::record) return false;
-  uint8_t* slot = cur_->staging + staging_off_;
+  if (mode_ == Mode::record) return nullptr;
+  const size_t off = staging_off_;
   staging_off_ += aligned(n);
   DEGEN_ASSERT(staging_off_ <= cur_->staging_bytes, "graphs: staging overrun");
-  if (n) std::memcpy(slot, src, n);
-  if (mode_ == Mode::capture && n) CUDA_CHECK(cudaMemcpyAsync(dst, slot, n, cudaMemcpyHostToDevice, ctx_->stream()));
-  return true;
+  if (n) std::memcpy(cur_->staging + off, src, n);
+  return std::shared_ptr<uint8_t>(cur_->dev_staging, cur_->dev_staging.get() + off);  // aliasing
+}
+
+// The first node of a captured segment: its staged inputs to the device, which every later node
+// reads, in one copy (from the pinned block when the graph runs: replays rewrite it first).
+void StepGraphs::capture_inputs() {
+  DEGEN_ASSERT(seg_ < cur_->seg_staging.size(), "graphs: more segments than the signature has");
+  const auto [b, e] = cur_->seg_staging[seg_];
+  if (e > b)
+    CUDA_CHECK(cudaMemcpyAsync(cur_->dev_staging.get() + b, cur_->staging + b, e - b, cudaMemcpyHostToDevice,
+                               ctx_->stream()));
 }
 
 void StepGraphs::close_segment() {
@@ -185,7 +207,10 @@ void StepGraphs::resume() {
   paused_ = false;
   if (mode_ == Mode::capture) {
     ctx_->set_capturing(true);
-    guarded([&] { CUDA_CHECK(cudaStreamBeginCapture(ctx_->stream(), cudaStreamCaptureModeThreadLocal)); });
+    guarded([&] {
+      CUDA_CHECK(cudaStreamBeginCapture(ctx_->stream(), cudaStreamCaptureModeThreadLocal));
+      capture_inputs();
+    });
   } else if (mode_ == Mode::replay) {
     tl_suppressed = true;
   }

@@ -7,8 +7,10 @@
 //   1st step  record   plain launches; the step's signature is noted: the size of every buffer its
 //                      ops allocate and of every host input they upload, in order;
 //   2nd step  capture  the buffers come from one device arena sized from the signature, the host
-//                      inputs are copied into one pinned staging block and from there by captured
-//                      copies; the launches are captured into a graph, which is then launched;
+//                      inputs are written into one pinned staging block, which one captured copy
+//                      per segment (the first node of its graph) brings to a device staging block
+//                      the ops read them from: one host-to-device copy per step; the launches are
+//                      captured into a graph, which is then launched;
 //   later     replay   the ops run on the host only: the same allocations give the same arena
 //                      addresses (checked against the signature), the inputs of this step (token
 //                      ids, positions, cache rows) are written into the staging block, every
@@ -65,9 +67,10 @@ class StepGraphs {
 
   // A buffer for an op inside a segment; null in record mode (the caller allocates normally).
   std::shared_ptr<uint8_t> alloc(size_t bytes, const char* what);
-  // A host input of `n` bytes for `dst` (a buffer from alloc()) inside a segment; false in record
-  // mode (the caller copies normally).
-  bool upload(void* dst, const void* src, size_t n, const char* what);
+  // A host input of `n` bytes inside a segment: written to the staging block, and the device slot
+  // the segment's copy fills, which the ops read; null in record mode (the caller allocates and
+  // copies normally).
+  std::shared_ptr<uint8_t> upload(const void* src, size_t n, const char* what);
 
   // The weights on the device changed (one uploaded or replaced): graphs hold their addresses, so
   // every key starts over at its next step.
@@ -88,6 +91,8 @@ class StepGraphs {
     size_t arena_bytes = 0, staging_bytes = 0;
     std::shared_ptr<uint8_t> arena;
     uint8_t* staging = nullptr;  // pinned
+    std::shared_ptr<uint8_t> dev_staging;                   // its device copy
+    std::vector<std::pair<size_t, size_t>> seg_staging;     // each segment's [begin, end) of it
     std::vector<cudaGraphExec_t> segs;
     cudaEvent_t done = nullptr;  // after the last launch: the staging block may be rewritten
     ~Entry();
@@ -97,6 +102,7 @@ class StepGraphs {
   void guarded(F&& f);  // f(); on an exception: abort(), then an error that names graphs=off
   void check_item(char kind, size_t bytes, const char* what);
   void close_segment();  // capture: end it and instantiate; both: launch it
+  void capture_inputs();  // capture: the segment's staged inputs to the device, in one copy
   void free_entries();
 
   std::shared_ptr<CudaContext> ctx_;

@@ -3,8 +3,9 @@
 // the final states (KV rows, conv windows, S) must be equal bit for bit, while the graph backend
 // actually recorded, captured and replayed steps (its counters say so). The batch holds two
 // sequences of different lengths, and 40 steps take the KV caches through two growths (16 -> 32 ->
-// 64 rows), so keys change and graphs are captured again. MoE models pause each step at the
-// routing (segments). Skips without a device (tests/cuda/main.cpp).
+// 64 rows), so keys change and graphs are captured again. MoE models under gemm=cublas pause each
+// step at the routing (segments); under gemm=auto it stays on the device. Skips without a device
+// (tests/cuda/main.cpp).
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -215,4 +216,38 @@ TEST_CASE("cuda graphs: a step that does not match its key's record is an error,
   CHECK(be.to_host_f32(step(4)) == std::vector<float>(16, 1.0f));  // captured
   CHECK(be.to_host_f32(step(4)) == std::vector<float>(16, 1.0f));  // replayed
   CHECK(be.graph_stats().replayed == 3);  // with the replay that failed its check above
+}
+
+// A replayed step brings its host inputs (token ids, positions, cache rows, sequence tables) to the
+// device in one copy: the staging block's, the first node of its graph (counted by the emulator).
+TEST_CASE("cuda graphs: a replayed decode step uploads its host inputs in one copy") {
+  if (!cuda::counters_supported()) return;  // counts: the emulator only
+  for (const char* preset : {"tiny-qwen35", "tiny-qwen35-moe"}) {
+    CAPTURE(preset);
+    Model m(preset);
+    CudaBackend be(0, GemmKind::automatic, /*graphs=*/true);
+    Engine eng(m.cfg, m.w, be, engine_options(parse_run_config("backend=cuda")));
+    const int64_t V = m.cfg.vocab_size;
+    std::vector<SeqState> st;
+    st.push_back(eng.new_state());
+    st.push_back(eng.new_state());
+    eng.forward({SeqInput{&st[0], random_ids(13, V, 1)}, SeqInput{&st[1], random_ids(5, V, 2)}});
+    for (int s = 0; s < 8; ++s) {  // the cache growths (plain steps), then record, capture, replays
+      const std::vector<int32_t> t = random_ids(2, V, 100 + static_cast<uint32_t>(s));
+      eng.forward({SeqInput{&st[0], {t[0]}}, SeqInput{&st[1], {t[1]}}});
+    }
+    const cuda::GraphStats before = be.graph_stats();
+    const std::vector<int32_t> t = random_ids(2, V, 200);
+    cuda::counters_start();
+    eng.forward({SeqInput{&st[0], {t[0]}}, SeqInput{&st[1], {t[1]}}});
+    const cuda::DeviceCounters d = cuda::counters_read();
+    cuda::counters_stop();
+    const cuda::GraphStats after = be.graph_stats();
+    CHECK(after.replayed == before.replayed + 1);
+    CHECK(d.graph_launches == 1);
+    CHECK(d.copies_h2d == 1);
+    CHECK(d.bytes_h2d > 0);
+    CHECK(d.copies_d2h == 0);
+    CHECK(d.launches > 0);
+  }
 }

@@ -2,7 +2,7 @@
 # compare on backend=cuda gives the same metrics to the last bit with graphs=on as with graphs=off
 # (timings and the config line aside), including the teacher-forced decode and the generations,
 # while the decode steps really are replayed from graphs (the progress line counts them); on a
-# dense model and on an MoE model, whose steps pause at the routing. graphs=on with tp=2 is refused
+# dense model and on an MoE model (its routing stays on the device: one graph per step). graphs=on with tp=2 is refused
 # as untestable. Arguments: degenbisect-emu SOURCE_DIR WORK_DIR.
 source "$2/tests/cli/lib.bash"
 for m in tiny-qwen35 tiny-qwen35-moe; do
