@@ -169,7 +169,6 @@ static __global__ void __launch_bounds__(kGemvWarps * 32)
 }
 
 namespace {
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) % 16) == 0; }
 
 // Calls f(std::integral_constant<int, N>{}) for N = rows (1..kGemvMaxRows).
 template <typename F>

@@ -21,6 +21,8 @@ void matmul_f32_cublas(cublasHandle_t handle, const float* x, const float* w, fl
 // kernel that reads W once with 16-byte loads, fp32 sums, bf16 x bf16 -> bf16. Larger N go to
 // cuBLAS. Caller's stream.
 constexpr int64_t kGemvMaxRows = 8;
+// The matrix-vector kernels' 16-byte loads need 16-byte aligned rows (with `in` a multiple of 8).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 // The op before a product done by the product itself: each block computes the N rows of its input
 // from x into shared memory, as the op's own kernel stores them (bit for bit), then multiplies.
 //   rmsnorm:       rmsnorm_cuda of x with w (the decode step's input and post-attention norms);

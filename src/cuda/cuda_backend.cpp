@@ -148,6 +148,19 @@ Tensor CudaBackend::clone(const Tensor& t) {
   return c;
 }
 
+// A graph step's host input (capture, replay): its slot of the step's staging block, which the
+// step's one copy fills. Empty otherwise; the caller then copies into a buffer of its own, which
+// in a recorded step is not the arena's (the signature has the upload only).
+Tensor CudaBackend::graph_input(const void* src, const std::vector<int64_t>& shape, DType dtype, const char* what) {
+  Tensor t;
+  if (!graphs_segment()) return t;
+  t.dtype = dtype;
+  t.device = Device::cuda;
+  t.shape = shape;
+  t.storage = graphs_->upload(src, t.nbytes(), what);
+  return t.storage ? t : Tensor{};
+}
+
 template <typename T>
 Tensor CudaBackend::upload(const std::vector<T>& v, DType dtype, const char* what) {
   DEGEN_ASSERT(dtype_size(dtype) == sizeof(T), "upload: element size");
@@ -169,20 +182,9 @@ Tensor CudaBackend::upload(const std::vector<T>& v, DType dtype, const char* wha
       }
     }
   }
-  if (graphs_segment()) {
-    // a graph step's input: its slot of the staging block (capture, replay), or a plain buffer
-    // while the step is recorded (not the arena's: the signature has the upload only)
-    Tensor t;
-    t.dtype = dtype;
-    t.device = Device::cuda;
-    t.shape = {static_cast<int64_t>(v.size())};
-    t.storage = graphs_->upload(v.data(), nbytes, what);
-    if (t.storage) return t;
-    t = device_tensor(t.shape, dtype, what, /*step_buffer=*/false);
-    if (nbytes) CUDA_CHECK(cudaMemcpyAsync(t.raw(), v.data(), nbytes, cudaMemcpyHostToDevice, ctx_->stream()));
-    return t;
-  }
-  Tensor t = device_tensor({static_cast<int64_t>(v.size())}, dtype, what);
+  const std::vector<int64_t> shape{static_cast<int64_t>(v.size())};
+  if (Tensor staged = graph_input(v.data(), shape, dtype, what); !staged.empty()) return staged;
+  Tensor t = device_tensor(shape, dtype, what, /*step_buffer=*/!graphs_segment());
   if (cacheable) {
     if (upload_cache_.size() >= kCacheEntries) upload_cache_.erase(upload_cache_.begin());
     const auto* p = reinterpret_cast<const uint8_t*>(v.data());
@@ -199,14 +201,7 @@ template Tensor CudaBackend::upload(const std::vector<uint8_t>&, DType, const ch
 
 Tensor CudaBackend::to_device(const Tensor& host) {
   DEGEN_ASSERT(host.device == Device::cpu, "to_device of a device tensor");
-  if (graphs_segment()) {  // a graph step's input, as in upload()
-    Tensor t;
-    t.dtype = host.dtype;
-    t.device = Device::cuda;
-    t.shape = host.shape;
-    t.storage = graphs_->upload(host.raw(), host.nbytes(), "to_device");
-    if (t.storage) return t;
-  }
+  if (Tensor staged = graph_input(host.raw(), host.shape, host.dtype, "to_device"); !staged.empty()) return staged;
   Tensor t = device_tensor(host.shape, host.dtype, "to_device", /*step_buffer=*/!graphs_segment());
   if (t.nbytes()) CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), t.nbytes(), cudaMemcpyHostToDevice, ctx_->stream()));
   return t;

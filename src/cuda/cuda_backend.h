@@ -283,6 +283,7 @@ class CudaBackend final : public Backend {
     Tensor table;
   };
   std::unordered_map<const void*, MoeTable> moe_tables_;
+  Tensor graph_input(const void* src, const std::vector<int64_t>& shape, DType dtype, const char* what);
   const Tensor* moe_table(const std::vector<MlpWeights>& experts);
   struct CachedWeight {
     Tensor t;

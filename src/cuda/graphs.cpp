@@ -89,24 +89,20 @@ void StepGraphs::begin(const std::string& key) {
 
 void StepGraphs::start() {
   if (mode_ == Mode::capture) {
-    size_t arena = 0, staging = 0;
+    // the arena and staging sizes, and each segment's inputs (the uploads between two pauses)
+    size_t arena = 0, staging = 0, seg_begin = 0;
+    cur_->seg_staging.clear();
     for (const Item& i : cur_->sig) {
       if (i.kind == 'a') arena += aligned(i.bytes);
       if (i.kind == 'u') staging += aligned(i.bytes);
-    }
-    cur_->arena_bytes = arena;
-    cur_->staging_bytes = staging;
-    // each segment's inputs: the uploads between two pauses
-    cur_->seg_staging.clear();
-    size_t off = 0, seg_begin = 0;
-    for (const Item& i : cur_->sig) {
-      if (i.kind == 'u') off += aligned(i.bytes);
       if (i.kind == 'p') {
-        cur_->seg_staging.emplace_back(seg_begin, off);
-        seg_begin = off;
+        cur_->seg_staging.emplace_back(seg_begin, staging);
+        seg_begin = staging;
       }
     }
-    cur_->seg_staging.emplace_back(seg_begin, off);
+    cur_->seg_staging.emplace_back(seg_begin, staging);
+    cur_->arena_bytes = arena;
+    cur_->staging_bytes = staging;
     cur_->arena = CudaContext::alloc(ctx_, arena, "graph arena (decode step buffers)");
     cur_->dev_staging = CudaContext::alloc(ctx_, staging ? staging : 1, "graph staging (decode step inputs)");
     CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&cur_->staging), staging ? staging : 1));

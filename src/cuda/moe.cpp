@@ -7,6 +7,7 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
+#include "matmul.h"
 #include "moe.h"
 
 namespace degen {
@@ -29,10 +30,6 @@ MoeRouting CudaBackend::moe_route(const Tensor& logits, int k, bool renormalise)
   out.weights.assign(hw.data<float>(), hw.data<float>() + R * k);
   return out;
 }
-
-namespace {
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-}  // namespace
 
 // The block's expert table, built the first time outside a graph step (it uploads every expert);
 // null inside one before that (the engine then routes on the host), empty where the experts do not
@@ -57,7 +54,7 @@ const Tensor* CudaBackend::moe_table(const std::vector<MlpWeights>& experts) {
     if (!ok) break;
     for (const TensorView* w : {e.gate, e.up, e.down}) {
       const Tensor& W = weight(*w);
-      ok = ok && W.dtype == DType::bf16 && aligned16(W.raw());
+      ok = ok && W.dtype == DType::bf16 && cuda::aligned16(W.raw());
       ptrs.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(W.raw())));
     }
   }
@@ -77,7 +74,7 @@ std::optional<Tensor> CudaBackend::moe_experts_on_device(const Tensor& x, const 
                    logits.dtype == x.dtype, "moe_experts_on_device: logits ", shape_str(logits.shape), " for ", N,
                " rows and ", experts.size(), " experts, top-", k);
   const Tensor* table = moe_table(experts);
-  if (!table || table->empty() || !gemv_rows(x) || N == 0 || experts[0].gate->shape[1] != H || !aligned16(x.raw()))
+  if (!table || table->empty() || !gemv_rows(x) || N == 0 || experts[0].gate->shape[1] != H || !cuda::aligned16(x.raw()))
     return std::nullopt;
   const int64_t I = experts[0].gate->shape[0];
   Tensor ex = device_tensor({N, k}, DType::i32, "moe experts");
