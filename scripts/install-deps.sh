@@ -5,7 +5,9 @@
 # libFuzzer (make fuzz); `--hf` Hugging Face transformers with torch from PyPI (pip, not apt) for
 # tools/hf_dump_hooks.py and llama.cpp's converter (tests/cli/hf_dump.sh and gguf_layout.sh skip
 # without them). PyPI's torch wheel brings CUDA's libraries: about 2.9 GB to download, 5.9 GB
-# installed, about 2 minutes here.
+# installed, about 2 minutes here. `--slurm` installs Debian's Slurm (slurmctld, slurmd, the client
+# commands) and munge, for tests/cli/slurm_sweep.sh, which starts a single-node cluster of its own in a
+# temporary folder (the packages' services are not used; it skips without them).
 # The CUDA toolkit is not installed here: the CUDA backend is built only when nvcc exists.
 set -euo pipefail
 
@@ -22,8 +24,9 @@ for arg in "$@"; do
     --browser) pkgs+=(chromium) ;;
     --hf) hf=1 ;;
     --fuzz) pkgs+=(clang libclang-rt-14-dev) ;;  # libFuzzer for scripts/fuzz.sh (Debian 12's clang is 14)
-    -h|--help) echo "usage: scripts/install-deps.sh [--browser] [--fuzz] [--hf]"; exit 0 ;;
-    *) echo "install-deps.sh: unknown option '$arg' (expected --browser, --fuzz or --hf)" >&2; exit 2 ;;
+    --slurm) pkgs+=(slurmctld slurmd slurm-client munge) ;;  # Debian 12: Slurm 22.05
+    -h|--help) echo "usage: scripts/install-deps.sh [--browser] [--fuzz] [--hf] [--slurm]"; exit 0 ;;
+    *) echo "install-deps.sh: unknown option '$arg' (expected --browser, --fuzz, --hf or --slurm)" >&2; exit 2 ;;
   esac
 done
 

@@ -426,6 +426,76 @@ TEST_CASE("report: sweep shards merge into the unsharded report") {
   CHECK(render_markdown(part).find("5 cells have no result") != std::string::npos);
 }
 
+TEST_CASE("report: --expect-shards accepts only every shard of one sweep, and gives the sweep's exit code") {
+  test::TempDir dir("report-final-merge");
+  for (int n : {1, 2, 3}) {
+    CAPTURE(n);
+    const ReportInputs in = load_report_inputs(split_into_shards(dir / cat("ok", n), n));
+    CHECK_NOTHROW(check_complete_sweep(in, n));
+    CHECK(sweep_exit_code(in.sweeps.front()) == 1);  // the fixture has bad cells
+  }
+  auto refused = [](const std::vector<fs::path>& paths, int n) {
+    try {
+      check_complete_sweep(load_report_inputs(paths), n);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const std::vector<fs::path> three = split_into_shards(dir / "three", 3);
+  // An array of another size than the shard count: the shard is named with its count.
+  std::string e = refused(three, 4);
+  CHECK_MESSAGE(e.find("is shard 1/3 of a sweep in 3 shards, expected shards of 4") != std::string::npos, e);
+  CHECK(e.find((dir / "three" / "shard-1").string()) != std::string::npos);
+  // A missing shard.
+  e = refused({three[0], three[2]}, 3);
+  CHECK_MESSAGE(e.find("shard 2/3 is missing") != std::string::npos, e);
+  // The same shard from two folders.
+  fs::copy(three[1], dir / "three-copy", fs::copy_options::recursive);
+  e = refused({three[0], three[1], three[2], dir / "three-copy"}, 3);
+  CHECK_MESSAGE(e.find("shard 2/3 is given twice") != std::string::npos, e);
+  // A shard whose task was stopped before its last cell.
+  const std::vector<fs::path> two = split_into_shards(dir / "two", 2);
+  {
+    std::string body = read_file(two[1] / "results.jsonl");
+    body = body.substr(0, body.rfind('\n', body.size() - 2) + 1);  // the last line gone
+    write_file_atomic(two[1] / "results.jsonl", body);
+  }
+  e = refused(two, 2);
+  CHECK_MESSAGE(e.find("shard 2/2 (" + two[1].string() + ") is incomplete: 4 of its 5 cells have a result") != std::string::npos, e);
+  // A shard of another matrix, and of another golden record.
+  const std::vector<fs::path> other = split_into_shards(dir / "other", 2);
+  json meta = json::parse(read_file(other[1] / "sweep.json"));
+  meta["axes"][0]["values"] = {"naive", "splitkv"};
+  write_file_atomic(other[1] / "sweep.json", meta.dump());
+  e = refused(other, 2);
+  CHECK_MESSAGE(e.find("folders of 2 different sweeps: " + other[1].string() + " is not of the sweep of") != std::string::npos, e);
+  CHECK(e.find("axes: ") != std::string::npos);
+  const std::vector<fs::path> gold = split_into_shards(dir / "gold", 2);
+  for (int i = 0; i < 2; ++i) {
+    json m = json::parse(read_file(gold[i] / "sweep.json"));
+    m["identity"] = {{"model", "sha256:aa"}, {"golden", i == 0 ? "sha256:11" : "sha256:22"}};
+    write_file_atomic(gold[i] / "sweep.json", m.dump());
+  }
+  e = refused(gold, 2);
+  CHECK_MESSAGE(e.find("identity.golden: \"sha256:11\" in " + gold[0].string() + ", \"sha256:22\" in " + gold[1].string()) !=
+                    std::string::npos, e);
+  // A folder without sweep.json, and no sweep at all.
+  fs::remove(two[0] / "sweep.json");
+  e = refused({two[0]}, 1);
+  CHECK_MESSAGE(e.find("has no sweep.json") != std::string::npos, e);
+  e = refused({fixture() / "compare.json"}, 1);
+  CHECK_MESSAGE(e.find("found no sweep folder") != std::string::npos, e);
+  // The exit code as sweep gives it.
+  SweepInput s;
+  s.rows = {json{{"verdict", "good"}}, json{{"verdict", "untestable"}}};
+  CHECK(sweep_exit_code(s) == 0);
+  s.rows = {json{{"verdict", "untestable"}}, json{{"verdict", "untestable"}}};
+  CHECK(sweep_exit_code(s) == 125);
+  s.rows.push_back(json{{"verdict", "error"}});
+  CHECK(sweep_exit_code(s) == 1);
+}
+
 TEST_CASE("report: JUnit has one testcase per (cell, case) and the JUnit schema's names") {
   const json doc = doc_of({fixture()});
   const std::string xml = render_junit(doc);

@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 struct ReportArgs {
   std::vector<std::string> paths;
   std::string format, out, model;
+  int expect_shards = 0;  // > 0: the final merge of a sweep in this many shards
 };
 
 std::string format_for(const ReportArgs& a) {
@@ -46,8 +47,13 @@ int run_report(const ReportArgs& a) {
     opt.model_dir = a.model;
   }
   std::string text;
+  int code = 0;
   try {
     const report::ReportInputs in = report::load_report_inputs(paths);
+    if (a.expect_shards > 0) {
+      report::check_complete_sweep(in, a.expect_shards);
+      code = report::sweep_exit_code(in.sweeps.front());
+    }
     const nlohmann::json doc = report::build_report(in, opt);
     if (format == "md") text = report::render_markdown(doc);
     else if (format == "html") text = report::render_html(doc);
@@ -59,7 +65,7 @@ int run_report(const ReportArgs& a) {
   }
   if (a.out.empty() || a.out == "-") std::fwrite(text.data(), 1, text.size(), stdout);
   else write_file_atomic(a.out, text);
-  return 0;
+  return code;
 }
 
 CommandRegistrar reg("report", "Markdown, self-contained HTML, JSON or JUnit report of compare, sweep and bisect results", 70,
@@ -73,11 +79,18 @@ CommandRegistrar reg("report", "Markdown, self-contained HTML, JSON or JUnit rep
   sub->add_option("-o,--out", a->out, "Write to FILE (default: stdout)");
   sub->add_option("--model", a->model,
                   "Model folder whose tokenizer decodes the generated text (default: the model folder named in each compare result)");
-  sub->footer("Exit: 0 written (whatever the verdicts), 128 input error.\n"
+  sub->add_option("--expect-shards", a->expect_shards,
+                  "The final merge of a sweep run as N shards (a job array's merge job): refused (exit 128, naming the\n"
+                  "shard) unless the inputs are shards 1/N..N/N of one sweep, each once, with every cell's result; then\n"
+                  "the exit code is the sweep's verdict (0, 1 or 125, as sweep gives it)")
+      ->check(CLI::Range(1, 100000));
+  sub->footer("Exit: 0 written (whatever the verdicts; with --expect-shards: 0 no cell bad, 1 some cell bad or crashed,\n"
+              "125 every cell untestable), 128 input error.\n"
               "Examples:\n"
               "  degenbisect report out/compare.json --format html -o report.html\n"
               "  degenbisect report out/sweep-1 out/sweep-2 -o sweep.md        # two shards, one table\n"
-              "  degenbisect report out/ --format junit -o junit.xml           # everything in out/");
+              "  degenbisect report out/ --format junit -o junit.xml           # everything in out/\n"
+              "  degenbisect report out/sweep/shard-* --expect-shards 4 -o sweep.html   # a job array's final merge");
   return [a] { return run_report(*a); };
 });
 

@@ -2,6 +2,7 @@
 #include "report/inputs.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -166,6 +167,105 @@ std::vector<SweepInput> merge_sweeps(std::vector<SweepInput> parts) {
     m.rows = std::move(rows);
   }
   return out;
+}
+
+namespace {
+
+// The first field in which two sweep.json differ, as "field: A in X, B in Y" (identity fields by name).
+std::string meta_difference(const json& a, const std::string& where_a, const json& b, const std::string& where_b) {
+  std::vector<std::pair<std::string, std::pair<json, json>>> fields;
+  std::set<std::string> keys;
+  for (auto& [k, v] : a.items()) keys.insert(k);
+  for (auto& [k, v] : b.items()) keys.insert(k);
+  for (const std::string& k : keys) {
+    const json va = a.contains(k) ? a[k] : json(nullptr), vb = b.contains(k) ? b[k] : json(nullptr);
+    if (va == vb) continue;
+    if (k == "identity" && va.is_object() && vb.is_object()) {
+      std::set<std::string> ik;
+      for (auto& [x, v] : va.items()) ik.insert(x);
+      for (auto& [x, v] : vb.items()) ik.insert(x);
+      for (const std::string& x : ik) {
+        const json ia = va.contains(x) ? va[x] : json(nullptr), ib = vb.contains(x) ? vb[x] : json(nullptr);
+        if (ia != ib) fields.push_back({"identity." + x, {ia, ib}});
+      }
+      continue;
+    }
+    fields.push_back({k, {va, vb}});
+  }
+  if (fields.empty()) return "no field differs";
+  const auto& [k, v] = fields.front();
+  std::string out = cat(k, ": ", json_excerpt(v.first, 120), " in ", where_a, ", ", json_excerpt(v.second, 120), " in ", where_b);
+  if (fields.size() > 1) out += cat(" (and ", fields.size() - 1, " more field", fields.size() > 2 ? "s" : "", ")");
+  return out;
+}
+
+}  // namespace
+
+void check_complete_sweep(const ReportInputs& in, int n) {
+  const std::string flag = cat("report --expect-shards ", n);
+  if (n < 1) input_error(flag, ": expected a shard count of at least 1");
+  if (in.sweeps.empty()) input_error(flag, ": expected the shard folders of one sweep (sweep --out), found no sweep folder");
+  const SweepInput& s = in.sweeps.front();
+  if (in.sweeps.size() > 1) {
+    const SweepInput& o = in.sweeps[1];
+    input_error(flag, ": expected the shards of one sweep, found folders of ", in.sweeps.size(), " different sweeps: ",
+                o.folders.front(), " is not of the sweep of ", s.folders.front(), " (",
+                meta_difference(s.meta, s.folders.front(), o.meta, o.folders.front()),
+                "); merge each sweep's own folders, or run the shards again with the same matrix, --model and --golden");
+  }
+  // Which folder holds which shard.
+  std::map<int, std::string> folder_of;
+  for (size_t k = 0; k < s.folders.size(); ++k) {
+    const std::string& f = s.folders[k];
+    const std::string& sh = s.shards[k];
+    if (sh == "?")
+      input_error(flag, ": ", f, " has no sweep.json: expected a shard folder written by sweep --shard i/", n,
+                  " (a task that never started writes none)");
+    int i = 0, m = 0;
+    char tail = 0;
+    if (std::sscanf(sh.c_str(), "%d/%d%c", &i, &m, &tail) != 2 || i < 1 || i > m)
+      input_error(flag, ": ", f, ": sweep.json's shard is '", sh, "', expected i/", n);
+    if (m != n)
+      input_error(flag, ": ", f, " is shard ", sh, " of a sweep in ", m, " shards, expected shards of ", n,
+                  " (an array of another size than the shard count?)");
+    auto [it, fresh] = folder_of.emplace(i, f);
+    if (!fresh && it->second != f)
+      input_error(flag, ": shard ", i, "/", n, " is given twice: ", it->second, " and ", f, "; expected each shard once");
+  }
+  for (int i = 1; i <= n; ++i)
+    if (!folder_of.count(i))
+      input_error(flag, ": shard ", i, "/", n, " is missing: no folder given holds it (its task has not run, or its folder ",
+                  "was not passed); expected shards 1/", n, " to ", n, "/", n);
+  // Every cell of the matrix has its result, in the folder of its shard.
+  if (!s.meta.contains("cells") || !s.meta["cells"].is_number_unsigned())
+    input_error(flag, ": ", s.folders.front(), "/sweep.json has no cell count; expected one (written by sweep)");
+  const auto cells = s.meta["cells"].get<uint64_t>();
+  std::set<uint64_t> have;
+  for (const json& r : s.rows)
+    if (r.contains("index") && r["index"].is_number_unsigned()) have.insert(r["index"].get<uint64_t>());
+  std::map<int, std::vector<uint64_t>> missing;  // by shard
+  for (uint64_t c = 0; c < cells; ++c)
+    if (!have.count(c)) missing[static_cast<int>(c % static_cast<uint64_t>(n)) + 1].push_back(c);
+  if (!missing.empty()) {
+    const auto& [i, idx] = *missing.begin();
+    const uint64_t mine = cells / n + (static_cast<uint64_t>(i - 1) < cells % n ? 1 : 0);
+    input_error(flag, ": shard ", i, "/", n, " (", folder_of[i], ") is incomplete: ", mine - idx.size(), " of its ", mine,
+                " cells have a result, expected all (cell index ", idx.front(), idx.size() > 1 ? cat(" and ", idx.size() - 1, " more") : "",
+                " missing: its task is still running or was stopped; requeue it)",
+                missing.size() > 1 ? cat("; ", missing.size() - 1, " more shard", missing.size() > 2 ? "s are" : " is", " incomplete") : "");
+  }
+}
+
+int sweep_exit_code(const SweepInput& s) {
+  size_t bad = 0, untestable = 0;
+  for (const json& r : s.rows) {
+    const std::string v = r.value("verdict", std::string());
+    bad += v == "bad" || v == "error";
+    untestable += v == "untestable";
+  }
+  if (bad) return 1;
+  if (!s.rows.empty() && untestable == s.rows.size()) return 125;
+  return 0;
 }
 
 ReportInputs load_report_inputs(const std::vector<fs::path>& paths) {

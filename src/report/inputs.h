@@ -42,4 +42,16 @@ SweepInput read_sweep_folder(const std::filesystem::path& dir);
 // Merges sweep folders that belong to one sweep; keeps the others apart, in first-seen order.
 std::vector<SweepInput> merge_sweeps(std::vector<SweepInput> parts);
 
+// The final merge of one sweep run as `n` shards (report --expect-shards N, the merge job of a job
+// array): the inputs hold exactly one sweep, its folders are shards 1/n .. n/n, each given once, and
+// together they hold a result for every cell. InputError (exit 128) naming the folder or shard
+// otherwise: a folder of another sweep (another matrix, model or golden record: the first differing
+// field), a shard of another count (an array of another size), a shard given twice or not at all,
+// a shard with cells still missing (a task still running or stopped), a folder without sweep.json.
+void check_complete_sweep(const ReportInputs& in, int n);
+
+// The exit code `sweep` gives for these rows: 1 when a cell is bad or crashed, 125 when every cell
+// is untestable, else 0.
+int sweep_exit_code(const SweepInput& s);
+
 }  // namespace degen::report

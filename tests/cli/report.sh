@@ -1,7 +1,8 @@
 # `report` through the real CLI: every format from the committed fixtures (tests/fixtures/report),
 # the format from -o's extension, input errors (128); a real sweep run as two shards merges into
-# the same table as the unsharded run (timings aside); compare and bisect JSON written by the tool
-# are accepted; the README's report commands work.
+# the same table as the unsharded run (timings aside), and --expect-shards (a job array's final merge)
+# gives the sweep's exit code or refuses a missing, mismatched or incomplete shard by name (128);
+# compare and bisect JSON written by the tool are accepted; the README's report commands work.
 source "$(dirname "$0")/lib.bash"
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")  # the README part runs from another folder
 fx="$SRC/tests/fixtures/report"
@@ -51,6 +52,7 @@ sweep=(-q sweep --golden "$WORK/golden" --model "$m" --no-decode --axis gdn=chun
        --base fault=gdn-head-mod@2)
 set +e
 "$BIN" "${sweep[@]}" --out "$WORK/all" >/dev/null 2>&1
+all_rc=$?
 "$BIN" "${sweep[@]}" --out "$WORK/s1" --shard 1/2 >/dev/null 2>&1
 "$BIN" "${sweep[@]}" --out "$WORK/s2" --shard 2/2 >/dev/null 2>&1
 set -e
@@ -61,6 +63,23 @@ diff <(untimed "$WORK/all.md") <(untimed "$WORK/merged.md") || fail "two shards 
 grep -q "4 of 4 cells" "$WORK/merged.md" || fail "merged report lacks cells"
 expect_exit 0 "$BIN" report "$WORK/s1" -o "$WORK/half.md"
 grep -q "2 cells have no result" "$WORK/half.md" || fail "one shard alone should name the missing cells"
+# The final merge of a job array (--expect-shards N): the unsharded sweep's exit code, or 128 naming
+# the shard that is missing, of another count, or of another sweep.
+[ "$all_rc" = 1 ] || fail "the sweep with a planted bug exited $all_rc, expected 1"
+expect_exit "$all_rc" "$BIN" report "$WORK/s1" "$WORK/s2" --expect-shards 2 -o "$WORK/final.md"
+diff <(untimed "$WORK/all.md") <(untimed "$WORK/final.md") || fail "--expect-shards changed the report"
+expect_exit 128 "$BIN" report "$WORK/s1" --expect-shards 2 -o "$WORK/final.md"
+expect_out "shard 2/2 is missing"
+expect_exit 128 "$BIN" report "$WORK/s1" "$WORK/s2" --expect-shards 3 -o "$WORK/final.md"
+expect_out "$WORK/s1 is shard 1/2 of a sweep in 2 shards, expected shards of 3"
+set +e
+"$BIN" "${sweep[@]}" --axis kv_dtype=bf16 --out "$WORK/o2" --shard 2/2 >/dev/null 2>&1
+set -e
+expect_exit 128 "$BIN" report "$WORK/s1" "$WORK/o2" --expect-shards 2 -o "$WORK/final.md"
+expect_out "different sweeps: $WORK/o2 is not of the sweep of $WORK/s1 (axes: "
+head -n 1 "$WORK/s2/results.jsonl" >"$WORK/s2-cut" && cp "$WORK/s2-cut" "$WORK/s2/results.jsonl"
+expect_exit 128 "$BIN" report "$WORK/s1" "$WORK/s2" --expect-shards 2 -o "$WORK/final.md"
+expect_out "shard 2/2 ($WORK/s2) is incomplete: 1 of its 2 cells have a result"
 
 # compare and bisect JSON straight from the tool, with the tokenizer for the text.
 set +e
