@@ -1,5 +1,5 @@
 // Launchers of the attention kernels (kernels/attention_naive.cu, attention_flash.cu,
-// attention_splitkv.cu): causal GQA softmax attention of bf16 queries over each sequence's KV cache
+// attention_splitkv.cu, attention_grouped.cu): causal GQA softmax attention of bf16 queries over each sequence's KV cache
 // (spec model.md §4.4 step 6), mirroring src/cpu/attention.cpp. Device pointers, caller's stream.
 // The cache append itself is a dtype cast (layout.h convert_cuda) done by the host code.
 #pragma once
@@ -53,5 +53,10 @@ void attention_flash_cuda(const AttnArgs& a, cudaStream_t stream);
 // splitkv: each row's keys in min(kSplits, ctx) parts, each reduced as flash to a partial output
 // and log-sum-exp (fp32 scratch: part [M * n_q, kSplits, D], lse [M * n_q, kSplits]), then merged.
 void attention_splitkv_cuda(const AttnArgs& a, float* part, float* lse, cudaStream_t stream);
+// grouped (src/util/attn_grouped.h): one block per (row, KV head, up to kGroupedHeads query heads,
+// part of grouped_chunk(ctx, ..., sms) keys), fp32 probabilities in P·V; rows of several parts go
+// through fp32 scratch (part [M * n_q, max_parts, D], lse [M * n_q, max_parts]) and a merge launch,
+// made only when max_parts > 1. max_parts >= grouped_max_parts(max_ctx, ...); a.D % 8 == 0.
+void attention_grouped_cuda(const AttnArgs& a, int sms, int64_t max_parts, float* part, float* lse, cudaStream_t stream);
 
 }  // namespace degen::cuda

@@ -110,7 +110,8 @@ __device__ __forceinline__ const bf16* gemv_input(const bf16* x, const GemvProlo
 
 template <int N, bool kVec>
 static __global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_bf16_kernel(const bf16* x, const bf16* w, bf16* y, int64_t in, int64_t out, GemvPrologue pro, const bf16* res) {
+    gemv_bf16_kernel(const bf16* x, const bf16* w, bf16* y, int64_t in, int64_t out, GemvPrologue pro, const bf16* res,
+                     const bf16* row_gate) {
   extern __shared__ uint4 gemv_xs[];
   __shared__ float scratch[32];
   x = gemv_input<N>(x, pro, in, reinterpret_cast<bf16*>(gemv_xs), scratch);
@@ -122,8 +123,11 @@ static __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       const int64_t i = int64_t(n) * out + o;
+      // row_gate: the stored (rounded) product times sigmoid(gate), rounded, as sigmoid_mul_kernel;
       // res: the residual add in the epilogue, as add_kernel adds the stored (rounded) product
-      y[i] = res ? from_f32<bf16>(to_f32(res[i]) + round_bf16(acc[n])) : from_f32<bf16>(acc[n]);
+      float p = round_bf16(acc[n]);
+      if (row_gate) p = round_bf16(p * sigmoidf_(to_f32(row_gate[n])));
+      y[i] = res ? from_f32<bf16>(to_f32(res[i]) + p) : from_f32<bf16>(p);
     }
   }
 }
@@ -198,7 +202,7 @@ static size_t gemv_smem(const GemvPrologue& p, int64_t N, int64_t in) {
 }
 
 void matmul_gemv_bf16(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t in, int64_t out,
-                      const GemvPrologue& pro, const bf16* res, cudaStream_t stream) {
+                      const GemvPrologue& pro, const bf16* res, cudaStream_t stream, const bf16* row_gate) {
   DEGEN_LAUNCH_GATE();
   if (N == 0 || out == 0) return;
   DEGEN_ASSERT(N <= kGemvMaxRows, "matmul_gemv_bf16: ", N, " rows, at most ", kGemvMaxRows);
@@ -208,9 +212,9 @@ void matmul_gemv_bf16(const bf16* x, const bf16* w, bf16* y, int64_t N, int64_t 
   with_rows(N, [&](auto n) {
     constexpr int R = decltype(n)::value;
     if (vec)
-      gemv_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, smem, stream>>>(x, w, y, in, out, pro, res);
+      gemv_bf16_kernel<R, true><<<blocks, kGemvWarps * 32, smem, stream>>>(x, w, y, in, out, pro, res, row_gate);
     else
-      gemv_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, smem, stream>>>(x, w, y, in, out, pro, res);
+      gemv_bf16_kernel<R, false><<<blocks, kGemvWarps * 32, smem, stream>>>(x, w, y, in, out, pro, res, row_gate);
   });
   CUDA_CHECK_LAUNCH("gemv_bf16_kernel");
 }

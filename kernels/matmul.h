@@ -40,9 +40,12 @@ struct GemvPrologue {
 };
 constexpr int64_t kGemvPrologueSmemBytes = 48 * 1024;
 // res (nullable, [N, out]): y = res + x Wᵀ, the residual add in the epilogue (add_cuda of the stored
-// product: bit for bit matmul then add).
+// product: bit for bit matmul then add). row_gate (nullable, [N]): the stored product times
+// sigmoid(row_gate[n]), rounded (sigmoid_mul_cuda with a one-column gate), before the add: the MoE
+// shared expert's scalar gate (matmul, sigmoid_mul, add: bit for bit).
 void matmul_gemv_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t N, int64_t in,
-                      int64_t out, const GemvPrologue& pro, const __nv_bfloat16* res, cudaStream_t stream);
+                      int64_t out, const GemvPrologue& pro, const __nv_bfloat16* res, cudaStream_t stream,
+                      const __nv_bfloat16* row_gate = nullptr);
 // Up to kGemvMaxMats products of the same x [N, in] in one launch (the projections of a layer
 // input: GDN qkv, z, b, a; attention q, k, v): y[j] [N, out[j]] = x W[j]ᵀ; rows_end[j] = Σ out[..j].
 constexpr int kGemvMaxMats = 4;

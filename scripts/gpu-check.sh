@@ -15,10 +15,12 @@
 #      layers unless $BENCH_LAYERS): issue 10's figures first — batch-1 decode (no MTP) as a fraction
 #      of the memory-bandwidth floor, with plain launches and as CUDA graphs, prefill tokens/s of a
 #      2048-token prompt and the GDN core's share of it, mtp=3 — then batch-16 throughput with
-#      128-token prompts;
+#      128-token prompts; then decode attention under each algorithm (naive, flash, splitkv,
+#      grouped) at BENCH_ATTN_CTX keys (default 8192 on a GPU, 300 on the emulator), the timing
+#      that decides whether attn=grouped becomes the GPU decode default;
 #   5. a short summary table, printed LAST.
 # Usage: scripts/gpu-check.sh [LOGDIR]   full logs (build.log, cuda-tests.log, compare.log, bench.log,
-#        bench-b16.log, summary.txt) go to LOGDIR when given, else to a temporary folder.
+#        bench-b16.log, bench-attn.log, summary.txt) go to LOGDIR when given, else to a temporary folder.
 # Needs nothing beyond a CUDA toolkit, CMake and a C++ compiler: when the system lacks Eigen, CLI11,
 # nlohmann-json, doctest or utf8proc, stage them first on a machine that has them
 # (scripts/stage-device-deps.sh writes .devdeps/, which this script uses when present).
@@ -47,10 +49,12 @@ emu="${GPU_CHECK_EMU:-0}"
 if [ "$emu" = 1 ]; then
   bench_preset="${BENCH_PRESET:-tiny-qwen35}"
   bench_prefill="${BENCH_PREFILL:-128}"  # the emulator is slow at long prefills
+  attn_ctx="${BENCH_ATTN_CTX:-300}"
   tag=" [EMULATOR]"
 else
   bench_preset="${BENCH_PRESET:-qwen36-27b}"
   bench_prefill="${BENCH_PREFILL:-2048}"
+  attn_ctx="${BENCH_ATTN_CTX:-8192}"
   tag=""
 fi
 deadline=$(( t_start + ${DEADLINE:-450} ))
@@ -255,5 +259,18 @@ if [ "$lim" -gt 10 ]; then
   bench_rows "$logdir/bench-b16.log"
 else
   row "bench qwen36-27b, batch 16" "skipped: DEADLINE reached"
+fi
+# decode attention under each algorithm at a long context (the figure that decides whether
+# attn=grouped, FlashInfer-style, becomes the GPU's decode default)
+t0=$(date +%s)
+lim=$(budget 60)
+if [ "$lim" -gt 10 ]; then
+  timeout "$lim" "$bin" bench --backend cuda --synthetic "$bench_preset" --layers 4 --ops --prefill "$attn_ctx" \
+    --filter "attention decode" > "$logdir/bench-attn.log" 2>&1
+  rc=$?
+  row "bench $bench_preset decode attention, context $attn_ctx$tag" "exit $rc ($(elapsed "$t0") s)"
+  grep -E '^attention decode' "$logdir/bench-attn.log" | cut -c1-200 | while read -r l; do row "  op" "$l"; done
+else
+  row "bench decode attention" "skipped: DEADLINE reached"
 fi
 finish 0

@@ -11,6 +11,7 @@
 #include "diag/golden.h"
 #include "tolerances.h"
 #include "toggle_test_util.h"
+#include "util/attn_grouped.h"
 
 using namespace degen;
 using namespace degen::test;
@@ -329,6 +330,42 @@ TEST_CASE("emulation: flash and split-KV against naive: across key tiles, decode
   const double el = rel_l2(rs.logits, rn.logits);
   CHECK(el <= tol::kBf16Probabilities);
   MESSAGE("rel-L2 against naive (precision=ref):", report, "\n  logits, splitkv: ", el);
+}
+
+TEST_CASE("emulation: grouped decode (fp32 P·V, parts of grouped_chunk keys) against naive, flash and split-KV") {
+  // 600 prompt tokens: a decode row of 601+ keys is cut into three parts of 256 keys (the chunk's
+  // floor: the CPU twin's 132 SMs want many parts), each over eight tiles of 32 keys.
+  const auto& dir = synth_model("tiny-qwen35");  // layers GGGA GGGA
+  const ModelConfig cfg = load_model_config(dir);
+  REQUIRE(grouped_parts(601, grouped_blocks_per_row(cfg.n_q, cfg.n_kv), kGroupedNominalSms) == 3);
+  const std::vector<int32_t> ids = test_ids(600, 1024, 10);
+  ToggledModel naive(dir, ""), flash(dir, "attn=flash"), split(dir, "attn=splitkv"), grouped(dir, "attn=grouped");
+  RunTrace rn = run_traced(naive, ids, 2), rf = run_traced(flash, ids, 2), rs = run_traced(split, ids, 2),
+           rg = run_traced(grouped, ids, 2);
+  std::string report;
+  for (int l : {3, 7}) CHECK(rg.t.at("p:attn_core-" + std::to_string(l)) == rf.t.at("p:attn_core-" + std::to_string(l)));
+  // decode, layer 3 (the first attention layer: its inputs and its KV cache do not depend on the
+  // attention algorithm): the probabilities stay fp32, so grouped is naive up to fp32 reordering,
+  // well inside what split-KV's bf16 probabilities move
+  for (const char* call : {"d0", "d1"}) {
+    const std::string dec = std::string(call) + ":attn_core-3";
+    CAPTURE(dec);
+    const double eg = rel_l2(rg.t.at(dec), rn.t.at(dec)), es = rel_l2(rs.t.at(dec), rn.t.at(dec));
+    CHECK(eg > 0);
+    CHECK(eg <= tol::kFp32Reorder);
+    CHECK(es > 10 * eg);
+    report += cat("\n  ", dec, ": grouped ", eg, ", splitkv ", es);
+  }
+  // the whole model: grouped and flash share the prefill; their decode steps differ by flash's bf16
+  // probabilities only
+  const size_t V = static_cast<size_t>(cfg.vocab_size), pre = ids.size() * V;
+  const std::vector<double> gd(rg.logits.begin() + static_cast<std::ptrdiff_t>(pre), rg.logits.end()),
+      fd(rf.logits.begin() + static_cast<std::ptrdiff_t>(pre), rf.logits.end());
+  REQUIRE(gd.size() == 2 * V);
+  const double el = rel_l2(gd, fd);
+  CHECK(el > 0);
+  CHECK(el <= tol::kBf16Probabilities);
+  MESSAGE("rel-L2 against naive (precision=ref):", report, "\n  decode logits, grouped against flash: ", el);
 }
 
 // ---------------------------------------------------------------- scopes

@@ -42,7 +42,10 @@ int64_t cuda_weight_bytes(const ModelConfig& cfg) {
 std::unique_ptr<Backend> make_cuda_backend(const RunConfig& rc, const ModelConfig& cfg, int dev, int tp) {
   std::string why = cuda::device_unusable_reason(dev);
   if (!why.empty()) throw UntestableError(cat("config ", rc.str(), ": ", why));
-  const bool graphs = rc.graphs && *rc.graphs;  // tp > 1 with graphs: untestable_reason
+  // graphs: on unless given (graphs=off), on the bf16 GPU path at tp = 1 (graphs=on with tp > 1 is
+  // untestable_reason's; the fp32 reference on the GPU keeps plain launches). A replayed step equals
+  // its plain launches bit for bit (tests/cuda/test_graphs_cuda.cpp).
+  const bool graphs = rc.graphs ? *rc.graphs : tp <= 1 && !rc.cuda_reference();
   GemmKind gemm = GemmKind::automatic;
   if (rc.gemm && *rc.gemm == "simple") gemm = GemmKind::simple;
   else if (rc.gemm && *rc.gemm == "cublas") gemm = GemmKind::cublas;

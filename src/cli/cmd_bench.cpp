@@ -143,6 +143,7 @@ struct BenchArgs {
   bool list = false;
   std::string filter;
   double peak_gbps = 0, peak_tflops = 0;
+  std::string config;             // cuda: the layers' toggles (attn=grouped, kv_dtype=fp8, gemm=cublas, ...)
 };
 
 // The benchmark prompt: n ids drawn with a fixed seed, the same for every measurement.
@@ -229,15 +230,16 @@ int run_bench(const BenchArgs& a) {
     c.filter = a.filter;
     c.peak_gbps = a.peak_gbps;
     c.peak_tflops = a.peak_tflops;
+    c.config = a.config;
     return cuda::run_bench(c);
 #else
     throw UntestableError("bench: this build has no CUDA backend (rebuild with nvcc and -DDEGEN_CUDA=ON)");
 #endif
   }
   if (!a.synthetic.empty() || a.layers || a.mtp || a.graphs || a.count || a.ops || a.list || !a.filter.empty() ||
-      a.peak_gbps > 0 || a.peak_tflops > 0)
-    input_error("bench: --synthetic, --layers, --mtp, --graphs, --count, --ops, --list, --filter and --peak-* are "
-                "options of --backend cuda");
+      a.peak_gbps > 0 || a.peak_tflops > 0 || !a.config.empty())
+    input_error("bench: --synthetic, --layers, --mtp, --graphs, --count, --ops, --list, --filter, --peak-* and --config "
+                "are options of --backend cuda");
   if (a.backend != "cpu") input_error("bench: --backend must be cpu or cuda, found '", a.backend, "'");
   if (a.model.empty() == a.preset.empty()) input_error("bench: give exactly one of --model DIR or --preset NAME");
   if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
@@ -371,12 +373,17 @@ CommandRegistrar reg("bench", "Benchmark the CPU reference engine or the GPU pat
   sub->add_option("--peak-tflops", a->peak_tflops,
                   "cuda: its nominal dense bf16 TFLOP/s, for the prefill MFU (default: H200 and H100 SXM 989)")
       ->check(CLI::Range(0.0, 1e6));
+  sub->add_option("--config", a->config,
+                  "cuda: the toggles the model's layers run under, as run --config takes them: attn, gdn, ssm_dtype, "
+                  "conv_dtype, kv_dtype, fault and gemm (e.g. attn=grouped,kv_dtype=fp8); bench's own options set "
+                  "the rest (--graphs, --mtp, --tp, --batch)");
   sub->add_option("--tp", a->tp, "Tensor parallelism: decode at tp=1 and tp=N on --model (either backend) and the "
                                  "all-reduces per decoded token")
       ->check(CLI::Range(1, 64));
   sub->footer("Examples:\n  degenbisect bench --backend cpu --preset bench-1b\n"
               "  degenbisect bench --backend cuda --synthetic qwen36-27b --layers 8 --prefill 256\n"
               "  degenbisect bench --backend cuda --model models/tiny-qwen35 --mtp 3 --graphs\n"
+              "  degenbisect bench --backend cuda --synthetic qwen36-27b --layers 8 --config attn=grouped\n"
               "  degenbisect-emu bench --backend cuda --synthetic qwen36-27b --layers 4 --count --batch 1 --decode 2\n"
               "  degenbisect-emu bench --backend cuda --synthetic qwen36-27b --layers 4 --ops --filter matmul\n"
               "  degenbisect bench --model models/tiny-qwen35 --tp 2 --decode 32");

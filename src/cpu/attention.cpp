@@ -13,6 +13,12 @@
 //            contiguous parts, each reduced as flash to a partial output (fp32) and its
 //            log-sum-exp; the partials are merged with weights exp(lse_s - lse). Multi-row calls
 //            (prefill) run flash, as FlashAttention's split-KV path is for decode only.
+//   grouped: FlashInfer-style decode (src/util/attn_grouped.h): a one-row call cuts the keys into
+//            parts of grouped_chunk() keys (from the context, the head layout and the SM count,
+//            kGroupedNominalSms here), each reduced with the online softmax over tiles of
+//            kGroupedTile keys, the probabilities entering P·V in fp32 (FlashInfer's decode kernel
+//            multiplies V on CUDA cores, not tensor cores: no 16-bit operand); the parts merged as
+//            splitkv's. Multi-row calls run flash.
 // The cache stores K and V in numerics().kv_dtype (bf16; f8_e4m3 = OCP e4m3fn with scale 1 and
 // saturation at ±448, vLLM's uncalibrated default; fp32/fp64 in the reference).
 // Fault kv-off-by-one (numerics()): a one-row call (decode) writes its K/V row at pos + 1; the
@@ -23,6 +29,7 @@
 
 #include "cpu/common.h"
 #include "cpu/cpu_backend.h"
+#include "util/attn_grouped.h"
 
 namespace degen {
 
@@ -60,16 +67,18 @@ void kv_write(Tensor& cache, int64_t c0, const Tensor& x, int64_t r0, int64_t n)
                     cpu::load_f64(x.raw(), x.dtype, static_cast<size_t>(r0 * row + i)));
 }
 
-// One query row against keys/values [u0, u1) with the flash recurrence: running max m, running
-// sum l of the unrounded probabilities, acc = Σ bf16(p) v (all in A). Leaves m, l, acc.
+// One query row against keys/values [u0, u1) with the flash recurrence over tiles of `tile` keys:
+// running max m, running sum l of the unrounded probabilities, acc = Σ bf16(p) v (round_p: flash,
+// splitkv) or Σ p v (grouped), all in A. Leaves m, l, acc.
 template <typename T, typename A>
 void flash_range(const T* qv, const T* K, const T* V, int64_t n_kv, int64_t j, int64_t D, int64_t u0, int64_t u1,
-                 A scale, A& m, A& l, std::vector<A>& acc, std::vector<A>& s) {
+                 A scale, A& m, A& l, std::vector<A>& acc, std::vector<A>& s, int64_t tile = kFlashTile,
+                 bool round_p = true) {
   m = -std::numeric_limits<A>::infinity();
   l = 0;
   std::fill(acc.begin(), acc.end(), A(0));
-  for (int64_t t0 = u0; t0 < u1; t0 += kFlashTile) {
-    const int64_t t1 = std::min(u1, t0 + kFlashTile);
+  for (int64_t t0 = u0; t0 < u1; t0 += tile) {
+    const int64_t t1 = std::min(u1, t0 + tile);
     A mt = m;
     for (int64_t u = t0; u < t1; ++u) {
       const T* kv = K + (u * n_kv + j) * D;
@@ -84,7 +93,7 @@ void flash_range(const T* qv, const T* K, const T* V, int64_t n_kv, int64_t j, i
     for (int64_t u = t0; u < t1; ++u) {
       const A p = std::exp(s[u - t0] - mt);
       l += p;                                          // the row sum takes the fp32 probabilities
-      const A pb = round_bf16(static_cast<float>(p));  // P·V takes them in bf16
+      const A pb = round_p ? A(round_bf16(static_cast<float>(p))) : p;  // P·V takes them in bf16 (flash)
       const T* vv = V + (u * n_kv + j) * D;
       for (int64_t e = 0; e < D; ++e) acc[e] += pb * A(vv[e]);
     }
@@ -128,12 +137,14 @@ Tensor CpuBackend::do_attention(const Tensor& q0, const Tensor& k, const Tensor&
       const T* K = Kt.data<T>();
       const T* V = Vt.data<T>();
       const int64_t work = sp.rows * n_q;
-      const AttnAlgo run = (algo == AttnAlgo::splitkv && !decode) ? AttnAlgo::flash : algo;
+      const AttnAlgo run = ((algo == AttnAlgo::splitkv || algo == AttnAlgo::grouped) && !decode) ? AttnAlgo::flash : algo;
+      const int64_t grouped_len =
+          grouped_chunk(sp.pos0 + 1, grouped_blocks_per_row(n_q, n_kv), kGroupedNominalSms);  // decode: ctx = pos0 + 1
 #pragma omp parallel if (double(work) * double(c.len) * double(D) >= cpu::kParallelMinWork)
       {
         std::vector<double> score(static_cast<size_t>(c.len)), acc(static_cast<size_t>(D));
         std::vector<A> s_tile(static_cast<size_t>(kFlashTile)), acc_a(static_cast<size_t>(D)),
-            part(static_cast<size_t>(kSplits * D)), lse(kSplits);
+            part, lse;
 #pragma omp for schedule(static)
         for (int64_t w = 0; w < work; ++w) {
           const int64_t t = w / n_q, h = w % n_q, j = h / group;
@@ -164,12 +175,18 @@ Tensor CpuBackend::do_attention(const Tensor& q0, const Tensor& k, const Tensor&
             A m, l;
             flash_range<T, A>(qv, K, V, n_kv, j, D, 0, ctx, A(scale), m, l, acc_a, s_tile);
             for (int64_t e = 0; e < D; ++e) o[e] = static_cast<T>(acc_a[e] / l);
-          } else {  // split-KV decode
-            const int64_t splits = std::min(kSplits, ctx), len = (ctx + splits - 1) / splits;
+          } else {  // split-KV decode (splitkv: kSplits parts, grouped: parts of grouped_len keys)
+            const bool grouped = run == AttnAlgo::grouped;
+            const int64_t splits = std::min(kSplits, ctx);
+            const int64_t len = grouped ? grouped_len : (ctx + splits - 1) / splits;
+            const int64_t parts = (ctx + len - 1) / len;
+            part.resize(static_cast<size_t>(parts * D));
+            lse.resize(static_cast<size_t>(parts));
             int64_t ns = 0;
             for (int64_t u0 = 0; u0 < ctx; u0 += len, ++ns) {
               A m, l;
-              flash_range<T, A>(qv, K, V, n_kv, j, D, u0, std::min(ctx, u0 + len), A(scale), m, l, acc_a, s_tile);
+              flash_range<T, A>(qv, K, V, n_kv, j, D, u0, std::min(ctx, u0 + len), A(scale), m, l, acc_a, s_tile,
+                                grouped ? kGroupedTile : kFlashTile, !grouped);
               for (int64_t e = 0; e < D; ++e) part[ns * D + e] = acc_a[e] / l;  // partial output (fp32)
               lse[ns] = m + std::log(l);
             }

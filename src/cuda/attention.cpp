@@ -4,6 +4,8 @@
 //   naive   -> kernels/attention_naive.cu   (every row)
 //   flash   -> kernels/attention_flash.cu   (every row)
 //   splitkv -> kernels/attention_splitkv.cu for one-row sequences (decode), flash for the others.
+//   grouped -> kernels/attention_grouped.cu for one-row sequences (decode), flash for the others;
+//              its parts from the device's SM count (src/util/attn_grouped.h).
 // Fault kv-off-by-one (numerics()): a one-row call writes its K/V row at pos + 1 and still attends
 // rows 0..pos, so it reads the previous step's row (or zeros) at pos.
 // The K/V store and the attention kernels read positions and cache pointers from device tables
@@ -19,6 +21,7 @@
 #include "cuda/cuda_backend.h"
 #include "layout.h"
 #include "rope.h"
+#include "util/attn_grouped.h"
 
 namespace degen {
 
@@ -52,6 +55,9 @@ CudaBackend::AttnPlan CudaBackend::attention_plan(int64_t N, int64_t n_q, int64_
   if (D > cuda::kAttnMaxHeadDim)
     throw UntestableError(cat("attention: head_dim ", D, " exceeds the CUDA kernels' limit ", cuda::kAttnMaxHeadDim));
   const AttnAlgo algo = numerics_.attn;
+  if (algo == AttnAlgo::grouped && D % 8 != 0)
+    throw UntestableError(cat("attention: attn=grouped reads the cache in 8-element vectors; head_dim ", D,
+                              " is not a multiple of 8 (use attn=flash or splitkv)"));
   const DType kv_dtype = numerics_.kv_dtype;
   AttnPlan p;
   p.N = N;
@@ -86,21 +92,21 @@ CudaBackend::AttnPlan CudaBackend::attention_plan(int64_t N, int64_t n_q, int64_
   }
   DEGEN_ASSERT(static_cast<int64_t>(dst_row.size()) == N, "attention: spans cover ", dst_row.size(), " of ", N, " rows");
 
-  // 2. the sequence table, the rows of each algorithm (splitkv: one-row sequences only; the others
-  // run flash), and the K/V store's tables
+  // 2. the sequence table, the rows of each algorithm (splitkv, grouped: one-row sequences only; the
+  // others run flash), and the K/V store's tables
   std::vector<cuda::AttnSeq> seqs(spans.size());
   for (size_t s = 0; s < spans.size(); ++s) {
     const SeqSpan& sp = spans[s];
     seqs[s] = cuda::AttnSeq{caches[s]->k.raw(), caches[s]->v.raw(), sp.row0, sp.pos0};
     AttnAlgo run = algo;
-    if (algo == AttnAlgo::splitkv && sp.rows != 1) run = AttnAlgo::flash;
+    if ((algo == AttnAlgo::splitkv || algo == AttnAlgo::grouped) && sp.rows != 1) run = AttnAlgo::flash;
     const int a = static_cast<int>(run);
     for (int64_t t = 0; t < sp.rows; ++t) {
       p.rows[a].push_back(static_cast<int32_t>(sp.row0 + t));
       p.row_seq[a].push_back(static_cast<int32_t>(s));
     }
-    // note: in a graph step the naive scores' stride is the caches' capacity, which the step's key
-    // fixes, not the context, which grows every step.
+    // note: in a graph step the naive scores' stride and grouped's parts bound come from the caches'
+    // capacity, which the step's key fixes, not from the context, which grows every step.
     p.max_ctx[a] = std::max(p.max_ctx[a], graphs_segment() ? max_cap : sp.pos0 + sp.rows);
   }
   std::vector<uint8_t> seq_bytes(seqs.size() * sizeof(cuda::AttnSeq));
@@ -126,7 +132,7 @@ cuda::KvStore CudaBackend::kv_store(const AttnPlan& p, const Tensor& v) const {
 Tensor CudaBackend::attention_run(const AttnPlan& p, const Tensor& q) {
   cudaStream_t st = context()->stream();
   Tensor out = device_tensor({p.N, p.n_q * p.D}, q.dtype, "attention");
-  for (int a = 0; a < 3; ++a) {
+  for (int a = 0; a < kAttnAlgoCount; ++a) {
     if (p.rows[a].empty()) continue;
     Tensor drows = upload(p.rows[a], DType::i32, "attention rows");
     Tensor dseq = upload(p.row_seq[a], DType::i32, "attention row sequences");
@@ -155,6 +161,15 @@ Tensor CudaBackend::attention_run(const AttnPlan& p, const Tensor& q) {
         Tensor part = device_tensor({args.M * p.n_q, cuda::kSplits, p.D}, DType::f32, "attention partials");
         Tensor lse = device_tensor({args.M * p.n_q, cuda::kSplits}, DType::f32, "attention lse");
         cuda::attention_splitkv_cuda(args, part.data<float>(), lse.data<float>(), st);
+        break;
+      }
+      case AttnAlgo::grouped: {
+        const int sms = context()->props().multiProcessorCount;
+        const int64_t parts = grouped_max_parts(args.max_ctx, grouped_blocks_per_row(p.n_q, p.n_kv), sms);
+        Tensor part = parts > 1 ? device_tensor({args.M * p.n_q, parts, p.D}, DType::f32, "attention partials") : Tensor();
+        Tensor lse = parts > 1 ? device_tensor({args.M * p.n_q, parts}, DType::f32, "attention lse") : Tensor();
+        cuda::attention_grouped_cuda(args, sms, parts, parts > 1 ? part.data<float>() : nullptr,
+                                     parts > 1 ? lse.data<float>() : nullptr, st);
         break;
       }
     }

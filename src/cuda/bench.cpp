@@ -40,6 +40,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/device_counters.h"
 #include "cuda/graphs.h"
+#include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/spec_decode.h"
@@ -552,6 +553,17 @@ std::vector<OpCase> cases_for(CudaBackend& be, const ModelConfig& cfg, const Mod
                            if (!be.moe_experts_on_device(*x, *logits, *ex, k, true))
                              throw std::logic_error("moe_experts_on_device: not on the device at one row");
                          }});
+    if (m.shared_gate) {  // the shared expert's down projection, its sigmoid gate and the routed sum
+      const int64_t I = m.shared.down->shape[1];
+      auto s = std::make_shared<Tensor>(rnd({1, I}, 36));
+      auto gate = std::make_shared<Tensor>(rnd({1, 1}, 37));
+      auto routed = std::make_shared<Tensor>(rnd({1, H}, 38));
+      const double db = double(m.shared.down->nbytes);
+      out.push_back(OpCase{cat("matmul_gate_add moe shared down + gate + routed [1 x ", I, "]"),
+                           db + b2 * double(I + 1 + 2 * H), db, [&be, s, gate, routed, d = m.shared.down] {
+                             be.matmul_gate_add(*s, *d, *gate, *routed);
+                           }});
+    }
   }
   if (att) {
     const AttnWeights& a = att->attn;
@@ -566,7 +578,8 @@ std::vector<OpCase> cases_for(CudaBackend& be, const ModelConfig& cfg, const Mod
                            ob + b2 * (2.0 * double(in) + 2.0 * double(H)), ob,
                            [&be, y, gate, res, o_proj = a.o_proj] { be.sigmoid_gate_matmul(*y, *gate, *o_proj, res.get()); }});
     }
-    // decode attention at context `ctx`: the cache filled by one prefill call, then one row
+    // decode attention at context `ctx` under each algorithm: the cache filled by one prefill
+    // call, then one row (the KV append and the attention, as the op attention() does them)
     const int64_t nq = cfg.n_q, nkv = cfg.n_kv, D = cfg.head_dim;
     auto cache = std::make_shared<KvCache>();
     {
@@ -578,12 +591,17 @@ std::vector<OpCase> cases_for(CudaBackend& be, const ModelConfig& cfg, const Mod
     auto v = std::make_shared<Tensor>(rnd({1, nkv, D}, 15));
     const double kvb = b2 * 2.0 * double(ctx + 1) * double(nkv * D);
     const int64_t c0 = ctx;
-    out.push_back(OpCase{cat("attention decode [1 x ", nq, " heads x ", D, ", context ", ctx, ", ", nkv, " KV heads]"),
-                         kvb + b2 * 2.0 * double(nq * D), 4.0 * double(ctx) * double(nq * D),
-                         [&be, q, k, v, cache, c0] {
-                           cache->len = c0;  // the same row appended again each time
-                           be.attention(*q, *k, *v, {SeqSpan{0, 1, c0}}, {cache.get()});
-                         }});
+    for (AttnAlgo algo : {AttnAlgo::naive, AttnAlgo::flash, AttnAlgo::splitkv, AttnAlgo::grouped})
+      out.push_back(OpCase{cat("attention decode attn=", attn_algo_name(algo), " [", nq, " heads x ", D, ", ", nkv,
+                               " KV, context ", ctx, "]"),
+                           kvb + b2 * 2.0 * double(nq * D), 4.0 * double(ctx) * double(nq * D),
+                           [&be, q, k, v, cache, c0, algo] {
+                             LayerNumerics n = be.numerics();
+                             n.attn = algo;
+                             be.begin_layer(n);
+                             cache->len = c0;  // the same row appended again each time
+                             be.attention(*q, *k, *v, {SeqSpan{0, 1, c0}}, {cache.get()});
+                           }});
   }
   {
     const TensorView* nw = w.layers.at(0).post_norm;
@@ -683,7 +701,29 @@ int run_bench(const BenchArgs& a) {
   if (a.model.empty() == a.synthetic.empty())
     input_error("bench --backend cuda: give exactly one of --model DIR or --synthetic PRESET");
   if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
-  CudaBackend be(a.device);
+  // --config: the layers' toggles and gemm; the keys bench sets with its own options are refused
+  const RunConfig rc = parse_run_config(a.config);
+  {
+    RunConfig rest = rc;
+    const RunConfig def;
+    rest.backend = def.backend;
+    rest.attn = def.attn;
+    rest.gdn = def.gdn;
+    rest.ssm_dtype = def.ssm_dtype;
+    rest.ssm_dtype_set = def.ssm_dtype_set;
+    rest.conv_dtype = def.conv_dtype;
+    rest.conv_dtype_set = def.conv_dtype_set;
+    rest.kv_dtype = def.kv_dtype;
+    rest.gemm = def.gemm;
+    rest.faults = def.faults;
+    if (rest.str() != "default")
+      input_error("bench --config: ", rest.str(), " cannot be given here; expected the layers' toggles (attn, gdn, ",
+                  "ssm_dtype, conv_dtype, kv_dtype, fault) and gemm (--graphs, --mtp, --tp and --batch are bench's own)");
+  }
+  const GemmKind gemm = !rc.gemm ? GemmKind::automatic : *rc.gemm == "cublas" ? GemmKind::cublas
+                        : *rc.gemm == "simple"                                ? GemmKind::simple
+                                                                               : GemmKind::automatic;
+  CudaBackend be(a.device, gemm);
   const cuda::CudaContext& ctx = *be.context();
   std::unique_ptr<Model> model;
   std::unique_ptr<SyntheticWeights> synth;
@@ -717,7 +757,9 @@ int run_bench(const BenchArgs& a) {
   const double bw = copy_bandwidth(be, size_t(2) << 30, 5);
   gemm_probe(be, cfg, *weights, bw);
 
-  Engine eng(cfg, *weights, be, EngineOptions{GdnAlgo::chunked});
+  const std::string shown = rc.str();
+  if (shown != "default") std::printf("config   %s\n", shown.c_str());
+  Engine eng(cfg, *weights, be, engine_options(rc));
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(std::min<int64_t>(cfg.vocab_size, 1 << 30) - 1));
   auto tokens = [&](int n) {

@@ -22,6 +22,7 @@ struct BenchArgs {
   std::string filter;     // --ops: the cases whose name contains this
   double peak_gbps = 0;   // > 0: the device's nominal memory bandwidth (else known devices' datasheet value)
   double peak_tflops = 0; // > 0: its nominal dense bf16 rate
+  std::string config;     // the layers' toggles and gemm (attn, gdn, ssm_dtype, conv_dtype, kv_dtype, fault, gemm)
 };
 
 int run_bench(const BenchArgs& a);

@@ -147,6 +147,7 @@ class CudaBackend final : public Backend {
                                        std::span<const TensorView* const> ws) override;
   Tensor norm_matmul_swiglu(const Tensor& h, const PreNorm& pre, const TensorView& gate, const TensorView& up) override;
   Tensor matmul_add(const Tensor& x, const TensorView& w, const Tensor& res) override;
+  Tensor matmul_gate_add(const Tensor& x, const TensorView& w, const Tensor& gate, const Tensor& res) override;
   Tensor gated_norm_matmul(const Tensor& x, const Tensor& z, const TensorView& norm_w, double eps, const TensorView& w,
                            const Tensor* res) override;
   Tensor sigmoid_gate_matmul(const Tensor& x, const Tensor& gate, const TensorView& w, const Tensor* res) override;
@@ -238,8 +239,8 @@ class CudaBackend final : public Backend {
     int64_t N = 0, n_q = 0, n_kv = 0, D = 0;
     Tensor dseqs;                 // cuda::AttnSeq [S]
     Tensor store_seq, store_dst;  // [N]: each row's sequence and cache row
-    std::vector<int32_t> rows[3], row_seq[3];  // by AttnAlgo
-    int64_t max_ctx[3] = {0, 0, 0};
+    std::vector<int32_t> rows[kAttnAlgoCount], row_seq[kAttnAlgoCount];  // by AttnAlgo
+    int64_t max_ctx[kAttnAlgoCount] = {};
   };
   AttnPlan attention_plan(int64_t N, int64_t n_q, int64_t n_kv, int64_t D, const std::vector<SeqSpan>& spans,
                           const std::vector<KvCache*>& caches);
@@ -257,7 +258,8 @@ class CudaBackend final : public Backend {
   bool gemv_rows(const Tensor& x) const;
   bool gemv_prologue_fits(const Tensor& x) const;
   bool gemv_norm(const Tensor& h, const PreNorm& pre, cuda::GemvPrologue& p);
-  Tensor gemv_one(const Tensor& x, const TensorView& w, const cuda::GemvPrologue& p, const Tensor* res);
+  Tensor gemv_one(const Tensor& x, const TensorView& w, const cuda::GemvPrologue& p, const Tensor* res,
+                  const Tensor* row_gate = nullptr);
   std::vector<Tensor> gemv_many(const Tensor& x, std::span<const TensorView* const> ws, const cuda::GemvPrologue& p);
   Tensor gemv_swiglu(const Tensor& x, const TensorView& gate, const TensorView& up, const cuda::GemvPrologue& p);
 

@@ -96,6 +96,13 @@ Tensor CudaBackend::matmul_add(const Tensor& x, const TensorView& w, const Tenso
   return gemv_one(x, w, cuda::GemvPrologue{}, &res);
 }
 
+Tensor CudaBackend::matmul_gate_add(const Tensor& x, const TensorView& w, const Tensor& gate, const Tensor& res) {
+  if (!gemv_rows(x) || gate.dtype != x.dtype || gate.shape != std::vector<int64_t>{x.rows(), 1})
+    return Backend::matmul_gate_add(x, w, gate, res);
+  require_device(gate, "sigmoid_mul");
+  return gemv_one(x, w, cuda::GemvPrologue{}, &res, &gate);
+}
+
 Tensor CudaBackend::gated_norm_matmul(const Tensor& x, const Tensor& z, const TensorView& norm_w, double eps,
                                       const TensorView& w, const Tensor* res) {
   const int64_t g = norm_w.numel();
@@ -124,8 +131,10 @@ Tensor CudaBackend::sigmoid_gate_matmul(const Tensor& x, const Tensor& gate, con
   return gemv_one(x, w, p, res);
 }
 
-// One matrix-vector product with a prologue and (res) the residual add in its epilogue.
-Tensor CudaBackend::gemv_one(const Tensor& x, const TensorView& w, const cuda::GemvPrologue& p, const Tensor* res) {
+// One matrix-vector product with a prologue and (res) the residual add in its epilogue, (row_gate)
+// its scalar sigmoid gate before the add.
+Tensor CudaBackend::gemv_one(const Tensor& x, const TensorView& w, const cuda::GemvPrologue& p, const Tensor* res,
+                             const Tensor* row_gate) {
   require_device(x, "matmul");
   check_product_weight(w, x.cols());
   const int64_t N = x.rows(), in = x.cols(), out = w.shape[0];
@@ -142,7 +151,7 @@ Tensor CudaBackend::gemv_one(const Tensor& x, const TensorView& w, const cuda::G
   stats_.matmul_flops += 2.0 * double(N) * double(in) * double(out);
   stats_.weight_bytes += static_cast<double>(W.nbytes());
   cuda::matmul_gemv_bf16(cuda::cbf(x), cuda::cbf(W), cuda::mbf(y), N, in, out, p, res ? cuda::cbf(*res) : nullptr,
-                         context()->stream());
+                         context()->stream(), row_gate ? cuda::cbf(*row_gate) : nullptr);
   return y;
 }
 

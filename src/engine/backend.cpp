@@ -35,6 +35,9 @@ Tensor Backend::norm_matmul_swiglu(const Tensor& h, const PreNorm& pre, const Te
 }
 
 Tensor Backend::matmul_add(const Tensor& x, const TensorView& w, const Tensor& res) { return add(res, matmul(x, w)); }
+Tensor Backend::matmul_gate_add(const Tensor& x, const TensorView& w, const Tensor& gate, const Tensor& res) {
+  return add(res, sigmoid_mul(matmul(x, w), gate));
+}
 
 Tensor Backend::gated_norm_matmul(const Tensor& x, const Tensor& z, const TensorView& norm_w, double eps,
                                   const TensorView& w, const Tensor* res) {

@@ -40,7 +40,8 @@ enum class GdnAlgo : uint8_t { chunked, recurrent };
 const char* gdn_algo_name(GdnAlgo a);
 // Attention algorithm (DESIGN.md §5): materialised softmax; tiled online softmax (probabilities
 // rounded to bf16 before P·V); split-KV decode with a log-sum-exp merge (prefill: as flash).
-enum class AttnAlgo : uint8_t { naive, flash, splitkv };
+enum class AttnAlgo : uint8_t { naive, flash, splitkv, grouped };
+constexpr int kAttnAlgoCount = 4;
 const char* attn_algo_name(AttnAlgo a);
 
 
@@ -186,6 +187,10 @@ class Backend {
   // add(res, matmul(x, w)): a residual add after an output projection. Default: those two ops; a
   // device backend may add in the product's epilogue.
   virtual Tensor matmul_add(const Tensor& x, const TensorView& w, const Tensor& res);
+  // add(res, sigmoid_mul(matmul(x, w), gate)) with gate [N, 1]: the MoE shared expert's down
+  // projection, its scalar sigmoid gate and the sum with the routed experts. Default: those three
+  // ops; a device backend may gate and add in the product's epilogue (the same storage points).
+  virtual Tensor matmul_gate_add(const Tensor& x, const TensorView& w, const Tensor& gate, const Tensor& res);
   // The output projections with the op before them, and with `res` the residual add after them
   // (matmul_add), the same storage points. Default: those ops; a device backend may compute the
   // op's output inside the product.

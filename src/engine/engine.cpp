@@ -21,6 +21,7 @@ const char* attn_algo_name(AttnAlgo a) {
     case AttnAlgo::naive: return "naive";
     case AttnAlgo::flash: return "flash";
     case AttnAlgo::splitkv: return "splitkv";
+    case AttnAlgo::grouped: return "grouped";
   }
   return "?";
 }
@@ -340,8 +341,11 @@ Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Tra
   if (!observes_layers(tr)) on_device = be_.moe_experts_on_device(x, logits, m.experts, cfg_.experts_per_tok, renormalise);
   Tensor routed = on_device ? std::move(*on_device) : routed_on_host(m, x, logits, b, renormalise);
   tap(tr, Step::moe_routed, l, routed, b, mtp);
-  // 6. shared expert with its scalar sigmoid gate
+  // 6. shared expert with its scalar sigmoid gate, 7. routed + shared (without an observer the down
+  // projection, the gate and the sum in one op: Backend::matmul_gate_add)
   if (!m.shared_gate) return routed;
+  if (!observes_layers(tr))
+    return be_.matmul_gate_add(be_.matmul_swiglu(x, *m.shared.gate, *m.shared.up), *m.shared.down, shared_gate, routed);
   Tensor shared = be_.sigmoid_mul(mlp(m.shared, x), shared_gate);
   tap(tr, Step::moe_shared, l, shared, b, mtp);
   // 7. routed + shared

@@ -70,7 +70,8 @@ E parse_enum(const std::string& key, const std::string& v, const std::vector<std
 }
 
 const std::vector<std::pair<const char*, AttnAlgo>> kAttn = {
-    {"naive", AttnAlgo::naive}, {"flash", AttnAlgo::flash}, {"splitkv", AttnAlgo::splitkv}};
+    {"naive", AttnAlgo::naive}, {"flash", AttnAlgo::flash}, {"splitkv", AttnAlgo::splitkv},
+    {"grouped", AttnAlgo::grouped}};
 const std::vector<std::pair<const char*, GdnAlgo>> kGdn = {{"chunked", GdnAlgo::chunked}, {"recurrent", GdnAlgo::recurrent}};
 const std::vector<std::pair<const char*, DType>> kSsm = {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}};
 const std::vector<std::pair<const char*, DType>> kConv = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
@@ -175,13 +176,13 @@ const std::vector<ToggleInfo>& toggle_table() {
   static const std::vector<ToggleInfo> t = {
       {"backend", "cpu|cuda", "where the path runs", false},
       {"precision", "ref|fp64|bf16|q8_0", "cpu: golden fp32, fp64, GPU storage emulation, or ggml Q8_0 weights; cuda: ref = the fp32 reference on the GPU", false},
-      {"attn", "naive|flash|splitkv", "attention algorithm", true},
+      {"attn", "naive|flash|splitkv|grouped", "attention algorithm", true},
       {"gdn", "chunked|recurrent", "GDN prefill algorithm", true},
       {"ssm_dtype", "fp32|bf16|fp16", "recurrent state storage (default: the checkpoint's mamba_ssm_dtype, else fp32)", true},
       {"conv_dtype", "fp32|bf16", "conv window storage", true},
       {"kv_dtype", "bf16|fp8", "KV cache storage", true},
       {"mtp", "0..4", "MTP draft tokens per step (0 = off)", false},
-      {"graphs", "on|off", "CUDA graphs for decode (cuda only)", false},
+      {"graphs", "on|off", "CUDA graphs for decode steps (cuda only; default on at tp=1 on the bf16 path)", false},
       {"gemm", "auto|cublas|simple", "matrix products (cuda only; auto: a matrix-vector kernel up to 8 rows, cuBLAS above)", false},
       {"tp", "1..64", "tensor-parallel ranks", false},
       {"batch", "1|all", "prompts one at a time or batched", false},

@@ -278,14 +278,14 @@ namespace {
 // One attention scenario run identically on every backend: call 1 prefills sequences B (20 rows)
 // and C (50 rows); call 2 mixes a fresh prefill A (37 rows), a continued prefill B (5 rows at 20)
 // and a decode row C (at 50); call 3 decodes B and C once more.
-void attention_case(AttnAlgo algo, DType kv, int n_q, int n_kv, int D, bool off_by_one) {
+void attention_case(AttnAlgo algo, DType kv, int n_q, int n_kv, int D, bool off_by_one, bool long_ctx = false) {
   Trio t;
   LayerNumerics n;
   n.attn = algo;
   n.kv_dtype = kv;
   if (off_by_one) n.faults.set(static_cast<size_t>(Fault::kv_off_by_one));
   t.numerics(n);
-  KvCache cg[3], ce[3], cr[3];
+  KvCache cg[4], ce[4], cr[4];
   uint32_t seed = 100;
   auto run = [&](const std::vector<SeqSpan>& spans, const std::vector<int>& which, const char* label) {
     int64_t N = 0;
@@ -303,14 +303,18 @@ void attention_case(AttnAlgo algo, DType kv, int n_q, int n_kv, int D, bool off_
     const Tensor g = t.gpu.attention(q.g, k.g, v.g, spans, pg);
     const Tensor e = t.emu.attention(q.e, k.e, v.e, spans, pe);
     const Tensor r = t.ref.attention(q.r, k.r, v.r, spans, pr);
-    const char* an = algo == AttnAlgo::naive ? "naive" : algo == AttnAlgo::flash ? "flash" : "splitkv";
-    check_op(cat("attention[", an, ",kv=", dtype_name(kv), off_by_one ? ",fault kv-off-by-one" : "", "] ", label, " D=", D),
+    check_op(cat("attention[", attn_algo_name(algo), ",kv=", dtype_name(kv), off_by_one ? ",fault kv-off-by-one" : "", "] ", label, " D=", D),
              t, g, e, r, tol::kCudaNmseBf16);
   };
   run({{0, 20, 0}, {20, 50, 0}}, {1, 2}, "prefill");
   run({{0, 37, 0}, {37, 5, 20}, {42, 1, 50}}, {0, 1, 2}, "mixed");
   run({{0, 1, 25}, {1, 1, 51}}, {1, 2}, "decode");
-  for (int s = 0; s < 3; ++s) {  // the caches themselves (every row, also one written past len by the fault)
+  if (long_ctx) {  // a fourth sequence D to 300 keys (prefill), then decode rows at 300 and 301
+    run({{0, 300, 0}}, {3}, "prefill to 300");
+    run({{0, 1, 300}, {1, 1, 52}}, {3, 2}, "decode at 300");
+    run({{0, 1, 301}}, {3}, "decode at 301");
+  }
+  for (int s = 0; s < 4; ++s) {  // the caches themselves (every row, also one written past len by the fault)
     CHECK(cg[s].len == ce[s].len);
     if (cg[s].k.empty()) continue;
     const int64_t rows = std::min(cg[s].capacity(), ce[s].capacity());
@@ -324,7 +328,7 @@ void attention_case(AttnAlgo algo, DType kv, int n_q, int n_kv, int D, bool off_
 
 }  // namespace
 
-TEST_CASE("cuda ops: attention naive / flash / splitkv, KV cache bf16 and fp8, fault kv-off-by-one") {
+TEST_CASE("cuda ops: attention naive / flash / splitkv / grouped, KV cache bf16 and fp8, fault kv-off-by-one") {
   for (AttnAlgo a : {AttnAlgo::naive, AttnAlgo::flash, AttnAlgo::splitkv})
     for (DType kv : {DType::bf16, DType::f8_e4m3}) {
       attention_case(a, kv, 6, 2, 64, false);
@@ -333,6 +337,17 @@ TEST_CASE("cuda ops: attention naive / flash / splitkv, KV cache bf16 and fp8, f
   attention_case(AttnAlgo::naive, DType::bf16, 24, 4, 256, false);  // the 27B's head layout
   attention_case(AttnAlgo::naive, DType::bf16, 6, 2, 64, true);
   attention_case(AttnAlgo::splitkv, DType::bf16, 6, 2, 64, true);
+  // grouped: a group of 6 heads (one block), 3, 1 (n_q = n_kv) and 12 (two blocks per KV head: 8 + 4);
+  // decode rows of 301 and 302 keys: at two KV heads both sides cut them into a part of 256 keys and
+  // one of the rest (the floor of a part), so the merge launch runs, next to a row of one part; at
+  // four KV heads the emulator's 2 SMs want one part and the CPU twin's 132 two (a fp32 difference)
+  for (DType kv : {DType::bf16, DType::f8_e4m3}) {
+    attention_case(AttnAlgo::grouped, kv, 6, 2, 64, false, true);
+    attention_case(AttnAlgo::grouped, kv, 6, 3, 80, false);
+  }
+  attention_case(AttnAlgo::grouped, DType::bf16, 24, 4, 256, false, true);  // the 27B's head layout
+  attention_case(AttnAlgo::grouped, DType::bf16, 4, 4, 64, false);
+  attention_case(AttnAlgo::grouped, DType::bf16, 24, 2, 64, true, true);
 }
 
 TEST_CASE("cuda ops: MoE routing (fp32 softmax over all experts, top-k, renormalisation) and scatter-add") {
@@ -660,6 +675,20 @@ TEST_CASE("cuda ops: the norm in the products' prologue and the residual add in 
     check_op("matmul_add", t, y, t.emu.matmul_add(s.e, down.view, h.e), t.ref.matmul_add(s.r, down.view, h.r),
              tol::kCudaNmseBf16);
     if (cuda::counters_supported()) CHECK(d.calls() == (N <= cuda::kGemvMaxRows ? 1 : 2));
+    // the MoE shared expert's tail: res + sigmoid(gate) * x Wᵀ with a one-column gate (gate logits
+    // of both signs and a large one: the sigmoid saturates)
+    std::vector<double> gv = randn_bf16(size_t(N), 3.0, 96);
+    gv[0] = 20.0;
+    const auto gate = t.in(gv, {N, 1});
+    const Tensor plain_g = t.gpu.add(h.g, t.gpu.sigmoid_mul(t.gpu.matmul(s.g, down.view), gate.g));
+    cuda::counters_start();
+    const Tensor yg = t.gpu.matmul_gate_add(s.g, down.view, gate.g, h.g);
+    const cuda::DeviceCounters dg = cuda::counters_read();
+    cuda::counters_stop();
+    CHECK_MESSAGE(bits_equal(yg, plain_g), "matmul_gate_add N " << N << " in " << in);
+    check_op("matmul_gate_add", t, yg, t.emu.matmul_gate_add(s.e, down.view, gate.e, h.e),
+             t.ref.matmul_gate_add(s.r, down.view, gate.r, h.r), tol::kCudaNmseBf16);
+    if (cuda::counters_supported()) CHECK(dg.calls() == (N <= cuda::kGemvMaxRows ? 1 : 3));
   }
   check_guards(t, "prologue norm, epilogue add");
 }
@@ -747,7 +776,8 @@ TEST_CASE("cuda ops: the attention inputs storing the K/V rows, then attention, 
                               {AttnAlgo::flash, DType::f8_e4m3, Fault::count},
                               {AttnAlgo::splitkv, DType::bf16, Fault::count},
                               {AttnAlgo::naive, DType::bf16, Fault::kv_off_by_one},
-                              {AttnAlgo::splitkv, DType::f8_e4m3, Fault::rope_interleaved}};
+                              {AttnAlgo::splitkv, DType::f8_e4m3, Fault::rope_interleaved},
+                              {AttnAlgo::grouped, DType::bf16, Fault::count}};
   for (const Variant& var : variants) {
     Trio t;
     LayerNumerics n = var.fault == Fault::count ? LayerNumerics{} : with_fault(var.fault);

@@ -16,6 +16,7 @@ g="$SRC/golden/tiny-qwen35/smoke"
 ok() { expect_exit 0 "$BIN" -q compare --golden "$g" --model "$m" --config "$@"; }
 ok backend=cuda,attn=flash --no-decode  # flash attention is the prefill kernel
 ok backend=cuda,attn=splitkv
+ok backend=cuda,attn=grouped
 ok backend=cuda,attn=naive
 ok backend=cuda,gemm=simple --case two-plus-two --case code-completion
 ok backend=cuda,gdn=recurrent
