@@ -95,6 +95,23 @@ __device__ void flash_range(const AttnArgs& a, const AttnRow<KV>& r, const float
   }
 }
 
+// The split-KV merge of one (row, head) (src/cpu/attention.cpp): `parts` partial outputs part[i * D ..]
+// (fp32) with log-sum-exps L[i], weighted exp(L[i] - lse) with lse their log-sum-exp, into o[D]. The
+// block's threads share the dims.
+template <typename A>
+__device__ __forceinline__ void merge_parts(const float* part, const float* L, int parts, int D, A* o) {
+  float lmax = -INFINITY;
+  for (int i = 0; i < parts; ++i) lmax = fmaxf(lmax, L[i]);
+  float sum = 0.0f;
+  for (int i = 0; i < parts; ++i) sum += expf(L[i] - lmax);
+  const float lse_all = lmax + logf(sum);
+  for (int e = threadIdx.x; e < D; e += blockDim.x) {
+    float acc = 0.0f;
+    for (int i = 0; i < parts; ++i) acc += expf(L[i] - lse_all) * part[int64_t(i) * D + e];
+    o[e] = from_f32<A>(acc);
+  }
+}
+
 // Calls f(KV{}) for the cache dtype.
 template <typename F>
 void dispatch_kv(DType t, F&& f) {

@@ -213,18 +213,7 @@ static __global__ void attention_grouped_merge_kernel(AttnArgs a, int sms, int64
   const int parts = static_cast<int>((ctx + len - 1) / len);
   if (parts == 1) return;
   const int64_t slot0 = (m * a.n_q + h) * max_parts;
-  const float* L = lse + slot0;
-  float lmax = -INFINITY;
-  for (int i = 0; i < parts; ++i) lmax = fmaxf(lmax, L[i]);
-  float sum = 0.0f;
-  for (int i = 0; i < parts; ++i) sum += expf(L[i] - lmax);
-  const float lse_all = lmax + logf(sum);
-  A* o = static_cast<A*>(a.out) + (row * a.n_q + h) * a.D;
-  for (int e = threadIdx.x; e < a.D; e += blockDim.x) {
-    float acc = 0.0f;
-    for (int i = 0; i < parts; ++i) acc += expf(L[i] - lse_all) * part[(slot0 + i) * a.D + e];
-    o[e] = from_f32<A>(acc);
-  }
+  merge_parts(part + slot0 * a.D, lse + slot0, parts, a.D, static_cast<A*>(a.out) + (row * a.n_q + h) * a.D);
 }
 
 void attention_grouped_cuda(const AttnArgs& a, int sms, int64_t max_parts, float* part, float* lse, cudaStream_t stream) {

@@ -44,18 +44,8 @@ static __global__ void attention_merge_kernel(AttnArgs a, const float* part, con
   int64_t len;
   int parts;
   split_layout(r.ctx, len, parts);
-  const float* L = lse + int64_t(blockIdx.x) * kSplits;
-  float lmax = -INFINITY;
-  for (int i = 0; i < parts; ++i) lmax = fmaxf(lmax, L[i]);
-  float sum = 0.0f;
-  for (int i = 0; i < parts; ++i) sum += expf(L[i] - lmax);
-  const float lse_all = lmax + logf(sum);
-  A* o = static_cast<A*>(a.out) + (r.row * a.n_q + r.h) * a.D;
-  for (int e = threadIdx.x; e < a.D; e += blockDim.x) {
-    float acc = 0.0f;
-    for (int i = 0; i < parts; ++i) acc += expf(L[i] - lse_all) * part[(int64_t(blockIdx.x) * kSplits + i) * a.D + e];
-    o[e] = from_f32<A>(acc);
-  }
+  merge_parts(part + int64_t(blockIdx.x) * kSplits * a.D, lse + int64_t(blockIdx.x) * kSplits, parts, a.D,
+              static_cast<A*>(a.out) + (r.row * a.n_q + r.h) * a.D);
 }
 
 void attention_splitkv_cuda(const AttnArgs& a, float* part, float* lse, cudaStream_t stream) {

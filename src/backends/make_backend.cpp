@@ -46,10 +46,7 @@ std::unique_ptr<Backend> make_cuda_backend(const RunConfig& rc, const ModelConfi
   // untestable_reason's; the fp32 reference on the GPU keeps plain launches). A replayed step equals
   // its plain launches bit for bit (tests/cuda/test_graphs_cuda.cpp).
   const bool graphs = rc.graphs ? *rc.graphs : tp <= 1 && !rc.cuda_reference();
-  GemmKind gemm = GemmKind::automatic;
-  if (rc.gemm && *rc.gemm == "simple") gemm = GemmKind::simple;
-  else if (rc.gemm && *rc.gemm == "cublas") gemm = GemmKind::cublas;
-  else if (rc.gemm && *rc.gemm != "auto") input_error("config ", rc.str(), ": gemm must be auto, cublas or simple");
+  const GemmKind gemm = gemm_kind(rc.gemm, rc.str());
   auto be = std::make_unique<CudaBackend>(dev, gemm, graphs, rc.cuda_reference());
   int64_t free_b = 0, total_b = 0;
   be->context()->mem_info(&free_b, &total_b);

@@ -11,8 +11,16 @@
 #include "cuda/cuda_backend.h"
 #include "layout.h"
 #include "matmul.h"
+#include "util/error.h"
 
 namespace degen {
+
+GemmKind gemm_kind(const std::optional<std::string>& gemm, const std::string& config) {
+  if (!gemm || *gemm == "auto") return GemmKind::automatic;
+  if (*gemm == "cublas") return GemmKind::cublas;
+  if (*gemm == "simple") return GemmKind::simple;
+  input_error("config ", config, ": gemm must be auto, cublas or simple, not '", *gemm, "'");
+}
 
 namespace {
 // Scratch of one block of widened weight rows on the reference path: large enough that cuBLAS sees
