@@ -32,6 +32,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -61,6 +62,12 @@ inline const dim3& grid_dim() { return tl_builtins.grid; }
 inline void* dyn_smem_base() { return tl_builtins.smem; }
 void sync_block();                       // __syncthreads
 void sync_warp_exchange(const void* v, void* out, unsigned size, unsigned src_lane, const char* op);
+// A warp-collective meeting point: every lane of the warp must arrive (as at a full-mask shuffle);
+// then each lane's `size` bytes at `mine` are copied, in lane order, to every lane's `all`
+// (32 * size bytes; null: receive nothing). __syncwarp and wmma::mma_sync are built on it.
+void sync_warp_gather(const void* mine, unsigned size, void* all, const char* op);
+// Fails the running launch with this message (the kernel runs on; the launch reports it).
+void kernel_error(const std::string& msg);
 
 template <typename T>
 T* dyn_smem() { return static_cast<T*>(dyn_smem_base()); }
@@ -163,6 +170,102 @@ T shfl_xor(unsigned mask, T v, int lane_mask, const char* op) {
 #define gridDim (::emu::grid_dim())
 #define __syncthreads() ::emu::sync_block()
 #define __shfl_xor_sync(mask, v, lane) ::emu::shfl_xor((mask), (v), (lane), "__shfl_xor_sync")
+// Every lane of the warp must arrive (full mask only, as the shuffles).
+#define __syncwarp(...) ::emu::sync_warp_gather(nullptr, 0, nullptr, "__syncwarp")
+
+// ---- warp matrix products (CUDA's nvcuda::wmma; <mma.h> defines nothing outside nvcc) ----
+// The model: the m16n16k16 shape with bf16 or fp16 inputs and fp32 accumulators only (a shape or
+// type the kernels do not use is a build error). A fragment's element-to-lane mapping is
+// unspecified in CUDA; here lane l holds elements 8l .. 8l+7 of the 16x16 tile in row-major order,
+// so code that relies on a mapping (other than applying one operation to every element) computes
+// something else here than on a GPU. load/store_matrix_sync and fill_fragment act per lane at once,
+// with no meeting point: a tile written by other lanes without a __syncwarp (or __syncthreads)
+// before is read stale, as it may be on a GPU. A pointer not 256-bit aligned or an ldm not a
+// multiple of 16 bytes fails the launch (CUDA's stated requirements). mma_sync is a warp meeting
+// point (every lane must arrive) that gathers the lanes' A and B elements; each lane then computes
+// its 8 elements of D = A B + C as fp32 sums in k order of the exact products (a bf16 or fp16
+// product is exact in fp32). The tensor cores' own summation order and intermediate rounding are
+// not modelled: results may differ from a GPU's in fp32 rounding, never more.
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+  static_assert(M == 16 && N == 16 && K == 16, "the CUDA emulator models wmma's m16n16k16 shape only");
+  static_assert(std::is_same_v<Use, accumulator> ? std::is_same_v<T, float>
+                                                 : (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>),
+                "the CUDA emulator models bf16/fp16 inputs with fp32 accumulators only");
+  static constexpr int num_elements = 8;
+  T x[8];
+};
+
+namespace detail {
+inline unsigned lane() {
+  return (::emu::thread_idx().x + ::emu::thread_idx().y * ::emu::block_dim().x +
+          ::emu::thread_idx().z * ::emu::block_dim().x * ::emu::block_dim().y) & 31u;
+}
+template <typename T>
+inline void check_tile(const T* p, unsigned ldm, const char* op) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0)
+    ::emu::kernel_error(std::string(op) + ": pointer not 256-bit aligned");
+  if ((size_t(ldm) * sizeof(T)) % 16 != 0 || ldm < 16)
+    ::emu::kernel_error(std::string(op) + ": ldm " + std::to_string(ldm) + " is not a multiple of 16 bytes of at least 16 elements");
+}
+// Element i of this lane's fragment is tile element (r, c); its offset in memory of `col` layout.
+inline size_t offset(int i, unsigned ldm, bool col) {
+  const unsigned e = lane() * 8 + unsigned(i), r = e / 16, c = e % 16;
+  return col ? size_t(c) * ldm + r : size_t(r) * ldm + c;
+}
+}  // namespace detail
+
+template <typename Use, typename T, typename L>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L>& f, const T* p, unsigned ldm) {
+  static_assert(!std::is_same_v<Use, accumulator>, "an accumulator load takes a layout_t");
+  detail::check_tile(p, ldm, "wmma::load_matrix_sync");
+  for (int i = 0; i < 8; ++i) f.x[i] = p[detail::offset(i, ldm, std::is_same_v<L, col_major>)];
+}
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p, unsigned ldm, layout_t l) {
+  detail::check_tile(p, ldm, "wmma::load_matrix_sync");
+  for (int i = 0; i < 8; ++i) f.x[i] = p[detail::offset(i, ldm, l == mem_col_major)];
+}
+inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm, layout_t l) {
+  detail::check_tile(p, ldm, "wmma::store_matrix_sync");
+  for (int i = 0; i < 8; ++i) p[detail::offset(i, ldm, l == mem_col_major)] = f.x[i];
+}
+template <typename Use, typename T, typename L, typename V>
+inline void fill_fragment(fragment<Use, 16, 16, 16, T, L>& f, const V& v) {
+  for (int i = 0; i < 8; ++i) f.x[i] = T(v);
+}
+template <typename T, typename LA, typename LB>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, T, LA>& a,
+                     const fragment<matrix_b, 16, 16, 16, T, LB>& b, const fragment<accumulator, 16, 16, 16, float>& c) {
+  struct Mine {
+    T a[8], b[8];
+  } mine;
+  for (int i = 0; i < 8; ++i) {
+    mine.a[i] = a.x[i];
+    mine.b[i] = b.x[i];
+  }
+  Mine all[32];
+  ::emu::sync_warp_gather(&mine, sizeof mine, all, "wmma::mma_sync");
+  // tile element e (row e / 16, column e % 16) of A and of B is lane e / 8's element e % 8
+  auto A = [&](unsigned r, unsigned k) { return float(all[(r * 16 + k) / 8].a[(r * 16 + k) % 8]); };
+  auto B = [&](unsigned k, unsigned n) { return float(all[(k * 16 + n) / 8].b[(k * 16 + n) % 8]); };
+  float out[8];
+  for (int i = 0; i < 8; ++i) {
+    const unsigned e = detail::lane() * 8 + unsigned(i), r = e / 16, n = e % 16;
+    float acc = c.x[i];
+    for (unsigned k = 0; k < 16; ++k) acc += A(r, k) * B(k, n);
+    out[i] = acc;
+  }
+  for (int i = 0; i < 8; ++i) d.x[i] = out[i];
+}
+}  // namespace nvcuda::wmma
 
 // ---- device intrinsics the kernels use, with their CUDA meaning ----
 // Fibers of one block never run at the same time, so the atomics are plain read-modify-writes.

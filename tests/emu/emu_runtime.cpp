@@ -479,8 +479,14 @@ struct Fiber {
   uint64_t xin = 0;      // shuffle: this lane's value
   void* xout = nullptr;  // shuffle: where the source lane's value goes
   unsigned xsize = 0, xsrc = 0;
+  const void* xptr = nullptr;  // gather (xsrc == kGather): this lane's xsize bytes
   const char* xop = nullptr;
 };
+
+constexpr size_t kSmemAlign = 128;  // dynamic shared memory's alignment here
+
+// Fiber::xsrc of a lane at a warp gather (sync_warp_gather) rather than a shuffle.
+constexpr unsigned kGather = 0xfffffffeu;
 
 struct Run {
   const LaunchInfo* info;
@@ -650,6 +656,30 @@ bool release_warps(Run& r, unsigned n) {
                        " exited or wait at __syncthreads while others shuffle (divergent full-mask shuffle)");
       return false;
     }
+    const bool gather = g_fibers[lo].xsrc == kGather;
+    for (unsigned i = lo; i < hi; ++i) {
+      if ((g_fibers[i].xsrc == kGather) != gather || std::strcmp(g_fibers[i].xop, g_fibers[lo].xop) != 0) {
+        set_error(r, std::string("lanes of warp ") + std::to_string(w) + " meet at different warp operations (" +
+                         g_fibers[lo].xop + " and " + g_fibers[i].xop + ")");
+        return false;
+      }
+    }
+    if (gather) {  // every lane receives every lane's bytes, in lane order
+      const unsigned size = g_fibers[lo].xsize;
+      for (unsigned i = lo; i < hi; ++i) {
+        if (g_fibers[i].xsize != size) {
+          set_error(r, std::string(g_fibers[lo].xop) + ": lanes of one warp contribute different sizes");
+          return false;
+        }
+      }
+      for (unsigned i = lo; i < hi; ++i)
+        if (g_fibers[i].xout)
+          for (unsigned s = 0; s < 32; ++s)
+            std::memcpy(static_cast<unsigned char*>(g_fibers[i].xout) + size_t(s) * size, g_fibers[lo + s].xptr, size);
+      for (unsigned i = lo; i < hi; ++i) g_fibers[i].st = kRun;
+      released = true;
+      continue;
+    }
     for (unsigned i = lo; i < hi; ++i) {
       Fiber& f = g_fibers[i];
       if (f.xsrc == 0xffffffffu) {
@@ -729,6 +759,25 @@ void run_block_direct(Run& r) {
 }  // namespace
 
 void set_reverse_order(bool on) { g_reverse = on; }
+
+void sync_warp_gather(const void* mine, unsigned size, void* all, const char* op) {
+  Run* r = tl_run;
+  if (r->direct) {
+    set_error(*r, std::string(op) + " in a block after block 0 ran without one (data-dependent warp operation)");
+    for (unsigned s = 0; s < 32 && all; ++s) std::memcpy(static_cast<unsigned char*>(all) + size_t(s) * size, mine, size);
+    return;
+  }
+  Fiber& f = *r->cur;
+  f.xptr = mine;
+  f.xout = all;
+  f.xsize = size;
+  f.xsrc = kGather;
+  f.xop = op;
+  f.st = kWarpWait;
+  yield_fiber(*r);
+}
+
+void kernel_error(const std::string& msg) { set_error(*tl_run, msg); }
 
 void sync_block() {
   Run* r = tl_run;
@@ -811,13 +860,14 @@ void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
   r.grid = c.grid;
   r.block = c.block;
   r.n = threads;
-  r.smem.resize(std::max<size_t>(c.smem, 1));
+  r.smem.resize(std::max<size_t>(c.smem, 1) + kSmemAlign);
   Run* saved = tl_run;
   const Builtins saved_builtins = tl_builtins;
   tl_run = &r;
   tl_builtins.block = c.block;
   tl_builtins.grid = c.grid;
-  tl_builtins.smem = r.smem.data();
+  // the shared window's start, aligned as the hardware's is (wmma needs 256-bit aligned tiles)
+  tl_builtins.smem = r.smem.data() + (kSmemAlign - reinterpret_cast<uintptr_t>(r.smem.data()) % kSmemAlign) % kSmemAlign;
   auto known = g_syncs.find(info.key);
   bool syncs = known == g_syncs.end() ? true : known->second;
   bool first = true;

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <cub/cub.cuh>
 #include <cublas_v2.h>
+#include <mma.h>
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,6 +57,68 @@ __global__ void dyn_smem_first_read(float* out) {
 }
 
 __global__ void write_at(float* p, int i) { p[i] = 1.0f; }
+
+namespace wmma = nvcuda::wmma;
+using bf16 = __nv_bfloat16;
+
+// Warp w: D_w = A (16 x 32, row-major) B (32 x 16) + C (16 x 16, row-major), B read column-major by
+// warp 0 (bc: element (k, n) at bc[n * 32 + k]) and row-major by warp 1 (br: at br[k * 16 + n]);
+// D stored column-major by warp 0, row-major by warp 1.
+__global__ void wmma_products(const bf16* a, const bf16* bc, const bf16* br, const float* c, float* d) {
+  const int w = threadIdx.x / 32;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
+  for (int k = 0; k < 32; k += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+    wmma::load_matrix_sync(fa, a + k, 32);
+    if (w == 0) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+      wmma::load_matrix_sync(fb, bc + k, 32);
+      wmma::mma_sync(acc, fa, fb, acc);
+    } else {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+      wmma::load_matrix_sync(fb, br + k * 16, 16);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+  }
+  wmma::store_matrix_sync(d + w * 256, acc, 16, w == 0 ? wmma::mem_col_major : wmma::mem_row_major);
+}
+
+// Each lane writes 8 elements of a 16 x 16 tile into shared memory, then (sync) a __syncwarp, then
+// the warp loads the tile as A and multiplies it by the identity (eye): out = the tile, or stale values.
+__global__ void wmma_after_lane_writes(const bf16* x, const bf16* eye, float* out, bool sync) {
+  extern __shared__ bf16 tile[];
+  const int lane = threadIdx.x;
+  for (int i = 0; i < 8; ++i) tile[(lane * 8 + i + 37) % 256] = x[(lane * 8 + i + 37) % 256];
+  if (sync) __syncwarp();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::load_matrix_sync(fa, tile, 16);
+  wmma::load_matrix_sync(fb, eye, 16);
+  wmma::fill_fragment(acc, 0.0f);
+  wmma::mma_sync(acc, fa, fb, acc);
+  wmma::store_matrix_sync(out, acc, 16, wmma::mem_row_major);
+}
+
+__global__ void wmma_misaligned(const bf16* a, float* d) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+  wmma::load_matrix_sync(fa, a + 1, 16);  // 2 bytes past a 256-bit boundary
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
+}
+
+__global__ void wmma_divergent(const bf16* a, float* d) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::load_matrix_sync(fa, a, 16);
+  wmma::load_matrix_sync(fb, a, 16);
+  wmma::fill_fragment(acc, 0.0f);
+  if (threadIdx.x < 16) wmma::mma_sync(acc, fa, fb, acc);  // half the warp
+  wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
+}
 
 struct Buf {
   void* p = nullptr;
@@ -440,4 +503,66 @@ TEST_CASE("emu: counting: each call's distinct bytes read and written, launches,
   copy_n<<<1, 128>>>(x.as<float>(), y.as<float>(), 16);
   CHECK(cudaGetLastError() == cudaSuccess);
   CHECK(degen::cuda::counters_read().launches == 4);  // what was counted stays; nothing after the stop
+}
+
+TEST_CASE("emu: wmma m16n16k16 bf16 products in both layouts, D = A B + C") {
+  // small multiples of 1/4: every product and sum is exact in fp32, whatever the order
+  std::vector<bf16> a(16 * 32), bc(32 * 16), br(32 * 16);
+  std::vector<float> c(256), want(256);
+  auto val = [](int i, int m) { return float((i * 7 + m) % 9 - 4) * 0.25f; };
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 32; ++k) a[size_t(r * 32 + k)] = __float2bfloat16(val(r * 32 + k, 1));
+  for (int k = 0; k < 32; ++k)
+    for (int n = 0; n < 16; ++n) {
+      bc[size_t(n * 32 + k)] = br[size_t(k * 16 + n)] = __float2bfloat16(val(k * 16 + n, 5));
+    }
+  for (int i = 0; i < 256; ++i) c[size_t(i)] = val(i, 3);
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 16; ++n) {
+      double s = c[size_t(r * 16 + n)];
+      for (int k = 0; k < 32; ++k) s += double(val(r * 32 + k, 1)) * double(val(k * 16 + n, 5));
+      want[size_t(r * 16 + n)] = float(s);
+    }
+  Buf da(a.size() * 2), dbc(bc.size() * 2), dbr(br.size() * 2), dc(256 * 4), dd(512 * 4);
+  REQUIRE(cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dbc.p, bc.data(), bc.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dbr.p, br.data(), br.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dc.p, c.data(), 256 * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  wmma_products<<<1, 64>>>(da.as<bf16>(), dbc.as<bf16>(), dbr.as<bf16>(), dc.as<float>(), dd.as<float>());
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto d = down(dd.as<float>(), 512);
+  int bad_col = 0, bad_row = 0;
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 16; ++n) {
+      bad_col += d[size_t(n * 16 + r)] != want[size_t(r * 16 + n)];        // warp 0 stored column-major
+      bad_row += d[size_t(256 + r * 16 + n)] != want[size_t(r * 16 + n)];  // warp 1 row-major
+    }
+  CHECK(bad_col == 0);
+  CHECK(bad_row == 0);
+  CHECK(d[0] != d[1]);  // not a constant result
+}
+
+TEST_CASE("emu: a wmma tile written by other lanes needs a __syncwarp, misaligned tiles and half-warp mma_sync fail") {
+  std::vector<bf16> x(256), eye(256);
+  for (int i = 0; i < 256; ++i) {
+    x[size_t(i)] = __float2bfloat16(float(i % 17) - 8.0f);
+    eye[size_t(i)] = __float2bfloat16(i / 16 == i % 16 ? 1.0f : 0.0f);
+  }
+  Buf dx(512), de(512), dout(1024);
+  REQUIRE(cudaMemcpy(dx.p, x.data(), 512, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(de.p, eye.data(), 512, cudaMemcpyHostToDevice) == cudaSuccess);
+  for (bool sync : {true, false}) {
+    wmma_after_lane_writes<<<1, 32, 512>>>(dx.as<bf16>(), de.as<bf16>(), dout.as<float>(), sync);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    const auto out = down(dout.as<float>(), 256);
+    int same = 0;
+    for (int i = 0; i < 256; ++i) same += out[size_t(i)] == __bfloat162float(x[size_t(i)]);
+    if (sync) CHECK(same == 256);
+    else CHECK(same < 256);  // lane 0 loaded the tile before the other lanes wrote it (NaN-filled)
+  }
+  wmma_misaligned<<<1, 32>>>(dx.as<bf16>(), dout.as<float>());
+  CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+  wmma_divergent<<<1, 32>>>(dx.as<bf16>(), dout.as<float>());
+  CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+  CHECK(cudaGetLastError() == cudaSuccess);
 }
