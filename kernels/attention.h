@@ -37,6 +37,23 @@ constexpr int kAttnMaxHeadDim = 512;  // every kernel keeps a query row and its 
 constexpr int kFlashTile = 64;        // keys per tile (src/cpu/attention.cpp kFlashTile)
 constexpr int kSplits = 4;            // split-KV parts of a decode row (src/cpu/attention.cpp kSplits)
 
+// flash on tensor cores (kernels/attention_flash.cu): a block computes up to `rows` (64, 32 or 16:
+// 4, 2 or 1 warps) consecutive query rows of one sequence for one query head; the tiles come from a
+// device table.
+constexpr int kFlashTcMaxRows = 64;
+struct AttnTile {
+  int32_t seq = 0;   // index into AttnArgs::seqs
+  int32_t t0 = 0;    // first row, relative to the sequence's first batch row
+  int32_t rows = 0;  // 1 .. the launch's rows per block
+};
+// The rows per block of the tensor-core kernel for these dtypes and head_dim on a device whose
+// blocks may use `max_smem` bytes of shared memory (cudaDeviceProp::sharedMemPerBlockOptin): the
+// most of 64, 32, 16 whose Q, K, V tiles and fp32 output fit (64 at head_dim 256 on Hopper's 227 KiB,
+// 16 on Ampere's 99 KiB), at most `cap` (0: no cap); 0 where the kernel does not apply. It needs
+// bf16 activations, a bf16 or fp8 cache (fp8 widens to bf16 exactly) and D a multiple of 16.
+int attention_flash_tc_rows(DType act, DType kv, int D, size_t max_smem, int cap = 0);
+size_t attention_flash_tc_smem(int D, int rows);  // its dynamic shared memory in bytes
+
 // Stores the new K and V rows in the caches: batch row i of k and v (bf16 [N, row_elems] of act_dtype) goes to
 // row dst_row[i] of sequence row_seq[i]'s cache (seqs[].k / .v, converted to kv_dtype as
 // convert_cuda does). The destinations come from device tables, so a replayed graph step writes
@@ -50,6 +67,12 @@ void attention_naive_cuda(const AttnArgs& a, void* scratch, cudaStream_t stream)
 // flash: tiles of kFlashTile keys, running max/sum in fp32, probabilities rounded to bf16 for P·V
 // (under every precision: part of the algorithm, as on the CPU).
 void attention_flash_cuda(const AttnArgs& a, cudaStream_t stream);
+// The same algorithm on tensor cores (FlashAttention-2's structure) for the rows of `tiles` (device
+// [n_tiles]; a.rows / a.row_seq / a.M are not read): S = Q K^T and O += P V as bf16 products with
+// fp32 accumulation in 16x16x16 warp tiles, the online softmax over the same kFlashTile-key tiles as
+// flash, so that it equals attention_flash_cuda up to fp32 summation order. Needs
+// rows = attention_flash_tc_rows(...) > 0, every tile at most `rows` rows.
+void attention_flash_tc_cuda(const AttnArgs& a, const AttnTile* tiles, int64_t n_tiles, int rows, cudaStream_t stream);
 // splitkv: each row's keys in min(kSplits, ctx) parts, each reduced as flash to a partial output
 // and log-sum-exp (fp32 scratch: part [M * n_q, kSplits, D], lse [M * n_q, kSplits]), then merged.
 void attention_splitkv_cuda(const AttnArgs& a, float* part, float* lse, cudaStream_t stream);

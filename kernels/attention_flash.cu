@@ -2,10 +2,14 @@
 // running max and sum in fp32, each tile's probabilities summed unrounded and rounded to bf16
 // before P·V (the 16-bit operand of the tensor-core product), one division by the sum at the end.
 // src/cpu/attention.cpp (run == flash) is the reference.
-// note: one block per (query row, head) re-reads the keys for every query row; a query-tiled
-// tensor-core kernel is the optimisation, this is the numerics.
+// One block per (query row, head), scalar: decode rows, fp32 activations (precision=ref), an fp32
+// cache, or a head_dim the tensor-core kernel below does not take. Multi-row sequences otherwise
+// run attention_flash_tc_cuda (src/cuda/attention.cpp chooses).
 #include "cuda/check.h"
 #include "attention.cuh"
+
+#include <mma.h>
+#include <type_traits>
 
 namespace degen::cuda {
 
@@ -35,6 +39,210 @@ void attention_flash_cuda(const AttnArgs& a, cudaStream_t stream) {
     attention_flash_kernel<KV, A><<<blocks, kAttnThreads, 0, stream>>>(a);
   });
   CUDA_CHECK_LAUNCH("attention_flash_kernel");
+}
+
+// ---- flash on tensor cores: FlashAttention-2's structure with wmma 16x16x16 bf16 tiles ----
+// A block of 4, 2 or 1 warps (as the device's shared memory allows: attention_flash_tc_rows) takes
+// up to 64, 32 or 16 consecutive query rows of one sequence and one query head (AttnTile,
+// blockIdx.y the head), warp w rows 16w .. 16w+15. Per tile of kFlashTile keys: the block
+// stages the K and V rows (bf16; an fp8 cache widens exactly; rows past the last context zero) in
+// shared memory; each warp computes its S = Q K^T (fp32), applies the scale and the causal mask, runs
+// the online softmax of src/cpu/attention.cpp flash_range on its rows (running max m, sum l of the
+// fp32 probabilities, P rounded to bf16), scales its output rows by exp(m_old - m) and adds P V.
+// The output accumulates in shared memory (fp32; wmma's fragments have no row mapping to rescale),
+// divided by l at the end. Rows past the tile's end compute zeros and are not stored.
+namespace {
+namespace wmma = nvcuda::wmma;
+constexpr int kTcMaxThreads = kFlashTcMaxRows / 16 * 32;  // a warp per 16 rows
+// Row strides in shared memory, padded so that the 16 rows of a warp tile do not all start in the
+// same bank; each keeps wmma's requirements (a multiple of 16 bytes; a tile's first element 256-bit
+// aligned: 16 rows of any of these strides are a multiple of 32 bytes, and so are the regions).
+constexpr int kLdS = kFlashTile + 4;  // scores, fp32
+constexpr int kLdP = kFlashTile + 8;  // probabilities, bf16
+__host__ __device__ inline int ld_in(int D) { return D + 8; }   // Q, K, V tiles, bf16
+__host__ __device__ inline int ld_out(int D) { return D + 4; }  // the output, fp32
+
+struct TcSmem {  // byte offsets of the regions
+  size_t q, k, v, s, p, o, stats, total;
+};
+__host__ __device__ inline TcSmem tc_smem(int D, int rows) {
+  TcSmem m;
+  m.q = 0;
+  m.k = m.q + size_t(rows) * ld_in(D) * 2;
+  m.v = m.k + size_t(kFlashTile) * ld_in(D) * 2;
+  m.s = m.v + size_t(kFlashTile) * ld_in(D) * 2;
+  m.p = m.s + size_t(rows) * kLdS * 4;
+  m.o = m.p + size_t(rows) * kLdP * 2;
+  m.stats = m.o + size_t(rows) * ld_out(D) * 4;
+  m.total = m.stats + size_t(3) * rows * 4;  // m, l, the tile's correction
+  return m;
+}
+
+// 8 consecutive elements as bf16 in one 16-byte word: one 16-byte load (bf16), or one 8-byte load
+// widened exactly (fp8 e4m3). p is 16-byte (bf16) or 8-byte (fp8) aligned: D % 16 == 0.
+__device__ __forceinline__ uint4 load8_bf16(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ uint4 load8_bf16(const e4m3* p) {
+  const uint2 w = *reinterpret_cast<const uint2*>(p);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&w);  // note: bytes, not e4m3: no aliasing of w
+  union {
+    bf16 h[8];
+    uint4 v;
+  } t;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) t.h[i] = __float2bfloat16_rn(to_f32(e4m3{bytes[i]}));
+  return t.v;
+}
+}  // namespace
+
+template <typename KV>
+static __global__ void __launch_bounds__(kTcMaxThreads) attention_flash_tc_kernel(AttnArgs a, const AttnTile* tiles) {
+  extern __shared__ float4 tc_smem_raw[];
+  const AttnTile tile = tiles[blockIdx.x];
+  const int h = static_cast<int>(blockIdx.y), D = a.D, j = h / (a.n_q / a.n_kv);
+  const int ldi = ld_in(D), ldo = ld_out(D), D8 = D / 8;
+  const AttnSeq seq = a.seqs[tile.seq];
+  const int64_t row0 = seq.row0 + tile.t0;              // batch row of the block's row 0
+  const int64_t ctx0 = seq.pos0 + tile.t0 + 1;          // its context; row r has ctx0 + r keys
+  const int64_t ctx_end = ctx0 + tile.rows - 1;         // the last row's context
+  const int nt_threads = static_cast<int>(blockDim.x), rows = nt_threads / 32 * 16;  // a warp per 16 rows
+  const TcSmem L = tc_smem(D, rows);
+  unsigned char* base = reinterpret_cast<unsigned char*>(tc_smem_raw);
+  bf16* Qs = reinterpret_cast<bf16*>(base + L.q);
+  bf16* Ks = reinterpret_cast<bf16*>(base + L.k);
+  bf16* Vs = reinterpret_cast<bf16*>(base + L.v);
+  float* Ss = reinterpret_cast<float*>(base + L.s);
+  bf16* Ps = reinterpret_cast<bf16*>(base + L.p);
+  float* Os = reinterpret_cast<float*>(base + L.o);
+  float* Ms = reinterpret_cast<float*>(base + L.stats);
+  float* Ls = Ms + rows;
+  float* Cs = Ls + rows;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
+  const uint4 zero8 = make_uint4(0u, 0u, 0u, 0u);  // 8 bf16 zeros
+  const bf16* q = static_cast<const bf16*>(a.q);
+  for (int i = tid; i < rows * D8; i += nt_threads) {
+    const int r = i / D8, c = i % D8;
+    *reinterpret_cast<uint4*>(Qs + r * ldi + c * 8) =
+        r < tile.rows ? load8_bf16(q + ((row0 + r) * a.n_q + h) * D + c * 8) : zero8;
+  }
+  for (int i = tid; i < rows * D; i += nt_threads) Os[(i / D) * ldo + i % D] = 0.0f;
+  for (int r = tid; r < rows; r += nt_threads) {
+    Ms[r] = -INFINITY;
+    Ls[r] = 0.0f;
+  }
+  const int64_t stride = int64_t(a.n_kv) * D;
+  const KV* K = static_cast<const KV*>(seq.k) + int64_t(j) * D;
+  const KV* V = static_cast<const KV*>(seq.v) + int64_t(j) * D;
+  const int wr = warp * 16;  // the warp's first row
+  for (int64_t t0 = 0; t0 < ctx_end; t0 += kFlashTile) {
+    const int n = static_cast<int>(ctx_end - t0 < kFlashTile ? ctx_end - t0 : int64_t(kFlashTile));
+    for (int i = tid; i < kFlashTile * D8; i += nt_threads) {
+      const int u = i / D8, c = i % D8;
+      const bool in = u < n;  // rows past the last context: zeros (the cache there may hold anything)
+      *reinterpret_cast<uint4*>(Ks + u * ldi + c * 8) = in ? load8_bf16(K + (t0 + u) * stride + c * 8) : zero8;
+      *reinterpret_cast<uint4*>(Vs + u * ldi + c * 8) = in ? load8_bf16(V + (t0 + u) * stride + c * 8) : zero8;
+    }
+    __syncthreads();  // K, V staged (and, on the first tile, Q, O and the stats)
+    // S (16 x kFlashTile) = Q_w K^T: K^T read column-major from the row-major K tile
+    for (int nt = 0; nt < kFlashTile / 16; ++nt) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> s;
+      wmma::fill_fragment(s, 0.0f);
+      for (int k = 0; k < D; k += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fq;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fk;
+        wmma::load_matrix_sync(fq, Qs + wr * ldi + k, ldi);
+        wmma::load_matrix_sync(fk, Ks + nt * 16 * ldi + k, ldi);
+        wmma::mma_sync(s, fq, fk, s);
+      }
+      wmma::store_matrix_sync(Ss + wr * kLdS + nt * 16, s, kLdS, wmma::mem_row_major);
+    }
+    __syncwarp();
+    // the online softmax of the warp's rows: two lanes per row, each half the keys
+    {
+      const int r = wr + (lane >> 1), half = lane & 1;
+      const int valid = r < tile.rows ? static_cast<int>(min(int64_t(n), ctx0 + r - t0)) : 0;  // keys of row r here
+      float* srow = Ss + r * kLdS;
+      float mt = Ms[r];
+      for (int u = half * (kFlashTile / 2); u < (half + 1) * (kFlashTile / 2); ++u)
+        if (u < valid) mt = fmaxf(mt, srow[u] = srow[u] * a.scale);  // s = dot * scale, rounded, as the twin
+      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+      __syncwarp();  // both halves scaled, and read Ms[r], before it is rewritten
+      if (half == 0) {
+        // the row sum in key order, as the CPU twin; a row with no key here keeps m, l and its output
+        const float m_old = Ms[r];
+        const float corr = valid > 0 ? expf(m_old - mt) : 1.0f;  // 0 on the first tile (m = -inf)
+        float l = Ls[r] * corr;
+        for (int u = 0; u < kFlashTile; ++u) {
+          const float p = u < valid ? expf(srow[u] - mt) : 0.0f;
+          l += p;
+          Ps[r * kLdP + u] = __float2bfloat16_rn(p);  // P·V takes them in bf16
+        }
+        Ms[r] = valid > 0 ? mt : m_old;
+        Ls[r] = l;
+        Cs[r] = corr;
+      }
+      __syncwarp();
+      for (int i = lane; i < 16 * D; i += 32) Os[(wr + i / D) * ldo + i % D] *= Cs[wr + i / D];
+      __syncwarp();
+    }
+    // O_w (16 x D) += P_w (16 x kFlashTile) V (kFlashTile x D)
+    for (int dt = 0; dt < D; dt += 16) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
+      wmma::load_matrix_sync(o, Os + wr * ldo + dt, ldo, wmma::mem_row_major);
+      for (int k = 0; k < kFlashTile; k += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fp;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fv;
+        wmma::load_matrix_sync(fp, Ps + wr * kLdP + k, kLdP);
+        wmma::load_matrix_sync(fv, Vs + k * ldi + dt, ldi);
+        wmma::mma_sync(o, fp, fv, o);
+      }
+      wmma::store_matrix_sync(Os + wr * ldo + dt, o, ldo, wmma::mem_row_major);
+    }
+    __syncthreads();  // the K and V tiles are rewritten by the next tile
+  }
+  // O / l in bf16, 8 elements (one 16-byte store) per step
+  bf16* out = static_cast<bf16*>(a.out);
+  for (int i = lane; i < 16 * D8; i += 32) {
+    const int r = wr + i / D8, c = i % D8;
+    if (r >= tile.rows) continue;
+    union {
+      bf16 h[8];
+      uint4 v;
+    } t;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) t.h[e] = __float2bfloat16_rn(Os[r * ldo + c * 8 + e] / Ls[r]);
+    *reinterpret_cast<uint4*>(out + ((row0 + r) * a.n_q + h) * D + c * 8) = t.v;
+  }
+}
+
+int attention_flash_tc_rows(DType act, DType kv, int D, size_t max_smem, int cap) {
+  if (act != DType::bf16 || (kv != DType::bf16 && kv != DType::f8_e4m3) || D % 16 != 0 || D < 16 || D > kAttnMaxHeadDim)
+    return 0;
+  for (int rows = kFlashTcMaxRows; rows >= 16; rows /= 2)
+    if ((cap == 0 || rows <= cap) && tc_smem(D, rows).total <= max_smem) return rows;
+  return 0;
+}
+
+size_t attention_flash_tc_smem(int D, int rows) { return tc_smem(D, rows).total; }
+
+void attention_flash_tc_cuda(const AttnArgs& a, const AttnTile* tiles, int64_t n_tiles, int rows, cudaStream_t stream) {
+  DEGEN_LAUNCH_GATE();
+  if (n_tiles == 0) return;
+  if (a.act_dtype != DType::bf16 || rows < 16 || rows > kFlashTcMaxRows || rows % 16 != 0 ||
+      attention_flash_tc_rows(a.act_dtype, a.kv_dtype, a.D, ~size_t(0)) == 0)
+    throw std::logic_error(cat("attention_flash_tc: activations ", dtype_name(a.act_dtype), ", cache ",
+                               dtype_name(a.kv_dtype), ", head_dim ", a.D, ", ", rows,
+                               " rows per block are not for the tensor-core kernel"));
+  const size_t smem = attention_flash_tc_smem(a.D, rows);
+  const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(a.n_q));
+  dispatch_kv(a.kv_dtype, [&](auto kv) {
+    using KV = decltype(kv);
+    if constexpr (!std::is_same_v<KV, float>) {
+      CUDA_CHECK(cudaFuncSetAttribute(attention_flash_tc_kernel<KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem)));
+      attention_flash_tc_kernel<KV><<<grid, static_cast<unsigned>(rows / 16 * 32), smem, stream>>>(a, tiles);
+    }
+  });
+  CUDA_CHECK_LAUNCH("attention_flash_tc_kernel");
 }
 
 }  // namespace degen::cuda

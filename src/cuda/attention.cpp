@@ -2,8 +2,11 @@
 // append post-RoPE K and V to each sequence's cache in numerics().kv_dtype (bf16, or fp8 e4m3 with
 // scale 1 and saturation), then causal GQA attention with numerics().attn:
 //   naive   -> kernels/attention_naive.cu   (every row)
-//   flash   -> kernels/attention_flash.cu   (every row)
-//   splitkv -> kernels/attention_splitkv.cu for one-row sequences (decode), flash for the others.
+//   flash   -> kernels/attention_flash.cu   (multi-row sequences on tensor cores where the dtypes,
+//              head_dim and shared memory allow: attention_flash_tc_rows; the other rows one block
+//              per row and head)
+//   splitkv -> kernels/attention_splitkv.cu for one-row sequences (decode), flash for the others
+//              (on tensor cores, as flash's).
 //   grouped -> kernels/attention_grouped.cu for one-row sequences (decode), flash for the others;
 //              its parts from the device's SM count (src/util/attn_grouped.h).
 // Fault kv-off-by-one (numerics()): a one-row call writes its K/V row at pos + 1 and still attends
@@ -95,11 +98,19 @@ CudaBackend::AttnPlan CudaBackend::attention_plan(int64_t N, int64_t n_q, int64_
   // 2. the sequence table, the rows of each algorithm (splitkv, grouped: one-row sequences only; the
   // others run flash), and the K/V store's tables
   std::vector<cuda::AttnSeq> seqs(spans.size());
+  p.tc_rows = cuda::attention_flash_tc_rows(act_dtype(), kv_dtype, static_cast<int>(D),
+                                            context()->props().sharedMemPerBlockOptin, flash_tc_rows_cap_);
   for (size_t s = 0; s < spans.size(); ++s) {
     const SeqSpan& sp = spans[s];
     seqs[s] = cuda::AttnSeq{caches[s]->k.raw(), caches[s]->v.raw(), sp.row0, sp.pos0};
     AttnAlgo run = algo;
     if ((algo == AttnAlgo::splitkv || algo == AttnAlgo::grouped) && sp.rows != 1) run = AttnAlgo::flash;
+    if (run == AttnAlgo::flash && sp.rows > 1 && p.tc_rows > 0) {  // tensor cores: tiles of tc_rows rows
+      for (int64_t t0 = 0; t0 < sp.rows; t0 += p.tc_rows)
+        p.tc_tiles.insert(p.tc_tiles.end(), {static_cast<int32_t>(s), static_cast<int32_t>(t0),
+                                             static_cast<int32_t>(std::min<int64_t>(p.tc_rows, sp.rows - t0))});
+      continue;
+    }
     const int a = static_cast<int>(run);
     for (int64_t t = 0; t < sp.rows; ++t) {
       p.rows[a].push_back(static_cast<int32_t>(sp.row0 + t));
@@ -132,23 +143,33 @@ cuda::KvStore CudaBackend::kv_store(const AttnPlan& p, const Tensor& v) const {
 Tensor CudaBackend::attention_run(const AttnPlan& p, const Tensor& q) {
   cudaStream_t st = context()->stream();
   Tensor out = device_tensor({p.N, p.n_q * p.D}, q.dtype, "attention");
-  for (int a = 0; a < kAttnAlgoCount; ++a) {
-    if (p.rows[a].empty()) continue;
-    Tensor drows = upload(p.rows[a], DType::i32, "attention rows");
-    Tensor dseq = upload(p.row_seq[a], DType::i32, "attention row sequences");
+  auto base_args = [&] {
     cuda::AttnArgs args;
     args.q = q.raw();
     args.out = out.raw();
     args.act_dtype = q.dtype;
     args.seqs = reinterpret_cast<const cuda::AttnSeq*>(p.dseqs.raw());
-    args.rows = drows.data<int32_t>();
-    args.row_seq = dseq.data<int32_t>();
-    args.M = static_cast<int64_t>(p.rows[a].size());
     args.n_q = static_cast<int>(p.n_q);
     args.n_kv = static_cast<int>(p.n_kv);
     args.D = static_cast<int>(p.D);
     args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.D)));
     args.kv_dtype = numerics_.kv_dtype;
+    return args;
+  };
+  if (!p.tc_tiles.empty()) {
+    Tensor tiles = upload(p.tc_tiles, DType::i32, "attention tiles");
+    static_assert(sizeof(cuda::AttnTile) == 3 * sizeof(int32_t), "AttnTile is three int32");
+    cuda::attention_flash_tc_cuda(base_args(), reinterpret_cast<const cuda::AttnTile*>(tiles.raw()),
+                                  static_cast<int64_t>(p.tc_tiles.size() / 3), p.tc_rows, st);
+  }
+  for (int a = 0; a < kAttnAlgoCount; ++a) {
+    if (p.rows[a].empty()) continue;
+    Tensor drows = upload(p.rows[a], DType::i32, "attention rows");
+    Tensor dseq = upload(p.row_seq[a], DType::i32, "attention row sequences");
+    cuda::AttnArgs args = base_args();
+    args.rows = drows.data<int32_t>();
+    args.row_seq = dseq.data<int32_t>();
+    args.M = static_cast<int64_t>(p.rows[a].size());
     args.max_ctx = p.max_ctx[a];
     switch (static_cast<AttnAlgo>(a)) {
       case AttnAlgo::naive: {

@@ -602,6 +602,26 @@ std::vector<OpCase> cases_for(CudaBackend& be, const ModelConfig& cfg, const Mod
                              cache->len = c0;  // the same row appended again each time
                              be.attention(*q, *k, *v, {SeqSpan{0, 1, c0}}, {cache.get()});
                            }});
+    // prefill attention of `prefill` rows from an empty cache under flash (on tensor cores where
+    // the head_dim allows, kernels/attention_flash.cu): the KV append and the attention. Floor: q
+    // and the output once, the new K/V rows read, stored in the cache and read back; FLOPs of the
+    // causal products (Q K^T and P V over ctx = 1 .. N keys)
+    {
+      const int64_t N = prefill;
+      auto qn = std::make_shared<Tensor>(rnd({N, nq, D}, 40));
+      auto kn = std::make_shared<Tensor>(rnd({N, nkv, D}, 41));
+      auto vn = std::make_shared<Tensor>(rnd({N, nkv, D}, 42));
+      auto pc = std::make_shared<KvCache>();
+      out.push_back(OpCase{cat("attention prefill attn=flash [", N, " rows x ", nq, " heads x ", D, ", ", nkv, " KV]"),
+                           b2 * (2.0 * double(N * nq * D) + 6.0 * double(N * nkv * D)),
+                           4.0 * double(nq * D) * double(N) * double(N + 1) / 2.0, [&be, qn, kn, vn, pc, N] {
+                             LayerNumerics n = be.numerics();
+                             n.attn = AttnAlgo::flash;
+                             be.begin_layer(n);
+                             pc->len = 0;  // the same rows prefilled again each time
+                             be.attention(*qn, *kn, *vn, {SeqSpan{0, N, 0}}, {pc.get()});
+                           }});
+    }
   }
   {
     const TensorView* nw = w.layers.at(0).post_norm;
@@ -720,10 +740,7 @@ int run_bench(const BenchArgs& a) {
       input_error("bench --config: ", rest.str(), " cannot be given here; expected the layers' toggles (attn, gdn, ",
                   "ssm_dtype, conv_dtype, kv_dtype, fault) and gemm (--graphs, --mtp, --tp and --batch are bench's own)");
   }
-  const GemmKind gemm = !rc.gemm ? GemmKind::automatic : *rc.gemm == "cublas" ? GemmKind::cublas
-                        : *rc.gemm == "simple"                                ? GemmKind::simple
-                                                                               : GemmKind::automatic;
-  CudaBackend be(a.device, gemm);
+  CudaBackend be(a.device, gemm_kind(rc.gemm, rc.str()));
   const cuda::CudaContext& ctx = *be.context();
   std::unique_ptr<Model> model;
   std::unique_ptr<SyntheticWeights> synth;

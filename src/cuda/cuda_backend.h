@@ -29,6 +29,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -49,6 +50,9 @@ struct KvStore;
 // kGemvMaxRows rows (decode steps) on the bf16 path, cuBLAS otherwise; cublas: cuBLAS always;
 // simple: the plain tiled kernel always.
 enum class GemmKind : uint8_t { automatic, cublas, simple };
+// RunConfig::gemm (auto | cublas | simple; unset: auto) as a GemmKind; another value is an input
+// error naming `config` (the configuration as given).
+GemmKind gemm_kind(const std::optional<std::string>& gemm, const std::string& config);
 
 // Counters for `bench` (bytes of weights the products read; optionally the GDN core's time).
 struct CudaStats {
@@ -229,6 +233,9 @@ class CudaBackend final : public Backend {
   void set_guard_check(bool on) { guard_ = on; }
   // "what: N bytes changed before/after" for every live guarded buffer whose guards changed (synchronises).
   std::vector<std::string> check_guards();
+  // At most this many query rows per block in flash's tensor-core kernel (0: as the device's shared
+  // memory allows), so that the 32- and 16-row blocks of smaller GPUs run on any device.
+  void set_flash_tc_rows_cap(int rows) { flash_tc_rows_cap_ = rows; }
 
  private:
   void require_device(const Tensor& t, const char* op) const;
@@ -241,6 +248,10 @@ class CudaBackend final : public Backend {
     Tensor store_seq, store_dst;  // [N]: each row's sequence and cache row
     std::vector<int32_t> rows[kAttnAlgoCount], row_seq[kAttnAlgoCount];  // by AttnAlgo
     int64_t max_ctx[kAttnAlgoCount] = {};
+    // flash's multi-row sequences on tensor cores (kernels/attention_flash.cu): cuda::AttnTile
+    // {seq, t0, rows} as int32 triples, not in rows[flash]
+    std::vector<int32_t> tc_tiles;
+    int tc_rows = 0;  // rows per block of those tiles (0: the kernel does not apply)
   };
   AttnPlan attention_plan(int64_t N, int64_t n_q, int64_t n_kv, int64_t D, const std::vector<SeqSpan>& spans,
                           const std::vector<KvCache*>& caches);
@@ -306,6 +317,7 @@ class CudaBackend final : public Backend {
     std::string what;
   };
   bool guard_ = false;
+  int flash_tc_rows_cap_ = 0;
   std::vector<Guarded> guarded_;
   bool layer_marks_on_ = false;
   std::vector<LayerMark> layer_marks_;

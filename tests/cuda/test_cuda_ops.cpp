@@ -18,6 +18,7 @@
 #include "cpu/cpu_backend.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_counters.h"
+#include "attention.h"
 #include "matmul.h"
 #include "cuda_test_util.h"
 
@@ -278,8 +279,10 @@ namespace {
 // One attention scenario run identically on every backend: call 1 prefills sequences B (20 rows)
 // and C (50 rows); call 2 mixes a fresh prefill A (37 rows), a continued prefill B (5 rows at 20)
 // and a decode row C (at 50); call 3 decodes B and C once more.
-void attention_case(AttnAlgo algo, DType kv, int n_q, int n_kv, int D, bool off_by_one, bool long_ctx = false) {
+void attention_case(AttnAlgo algo, DType kv, int n_q, int n_kv, int D, bool off_by_one, bool long_ctx = false,
+                    int tc_rows_cap = 0) {
   Trio t;
+  t.gpu.set_flash_tc_rows_cap(tc_rows_cap);
   LayerNumerics n;
   n.attn = algo;
   n.kv_dtype = kv;
@@ -300,11 +303,26 @@ void attention_case(AttnAlgo algo, DType kv, int n_q, int n_kv, int D, bool off_
       pe.push_back(&ce[w]);
       pr.push_back(&cr[w]);
     }
+    // which kernels ran (the emulator counts per kernel name): a multi-row sequence of flash (or of
+    // splitkv's and grouped's prefill) runs on tensor cores where the head_dim allows, every other row not
+    if (cuda::counters_supported()) cuda::counters_start();
     const Tensor g = t.gpu.attention(q.g, k.g, v.g, spans, pg);
+    const cuda::DeviceCounters counts = cuda::counters_read();
+    cuda::counters_stop();
     const Tensor e = t.emu.attention(q.e, k.e, v.e, spans, pe);
     const Tensor r = t.ref.attention(q.r, k.r, v.r, spans, pr);
-    check_op(cat("attention[", attn_algo_name(algo), ",kv=", dtype_name(kv), off_by_one ? ",fault kv-off-by-one" : "", "] ", label, " D=", D),
-             t, g, e, r, tol::kCudaNmseBf16);
+    const std::string what = cat("attention[", attn_algo_name(algo), ",kv=", dtype_name(kv),
+                                 off_by_one ? ",fault kv-off-by-one" : "", "] ", label, " D=", D,
+                                 tc_rows_cap ? cat(" (tensor-core blocks of ", tc_rows_cap, " rows)") : std::string());
+    check_op(what, t, g, e, r, tol::kCudaNmseBf16);
+    if (cuda::counters_supported()) {
+      bool multi_row = false;
+      for (const SeqSpan& sp : spans) multi_row |= sp.rows > 1;
+      int64_t tc = 0;
+      for (const cuda::CallTraffic& c : counts.by_name) tc += c.name.rfind("attention_flash_tc_kernel", 0) == 0 ? c.calls : 0;
+      const bool want_tc = algo != AttnAlgo::naive && multi_row && D % 16 == 0;  // every D here fits 227 KiB
+      CHECK_MESSAGE(tc == (want_tc ? 1 : 0), what << ": " << tc << " tensor-core flash launches");
+    }
   };
   run({{0, 20, 0}, {20, 50, 0}}, {1, 2}, "prefill");
   run({{0, 37, 0}, {37, 5, 20}, {42, 1, 50}}, {0, 1, 2}, "mixed");
@@ -328,13 +346,37 @@ void attention_case(AttnAlgo algo, DType kv, int n_q, int n_kv, int D, bool off_
 
 }  // namespace
 
-TEST_CASE("cuda ops: attention naive / flash / splitkv / grouped, KV cache bf16 and fp8, fault kv-off-by-one") {
+TEST_CASE("cuda ops: the tensor-core flash kernel's rows per block follow the device's shared memory") {
+  const size_t hopper = 227 * 1024, ampere = 99 * 1024;  // sharedMemPerBlockOptin of sm_90 and sm_86
+  CHECK(cuda::attention_flash_tc_rows(DType::bf16, DType::bf16, 256, hopper) == 64);
+  CHECK(cuda::attention_flash_tc_rows(DType::bf16, DType::bf16, 256, ampere) == 16);  // the user's A6000s
+  CHECK(cuda::attention_flash_tc_rows(DType::bf16, DType::f8_e4m3, 128, ampere) == 32);
+  CHECK(cuda::attention_flash_tc_rows(DType::bf16, DType::bf16, 512, hopper) == 16);
+  CHECK(cuda::attention_flash_tc_rows(DType::bf16, DType::bf16, 256, hopper, 32) == 32);
+  for (int rows : {16, 32, 64})  // the choice fits, and the next larger block would not
+    CHECK(cuda::attention_flash_tc_smem(256, rows) <= (rows == 16 ? ampere : hopper));
+  CHECK(cuda::attention_flash_tc_smem(256, 32) > ampere);
+  CHECK(cuda::attention_flash_tc_rows(DType::bf16, DType::bf16, 72, hopper) == 0);   // D % 16 != 0
+  CHECK(cuda::attention_flash_tc_rows(DType::f32, DType::bf16, 256, hopper) == 0);   // precision=ref
+  CHECK(cuda::attention_flash_tc_rows(DType::bf16, DType::f32, 256, hopper) == 0);   // an fp32 cache
+  CHECK(cuda::attention_flash_tc_rows(DType::bf16, DType::bf16, 256, 32 * 1024) == 0);  // no block fits
+}
+
+TEST_CASE("cuda ops: attention naive / flash (prefill on tensor cores) / splitkv / grouped, KV cache bf16 and fp8, fault kv-off-by-one") {
   for (AttnAlgo a : {AttnAlgo::naive, AttnAlgo::flash, AttnAlgo::splitkv})
     for (DType kv : {DType::bf16, DType::f8_e4m3}) {
       attention_case(a, kv, 6, 2, 64, false);
       attention_case(a, kv, 6, 3, 80, false);
     }
   attention_case(AttnAlgo::naive, DType::bf16, 24, 4, 256, false);  // the 27B's head layout
+  // flash's prefill on tensor cores: the 27B's head layout to 300 keys (5 blocks of 64 rows, 5 tiles
+  // of 64 keys), fp8 at D=128, and D=72 (not a multiple of 16: the one-block-per-row kernel)
+  attention_case(AttnAlgo::flash, DType::bf16, 24, 4, 256, false, true);
+  attention_case(AttnAlgo::flash, DType::f8_e4m3, 8, 2, 128, false, true);
+  attention_case(AttnAlgo::flash, DType::bf16, 6, 2, 72, false);
+  // the blocks of 32 and 16 rows that GPUs with less shared memory get (16 at D=256 on Ampere)
+  attention_case(AttnAlgo::flash, DType::bf16, 24, 4, 256, false, true, 16);
+  attention_case(AttnAlgo::flash, DType::f8_e4m3, 6, 2, 64, false, true, 32);
   attention_case(AttnAlgo::naive, DType::bf16, 6, 2, 64, true);
   attention_case(AttnAlgo::splitkv, DType::bf16, 6, 2, 64, true);
   // grouped: a group of 6 heads (one block), 3, 1 (n_q = n_kv) and 12 (two blocks per KV head: 8 + 4);
