@@ -760,6 +760,19 @@ void run_block_direct(Run& r) {
 
 void set_reverse_order(bool on) { g_reverse = on; }
 
+namespace {
+// The running fiber waits at a warp operation (a shuffle from src, or kGather) until its warp meets.
+void wait_at_warp(Run& r, void* out, unsigned size, unsigned src, const char* op) {
+  Fiber& f = *r.cur;
+  f.xout = out;
+  f.xsize = size;
+  f.xsrc = src;
+  f.xop = op;
+  f.st = kWarpWait;
+  yield_fiber(r);
+}
+}  // namespace
+
 void sync_warp_gather(const void* mine, unsigned size, void* all, const char* op) {
   Run* r = tl_run;
   if (r->direct) {
@@ -767,14 +780,8 @@ void sync_warp_gather(const void* mine, unsigned size, void* all, const char* op
     for (unsigned s = 0; s < 32 && all; ++s) std::memcpy(static_cast<unsigned char*>(all) + size_t(s) * size, mine, size);
     return;
   }
-  Fiber& f = *r->cur;
-  f.xptr = mine;
-  f.xout = all;
-  f.xsize = size;
-  f.xsrc = kGather;
-  f.xop = op;
-  f.st = kWarpWait;
-  yield_fiber(*r);
+  r->cur->xptr = mine;
+  wait_at_warp(*r, all, size, kGather, op);
 }
 
 void kernel_error(const std::string& msg) { set_error(*tl_run, msg); }
@@ -796,14 +803,8 @@ void sync_warp_exchange(const void* v, void* out, unsigned size, unsigned src_la
     std::memcpy(out, v, size);
     return;
   }
-  Fiber& f = *r->cur;
-  copy_value(&f.xin, v, size);
-  f.xout = out;
-  f.xsize = size;
-  f.xsrc = src_lane;
-  f.xop = op;
-  f.st = kWarpWait;
-  yield_fiber(*r);
+  copy_value(&r->cur->xin, v, size);
+  wait_at_warp(*r, out, size, src_lane, op);
 }
 
 void launch(const LaunchInfo& info, void (*body)(void*), void* ctx) {
