@@ -8,6 +8,10 @@
 #include "util/dtype.h"
 
 namespace degen::cuda {
+using bf16 = __nv_bfloat16;
+}
+
+namespace degen::cuda {
 
 inline constexpr int kGdnChunk = 64;   // chunk length of the chunked form (spec §4.7.6)
 inline constexpr int kGdnMaxDk = 256;  // largest d_k the kernels take (the models have 128)
@@ -58,5 +62,21 @@ size_t gdn_chunked_scratch_bytes(int64_t N, const GdnShape& sh);
 // chunks: device array of n_chunks GdnChunk covering every sequence's rows.
 void gdn_chunked_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs, int n_seq, const GdnChunk* chunks,
                       int n_chunks, DType state_dtype, void* scratch, int64_t N, cudaStream_t stream);
+
+// gdn=fla (kernels/gdn_fla.cu): the chunked form with flash-linear-attention's storage points, its
+// products on tensor cores; bf16 activations only (the CPU twin: gdn_fla_head, src/cpu/gdn.cpp).
+// Scratch: G [N, n_v] fp32, then bf16 W [N, n_v, d_k], U and R(V_new) [N, n_v, d_v], the decayed
+// scores A [N, n_v, 64] and the per-chunk states h [n_chunks, n_v, d_k, d_v].
+struct GdnFlaScratch {
+  float* G = nullptr;
+  bf16 *W = nullptr, *U = nullptr, *V = nullptr, *A = nullptr, *H = nullptr;
+};
+size_t gdn_fla_scratch_bytes(int64_t N, int n_chunks, const GdnShape& sh);
+GdnFlaScratch gdn_fla_scratch(void* base, int64_t N, int n_chunks, const GdnShape& sh);
+// Three launches: per chunk (parallel), per sequence over its chunks (the state), per chunk again
+// (the output). smem_optin: the device's opt-in shared memory per block (a kernel needing more
+// throws, naming gdn=chunked). chunks must list each sequence's chunks in sequence order.
+void gdn_fla_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs, int n_seq, const GdnChunk* chunks,
+                  int n_chunks, DType state_dtype, void* scratch, int64_t N, int smem_optin, cudaStream_t stream);
 
 }  // namespace degen::cuda

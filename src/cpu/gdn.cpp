@@ -9,8 +9,8 @@
 // cumulative log-decay) in double. The state S is stored in its tensor's dtype (ssm_dtype): rounded
 // after every token by the recurrent form and after every chunk by the chunked form (where a
 // kernel writes it back); the output o is computed from the state before that rounding.
-// TODO: FLA's chunked kernel also stores w, u and the per-chunk states used for the output in bf16
-// (spec §4.7.6); that is not emulated (the chunked intermediates stay in double).
+// FLA's chunked kernel also stores w, u and the per-chunk states used for the output in bf16
+// (spec §4.7.6): gdn=fla emulates that (gdn_fla_head); chunked keeps its intermediates in double.
 //
 // Faults (numerics()), in both forms:
 //   gdn-read-before-decay: δ_t = β (v − S_{t-1}ᵀk) from the undecayed state, then S ← αS + kδᵀ.
@@ -183,6 +183,122 @@ void gdn_chunked_head(const GdnDims& d, const GdnFlags& f, const T* q, const T* 
   }
 }
 
+// One value head of one sequence, chunk by chunk, with flash-linear-attention's storage points
+// (gdn=fla; its chunk_gated_delta_rule, spec §4.7.6): the same algebra as gdn_chunked_head, but the
+// values that FLA's kernels store between their products, or cast before a bf16 tensor-core
+// product, are rounded to the activation dtype `act` (R below; the identity under fp32/fp64):
+//   T = R((I + M)⁻¹)  (solve_tril writes it in the input dtype);
+//   W = R(T · R(e^G R(β K))),  U = R(T · R(β V))  (recompute_w_u: β k is a bf16 product, scaled by
+//     e^G in fp32 and cast again before the product; w, u stored);
+//   per chunk, h = R(S) (the stored chunk state), V_new = U − W h, stored as R(V_new);
+//   O = diag(e^G) (Q h) + R((QKᵀ) ⊙ Γ) · R(V_new)  (chunk_fwd_o: the decayed scores cast before P·V);
+//   S ← e^{G_L} S + Kᵀ R(diag(e^{G_L − G}) V_new)  (S itself stays in T between chunks, as FLA keeps
+//   it in fp32 registers; the ssm_dtype rounding after each chunk is as in gdn_chunked_head).
+// Checked against fla-org/flash-linear-attention at bc3b101 (2026-08-22; chunk.py, wy_fast.py,
+// common/chunk_delta_h.py, common/chunk_o.py). Not emulated: FLA's exp2 with g pre-scaled by
+// 1/ln 2 (ulp-level), the TF32 block merges of its fused 64-row triangular solve on Hopper, its
+// scale applied after the products (our q arrives scaled, gdn_split_norm), and the FlashQLA backend
+// that replaces the Triton path on SM90 when installed.
+// Sums are in double, so a value next to a bf16 rounding boundary may round the other way on the
+// GPU (fp32 sums): the per-dtype tolerance covers that (tests/tolerances.h).
+template <typename T>
+void gdn_fla_head(const GdnDims& d, const GdnFlags& f, DType act, const T* q, const T* k, const T* v, const T* g,
+                  const T* beta, int64_t row0, int64_t rows, int64_t j, T* S, T* o) {
+  const int64_t kh = f.key_head(d, j), dk = d.d_k, dv = d.d_v, C = kChunk;
+  auto R = [act](double x) { return cpu::round_to(x, act); };
+  std::vector<double> G(C), M(C * C), Tm(C * C), A(C * C), Kb(C * dk), Vb(C * dv), W(C * dk), U(C * dv),
+      H(dk * dv), Vn(C * dv), Vr(C * dv), Fv(C * dv), acc(dv);
+  auto K = [&](int64_t t) { return k + (t * d.n_k + kh) * dk; };
+  auto Q = [&](int64_t t) { return q + (t * d.n_k + kh) * dk; };
+  auto dot = [dk](const T* x, const T* y) {
+    double s = 0;
+    for (int64_t a = 0; a < dk; ++a) s += double(x[a]) * double(y[a]);
+    return s;
+  };
+  for (int64_t c0 = row0; c0 < row0 + rows; c0 += C) {
+    const int64_t L = std::min(C, row0 + rows - c0);
+    auto gate = [&](int64_t i) { return double(g[(c0 + i) * d.n_v + j]); };
+    auto bet = [&](int64_t i) { return double(beta[(c0 + i) * d.n_v + j]); };
+    double run = 0;
+    for (int64_t i = 0; i < L; ++i) G[i] = (run += gate(i));
+    // M (strictly lower) and A = R((QKᵀ) ⊙ Γ) (lower with the diagonal)
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t l = 0; l <= i; ++l) {
+        const double dec = std::exp(G[i] - G[l]);
+        A[i * C + l] = R(dot(Q(c0 + i), K(c0 + l)) * dec);
+        if (l == i) continue;
+        M[i * C + l] = bet(i) * dec * dot(K(c0 + i), K(c0 + l));
+        if (f.read_before_decay) M[i * C + l] *= std::exp(-gate(i));
+      }
+    // T = (I + M)⁻¹ by forward substitution, row by row, then stored: R(T)
+    for (int64_t i = 0; i < L; ++i) {
+      for (int64_t jj = 0; jj < i; ++jj) {
+        double s = M[i * C + jj];
+        for (int64_t l = jj + 1; l < i; ++l) s += M[i * C + l] * Tm[l * C + jj];
+        Tm[i * C + jj] = -s;
+      }
+      Tm[i * C + i] = 1;
+    }
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t l = 0; l < i; ++l) Tm[i * C + l] = R(Tm[i * C + l]);
+    // the operands of W and U, cast: R(R(β k) e^G) (fault: × e^{-g}), R(β v)
+    for (int64_t i = 0; i < L; ++i) {
+      double eg = std::exp(G[i]);
+      if (f.read_before_decay) eg *= std::exp(-gate(i));
+      for (int64_t a = 0; a < dk; ++a) Kb[i * dk + a] = R(R(bet(i) * double(K(c0 + i)[a])) * eg);
+      const T* vi = v + ((c0 + i) * d.n_v + j) * dv;
+      for (int64_t c = 0; c < dv; ++c) Vb[i * dv + c] = R(bet(i) * double(vi[c]));
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      for (int64_t a = 0; a < dk; ++a) {
+        double s = 0;
+        for (int64_t l = 0; l <= i; ++l) s += Tm[i * C + l] * Kb[l * dk + a];
+        W[i * dk + a] = R(s);
+      }
+      for (int64_t c = 0; c < dv; ++c) {
+        double s = 0;
+        for (int64_t l = 0; l <= i; ++l) s += Tm[i * C + l] * Vb[l * dv + c];
+        U[i * dv + c] = R(s);
+      }
+    }
+    for (int64_t x = 0; x < dk * dv; ++x) H[x] = R(double(S[x]));
+    // V_new = U − W h; the output reads R(V_new), the state update R(e^{G_L − G_i} V_new)
+    const double eL = std::exp(G[L - 1]);
+    for (int64_t i = 0; i < L; ++i) {
+      for (int64_t c = 0; c < dv; ++c) acc[c] = 0;
+      for (int64_t a = 0; a < dk; ++a)
+        for (int64_t c = 0; c < dv; ++c) acc[c] += W[i * dk + a] * H[a * dv + c];
+      const double fi = std::exp(G[L - 1] - G[i]);
+      for (int64_t c = 0; c < dv; ++c) {
+        Vn[i * dv + c] = U[i * dv + c] - acc[c];
+        Vr[i * dv + c] = R(Vn[i * dv + c]);
+        Fv[i * dv + c] = R(fi * Vn[i * dv + c]);
+      }
+    }
+    // O_i = e^{G_i} q_iᵀ h + Σ_{l<=i} A_il R(V_new_l)
+    for (int64_t i = 0; i < L; ++i) {
+      const T* qi = Q(c0 + i);
+      for (int64_t c = 0; c < dv; ++c) acc[c] = 0;
+      for (int64_t a = 0; a < dk; ++a)
+        for (int64_t c = 0; c < dv; ++c) acc[c] += double(qi[a]) * H[a * dv + c];
+      const double eg = std::exp(G[i]);
+      for (int64_t c = 0; c < dv; ++c) acc[c] *= eg;
+      for (int64_t l = 0; l <= i; ++l)
+        for (int64_t c = 0; c < dv; ++c) acc[c] += A[i * C + l] * Vr[l * dv + c];
+      T* oi = o + ((c0 + i) * d.n_v + j) * dv;
+      for (int64_t c = 0; c < dv; ++c) oi[c] = out_value<T>(f, acc[c]);
+    }
+    // S ← e^{G_L} S + Σ_i k_i R(e^{G_L − G_i} V_new_i)ᵀ
+    for (int64_t a = 0; a < dk; ++a)
+      for (int64_t c = 0; c < dv; ++c) {
+        double s = eL * double(S[a * dv + c]);
+        for (int64_t i = 0; i < L; ++i) s += double(K(c0 + i)[a]) * Fv[i * dv + c];
+        S[a * dv + c] = static_cast<T>(s);
+      }
+    round_state(f, S, dk * dv);  // stored between chunks
+  }
+}
+
 }  // namespace
 
 void CpuBackend::gdn_gates(const Tensor& a0, const Tensor& b0, const TensorView& A_log, const TensorView& dt_bias,
@@ -238,7 +354,10 @@ Tensor CpuBackend::gdn(const Tensor& q0, const Tensor& k0, const Tensor& v0, con
 #pragma omp parallel for schedule(static) if (double(sp.rows) * double(d.d_k * d.d_v) * double(d.n_v) >= cpu::kParallelMinWork)
       for (int64_t j = 0; j < d.n_v; ++j) {
         T* Sj = Sw.data<T>() + j * d.d_k * d.d_v;
-        if (algo == GdnAlgo::chunked)
+        if (algo == GdnAlgo::fla)
+          gdn_fla_head<T>(d, fs, q0.dtype, q.data<T>(), k.data<T>(), v.data<T>(), g.data<T>(), beta.data<T>(), sp.row0,
+                          sp.rows, j, Sj, o.data<T>());
+        else if (algo == GdnAlgo::chunked)
           gdn_chunked_head<T>(d, fs, q.data<T>(), k.data<T>(), v.data<T>(), g.data<T>(), beta.data<T>(), sp.row0,
                               sp.rows, j, Sj, o.data<T>());
         else

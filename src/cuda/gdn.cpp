@@ -3,7 +3,9 @@
 //   gdn_gates: kernels/gdn_gates.cu, fault alog-no-exp honoured there.
 //   gdn: kernels/gdn.cu — recurrent (one token per step) or chunked (C = 64) gated delta rule per
 //     sequence span, continuing from and updating each state S (stored in S's dtype after every
-//     token / chunk); faults gdn-read-before-decay, gdn-head-mod, gdn-out-fp16 honoured there.
+//     token / chunk); faults gdn-read-before-decay, gdn-head-mod, gdn-out-fp16 honoured there;
+//     gdn=fla: kernels/gdn_fla.cu on tensor cores (bf16 activations; under precision=ref its
+//     storage points are fp32, the identity, and the chunked kernels run).
 // The per-sequence tables (rows, window / state pointers, chunks) are small host arrays uploaded
 // with each call. With CudaStats::time_gdn on (bench), each of these ops is bracketed by stream
 // synchronisations and its wall time added to CudaStats::gdn_seconds.
@@ -110,6 +112,15 @@ Tensor CudaBackend::gdn(const Tensor& q, const Tensor& k, const Tensor& v, const
     return o;
   }
   const Tensor chunk_table = upload(words(chunks), DType::i64, "gdn chunks");
+  if (algo == GdnAlgo::fla && q.dtype == DType::bf16) {  // fp32 activations: R is the identity, as chunked
+    const int nc = static_cast<int>(chunks.size());
+    const int64_t bytes = static_cast<int64_t>(cuda::gdn_fla_scratch_bytes(N, nc, sh));
+    Tensor scratch = device_tensor({(bytes + 3) / 4}, DType::f32, "gdn fla scratch");
+    cuda::gdn_fla_cuda(io, sh, seq_ptr, static_cast<int>(seqs.size()),
+                       static_cast<const cuda::GdnChunk*>(chunk_table.raw()), nc, sdt, scratch.raw(), N,
+                       context()->props().sharedMemPerBlockOptin, context()->stream());
+    return o;
+  }
   const int64_t scratch_floats = static_cast<int64_t>(cuda::gdn_chunked_scratch_bytes(N, sh) / sizeof(float));
   Tensor scratch = device_tensor({scratch_floats}, DType::f32, "gdn chunked scratch");
   cuda::gdn_chunked_cuda(io, sh, seq_ptr, static_cast<int>(seqs.size()),

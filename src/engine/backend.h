@@ -36,7 +36,11 @@ struct SamplingParams;  // engine/sampler.h
 
 struct TpGroup;
 
-enum class GdnAlgo : uint8_t { chunked, recurrent };
+// Gated delta rule for prefill (spec model.md §4.7.5-4.7.6): the chunked WY form with fp32
+// intermediates; token by token; or the chunked form with flash-linear-attention's storage points
+// (chunk_gated_delta_rule: the UT transform, w, u, the per-chunk states, v_new and the output's
+// decayed QKᵀ kept in the activation dtype between its products), run on tensor cores on CUDA.
+enum class GdnAlgo : uint8_t { chunked, recurrent, fla };
 const char* gdn_algo_name(GdnAlgo a);
 // Attention algorithm (DESIGN.md §5): materialised softmax; tiled online softmax (probabilities
 // rounded to bf16 before P·V); split-KV decode with a log-sum-exp merge (prefill: as flash).

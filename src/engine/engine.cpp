@@ -28,7 +28,14 @@ const char* attn_algo_name(AttnAlgo a) {
 
 // note: defined here, beside attn_algo_name, not in the CPU backend: both are declared in
 // engine/backend.h (degen_core), and golden.cpp uses it without linking degen_cpu.
-const char* gdn_algo_name(GdnAlgo a) { return a == GdnAlgo::chunked ? "chunked" : "recurrent"; }
+const char* gdn_algo_name(GdnAlgo a) {
+  switch (a) {
+    case GdnAlgo::chunked: return "chunked";
+    case GdnAlgo::recurrent: return "recurrent";
+    case GdnAlgo::fla: return "fla";
+  }
+  return "?";
+}
 
 Engine::Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, EngineOptions opt)
     : shard_(backend.tp_group() ? std::make_shared<RankShard>(cfg, w, backend.tp_size(), 0) : nullptr),

@@ -72,7 +72,7 @@ E parse_enum(const std::string& key, const std::string& v, const std::vector<std
 const std::vector<std::pair<const char*, AttnAlgo>> kAttn = {
     {"naive", AttnAlgo::naive}, {"flash", AttnAlgo::flash}, {"splitkv", AttnAlgo::splitkv},
     {"grouped", AttnAlgo::grouped}};
-const std::vector<std::pair<const char*, GdnAlgo>> kGdn = {{"chunked", GdnAlgo::chunked}, {"recurrent", GdnAlgo::recurrent}};
+const std::vector<std::pair<const char*, GdnAlgo>> kGdn = {{"chunked", GdnAlgo::chunked}, {"recurrent", GdnAlgo::recurrent}, {"fla", GdnAlgo::fla}};
 const std::vector<std::pair<const char*, DType>> kSsm = {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}};
 const std::vector<std::pair<const char*, DType>> kConv = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
 const std::vector<std::pair<const char*, DType>> kKv = {{"bf16", DType::bf16}, {"fp8", DType::f8_e4m3}};
@@ -177,7 +177,7 @@ const std::vector<ToggleInfo>& toggle_table() {
       {"backend", "cpu|cuda", "where the path runs", false},
       {"precision", "ref|fp64|bf16|q8_0", "cpu: golden fp32, fp64, GPU storage emulation, or ggml Q8_0 weights; cuda: ref = the fp32 reference on the GPU", false},
       {"attn", "naive|flash|splitkv|grouped", "attention algorithm", true},
-      {"gdn", "chunked|recurrent", "GDN prefill algorithm", true},
+      {"gdn", "chunked|recurrent|fla", "GDN prefill algorithm (fla: chunked with flash-linear-attention's bf16 storage points; tensor cores on cuda)", true},
       {"ssm_dtype", "fp32|bf16|fp16", "recurrent state storage (default: the checkpoint's mamba_ssm_dtype, else fp32)", true},
       {"conv_dtype", "fp32|bf16", "conv window storage", true},
       {"kv_dtype", "bf16|fp8", "KV cache storage", true},
