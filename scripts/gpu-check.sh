@@ -8,7 +8,7 @@
 #      are reported as skipped with fewer;
 #   3. `compare` of the four shipped tiny models on backend=cuda against golden/<model>/smoke (a
 #      committed record without noise floors is first regenerated with floors into the work folder),
-#      plus attn=flash, attn=splitkv, gemm=simple and gdn=recurrent on one model, and two planted faults
+#      plus attn=flash, attn=splitkv, gemm=simple, gdn=recurrent and gdn=fla on one model, and two planted faults
 #      (an attention one and a GDN one) that must be caught; the GPU reference (precision=ref) of each
 #      model at the fp32 class, and a golden record made by it, checked by the CPU spot check;
 #   4. `bench --backend cuda --synthetic qwen36-27b` (random weights made on the device, all 64
@@ -20,7 +20,7 @@
 #      that decides whether attn=grouped becomes the GPU decode default;
 #   5. a short summary table, printed LAST.
 # Usage: scripts/gpu-check.sh [LOGDIR]   full logs (build.log, cuda-tests.log, compare.log, bench.log,
-#        bench-b16.log, bench-attn.log, summary.txt) go to LOGDIR when given, else to a temporary folder.
+#        bench-b16.log, bench-attn.log, bench-gdn.log, summary.txt) go to LOGDIR when given, else to a temporary folder.
 # Needs nothing beyond a CUDA toolkit, CMake and a C++ compiler: when the system lacks Eigen, CLI11,
 # nlohmann-json, doctest or utf8proc, stage them first on a machine that has them
 # (scripts/stage-device-deps.sh writes .devdeps/, which this script uses when present).
@@ -199,6 +199,7 @@ for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
     run_compare backend=cuda,attn=splitkv "attn=splitkv" 0
     run_compare backend=cuda,gemm=simple "gemm=simple (prefill passes)" 0 --no-decode
     run_compare backend=cuda,gdn=recurrent "gdn=recurrent" 0
+    run_compare backend=cuda,gdn=fla "gdn=fla (tensor cores)" 0
     run_compare backend=cuda,fault=rope-interleaved@3 "fault=rope-interleaved@3" 1 --no-decode
     run_compare backend=cuda,fault=gdn-read-before-decay@0 "fault=gdn-read-before-decay@0" 1 --no-decode
     # a golden record made by the GPU reference, checked by the CPU spot check before it is written
@@ -272,5 +273,18 @@ if [ "$lim" -gt 10 ]; then
   grep -E '^attention decode' "$logdir/bench-attn.log" | cut -c1-200 | while read -r l; do row "  op" "$l"; done
 else
   row "bench decode attention" "skipped: DEADLINE reached"
+fi
+# the GDN core of a prefill: chunked (fp32 intermediates, scalar) against fla (tensor cores), the
+# figure that decides whether gdn=fla becomes the GPU's prefill default
+t0=$(date +%s)
+lim=$(budget 45)
+if [ "$lim" -gt 10 ]; then
+  timeout "$lim" "$bin" bench --backend cuda --synthetic "$bench_preset" --layers 4 --ops --prefill "$bench_prefill" \
+    --filter "gdn prefill" > "$logdir/bench-gdn.log" 2>&1
+  rc=$?
+  row "bench $bench_preset GDN prefill, $bench_prefill rows$tag" "exit $rc ($(elapsed "$t0") s)"
+  grep -E '^gdn prefill' "$logdir/bench-gdn.log" | cut -c1-200 | while read -r l; do row "  op" "$l"; done
+else
+  row "bench GDN prefill" "skipped: DEADLINE reached"
 fi
 finish 0

@@ -107,6 +107,10 @@ TEST_CASE("engine: chunked GDN equals recurrent GDN (outputs and final state)") 
         double eo = rel_l2(c.o, r.o), es = rel_l2(c.S, r.S);
         CHECK(eo <= tol);
         CHECK(es <= tol);
+        // gdn=fla: its storage points are in the activation dtype, fp32 / fp64 here (the identity)
+        GdnOut f = run_gdn(be, in, S0, nv, dk, dv, GdnAlgo::fla);
+        CHECK(rel_l2(f.o, r.o) <= tol);
+        CHECK(rel_l2(f.S, r.S) <= tol);
         if (T == 130 && init) MESSAGE("chunked vs recurrent, T=130 with S0 [", std::string(cpu_precision_name(prec)),
                                       "]: out ", eo, ", state ", es);
       }
@@ -114,11 +118,28 @@ TEST_CASE("engine: chunked GDN equals recurrent GDN (outputs and final state)") 
   }
 }
 
+TEST_CASE("engine: gdn=fla under precision=bf16 rounds its intermediates (FLA's storage points), near chunked") {
+  const int64_t nk = 2, nv = 4, dk = 16, dv = 8;
+  CpuBackend be(CpuPrecision::bf16);
+  for (int64_t T : {1, 64, 130}) {
+    CAPTURE(T);
+    GdnIn in = gdn_inputs(be, T, nk, nv, dk, dv, 300 + static_cast<uint32_t>(T));
+    const std::vector<double> S0 = normal(nv * dk * dv, 9, 0.5);
+    GdnOut c = run_gdn(be, in, S0, nv, dk, dv, GdnAlgo::chunked);
+    GdnOut f = run_gdn(be, in, S0, nv, dk, dv, GdnAlgo::fla);
+    const double eo = rel_l2(f.o, c.o), es = rel_l2(f.S, c.S);
+    MESSAGE("fla vs chunked at precision=bf16, T=", T, ": out ", eo, ", state ", es);
+    CHECK(eo > 0);  // the storage points act (the outputs are bf16 either way: equal bits would mean none did)
+    CHECK(eo * eo <= tol::kCudaNmseBf16);
+    CHECK(es * es <= tol::kCudaNmseGdnState);
+  }
+}
+
 TEST_CASE("engine: GDN state carries across calls (one call == two calls)") {
   CpuBackend be;
   const int64_t nk = 2, nv = 4, dk = 16, dv = 8, T = 130, t = 70;
   GdnIn in = gdn_inputs(be, T, nk, nv, dk, dv, 5);
-  for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent}) {
+  for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent, GdnAlgo::fla}) {
     Tensor S1 = be.zeros({nv, dk, dv}), S2 = be.zeros({nv, dk, dv});
     Tensor whole = be.gdn(in.q, in.k, in.v, in.g, in.beta, {SeqSpan{0, T, 0}}, {&S1}, algo);
     // the same rows as two sequences' spans would see them: first [0, t), then [t, T)
@@ -138,7 +159,7 @@ TEST_CASE("engine: with r = 3, perturbing key head h changes exactly value heads
   CpuBackend be;
   const int64_t nk = 2, nv = 6, dk = 8, dv = 8, T = 70;
   GdnIn in = gdn_inputs(be, T, nk, nv, dk, dv, 11);
-  for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent}) {
+  for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent, GdnAlgo::fla}) {
     std::vector<double> zero(nv * dk * dv, 0.0);
     GdnOut base = run_gdn(be, in, zero, nv, dk, dv, algo);
     for (int64_t h = 0; h < nk; ++h) {

@@ -51,6 +51,10 @@ TEST_CASE("run_config: layer scopes") {
   CHECK(rc.gdn.at(4, &c) == GdnAlgo::recurrent);
   CHECK(rc.gdn.at(3, &c) == GdnAlgo::chunked);
   CHECK(rc.str() == "attn=flash@full,gdn=recurrent@linear,ssm_dtype=bf16@3+12-19");
+  const RunConfig fla = parse_run_config("gdn=fla@0-7");
+  CHECK(fla.gdn.at(5, &c) == GdnAlgo::fla);
+  CHECK(fla.gdn.at(8, &c) == GdnAlgo::chunked);
+  CHECK(fla.str() == "gdn=fla@0-7");
   // A later entry wins on the layers it covers; an unscoped one replaces everything before it.
   RunConfig o = parse_run_config("ssm_dtype=bf16@10-20,ssm_dtype=fp16@15");
   CHECK(o.ssm_dtype_at(14, c) == DType::bf16);

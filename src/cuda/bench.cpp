@@ -512,6 +512,26 @@ std::vector<OpCase> cases_for(CudaBackend& be, const ModelConfig& cfg, const Mod
                            std::vector<Tensor*> states{st.get()};
                            be.gdn(*q, *k, *v, *gg, *beta, {SeqSpan{0, 1, 1}}, states, GdnAlgo::recurrent);
                          }});
+    // the chunked delta rule over `prefill` rows from a fresh state, fp32 intermediates (chunked)
+    // or FLA's bf16 ones on tensor cores (fla). Floor: q, k, v, β, g read and o written once, the
+    // state read and written once. FLOPs: the products of the chunked form as full 64-row tiles
+    // (KKᵀ and QKᵀ, W and U, W h, Kᵀ V_new, Q h, A V_new)
+    const int64_t N = std::max(prefill, 1);
+    auto pq = std::make_shared<Tensor>(rnd({N, cfg.n_k, cfg.d_k}, 8));
+    auto pk = std::make_shared<Tensor>(rnd({N, cfg.n_k, cfg.d_k}, 9));
+    auto pv = std::make_shared<Tensor>(rnd({N, cfg.n_v, cfg.d_v}, 10));
+    auto pg = std::make_shared<Tensor>(be.zeros({N, cfg.n_v}, DType::f32));
+    auto pb = std::make_shared<Tensor>(rnd({N, cfg.n_v}, 11));
+    const double io_b = double(2 * pq->nbytes() + 2 * pv->nbytes() + pg->nbytes() + pb->nbytes());
+    const double Cc = 64, dk = double(cfg.d_k), dv = double(cfg.d_v);
+    const double fl = 2.0 * double(N) * double(cfg.n_v) * (2 * Cc * dk + Cc * (dk + dv) + 3 * dk * dv + Cc * dv);
+    for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::fla})
+      out.push_back(OpCase{cat("gdn prefill gdn=", gdn_algo_name(algo), " [", N, " rows, state ", cfg.n_v, " x ", cfg.d_k,
+                               " x ", cfg.d_v, " fp32]"),
+                           2.0 * sb + io_b, fl, [&be, st, pq, pk, pv, pg, pb, N, algo] {
+                             std::vector<Tensor*> states{st.get()};
+                             be.gdn(*pq, *pk, *pv, *pg, *pb, {SeqSpan{0, N, 0}}, states, algo);
+                           }});
   }
   const MlpWeights* mlp = nullptr;
   for (const LayerWeights& lw : w.layers)

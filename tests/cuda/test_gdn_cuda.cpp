@@ -2,10 +2,11 @@
 //   conv1d_causal — prefill with a carried window, decode (window update), several sequences per
 //     call, window dtypes f32 and bf16, fault conv-window-stuck; the window carried across
 //     prefill -> decode gives the outputs of one long prefill;
-//   gdn — chunked and recurrent, T in {1, 63, 64, 65, 127, 128, 129, 300}, with and without an
+//   gdn — chunked, recurrent and fla (tensor cores), T in {1, 63, 64, 65, 127, 128, 129, 300}, with and without an
 //     initial state, every state dtype (f32, bf16, f16): outputs and final states against the CPU's
 //     GPU-storage emulation (cpu:bf16, the same storage points; judged) and the fp32 reference
-//     (reported); chunked against recurrent on the device; several sequences in one call; the three
+//     (reported); chunked against recurrent and fla against chunked on the device; which kernels
+//     ran (fla: its three tensor-core passes); several sequences in one call; the three
 //     GDN faults (read-before-decay, head-mod with r = 3, out-fp16 with an overflowing readout, and
 //     no overflow without the fault).
 // Each check counts NaN/Inf first; every buffer the CUDA backend allocates carries sentinel guards
@@ -306,7 +307,14 @@ std::vector<float> flat(const std::vector<std::vector<float>>& v) {
   return out;
 }
 
-const char* algo_name(GdnAlgo a) { return a == GdnAlgo::chunked ? "chunked" : "recurrent"; }
+const char* algo_name(GdnAlgo a) { return gdn_algo_name(a); }
+
+// Calls of kernels whose name starts with `prefix` among the counted ones.
+int64_t calls_named(const cuda::DeviceCounters& c, const std::string& prefix) {
+  int64_t n = 0;
+  for (const cuda::CallTraffic& t : c.by_name) n += t.name.rfind(prefix, 0) == 0 ? t.calls : 0;
+  return n;
+}
 
 void gdn_case(const GdnDims& d, const std::vector<SeqSpan>& spans, bool with_state, DType sdt, LayerNumerics n,
               const std::string& label, uint32_t seed, double v_scale = 1.0) {
@@ -320,16 +328,38 @@ void gdn_case(const GdnDims& d, const std::vector<SeqSpan>& spans, bool with_sta
   for (size_t s = 0; s < spans.size(); ++s)
     S0.push_back(with_state ? initial_state(d, seed + 10 + uint32_t(s)) : std::vector<double>(size_t(d.nv * d.dk * d.dv), 0.0));
   const std::string shape = cat("N=", N, " nk=", d.nk, " nv=", d.nv, " dk=", d.dk, " dv=", d.dv);
-  GdnRun gpu_runs[2];
-  for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent}) {
+  GdnRun gpu_runs[3];
+  for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent, GdnAlgo::fla}) {
+    // which kernels ran (the emulator counts per kernel name): gdn=fla's three tensor-core passes
+    // once each where a span has rows, the other forms never
+    if (cuda::counters_supported()) cuda::counters_start();
     const GdnRun g = run_gdn(b.gpu, d, in, N, spans, S0, sdt, algo);
+    if (cuda::counters_supported()) {
+      const cuda::DeviceCounters counts = cuda::counters_read();
+      cuda::counters_stop();
+      bool rows = false;
+      for (const SeqSpan& sp : spans) rows |= sp.rows > 0;
+      const int64_t want = algo == GdnAlgo::fla && rows ? 1 : 0;
+      for (const char* k : {"gdn_fla_prep_kernel", "gdn_fla_state_kernel", "gdn_fla_out_kernel"})
+        CHECK_MESSAGE(calls_named(counts, k) == want, algo_name(algo) << ": " << calls_named(counts, k) << " calls of " << k);
+    }
     const GdnRun e = run_gdn(b.emu, d, in, N, spans, S0, sdt, algo);
     // the fp32 reference keeps an fp32 state unless the dtype under test is narrower
     const GdnRun r = run_gdn(b.ref, d, in, N, spans, S0, sdt, algo);
     const std::string tag = cat("gdn[", algo_name(algo), ",S ", dtype_name(sdt), with_state ? ",S0" : "", label, "]");
-    check_values(tag + " o", g.o, e.o, r.o, tol::kCudaNmseBf16, shape);
+    // fla: its storage points are checked by the tighter bound (tests/tolerances.h)
+    check_values(tag + " o", g.o, e.o, r.o, algo == GdnAlgo::fla ? tol::kCudaNmseGdnFla : tol::kCudaNmseBf16, shape);
+    if (algo == GdnAlgo::fla)
+      CHECK_MESSAGE(bf16_exact_fraction(g.o, e.o) >= tol::kGdnFlaBf16Exact,
+                    tag << ": " << bf16_exact_fraction(g.o, e.o) << " of the outputs equal to the twin's in bf16");
     check_values(tag + " final S", flat(g.S), flat(e.S), flat(r.S), tol::kCudaNmseGdnState, shape);
-    gpu_runs[algo == GdnAlgo::chunked ? 0 : 1] = g;
+    gpu_runs[static_cast<int>(algo)] = g;
+  }
+  // fla against chunked on the device: the same algebra, fla with bf16 intermediates; its output
+  // within the bf16-output bound of the fp32 one (a wrong product or layout is far outside)
+  {
+    const std::string tag = cat("gdn[fla vs chunked,S ", dtype_name(sdt), with_state ? ",S0" : "", label, "]");
+    check_values(tag + " o", gpu_runs[2].o, gpu_runs[0].o, {}, tol::kCudaNmseBf16, shape);
   }
   // chunked against recurrent on the device: the same function up to rounding; with an fp32 state
   // within the bf16-output bound, narrower states round at other points (per chunk vs per token)
@@ -380,7 +410,7 @@ TEST_CASE("cuda gdn: faults gdn-read-before-decay, gdn-head-mod, gdn-out-fp16 as
     const int64_t N = 70;
     const GdnInputs in = gdn_inputs(d, N, 310, 1e7);
     const std::vector<std::vector<double>> S0 = {std::vector<double>(size_t(d.nv * d.dk * d.dv), 0.0)};
-    for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent}) {
+    for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent, GdnAlgo::fla}) {
       const GdnRun g = run_gdn(b.gpu, d, in, N, {{0, N, 0}}, S0, DType::f32, algo);
       const GdnRun e = run_gdn(b.emu, d, in, N, {{0, N, 0}}, S0, DType::f32, algo);
       size_t inf_g = 0, inf_e = 0, where_differs = 0;
@@ -449,7 +479,7 @@ TEST_CASE("cuda gdn: the GPU reference (fp32 activations and state) against the 
     const int64_t N = T + 7;
     const GdnInputs in = gdn_inputs(d, N, 500 + uint32_t(T));
     const std::vector<std::vector<double>> S0 = {initial_state(d, 600), std::vector<double>(size_t(d.nv * d.dk * d.dv), 0.0)};
-    for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent}) {
+    for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent, GdnAlgo::fla}) {
       const GdnRun g = run_gdn(gpu, d, in, N, spans, S0, DType::f32, algo);
       const GdnRun r = run_gdn(ref, d, in, N, spans, S0, DType::f32, algo);
       const std::string tag = cat("gdn[reference,", algo_name(algo), ",T=", T, "]");

@@ -1,6 +1,6 @@
 # The CUDA path end to end on the CUDA emulator (tests/emu; a CPU stand-in, not a GPU): the four
 # shipped tiny models on backend=cuda pass compare against their committed golden records; the
-# kernel toggles (attention kinds, gemm=simple, gdn=recurrent, fp8 KV cache), MTP, and tp=2 over
+# kernel toggles (attention kinds, gemm=simple, gdn=recurrent and fla, fp8 KV cache), MTP, and tp=2 over
 # the emulated NCCL pass on one model; faults in CUDA kernels are found, and bisect on backend=cuda
 # names one; bench runs its CUDA paths. Arguments: degenbisect-emu SOURCE_DIR WORK_DIR [PART]: PART
 # `models` runs the four models only, `toggles` the rest, `all` (the default) both; ctest runs the two
@@ -31,6 +31,7 @@ ok backend=cuda,attn=grouped
 ok backend=cuda,attn=naive
 ok backend=cuda,gemm=simple --case two-plus-two --case code-completion
 ok backend=cuda,gdn=recurrent
+ok backend=cuda,gdn=fla --case two-plus-two --case code-completion  # FLA's bf16 intermediates, tensor cores
 ok backend=cuda,mtp=2 --case two-plus-two --case repeated-pattern --case sampled-story
 ok backend=cuda,kv_dtype=fp8
 ok backend=cuda,tp=2 --case two-plus-two --case repeated-pattern
