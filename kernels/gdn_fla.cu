@@ -65,6 +65,31 @@ __device__ __forceinline__ void mma_k(FragAcc& c, const bf16* a, int lda, const 
   }
 }
 
+// A tile of a bf16 matrix staged in shared memory by the whole block: dst[i * ldd + c] for i < n_rows
+// and c < cols_pad holds src[i * stride + c] where i < rows and c < cols, zero elsewhere. 16-byte
+// loads and stores where every row start is 16-byte aligned and cols is a multiple of 8 (the
+// models' head dims); element by element otherwise.
+__device__ void stage_bf16(bf16* dst, int ldd, const bf16* src, int64_t stride, int rows, int n_rows, int cols,
+                           int cols_pad) {
+  const int tid = threadIdx.x;
+  const bool vec = cols % 8 == 0 && stride % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && ldd % 8 == 0 &&
+                   cols_pad % 8 == 0;
+  if (vec) {
+    const int w = cols_pad / 8;
+    for (int e = tid; e < n_rows * w; e += blockDim.x) {
+      const int i = e / w, c = (e % w) * 8;
+      const uint4 x = i < rows && c < cols ? *reinterpret_cast<const uint4*>(src + i * stride + c) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(dst + i * ldd + c) = x;
+    }
+  } else {
+    const bf16 zero = __float2bfloat16_rn(0.0f);
+    for (int e = tid; e < n_rows * cols_pad; e += blockDim.x) {
+      const int i = e / cols_pad, c = e % cols_pad;
+      dst[i * ldd + c] = i < rows && c < cols ? src[i * stride + c] : zero;
+    }
+  }
+}
+
 // ---- prep ----
 
 struct PrepSmem {
@@ -126,12 +151,8 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* k = static_cast<const bf16*>(io.k);
   const bf16* v = static_cast<const bf16*>(io.v);
   const bf16 zero = rb(0.0f);
-  for (int e = tid; e < kC * dkp; e += kThreads) {
-    const int i = e / dkp, a = e % dkp;
-    const bool in = i < L && a < dk;
-    Ks[i * ldk + a] = in ? k[((r0 + i) * nk + kh) * dk + a] : zero;
-    Xs[i * ldx + a] = in ? q[((r0 + i) * nk + kh) * dk + a] : zero;
-  }
+  stage_bf16(Ks, ldk, k + (r0 * nk + kh) * dk, int64_t(nk) * dk, L, kC, dk, dkp);
+  stage_bf16(Xs, ldx, q + (r0 * nk + kh) * dk, int64_t(nk) * dk, L, kC, dk, dkp);
   if (tid < kC) {
     bt[tid] = tid < L ? fb(static_cast<const bf16*>(io.beta)[(r0 + tid) * nv + j]) : 0.0f;
     gr[tid] = tid < L ? io.g[(r0 + tid) * nv + j] : 0.0f;
@@ -245,7 +266,6 @@ __global__ void __launch_bounds__(kThreads)
   bf16* Fv = reinterpret_cast<bf16*>(base + lay.fv);
   float* Gs = reinterpret_cast<float*>(base + lay.vec);
   float* Fs = Gs + kC;
-  const bf16 zero = rb(0.0f);
   SW* S = static_cast<SW*>(s.S) + int64_t(j) * dk * dv;
   for (int e = tid; e < dkp * kStateCols; e += kThreads) {
     const int a = e / kStateCols, cc = e % kStateCols, c = c0 + cc;
@@ -256,10 +276,7 @@ __global__ void __launch_bounds__(kThreads)
     const int L = static_cast<int>(min(int64_t(kC), s.row0 + s.rows - r0));
     __syncthreads();  // the previous chunk's update of Sf is done, its readers of Xs / Fv too
     if (tid < kC) Gs[tid] = tid < L ? sc.G[(r0 + tid) * nv + j] : 0.0f;
-    for (int e = tid; e < kC * dkp; e += kThreads) {
-      const int i = e / dkp, a = e % dkp;
-      Xs[i * ldk + a] = i < L && a < dk ? sc.W[((r0 + i) * nv + j) * dk + a] : zero;
-    }
+    stage_bf16(Xs, ldk, sc.W + (r0 * nv + j) * dk, int64_t(nv) * dk, L, kC, dk, dkp);
     bf16* H = sc.H + (chunk * nv + j) * int64_t(dk) * dv;
     for (int e = tid; e < dkp * kStateCols; e += kThreads) {
       const int a = e / kStateCols, cc = e % kStateCols, c = c0 + cc;
@@ -286,10 +303,7 @@ __global__ void __launch_bounds__(kThreads)
       Fv[i * kLdB32 + cc] = rb(Fs[i] * vn);
     }
     // K rows over the W rows (every W h product is done: the barrier above)
-    for (int e = tid; e < kC * dkp; e += kThreads) {
-      const int i = e / dkp, a = e % dkp;
-      Xs[i * ldk + a] = i < L && a < dk ? k[((r0 + i) * nk + kh) * dk + a] : zero;
-    }
+    stage_bf16(Xs, ldk, k + (r0 * nk + kh) * dk, int64_t(nk) * dk, L, kC, dk, dkp);
     const float eL = expf(Gs[L - 1]);
     for (int e = tid; e < dkp * kStateCols; e += kThreads) Sf[(e / kStateCols) * kLdS32 + e % kStateCols] *= eL;
     __syncthreads();
@@ -352,25 +366,13 @@ __global__ void __launch_bounds__(kThreads)
   bf16* Vs = reinterpret_cast<bf16*>(base + lay.v);
   float* Os = reinterpret_cast<float*>(base + lay.o);
   float* Eg = reinterpret_cast<float*>(base + lay.vec);
-  const bf16 zero = rb(0.0f);
   const bf16* q = static_cast<const bf16*>(io.q);
   const bf16* H = sc.H + (int64_t(blockIdx.x) * nv + j) * int64_t(dk) * dv;
-  for (int e = tid; e < kC * dkp; e += kThreads) {
-    const int i = e / dkp, a = e % dkp;
-    Qs[i * ldk + a] = i < L && a < dk ? q[((r0 + i) * nk + kh) * dk + a] : zero;
-  }
-  for (int e = tid; e < dkp * kOutCols; e += kThreads) {
-    const int a = e / kOutCols, cc = e % kOutCols, c = c0 + cc;
-    Hs[a * kLdB64 + cc] = a < dk && c < dv ? H[int64_t(a) * dv + c] : zero;
-  }
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int i = e / kC, l = e % kC;
-    As[i * kLdB64 + l] = i < L && l < L ? sc.A[((r0 + i) * nv + j) * kC + l] : zero;
-  }
-  for (int e = tid; e < kC * kOutCols; e += kThreads) {
-    const int i = e / kOutCols, cc = e % kOutCols, c = c0 + cc;
-    Vs[i * kLdB64 + cc] = i < L && c < dv ? sc.V[((r0 + i) * nv + j) * dv + c] : zero;
-  }
+  const int cols = min(kOutCols, dv - c0);
+  stage_bf16(Qs, ldk, q + (r0 * nk + kh) * dk, int64_t(nk) * dk, L, kC, dk, dkp);
+  stage_bf16(Hs, kLdB64, H + c0, dv, dk, dkp, cols, kOutCols);
+  stage_bf16(As, kLdB64, sc.A + (r0 * nv + j) * kC, int64_t(nv) * kC, L, kC, kC, kC);  // zeros past the diagonal
+  stage_bf16(Vs, kLdB64, sc.V + (r0 * nv + j) * dv + c0, int64_t(nv) * dv, L, kC, cols, kOutCols);
   if (tid < kC) Eg[tid] = tid < L ? expf(sc.G[(r0 + tid) * nv + j]) : 0.0f;
   __syncthreads();
   // Q h: row tile `warp`, four column tiles
@@ -412,25 +414,41 @@ void set_smem(K kernel, size_t bytes, int limit, const char* name) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
+
+// The regions in order, each starting 256-byte aligned (16-byte row loads); the offsets of both
+// functions below come from this one walk.
+template <typename F>
+size_t fla_regions(int64_t N, int n_chunks, const GdnShape& sh, F&& at) {
+  const size_t rows = size_t(N) * size_t(sh.n_v);
+  const size_t sizes[6] = {4 * rows,                    // G
+                           2 * rows * size_t(sh.d_k),   // W
+                           2 * rows * size_t(sh.d_v),   // U
+                           2 * rows * size_t(sh.d_v),   // R(V_new)
+                           2 * rows * size_t(kC),       // A
+                           2 * size_t(n_chunks) * size_t(sh.n_v) * size_t(sh.d_k) * size_t(sh.d_v)};  // h
+  size_t off = 0;
+  for (int r = 0; r < 6; ++r) {
+    at(r, off);
+    off = (off + sizes[r] + 255) / 256 * 256;
+  }
+  return off;
+}
+
 }  // namespace
 
 GdnFlaScratch gdn_fla_scratch(void* base, int64_t N, int n_chunks, const GdnShape& sh) {
   GdnFlaScratch s;
-  float* g = static_cast<float*>(base);
-  s.G = g;
-  bf16* b = reinterpret_cast<bf16*>(g + N * sh.n_v);
-  s.W = b;
-  s.U = s.W + N * sh.n_v * sh.d_k;
-  s.V = s.U + N * sh.n_v * sh.d_v;
-  s.A = s.V + N * sh.n_v * sh.d_v;
-  s.H = s.A + N * sh.n_v * kC;
+  unsigned char* b = static_cast<unsigned char*>(base);
+  bf16** regions[6] = {nullptr, &s.W, &s.U, &s.V, &s.A, &s.H};
+  fla_regions(N, n_chunks, sh, [&](int r, size_t off) {
+    if (r == 0) s.G = reinterpret_cast<float*>(b + off);
+    else *regions[r] = reinterpret_cast<bf16*>(b + off);
+  });
   return s;
 }
 
 size_t gdn_fla_scratch_bytes(int64_t N, int n_chunks, const GdnShape& sh) {
-  const size_t rows = size_t(N) * size_t(sh.n_v);
-  return 4 * rows + 2 * rows * (size_t(sh.d_k) + 2 * size_t(sh.d_v) + kC) +
-         2 * size_t(n_chunks) * size_t(sh.n_v) * size_t(sh.d_k) * size_t(sh.d_v);
+  return fla_regions(N, n_chunks, sh, [](int, size_t) {});
 }
 
 void gdn_fla_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs, int n_seq, const GdnChunk* chunks,

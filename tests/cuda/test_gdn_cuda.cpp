@@ -385,8 +385,10 @@ TEST_CASE("cuda gdn: chunked and recurrent against the CPU at chunk boundaries, 
       }
 }
 
-TEST_CASE("cuda gdn: the 27B head shape (d_k = d_v = 128, r = 3) and several sequences in one call") {
+TEST_CASE("cuda gdn: the 27B head shape (d_k = d_v = 128, r = 3), odd head dims and several sequences in one call") {
   gdn_case(GdnDims{2, 6, 128, 128}, {{0, 129, 0}}, true, DType::f32, LayerNumerics{}, ",27B heads", 200);
+  // head dims not multiples of 8: gdn=fla stages its tiles element by element (16-byte loads otherwise)
+  gdn_case(GdnDims{1, 2, 20, 12}, {{0, 70, 0}}, true, DType::f32, LayerNumerics{}, ",d 20/12", 205);
   // a batch: fresh prefill, continued prefill, decode rows, an empty span
   const std::vector<SeqSpan> spans = {{0, 65, 0}, {65, 1, 40}, {66, 130, 12}, {196, 0, 5}, {196, 3, 7}};
   for (DType sdt : {DType::f32, DType::bf16}) gdn_case(GdnDims{2, 4, 64, 96}, spans, true, sdt, LayerNumerics{}, ",batch", 210);
