@@ -78,8 +78,12 @@ void attention_flash_tc_cuda(const AttnArgs& a, const AttnTile* tiles, int64_t n
 void attention_splitkv_cuda(const AttnArgs& a, float* part, float* lse, cudaStream_t stream);
 // grouped (src/util/attn_grouped.h): one block per (row, KV head, up to kGroupedHeads query heads,
 // part of grouped_chunk(ctx, ..., sms) keys), fp32 probabilities in P·V; rows of several parts go
-// through fp32 scratch (part [M * n_q, max_parts, D], lse [M * n_q, max_parts]) and a merge launch,
-// made only when max_parts > 1. max_parts >= grouped_max_parts(max_ctx, ...); a.D % 8 == 0.
-void attention_grouped_cuda(const AttnArgs& a, int sms, int64_t max_parts, float* part, float* lse, cudaStream_t stream);
+// through fp32 scratch (part [M * n_q, max_parts, D], lse [M * n_q, max_parts]), merged by the last
+// of the row's blocks to finish, counted in `tickets` (attention_grouped_tickets(a) counters, zero
+// before the launch and left zero after it; unused when max_parts == 1). One launch.
+// max_parts >= grouped_max_parts(max_ctx, ...); a.D % 8 == 0.
+int64_t attention_grouped_tickets(const AttnArgs& a);
+void attention_grouped_cuda(const AttnArgs& a, int sms, int64_t max_parts, float* part, float* lse, unsigned* tickets,
+                            cudaStream_t stream);
 
 }  // namespace degen::cuda

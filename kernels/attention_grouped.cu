@@ -9,8 +9,9 @@
 //   P·V: thread t owns 8 output dims (chunk t % (D/8)) of every head for the keys t / (D/8)
 //        modulo the lane groups, with the probabilities in fp32 (no bf16 operand: FlashInfer's
 //        decode kernel multiplies V on CUDA cores).
-// A row of one part writes its output; a row of several writes each part's output and log-sum-exp
-// and attention_grouped_merge_kernel merges them as attn=splitkv does.
+// A row of one part writes its output; a row of several writes each part's output and log-sum-exp,
+// and the last of its blocks to finish merges them as attn=splitkv's merge does (merge_parts):
+// one launch in all.
 // src/cpu/attention.cpp (run == grouped) is the reference. The host code sends one-row sequences
 // only (decode); the others run flash. It also requires D % 8 == 0 (every shipped head layout).
 // note: the score pass keeps D / 8 lanes of a warp busy: all 32 at head_dim 256 (Qwen3.5, Qwen3.6,
@@ -70,7 +71,7 @@ __device__ __forceinline__ GrpBlock grp_block(const AttnArgs& a, int64_t item) {
 
 template <typename KV, typename A>
 static __global__ void __launch_bounds__(kGrpThreads)
-    attention_grouped_kernel(AttnArgs a, int sms, int64_t max_parts, float* part, float* lse) {
+    attention_grouped_kernel(AttnArgs a, int sms, int64_t max_parts, float* part, float* lse, unsigned* tickets) {
   __shared__ float buf[kGrpBuf];                          // queries, then partial outputs
   __shared__ float p_tile[kGroupedHeads][kGroupedTile];   // a tile's scores, then its probabilities
   __shared__ float corr_sh[kGroupedHeads], m_sh[kGroupedHeads], l_sh[kGroupedHeads];
@@ -197,39 +198,40 @@ static __global__ void __launch_bounds__(kGrpThreads)
       if (e == 0) lse[slot] = m_sh[h] + logf(l_sh[h]);
     }
   }
-}
-
-// One block per (row, query head) of the launch: a row of several parts merged with weights
-// exp(lse_s - lse) (attention_splitkv.cu's merge); a row of one part was written by the kernel.
-template <typename A>
-static __global__ void attention_grouped_merge_kernel(AttnArgs a, int sms, int64_t max_parts, const float* part,
-                                                      const float* lse) {
-  const int64_t m = blockIdx.x / a.n_q;
-  const int h = static_cast<int>(blockIdx.x % a.n_q);
-  const int64_t row = a.rows[m];
-  const AttnSeq s = a.seqs[a.row_seq[m]];
-  const int64_t ctx = s.pos0 + (row - s.row0) + 1;
-  const int64_t len = grouped_chunk(ctx, grouped_blocks_per_row(a.n_q, a.n_kv), sms);
-  const int parts = static_cast<int>((ctx + len - 1) / len);
   if (parts == 1) return;
-  const int64_t slot0 = (m * a.n_q + h) * max_parts;
-  merge_parts(part + slot0 * a.D, lse + slot0, parts, a.D, static_cast<A*>(a.out) + (row * a.n_q + h) * a.D);
+  // The last of the row's parts to finish merges them (the CUDA programming guide's memory-fence
+  // pattern): each block makes its partials visible device-wide, then takes a ticket; the block
+  // with the last ticket reads every part and resets the counter for the next launch (or replay).
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* t = tickets + blockIdx.x;  // one counter per (row, KV head, head chunk)
+    last = atomicAdd(t, 1u) == static_cast<unsigned>(parts - 1);
+    if (last) *t = 0u;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int h = 0; h < nh; ++h) {
+    const int64_t slot0 = (b.m * a.n_q + b.h0 + h) * max_parts;
+    merge_parts(part + slot0 * D, lse + slot0, static_cast<int>(parts), D,
+                static_cast<A*>(a.out) + (b.row * a.n_q + b.h0 + h) * D);
+  }
 }
 
-void attention_grouped_cuda(const AttnArgs& a, int sms, int64_t max_parts, float* part, float* lse, cudaStream_t stream) {
+int64_t attention_grouped_tickets(const AttnArgs& a) { return a.M * grouped_blocks_per_row(a.n_q, a.n_kv); }
+
+void attention_grouped_cuda(const AttnArgs& a, int sms, int64_t max_parts, float* part, float* lse, unsigned* tickets,
+                            cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (a.M == 0) return;
-  const dim3 grid(static_cast<unsigned>(a.M * grouped_blocks_per_row(a.n_q, a.n_kv)), static_cast<unsigned>(max_parts));
+  const dim3 grid(static_cast<unsigned>(attention_grouped_tickets(a)), static_cast<unsigned>(max_parts));
   dispatch_kv_act(a.kv_dtype, a.act_dtype, [&](auto kv, auto act) {
     using KV = decltype(kv);
     using A = decltype(act);
-    attention_grouped_kernel<KV, A><<<grid, kGrpThreads, 0, stream>>>(a, sms, max_parts, part, lse);
+    attention_grouped_kernel<KV, A><<<grid, kGrpThreads, 0, stream>>>(a, sms, max_parts, part, lse, tickets);
     CUDA_CHECK_LAUNCH("attention_grouped_kernel");
-    if (max_parts > 1) {  // no row of this launch can have more than one part otherwise
-      attention_grouped_merge_kernel<A><<<static_cast<unsigned>(a.M * a.n_q), kAttnThreads, 0, stream>>>(
-          a, sms, max_parts, part, lse);
-      CUDA_CHECK_LAUNCH("attention_grouped_merge_kernel");
-    }
   });
 }
 

@@ -140,6 +140,16 @@ cuda::KvStore CudaBackend::kv_store(const AttnPlan& p, const Tensor& v) const {
 }
 
 // Step 3: one launch per algorithm, after the K/V rows were stored.
+unsigned* CudaBackend::grouped_tickets(int64_t n) {
+  if (grouped_tickets_.numel() < n) {
+    if (grouped_tickets_.storage) retired_tickets_.push_back(grouped_tickets_);
+    const int64_t size = std::max<int64_t>(n, 2 * grouped_tickets_.numel());
+    grouped_tickets_ = device_tensor({size}, DType::i32, "attention grouped tickets", /*step_buffer=*/false);
+    CUDA_CHECK(cudaMemsetAsync(grouped_tickets_.raw(), 0, grouped_tickets_.nbytes(), context()->stream()));
+  }
+  return static_cast<unsigned*>(grouped_tickets_.raw());
+}
+
 Tensor CudaBackend::attention_run(const AttnPlan& p, const Tensor& q) {
   cudaStream_t st = context()->stream();
   Tensor out = device_tensor({p.N, p.n_q * p.D}, q.dtype, "attention");
@@ -190,7 +200,8 @@ Tensor CudaBackend::attention_run(const AttnPlan& p, const Tensor& q) {
         Tensor part = parts > 1 ? device_tensor({args.M * p.n_q, parts, p.D}, DType::f32, "attention partials") : Tensor();
         Tensor lse = parts > 1 ? device_tensor({args.M * p.n_q, parts}, DType::f32, "attention lse") : Tensor();
         cuda::attention_grouped_cuda(args, sms, parts, parts > 1 ? part.data<float>() : nullptr,
-                                     parts > 1 ? lse.data<float>() : nullptr, st);
+                                     parts > 1 ? lse.data<float>() : nullptr,
+                                     parts > 1 ? grouped_tickets(cuda::attention_grouped_tickets(args)) : nullptr, st);
         break;
       }
     }

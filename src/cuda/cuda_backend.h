@@ -318,6 +318,11 @@ class CudaBackend final : public Backend {
   };
   bool guard_ = false;
   int flash_tc_rows_cap_ = 0;
+  // attn=grouped's merge tickets (kernels/attention.h): zeroed once when grown, left zero by every
+  // launch; a grown buffer keeps the old ones alive (a captured graph may still point at them).
+  Tensor grouped_tickets_;
+  std::vector<Tensor> retired_tickets_;
+  unsigned* grouped_tickets(int64_t n);
   std::vector<Guarded> guarded_;
   bool layer_marks_on_ = false;
   std::vector<LayerMark> layer_marks_;

@@ -322,6 +322,12 @@ void attention_case(AttnAlgo algo, DType kv, int n_q, int n_kv, int D, bool off_
       for (const cuda::CallTraffic& c : counts.by_name) tc += c.name.rfind("attention_flash_tc_kernel", 0) == 0 ? c.calls : 0;
       const bool want_tc = algo != AttnAlgo::naive && multi_row && D % 16 == 0;  // every D here fits 227 KiB
       CHECK_MESSAGE(tc == (want_tc ? 1 : 0), what << ": " << tc << " tensor-core flash launches");
+      // grouped: its one-row sequences in one launch, a row cut in parts merged inside it
+      bool one_row = false;
+      for (const SeqSpan& sp : spans) one_row |= sp.rows == 1;
+      int64_t grp = 0;
+      for (const cuda::CallTraffic& c : counts.by_name) grp += c.name.rfind("attention_grouped", 0) == 0 ? c.calls : 0;
+      CHECK_MESSAGE(grp == (algo == AttnAlgo::grouped && one_row ? 1 : 0), what << ": " << grp << " grouped launches");
     }
   };
   run({{0, 20, 0}, {20, 50, 0}}, {1, 2}, "prefill");

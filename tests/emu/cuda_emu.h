@@ -275,6 +275,10 @@ template <typename T>
 inline T atomicMin(T* p, T v) { T old = *p; if (v < old) *p = v; return old; }
 template <typename T>
 inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+// The blocks of a launch run one after another, so an earlier block's writes are visible to a later
+// one without a fence: __threadfence orders nothing here. (On a GPU it is what makes a block's
+// global writes visible before its atomic ticket; the emulator cannot catch a missing one.)
+inline void __threadfence() {}
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
