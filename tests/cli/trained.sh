@@ -80,6 +80,11 @@ expect_out "this one alone makes the run bad: fault:conv-window-stuck"
 expect_out "the first operation over its noise floor is \`gdn_conv-"
 expect_out "so this is an engine fault"
 
+# gdn=fla (flash-linear-attention's bf16 intermediates, as SGLang and vLLM run the chunked rule) is
+# an engine variant the trained model's records accept, at every chunk boundary
+expect_exit 0 "$BIN" -q compare --golden "$G/chunk-boundaries" --model "$M" --config precision=bf16,gdn=fla
+expect_out "verdict: good (exit 0)"
+
 # 5. Model or engine. The reference's own greedy loop (long-decode greedy-story) is model-intrinsic
 #    for a configuration that loops there too (exit 0, or 1 with --fail-on-model-degeneration) ...
 expect_exit 0 "$BIN" -q compare --golden "$G/long-decode" --model "$M" --config precision=bf16 --case greedy-story
