@@ -29,6 +29,7 @@
 #include "cuda/check.h"
 #include "dispatch.cuh"
 #include "gdn.h"
+#include "gdn_chunk.cuh"
 
 namespace degen::cuda {
 
@@ -38,26 +39,10 @@ constexpr int kTile = 32;       // S columns per block (one per lane)
 constexpr int kRowGroups = 8;   // warps per block (the chunked kernel: thread (tx, ty) holds rows ty + 8m)
 constexpr int kLdM = kGdnChunk + 1;  // padded row stride of the 64 x 64 shared matrices
 
-__device__ __forceinline__ int key_head(const GdnShape& sh, int j) {
-  return sh.head_mod ? j % sh.n_k : j / (sh.n_v / sh.n_k);
-}
-
-template <typename A>
-__device__ __forceinline__ A out_value(const GdnShape& sh, float x) {
-  if (sh.out_fp16) x = __half2float(__float2half_rn(x));  // fault gdn-out-fp16 (inf beyond ±65504)
-  return from_f32<A>(x);
-}
-
 // Element i of an input of activation type A (GdnIo holds untyped pointers), as fp32.
 template <typename A>
 __device__ __forceinline__ float ld(const void* p, int64_t i) {
   return to_f32(static_cast<const A*>(p)[i]);
-}
-
-// x as stored in SW and read back (identity for fp32).
-template <typename SW>
-__device__ __forceinline__ float stored(float x) {
-  return to_f32(from_f32<SW>(x));
 }
 
 // The recurrent kernel's column tile, staged through shared memory: [d_k][kTile + 1] floats (the
@@ -173,10 +158,7 @@ __global__ void __launch_bounds__(256)
     gr[tid] = io.g[(r0 + tid) * nv + j];
   }
   __syncthreads();
-  if (tid == 0) {  // G_i = Σ_{m<=i} g_m, in order as the reference
-    float run = 0.0f;
-    for (int i = 0; i < L; ++i) G[i] = (run += gr[i]);
-  }
+  chunk_log_decay(gr, G, L, tid);
   __syncthreads();
   if (tid < L) {
     cw[tid] = bt[tid] * expf(G[tid]);
@@ -202,16 +184,7 @@ __global__ void __launch_bounds__(256)
     if (l < i) M[i * kLdM + l] = m;
   }
   __syncthreads();
-  // T = (I + M)^-1 by forward substitution, row by row: T_ij = -(M_ij + Σ_{j<l<i} M_il T_lj)
-  for (int i = 0; i < L; ++i) {
-    for (int jj = tid; jj < i; jj += nt) {
-      float s = M[i * kLdM + jj];
-      for (int l = jj + 1; l < i; ++l) s = fmaf(M[i * kLdM + l], T[l * kLdM + jj], s);
-      T[i * kLdM + jj] = -s;
-    }
-    if (tid == 0) T[i * kLdM + i] = 1.0f;
-    __syncthreads();
-  }
+  unit_lower_inverse(M, T, L, kLdM, tid, nt);  // T = (I + M)^-1
   // W_ia = Σ_{l<=i} T_il cw_l K_la;  U_ic = Σ_{l<=i} T_il β_l V_lc
   for (int e = tid; e < L * dk; e += nt) {
     const int i = e / dk, a = e % dk;
@@ -297,13 +270,6 @@ __global__ void __launch_bounds__(kTile * kRowGroups)
 
 size_t state_smem_bytes(int dk) { return sizeof(float) * (size_t(dk) * kTile + kGdnChunk * (kTile + 1) + 2 * kGdnChunk); }
 
-void check_shape(const GdnShape& sh, int n_seq) {
-  DEGEN_ASSERT(sh.n_k > 0 && sh.n_v % sh.n_k == 0, "gdn: n_v ", sh.n_v, " not a multiple of n_k ", sh.n_k);
-  DEGEN_ASSERT(sh.d_k > 0 && sh.d_k <= kGdnMaxDk, "gdn: d_k ", sh.d_k, " outside 1..", kGdnMaxDk);
-  DEGEN_ASSERT(sh.d_v > 0, "gdn: d_v ", sh.d_v);
-  DEGEN_ASSERT(n_seq <= 65535, "gdn: ", n_seq, " sequences in one call");
-}
-
 // f(A{}) for the activation dtype of q, k, v, beta and o: bf16 or f32 (precision=ref).
 template <typename F>
 void with_gdn_act(DType t, F&& f) {
@@ -324,7 +290,7 @@ void gdn_recurrent_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs,
                         cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (n_seq == 0) return;
-  check_shape(sh, n_seq);
+  gdn_check_shape(sh, n_seq);
   const dim3 grid(sh.n_v, (sh.d_v + kTile - 1) / kTile, n_seq), block(kTile, kRowGroups);
   const size_t smem = sizeof(float) * size_t(sh.d_k) * kStageLd;  // at d_k = 256: 33 KiB
   const int rpl = (sh.d_k + 31) / 32;  // rows per lane
@@ -353,7 +319,7 @@ void gdn_chunked_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs, i
                       int n_chunks, DType state_dtype, void* scratch, int64_t N, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (n_seq == 0 || n_chunks == 0) return;
-  check_shape(sh, n_seq);
+  gdn_check_shape(sh, n_seq);
   float* Wd = static_cast<float*>(scratch);
   float* Ud = Wd + N * sh.n_v * sh.d_k;
   float* Ad = Ud + N * sh.n_v * sh.d_v;

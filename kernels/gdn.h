@@ -8,10 +8,8 @@
 #include "util/dtype.h"
 
 namespace degen::cuda {
-using bf16 = __nv_bfloat16;
-}
 
-namespace degen::cuda {
+using bf16 = __nv_bfloat16;
 
 inline constexpr int kGdnChunk = 64;   // chunk length of the chunked form (spec §4.7.6)
 inline constexpr int kGdnMaxDk = 256;  // largest d_k the kernels take (the models have 128)
@@ -72,7 +70,6 @@ struct GdnFlaScratch {
   bf16 *W = nullptr, *U = nullptr, *V = nullptr, *A = nullptr, *H = nullptr;
 };
 size_t gdn_fla_scratch_bytes(int64_t N, int n_chunks, const GdnShape& sh);
-GdnFlaScratch gdn_fla_scratch(void* base, int64_t N, int n_chunks, const GdnShape& sh);
 // Three launches: per chunk (parallel), per sequence over its chunks (the state), per chunk again
 // (the output). smem_optin: the device's opt-in shared memory per block (a kernel needing more
 // throws, naming gdn=chunked). chunks must list each sequence's chunks in sequence order.

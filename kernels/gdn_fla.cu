@@ -23,6 +23,7 @@
 #include "cuda/check.h"
 #include "dispatch.cuh"
 #include "gdn.h"
+#include "gdn_chunk.cuh"
 
 namespace degen::cuda {
 
@@ -42,10 +43,6 @@ constexpr int kLdM = kC + 1;       // the fp32 M and T of the forward substituti
 __host__ __device__ inline int pad16(int x) { return (x + 15) / 16 * 16; }
 __host__ __device__ inline int ld_b(int d) { return pad16(d) + 8; }  // bf16 rows of d elements
 __host__ __device__ inline size_t align128(size_t x) { return (x + 127) / 128 * 128; }
-
-__device__ __forceinline__ int key_head(const GdnShape& sh, int j) {
-  return sh.head_mod ? j % sh.n_k : j / (sh.n_v / sh.n_k);
-}
 
 __device__ __forceinline__ bf16 rb(float x) { return __float2bfloat16_rn(x); }
 __device__ __forceinline__ float fb(bf16 x) { return __bfloat162float(x); }
@@ -158,10 +155,7 @@ __global__ void __launch_bounds__(kThreads)
     gr[tid] = tid < L ? io.g[(r0 + tid) * nv + j] : 0.0f;
   }
   __syncthreads();
-  if (tid == 0) {  // G_i = Σ_{m<=i} g_m, in order as the reference
-    float run = 0.0f;
-    for (int i = 0; i < kC; ++i) G[i] = (run += gr[i]);
-  }
+  chunk_log_decay(gr, G, kC, tid);  // g is zero past L
   // P = K Kᵀ (row tile `warp`, four column tiles)
   for (int ct = 0; ct < kC; ct += 16) {
     FragAcc c;
@@ -197,15 +191,7 @@ __global__ void __launch_bounds__(kThreads)
     const float a = l <= i ? P[i * kLdF32 + l] * expf(G[i] - G[l]) : 0.0f;
     sc.A[((r0 + i) * nv + j) * kC + l] = rb(a);
   }
-  // T = (I + M)⁻¹ by forward substitution, row by row: T_ij = −(M_ij + Σ_{j<l<i} M_il T_lj)
-  for (int i = 0; i < L; ++i) {
-    for (int jj = tid; jj < i; jj += kThreads) {
-      float s = M[i * kLdM + jj];
-      for (int l = jj + 1; l < i; ++l) s = fmaf(M[i * kLdM + l], T[l * kLdM + jj], s);
-      T[i * kLdM + jj] = -s;
-    }
-    __syncthreads();
-  }
+  unit_lower_inverse(M, T, L, kLdM, tid, kThreads);  // T = (I + M)⁻¹
   // R(T) (unit lower, zero past L) over P; W's operand over Q
   bf16* Tb = reinterpret_cast<bf16*>(P);
   float* stage = P + (kC * kLdB64 * 2) / 4 + warp * 256;  // after R(T): 16 x 16 fp32 per warp
@@ -320,7 +306,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       for (int e = tid; e < dkp * kStateCols; e += kThreads) {  // stored between chunks
         float& x = Sf[(e / kStateCols) * kLdS32 + e % kStateCols];
-        x = to_f32(from_f32<SW>(x));
+        x = stored<SW>(x);
       }
     }
   }
@@ -400,9 +386,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int e = (tid & 31); e < 16 * kOutCols; e += 32) {
     const int i = warp * 16 + e / kOutCols, c = c0 + e % kOutCols;
     if (i >= L || c >= dv) continue;
-    float x = Os[i * kLdF32 + e % kOutCols];
-    if (sh.out_fp16) x = __half2float(__float2half_rn(x));  // fault gdn-out-fp16 (inf beyond ±65504)
-    o[((r0 + i) * nv + j) * dv + c] = rb(x);
+    o[((r0 + i) * nv + j) * dv + c] = out_value<bf16>(sh, Os[i * kLdF32 + e % kOutCols]);
   }
 }
 
@@ -413,7 +397,6 @@ void set_smem(K kernel, size_t bytes, int limit, const char* name) {
                                  limit, " (d_k too large for this device; use gdn=chunked)"));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
-
 
 // The regions in order, each starting 256-byte aligned (16-byte row loads); the offsets of both
 // functions below come from this one walk.
@@ -434,8 +417,6 @@ size_t fla_regions(int64_t N, int n_chunks, const GdnShape& sh, F&& at) {
   return off;
 }
 
-}  // namespace
-
 GdnFlaScratch gdn_fla_scratch(void* base, int64_t N, int n_chunks, const GdnShape& sh) {
   GdnFlaScratch s;
   unsigned char* b = static_cast<unsigned char*>(base);
@@ -447,6 +428,8 @@ GdnFlaScratch gdn_fla_scratch(void* base, int64_t N, int n_chunks, const GdnShap
   return s;
 }
 
+}  // namespace
+
 size_t gdn_fla_scratch_bytes(int64_t N, int n_chunks, const GdnShape& sh) {
   return fla_regions(N, n_chunks, sh, [](int, size_t) {});
 }
@@ -456,10 +439,7 @@ void gdn_fla_cuda(const GdnIo& io, const GdnShape& sh, const GdnSeq* seqs, int n
   DEGEN_LAUNCH_GATE();
   if (n_seq == 0 || n_chunks == 0) return;
   DEGEN_ASSERT(io.act == DType::bf16, "gdn=fla on tensor cores takes bf16 activations, got ", dtype_name(io.act));
-  DEGEN_ASSERT(sh.n_k > 0 && sh.n_v % sh.n_k == 0, "gdn: n_v ", sh.n_v, " not a multiple of n_k ", sh.n_k);
-  DEGEN_ASSERT(sh.d_k > 0 && sh.d_k <= kGdnMaxDk && sh.d_v > 0, "gdn: d_k ", sh.d_k, " outside 1..", kGdnMaxDk,
-               " or d_v ", sh.d_v);
-  DEGEN_ASSERT(n_seq <= 65535 && n_chunks <= 0x7fffffff, "gdn: ", n_seq, " sequences in one call");
+  gdn_check_shape(sh, n_seq);
   const GdnFlaScratch sc = gdn_fla_scratch(scratch, N, n_chunks, sh);
   const size_t prep = prep_smem(sh.d_k, sh.d_v).total, state = state_smem(sh.d_k).total, out = out_smem(sh.d_k).total;
   set_smem(gdn_fla_prep_kernel, prep, smem_optin, "the per-chunk pass");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../helpers.h"
+#include "cuda/device_counters.h"
 #include "engine/backend.h"
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -86,6 +87,13 @@ inline double nmse(const std::vector<float>& a, const std::vector<float>& b) {
     den += double(b[i]) * double(b[i]);
   }
   return den == 0 ? (num == 0 ? 0 : NAN) : num / den;
+}
+
+// Calls, among the emulator's counted ones, of the kernels whose name starts with `prefix`.
+inline int64_t calls_named(const cuda::DeviceCounters& c, const std::string& prefix) {
+  int64_t n = 0;
+  for (const cuda::CallTraffic& t : c.by_name) n += t.name.rfind(prefix, 0) == 0 ? t.calls : 0;
+  return n;
 }
 
 // Fraction of elements equal bit for bit after rounding both to bf16.

@@ -318,15 +318,13 @@ void attention_case(AttnAlgo algo, DType kv, int n_q, int n_kv, int D, bool off_
     if (cuda::counters_supported()) {
       bool multi_row = false;
       for (const SeqSpan& sp : spans) multi_row |= sp.rows > 1;
-      int64_t tc = 0;
-      for (const cuda::CallTraffic& c : counts.by_name) tc += c.name.rfind("attention_flash_tc_kernel", 0) == 0 ? c.calls : 0;
+      const int64_t tc = calls_named(counts, "attention_flash_tc_kernel");
       const bool want_tc = algo != AttnAlgo::naive && multi_row && D % 16 == 0;  // every D here fits 227 KiB
       CHECK_MESSAGE(tc == (want_tc ? 1 : 0), what << ": " << tc << " tensor-core flash launches");
       // grouped: its one-row sequences in one launch, a row cut in parts merged inside it
       bool one_row = false;
       for (const SeqSpan& sp : spans) one_row |= sp.rows == 1;
-      int64_t grp = 0;
-      for (const cuda::CallTraffic& c : counts.by_name) grp += c.name.rfind("attention_grouped", 0) == 0 ? c.calls : 0;
+      const int64_t grp = calls_named(counts, "attention_grouped");
       CHECK_MESSAGE(grp == (algo == AttnAlgo::grouped && one_row ? 1 : 0), what << ": " << grp << " grouped launches");
     }
   };
@@ -877,13 +875,8 @@ TEST_CASE("cuda ops: the attention inputs storing the K/V rows, then attention, 
       // no K/V store launch of its own: the inputs' kernel and the attention's launches, as many
       // as attention() alone makes with its store (splitkv: two for decode rows, flash for longer)
       if (cuda::counters_supported()) {
-        int64_t append = 0, plain_append = 0;
-        for (const auto& c : d.by_name)
-          if (c.name.rfind("kv_append", 0) == 0) append += c.calls;
-        for (const auto& c : dp.by_name)
-          if (c.name.rfind("kv_append", 0) == 0) plain_append += c.calls;
-        CHECK(append == 0);
-        CHECK(plain_append == 1);
+        CHECK(calls_named(d, "kv_append") == 0);
+        CHECK(calls_named(dp, "kv_append") == 1);
         CHECK(d.launches == dp.launches);
       }
     }

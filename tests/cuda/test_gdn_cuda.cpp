@@ -110,12 +110,9 @@ TEST_CASE("cuda gdn: conv1d_causal prefill and decode with carried windows, seve
         const cuda::DeviceCounters dc = cuda::counters_read();
         cuda::counters_stop();
         if (cuda::counters_supported()) {  // decode-sized calls (3, 4) take the one-launch kernel
-          int64_t max_rows = 0, fused = 0, kernels = 0;
+          int64_t max_rows = 0;
           for (const SeqSpan& sp : spans) max_rows = std::max(max_rows, sp.rows);
-          for (const auto& c : dc.by_name) {
-            if (c.name.rfind("conv1d_", 0) == 0) kernels += c.calls;
-            if (c.name.rfind("conv1d_fused_kernel", 0) == 0) fused += c.calls;
-          }
+          const int64_t kernels = calls_named(dc, "conv1d_"), fused = calls_named(dc, "conv1d_fused_kernel");
           CHECK(kernels == (max_rows <= 8 ? 1 : 2));
           CHECK(fused == (max_rows <= 8 ? 1 : 0));
         }
@@ -307,14 +304,6 @@ std::vector<float> flat(const std::vector<std::vector<float>>& v) {
   return out;
 }
 
-const char* algo_name(GdnAlgo a) { return gdn_algo_name(a); }
-
-// Calls of kernels whose name starts with `prefix` among the counted ones.
-int64_t calls_named(const cuda::DeviceCounters& c, const std::string& prefix) {
-  int64_t n = 0;
-  for (const cuda::CallTraffic& t : c.by_name) n += t.name.rfind(prefix, 0) == 0 ? t.calls : 0;
-  return n;
-}
 
 void gdn_case(const GdnDims& d, const std::vector<SeqSpan>& spans, bool with_state, DType sdt, LayerNumerics n,
               const std::string& label, uint32_t seed, double v_scale = 1.0) {
@@ -341,12 +330,12 @@ void gdn_case(const GdnDims& d, const std::vector<SeqSpan>& spans, bool with_sta
       for (const SeqSpan& sp : spans) rows |= sp.rows > 0;
       const int64_t want = algo == GdnAlgo::fla && rows ? 1 : 0;
       for (const char* k : {"gdn_fla_prep_kernel", "gdn_fla_state_kernel", "gdn_fla_out_kernel"})
-        CHECK_MESSAGE(calls_named(counts, k) == want, algo_name(algo) << ": " << calls_named(counts, k) << " calls of " << k);
+        CHECK_MESSAGE(calls_named(counts, k) == want, gdn_algo_name(algo) << ": " << calls_named(counts, k) << " calls of " << k);
     }
     const GdnRun e = run_gdn(b.emu, d, in, N, spans, S0, sdt, algo);
     // the fp32 reference keeps an fp32 state unless the dtype under test is narrower
     const GdnRun r = run_gdn(b.ref, d, in, N, spans, S0, sdt, algo);
-    const std::string tag = cat("gdn[", algo_name(algo), ",S ", dtype_name(sdt), with_state ? ",S0" : "", label, "]");
+    const std::string tag = cat("gdn[", gdn_algo_name(algo), ",S ", dtype_name(sdt), with_state ? ",S0" : "", label, "]");
     // fla: its storage points are checked by the tighter bound (tests/tolerances.h)
     check_values(tag + " o", g.o, e.o, r.o, algo == GdnAlgo::fla ? tol::kCudaNmseGdnFla : tol::kCudaNmseBf16, shape);
     if (algo == GdnAlgo::fla)
@@ -429,13 +418,13 @@ TEST_CASE("cuda gdn: faults gdn-read-before-decay, gdn-head-mod, gdn-out-fp16 as
       CHECK(count_nonfinite(g.o) == inf_g);  // no NaN either way
       if (fault) {
         CHECK_MESSAGE(inf_e > 0, "the test's readout should overflow fp16");
-        CHECK_MESSAGE(where_differs == 0, algo_name(algo) << ": inf at other places than the CPU's (" << inf_g << " vs "
+        CHECK_MESSAGE(where_differs == 0, gdn_algo_name(algo) << ": inf at other places than the CPU's (" << inf_g << " vs "
                                                           << inf_e << ")");
       } else {
-        CHECK_MESSAGE(inf_g == 0, algo_name(algo) << ": the readout must stay out of fp16 overflow without the fault");
+        CHECK_MESSAGE(inf_g == 0, gdn_algo_name(algo) << ": the readout must stay out of fp16 overflow without the fault");
       }
       const double ne = nmse(fg, fe);
-      report_op(cat("gdn[", algo_name(algo), fault ? ",fault gdn-out-fp16" : ",|o|>65504 no fault", "] o"),
+      report_op(cat("gdn[", gdn_algo_name(algo), fault ? ",fault gdn-out-fp16" : ",|o|>65504 no fault", "] o"),
                 cat("N=", N, " inf ", inf_g), ne, NAN, bf16_exact_fraction(fg, fe), tol::kCudaNmseBf16,
                 ne <= tol::kCudaNmseBf16 && where_differs == 0);
       CHECK(ne <= tol::kCudaNmseBf16);
@@ -484,7 +473,7 @@ TEST_CASE("cuda gdn: the GPU reference (fp32 activations and state) against the 
     for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::recurrent, GdnAlgo::fla}) {
       const GdnRun g = run_gdn(gpu, d, in, N, spans, S0, DType::f32, algo);
       const GdnRun r = run_gdn(ref, d, in, N, spans, S0, DType::f32, algo);
-      const std::string tag = cat("gdn[reference,", algo_name(algo), ",T=", T, "]");
+      const std::string tag = cat("gdn[reference,", gdn_algo_name(algo), ",T=", T, "]");
       check_values(tag + " o", g.o, r.o, r.o, tol::kCudaNmseRef, cat("N=", N));
       check_values(tag + " final S", flat(g.S), flat(r.S), flat(r.S), tol::kCudaNmseRef, cat("N=", N));
     }
