@@ -28,6 +28,19 @@ awk '/^count    launches [0-9]/ { if ($5 + 0 > 6.5) bad = bad " launches/layer:"
                                        if (r + 0 > 1.07 || r + 0 < 1.0) bad = bad " ratio:" r }
      END { if (bad != "") { print "over budget:" bad; exit 1 } }' "$WORK/out" ||
   { cat "$WORK/out" >&2; fail "bench --count over its budget"; }
+# The same step as the default runs it (graphs=on, a replayed graph): one graph launch, the same
+# kernels as the plain step, the step's inputs in one host-to-device copy (the plain step above
+# copies its 4 tables apart: 76 bytes at batch 1), no read-back, allocation or host wait (counted:
+# 1 launch, 52 kernels, 1 copy of 7168 bytes; the replay waited on an event each step before it
+# asked the event first: 1 host synchronisation).
+graphs_budget() {  # WHAT: every graphs=on line of $WORK/out after its plain step's launch line
+  awk -v what="$1" '/^count    launches [0-9]/ { k = $3 }
+       /^count    graphs=on/ { n++; line = $0; sub(/.*: graph launches /, "", line); split(line, f, /[^0-9]+/)
+         # f: graph launches, kernels, copies h2d, their bytes, d2h, allocations, host syncs
+         if (f[1] != 1 || f[2] != k || f[3] != 1 || f[5] != 0 || f[6] != 0 || f[7] != 0) { print "over budget: " $0; bad = 1 } }
+       END { if (n != 2) { print what ": " n " graphs=on lines, expected 2"; exit 1 } exit bad }' "$WORK/out"
+}
+graphs_budget dense || { cat "$WORK/out" >&2; fail "bench --count (graphs=on) over its budget"; }
 # attn=grouped (FlashInfer-style decode) at a context of 300+ keys, where the emulator's 2 SMs cut a
 # row into two parts: the last of a row's blocks merges the parts in the same launch, so the
 # attention layers keep the budget above (counted 6, GDN layers 6; a separate merge launch made it
@@ -62,6 +75,7 @@ awk '/^count    launches in each decoder layer/ { for (i = 1; i <= NF; ++i) if (
      /^count    allocations/ { gsub(",", "", $3); if ($3 != 0 || $8 != 0) bad = bad " allocs/syncs:" $3 "/" $8 }
      END { if (bad != "") { print "over budget:" bad; exit 1 } }' "$WORK/out" ||
   { cat "$WORK/out" >&2; fail "bench --count (MoE) over its budget"; }
+graphs_budget MoE || { cat "$WORK/out" >&2; fail "bench --count (MoE, graphs=on) over its budget"; }
 
 # --ops at context 256: every case runs as at most 2 launches (decode attention: the KV append and
 # the attention, as the op attention() does them; splitkv 3, its merge included; grouped 2 at

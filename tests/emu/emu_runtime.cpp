@@ -1302,6 +1302,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t) {
   emu::count(&degen::cuda::DeviceCounters::host_syncs);
   return cudaSuccess;
 }
+// The emulator runs a stream's work when it is enqueued: an event's work is always done.
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   if (!a->recorded || !b->recorded) return fail(cudaErrorInvalidResourceHandle);
   *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
