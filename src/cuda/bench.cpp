@@ -314,9 +314,12 @@ void bench_count(Engine& eng, CudaBackend& be, const ModelConfig& cfg, const Mod
   cuda::DeviceCounters d;
   std::vector<CudaBackend::LayerMark> marks;
   double weights_b = 0;
-  for (int s = 0; s < a.decode; ++s) {
+  auto next_step = [&] {  // one new token per sequence
     in.clear();
     for (int i = 0; i < B; ++i) in.push_back(SeqInput{&states[i], tokens(1)});
+  };
+  for (int s = 0; s < a.decode; ++s) {
+    next_step();
     be.stats().reset();
     cuda::counters_start();
     be.record_layer_marks(true);
@@ -404,12 +407,11 @@ void bench_count(Engine& eng, CudaBackend& be, const ModelConfig& cfg, const Mod
   // The same step as the default runs it (graphs=on): the first step of a key is recorded, the
   // second captured, the third replayed and counted. A replay's inputs go to the device in one copy
   // per graph segment (StepGraphs), where the steps above, called op by op, copy each table apart.
-  if (be.graphs()) return;  // --config graphs=on: the steps above were already graph steps
+  // (bench's backend starts with graphs off: --config refuses graphs=.)
   be.set_graphs(true);
   cuda::DeviceCounters g;
   for (int s = 0; s < 3; ++s) {
-    in.clear();
-    for (int i = 0; i < B; ++i) in.push_back(SeqInput{&states[i], tokens(1)});
+    next_step();
     if (s == 2) cuda::counters_start();
     eng.forward(in);
     if (s == 2) {
