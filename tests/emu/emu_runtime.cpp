@@ -573,6 +573,8 @@ struct SegvHandler {
   ~SegvHandler() { restore_handlers(old); }
 };
 
+int release_warp(Run& r, unsigned w, unsigned n, bool eager);
+
 // Leaves the running fiber, which now waits or has exited, for the next runnable fiber of this round
 // (the threads of a block run in index order, or reversed), or for the scheduler after the round's
 // last. note: one switch per thread per round instead of two through the scheduler; the order is
@@ -580,7 +582,19 @@ struct SegvHandler {
 void yield_fiber(Run& r) {
   Fiber& f = *r.cur;
   Fiber* next = nullptr;
-  if (reverse_order()) {
+  // The last lane of a warp to arrive at a warp operation (in this round's order) releases the warp
+  // at once, and its first lane runs next: a warp runs on to its next barrier or exit before the
+  // next warp starts (warps are independent between barriers, so this is a schedule CUDA allows).
+  // note: the lanes' stacks stay in cache (one warp's 32, not the block's up to 1024 in turn), and
+  // no end-of-round pass is needed per shuffle: compare on backend=cuda ran about 2x faster.
+  if (f.st == kWarpWait) {
+    const bool rev = reverse_order();
+    const unsigned lane = f.linear & 31u, w = f.linear >> 5;
+    const bool last = rev ? lane == 0 : (lane == 31 || f.linear + 1 == r.n);
+    if (last && release_warp(r, w, r.n, true) > 0) next = &g_fibers[rev ? std::min(r.n, w * 32 + 32) - 1 : w * 32];
+  }
+  if (next) {
+  } else if (reverse_order()) {
     for (unsigned i = f.linear; i-- > 0;)
       if (g_fibers[i].st == kRun) { next = &g_fibers[i]; break; }
   } else {
@@ -635,65 +649,100 @@ void copy_value(void* dst, const void* src, unsigned size) {
   }
 }
 
-// Releases the warps whose live lanes all wait at a shuffle; returns whether any was released.
-bool release_warps(Run& r, unsigned n) {
-  bool released = false;
-  for (unsigned w = 0; w * 32 < n; ++w) {
-    const unsigned lo = w * 32, hi = std::min(n, lo + 32);
-    unsigned waiting = 0;
-    for (unsigned i = lo; i < hi; ++i) waiting += g_fibers[i].st == kWarpWait;
-    if (waiting == 0) continue;
-    if (hi - lo < 32) {
-      set_error(r, std::string(g_fibers[lo].xop) + " with a full mask in a partial warp (blockDim " +
-                       std::to_string(n) + " is not a multiple of 32)");
-      return false;
-    }
-    if (waiting < 32) {
-      bool others_blocked = false;
-      for (unsigned i = lo; i < hi; ++i) others_blocked |= g_fibers[i].st != kWarpWait && g_fibers[i].st != kRun;
-      if (!others_blocked) continue;  // some lanes still running toward the shuffle
-      set_error(r, std::string(g_fibers[lo].xop) + ": lanes of warp " + std::to_string(w) +
-                       " exited or wait at __syncthreads while others shuffle (divergent full-mask shuffle)");
-      return false;
-    }
-    const bool gather = g_fibers[lo].xsrc == kGather;
+// Warp w (lanes lo..hi) when its live lanes all wait at a warp operation: checks that they meet at
+// the same one, exchanges the values and makes the lanes runnable again. Returns 1 when released,
+// 0 when not (some lanes have not arrived yet), -1 on an error (set in r). `eager`: called by the
+// last lane of the warp to arrive, in the middle of a round; it releases only a complete warp whose
+// lanes agree, and leaves every doubtful case to the end of the round (eager = false), which
+// reports the errors.
+int release_warp(Run& r, unsigned w, unsigned n, bool eager) {
+  const unsigned lo = w * 32, hi = std::min(n, lo + 32);
+  if (eager) {  // one pass checks, one exchanges: the common case, a complete warp at one shuffle
+    if (hi - lo < 32) return 0;
+    const Fiber& f0 = g_fibers[lo];
+    const char* op = f0.xop;
+    const unsigned size = f0.xsize;
+    const bool gather = f0.xsrc == kGather;
     for (unsigned i = lo; i < hi; ++i) {
-      if ((g_fibers[i].xsrc == kGather) != gather || std::strcmp(g_fibers[i].xop, g_fibers[lo].xop) != 0) {
-        set_error(r, std::string("lanes of warp ") + std::to_string(w) + " meet at different warp operations (" +
-                         g_fibers[lo].xop + " and " + g_fibers[i].xop + ")");
-        return false;
-      }
+      const Fiber& f = g_fibers[i];
+      if (f.st != kWarpWait || f.xop != op || f.xsize != size || (f.xsrc == kGather) != gather || f.xsrc == 0xffffffffu)
+        return 0;  // the end of the round sorts it out (and reports it)
     }
-    if (gather) {  // every lane receives every lane's bytes, in lane order
-      const unsigned size = g_fibers[lo].xsize;
-      for (unsigned i = lo; i < hi; ++i) {
-        if (g_fibers[i].xsize != size) {
-          set_error(r, std::string(g_fibers[lo].xop) + ": lanes of one warp contribute different sizes");
-          return false;
-        }
-      }
+    if (gather) {
       for (unsigned i = lo; i < hi; ++i)
         if (g_fibers[i].xout)
           for (unsigned s = 0; s < 32; ++s)
             std::memcpy(static_cast<unsigned char*>(g_fibers[i].xout) + size_t(s) * size, g_fibers[lo + s].xptr, size);
-      for (unsigned i = lo; i < hi; ++i) g_fibers[i].st = kRun;
-      released = true;
-      continue;
-    }
-    for (unsigned i = lo; i < hi; ++i) {
-      Fiber& f = g_fibers[i];
-      if (f.xsrc == 0xffffffffu) {
-        set_error(r, std::string(f.xop) + " with a mask other than 0xffffffff (not emulated)");
-        return false;
-      }
-      if (f.xsize != g_fibers[lo].xsize) {
-        set_error(r, "lanes of one warp shuffle values of different sizes");
-        return false;
-      }
-      copy_value(f.xout, &g_fibers[lo + f.xsrc].xin, f.xsize);
+    } else if (size == 4) {
+      for (unsigned i = lo; i < hi; ++i) std::memcpy(g_fibers[i].xout, &g_fibers[lo + g_fibers[i].xsrc].xin, 4);
+    } else {
+      for (unsigned i = lo; i < hi; ++i) copy_value(g_fibers[i].xout, &g_fibers[lo + g_fibers[i].xsrc].xin, size);
     }
     for (unsigned i = lo; i < hi; ++i) g_fibers[i].st = kRun;
-    released = true;
+    return 1;
+  }
+  unsigned waiting = 0;
+  for (unsigned i = lo; i < hi; ++i) waiting += g_fibers[i].st == kWarpWait;
+  if (waiting == 0) return 0;
+  if (hi - lo < 32) {
+    if (eager) return 0;
+    set_error(r, std::string(g_fibers[lo].xop) + " with a full mask in a partial warp (blockDim " +
+                     std::to_string(n) + " is not a multiple of 32)");
+    return -1;
+  }
+  if (waiting < 32) {
+    if (eager) return 0;
+    bool others_blocked = false;
+    for (unsigned i = lo; i < hi; ++i) others_blocked |= g_fibers[i].st != kWarpWait && g_fibers[i].st != kRun;
+    if (!others_blocked) return 0;  // some lanes still running toward the shuffle
+    set_error(r, std::string(g_fibers[lo].xop) + ": lanes of warp " + std::to_string(w) +
+                     " exited or wait at __syncthreads while others shuffle (divergent full-mask shuffle)");
+    return -1;
+  }
+  const bool gather = g_fibers[lo].xsrc == kGather;
+  const char* op = g_fibers[lo].xop;
+  for (unsigned i = lo; i < hi; ++i) {
+    // note: the same call site passes the same literal; strcmp only where the pointers differ
+    if ((g_fibers[i].xsrc == kGather) != gather || (g_fibers[i].xop != op && std::strcmp(g_fibers[i].xop, op) != 0)) {
+      if (eager) return 0;
+      set_error(r, std::string("lanes of warp ") + std::to_string(w) + " meet at different warp operations (" + op +
+                       " and " + g_fibers[i].xop + ")");
+      return -1;
+    }
+  }
+  const unsigned size = g_fibers[lo].xsize;
+  for (unsigned i = lo; i < hi; ++i) {
+    if (g_fibers[i].xsize != size) {
+      if (eager) return 0;
+      set_error(r, gather ? std::string(op) + ": lanes of one warp contribute different sizes"
+                          : std::string("lanes of one warp shuffle values of different sizes"));
+      return -1;
+    }
+    if (!gather && g_fibers[i].xsrc == 0xffffffffu) {
+      if (eager) return 0;
+      set_error(r, std::string(g_fibers[i].xop) + " with a mask other than 0xffffffff (not emulated)");
+      return -1;
+    }
+  }
+  if (gather) {  // every lane receives every lane's bytes, in lane order
+    for (unsigned i = lo; i < hi; ++i)
+      if (g_fibers[i].xout)
+        for (unsigned s = 0; s < 32; ++s)
+          std::memcpy(static_cast<unsigned char*>(g_fibers[i].xout) + size_t(s) * size, g_fibers[lo + s].xptr, size);
+  } else {
+    for (unsigned i = lo; i < hi; ++i) copy_value(g_fibers[i].xout, &g_fibers[lo + g_fibers[i].xsrc].xin, size);
+  }
+  for (unsigned i = lo; i < hi; ++i) g_fibers[i].st = kRun;
+  return 1;
+}
+
+// Releases the warps whose live lanes all wait at a shuffle; returns whether any was released.
+bool release_warps(Run& r, unsigned n) {
+  bool released = false;
+  for (unsigned w = 0; w * 32 < n; ++w) {
+    const int rc = release_warp(r, w, n, false);
+    if (rc < 0) return false;
+    released |= rc > 0;
   }
   return released;
 }
@@ -769,6 +818,7 @@ void wait_at_warp(Run& r, void* out, unsigned size, unsigned src, const char* op
   f.xsrc = src;
   f.xop = op;
   f.st = kWarpWait;
+  r.synced = true;  // the round may end with every warp released on the way (yield_fiber)
   yield_fiber(r);
 }
 }  // namespace
