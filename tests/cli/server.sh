@@ -120,8 +120,11 @@ grep -q "<testsuite" "$WORK/server.xml" || fail "no JUnit"
 grep "two-plus-two\|verdict" "$WORK/out"
 kld_line() { grep -E "^  (two-plus-two|out-of-domain) " "$WORK/out" | awk '{print $1, $2, $4}'; }
 kld_line >"$WORK/native.txt"
-expect_exit 0 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$p1" --api openai --json "$WORK/oai.json"
-expect_out "verdict: good (exit 0): 7 cases, 7 good"
+# The other APIs on the cases kld_line compares (issue 39: each ran all seven, and the proxy sends one
+# llama-server request per prompt position): a figure that differs shows on these as on all seven.
+expect_exit 0 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$p1" --api openai --json "$WORK/oai.json" \
+  --case two-plus-two --case out-of-domain
+expect_out "verdict: good (exit 0): 2 cases, 2 good"
 kld_line >"$WORK/openai.txt"
 cmp -s "$WORK/native.txt" "$WORK/openai.txt" || { paste "$WORK/native.txt" "$WORK/openai.txt"; fail "the OpenAI API gives other figures than the native one"; }
 grep -q '"config": "server http://127.0.0.1:'"$p1"' (api openai)"' "$WORK/oai.json" || fail "JSON does not name the API"
@@ -135,8 +138,8 @@ start_proxy() {  # MODE -> $port
 oscore() { "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two --timeout 300 "$@"; }
 start_proxy vllm
 expect_exit 0 "$BIN" -q compare --golden "$G" --model "$M" --server "http://127.0.0.1:$port" --api openai --prompt-logprobs \
-  --served-model tiny-trained --timeout 300
-expect_out "verdict: good (exit 0): 7 cases, 7 good"
+  --served-model tiny-trained --timeout 300 --case two-plus-two --case out-of-domain
+expect_out "verdict: good (exit 0): 2 cases, 2 good"
 kld_line >"$WORK/vllm.txt"
 cmp -s "$WORK/native.txt" "$WORK/vllm.txt" || { paste "$WORK/native.txt" "$WORK/vllm.txt"; fail "prompt_logprobs give other figures"; }
 start_proxy text-keys

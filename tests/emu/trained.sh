@@ -5,8 +5,11 @@
 source "$2/tests/cli/lib.bash"
 M=$SRC/models/tiny-trained
 G=$SRC/golden/tiny-trained
+# two cases (issue 39; was three): 35 greedy and 48 sampled decode steps; the long prompt of
+# recall-after-story (146 tokens) runs on the CPU path in cli:trained, and prompts across GDN chunks
+# on backend=cuda in cuda-emu:compare-shipped-models (repeated-pattern, 91 tokens)
 expect_exit 0 "$BIN" -q compare --golden "$G/smoke" --model "$M" --config backend=cuda \
-  --case two-plus-two --case recall-after-story --case story-sampled
+  --case two-plus-two --case story-sampled
 expect_out "verdict: good"
 expect_exit 0 "$BIN" -q eval --model "$M" --config backend=cuda --limit 8 --mtp-max 1
 cat "$WORK/out"
