@@ -32,7 +32,12 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
 
+# ctest starts the longest tests first when it knows their costs: a fresh build folder gets them
+# from tests/ctest-costs.txt (a CI run's CTestCostData.txt), so that no long test starts last and
+# runs alone on one core at the end (ctest keeps the file up to date from then on).
+COSTS := $(BUILD)/Testing/Temporary/CTestCostData.txt
 test: build gguf
+	@[ -f $(COSTS) ] || { mkdir -p $(dir $(COSTS)) && cp tests/ctest-costs.txt $(COSTS); }
 	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 # The GGUF the llama.cpp tests load: llama.cpp's converter output, rebuilt byte for byte (SHA-256

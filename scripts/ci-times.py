@@ -31,7 +31,7 @@ def main(argv):
     print("ci: phase                      seconds  status")
     for name, secs, status in phases:
         print(f"ci: {name:<26} {secs:7.0f}  {status}")
-    print(f"ci: {'total':<26} {total:7.0f}  (the phases in sequence; one beside the build is not added)")
+    print(f"ci: {'total':<26} {total:7.0f}  (the phases in sequence, waits included; those beside are not added)")
     tests = []
     try:
         with open(argv[2], encoding="utf-8", errors="replace") as f:
