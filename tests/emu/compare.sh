@@ -1,8 +1,8 @@
 # The CUDA path end to end on the CUDA emulator (tests/emu; a CPU stand-in, not a GPU): the four
 # shipped tiny models on backend=cuda pass compare against their committed golden records; the
 # kernel toggles (attention kinds, gemm=simple, gdn=recurrent and fla, fp8 KV cache), MTP, and tp=2 over
-# the emulated NCCL pass on one model; faults in CUDA kernels are found, and bisect on backend=cuda
-# names one; bench runs its CUDA paths. Arguments: degenbisect-emu SOURCE_DIR WORK_DIR [PART]: PART
+# the emulated NCCL pass on one model; faults in CUDA kernels are found; bench runs its CUDA paths.
+# Arguments: degenbisect-emu SOURCE_DIR WORK_DIR [PART]: PART
 # `models` runs the four models only, `toggles` the rest, `all` (the default) both; ctest runs the two
 # parts as two tests.
 # The cases: the emulator runs each CUDA path once, on the cases that reach it, not the whole suite
@@ -54,13 +54,12 @@ bad backend=cuda,tp=2,fault=tp-gdn-no-allreduce@5 --case two-plus-two
 bad backend=cuda,mtp=2,fault=mtp-no-rollback --case sampled-story
 expect_out "after a rollback the GDN state"
 
-expect_exit 1 "$BIN" -q bisect --golden "$g" --model "$m" --case two-plus-two --good backend=cuda \
-  --bad backend=cuda,fault=gdn-head-mod@5 --json "$WORK/b.json"
-grep -q '"fault:gdn-head-mod"' "$WORK/b.json" || { cat "$WORK/b.json" >&2; fail "bisect on backend=cuda did not name gdn-head-mod"; }
+# bisect on backend=cuda: cuda-emu:selftest bisects every catalogue fault there, gdn-head-mod at two
+# layers of each model it can host (issue 39 removed the single bisect that was here)
 # bench on backend=cuda: the code paths (the figures are CPU timings of the emulation, meaningless)
 expect_exit 0 "$BIN" bench --backend cuda --model "$m" --prefill 16 --decode 4 --batch 1,2 --mtp 2
 expect_out "mtp      batch 1, greedy"
 expect_out "decode       2"
 expect_exit 125 "$BIN" bench --backend cuda --synthetic qwen36-27b  # 8 GiB emulated devices
 expect_out "the weights need"
-echo "ok: compare, bisect and bench on backend=cuda (CUDA emulator)"
+echo "ok: compare and bench on backend=cuda (CUDA emulator)"
