@@ -17,7 +17,13 @@ def main(argv):
     if len(argv) < 3:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    n = int(argv[3]) if len(argv) > 3 else 15
+    try:
+        n = int(argv[3]) if len(argv) > 3 else 15
+        if n < 1:
+            raise ValueError
+    except ValueError:
+        print(f"ci-times: N must be a positive whole number, found '{argv[3]}'", file=sys.stderr)
+        return 2
     phases = []
     try:
         with open(argv[1], encoding="utf-8") as f:
