@@ -18,6 +18,7 @@
 #include "model/safetensors.h"
 #include "report/junit.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace degen::cli {
 namespace {
@@ -28,26 +29,6 @@ struct CompareArgs {
   std::vector<std::string> cases;
   bool allow_mismatch = false, fail_on_model = false, no_decode = false, per_case = false;
 };
-
-// --json / --junit FILE must be writable before the run: a verdict printed and then an exit 128
-// for a failed write would contradict each other. write_file_atomic writes a temporary file beside
-// FILE and renames it, so what counts is the folder.
-void check_writable(const std::string& path, const char* flag) {
-  if (path.empty() || path == "-") return;
-  namespace fs = std::filesystem;
-  const fs::path p(path);
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  if (fs::is_directory(p)) input_error("compare: ", flag, " ", path, ": is a folder, expected a file name");
-  if (!fs::is_directory(dir)) input_error("compare: ", flag, " ", path, ": folder ", dir.string(), " does not exist");
-  const fs::path probe = dir / cat(".degenbisect-write-probe-", ::getpid());
-  std::FILE* f = std::fopen(probe.c_str(), "wb");
-  if (!f)
-    input_error("compare: ", flag, " ", path, ": cannot write into folder ", dir.string(),
-                " (read-only or no permission); expected a writable folder (checked before the run)");
-  std::fclose(f);
-  std::error_code ec;
-  fs::remove(probe, ec);
-}
 
 void write_out(const std::string& path, const std::string& text) {
   if (path == "-") {
@@ -60,8 +41,11 @@ void write_out(const std::string& path, const std::string& text) {
 int run_compare(const CompareArgs& a) {
   if (a.golden.empty() || a.model.empty()) input_error("compare: --golden DIR and --model DIR are required");
   if (!a.json.empty() && a.json == a.junit) input_error("compare: --json and --junit name the same file");
-  check_writable(a.json, "--json");
-  check_writable(a.junit, "--junit");
+  // --json / --junit FILE must be writable before the run: a verdict printed and then an exit 128
+  // for a failed write would contradict each other.
+  check_output_file(a.json, "compare --json");
+  check_output_file(a.junit, "compare --junit");
+  check_output_file(a.server_log, "compare --server-log");
   const RunConfig config = parse_run_config(a.config);
   const Session s = open_session({a.golden, a.model, a.cases, a.allow_mismatch, a.no_decode});
   const GoldenRecord& rec = s.rec;
@@ -90,7 +74,6 @@ int run_compare(const CompareArgs& a) {
       const std::filesystem::path log =
           a.server_log.empty() ? std::filesystem::temp_directory_path() / cat("degenbisect-server-", ::getpid(), ".log")
                                : std::filesystem::path(a.server_log);
-      std::filesystem::remove(log);
       if (progress) std::fprintf(progress, "compare: starting the server: %s (log: %s)\n", cmd.c_str(), log.c_str());
       started = std::make_unique<ServerProcess>(cmd, log);
       url = cat("http://127.0.0.1:", port);

@@ -20,6 +20,7 @@
 
 #include "diag/evaluate.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace degen {
 
@@ -135,6 +136,10 @@ int free_local_port() {
 }
 
 std::string log_tail(const std::filesystem::path& path, int n) {
+  // A log written in place into a FIFO or a device (util/output_file.h) is not read back: a FIFO
+  // would block, /dev/full never ends.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "";
   std::ifstream f(path, std::ios::binary);
   if (!f) return "";
   std::vector<std::string> lines;
@@ -151,9 +156,8 @@ std::string log_tail(const std::filesystem::path& path, int n) {
 }
 
 ServerProcess::ServerProcess(const std::string& command, const std::filesystem::path& log) : log_(log) {
-  std::filesystem::create_directories(log.parent_path());
-  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) input_error(log.string(), ": cannot open the server log: ", std::strerror(errno));
+  if (log.has_parent_path()) std::filesystem::create_directories(log.parent_path());
+  const int fd = open_output_stream(log);  // a FIFO or /dev/null is written in place, never replaced
   const std::string script = "exec " + command;
   std::fflush(nullptr);
   const pid_t pid = ::fork();

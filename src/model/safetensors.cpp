@@ -27,6 +27,7 @@
 
 #include "util/error.h"
 #include "util/json_input.h"
+#include "util/output_file.h"
 
 namespace degen {
 
@@ -185,62 +186,6 @@ void parse_entry(const std::string& file, const std::string& name, const json& e
   if (*end - *begin != want)
     input_error(where(), "data_offsets [", *begin, ", ", *end, "] give ", *end - *begin, " bytes, expected ",
                 want, " (", dts, " x ", shape_str(t->shape), ")");
-}
-
-// Writes to `path` through a temp file in the same folder: `produce` writes the content through the
-// sink it is given; then fsync, rename. A failure (or an exception from `produce`) removes the temp file.
-using Sink = std::function<void(const void*, size_t)>;
-void write_atomic(const fs::path& path, const std::function<void(const Sink&)>& produce) {
-  static std::atomic<unsigned> counter{0};
-  fs::path dir = path.parent_path();
-  fs::path tmp = (dir.empty() ? fs::path(".") : dir) /
-                 cat(".", path.filename().string(), ".tmp-", ::getpid(), "-", counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) input_error("cannot write ", path.string(), ": creating ", tmp.string(), ": ", errno_str(errno));
-  bool fd_open = true;
-  auto fail = [&](const char* what) {
-    int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    fd_open = false;
-    input_error("cannot write ", path.string(), ": ", what, ": ", errno_str(e));
-  };
-  const Sink sink = [&](const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    size_t left = n;
-    while (left > 0) {
-      ssize_t w = ::write(fd, p, left);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        fail("write");
-      }
-      p += w;
-      left -= static_cast<size_t>(w);
-    }
-  };
-  try {
-    produce(sink);
-  } catch (...) {
-    if (fd_open) {  // else fail() closed and removed the temp file
-      ::close(fd);
-      ::unlink(tmp.c_str());
-    }
-    throw;
-  }
-  if (::fsync(fd) != 0) fail("fsync");
-  if (::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    input_error("cannot write ", path.string(), ": close: ", errno_str(e));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    input_error("cannot write ", path.string(), ": rename from ", tmp.string(), ": ", errno_str(e));
-  }
-  // Make the rename itself durable; failure here is not worth failing the write for.
-  int dfd = ::open((dir.empty() ? fs::path(".") : dir).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) { ::fsync(dfd); ::close(dfd); }
 }
 
 // The 8-byte length and the JSON header of a file holding `tensors` contiguously in order.
@@ -592,7 +537,7 @@ void SafetensorsWriter::write(const fs::path& path) const {
   std::vector<TensorDecl> decls;
   for (const Entry& e : entries_) decls.push_back({e.name, e.dtype, e.shape, e.bytes.size()});
   const std::string prefix = safetensors_prefix(metadata_, decls);
-  write_atomic(path, [&](const Sink& sink) {
+  write_output_file(path, [&](const OutputSink& sink) {
     sink(prefix.data(), prefix.size());
     for (const Entry& e : entries_) sink(e.bytes.data(), e.bytes.size());
   });
@@ -609,7 +554,7 @@ void write_safetensors_streamed(const fs::path& path, const std::map<std::string
   const std::string prefix = safetensors_prefix(metadata, tensors);
   chunk_bytes = std::max<size_t>(chunk_bytes / 8 * 8, 8);
   std::vector<uint8_t> buf(chunk_bytes);
-  write_atomic(path, [&](const Sink& sink) {
+  write_output_file(path, [&](const OutputSink& sink) {
     sink(prefix.data(), prefix.size());
     for (size_t i = 0; i < tensors.size(); ++i)
       for (uint64_t off = 0; off < tensors[i].nbytes; off += chunk_bytes) {
@@ -630,16 +575,14 @@ bool has_weight_files(const fs::path& dir) {
   return false;
 }
 
-void write_file_atomic(const fs::path& path, const std::string& text) {
-  write_atomic(path, [&](const Sink& sink) { sink(text.data(), text.size()); });
-}
+void write_file_atomic(const fs::path& path, const std::string& text) { write_output_file(path, text); }
 
 std::string read_file(const fs::path& path, uint64_t max_bytes) {
   const std::string p = path.string();
   // note: O_NONBLOCK so that opening a FIFO does not wait for a writer; it has no effect on the
   // reads of a regular file, and anything else is refused below before a byte is read.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) input_error("cannot read ", p, ": ", errno_str(errno));
+  if (fd < 0) input_error("cannot read ", p, ": ", path_error_reason(errno));
   struct stat st{};
   if (::fstat(fd, &st) != 0) {
     int e = errno;

@@ -128,7 +128,9 @@ using TensorFill = std::function<void(size_t tensor, uint64_t offset, uint8_t* b
 void write_safetensors_streamed(const std::filesystem::path& path, const std::map<std::string, std::string>& metadata,
                                 std::vector<TensorDecl> tensors, const TensorFill& fill, size_t chunk_bytes = 64u << 20);
 
-// Writes `text` to `path` atomically (temp file in the same folder, fsync, rename).
+// Writes `text` to `path` by the output rule of util/output_file.h: a regular file (or a new name)
+// atomically (temp file in the same folder, fsync, rename), a character device or a FIFO in place,
+// anything else refused; symbolic links followed.
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 // Reads a whole regular file of at most max_bytes; throws InputError naming the path when it cannot,
 // when the path is not a regular file (a folder, a FIFO, /dev/zero: refused before any read, so
