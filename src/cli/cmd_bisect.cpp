@@ -17,6 +17,7 @@
 #include "engine/trace.h"
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace degen::cli {
 namespace {
@@ -110,6 +111,7 @@ std::string shared_paragraph(const SharedLocalisation& s, json& j) {
 int run_bisect(const BisectArgs& a) {
   if (a.golden.empty() || a.model.empty() || a.bad.empty())
     input_error("bisect: --golden DIR, --model DIR and --bad CONFIG are required");
+  check_output_file(a.json_out, "bisect --json");  // before the run, not after its verdict
   RunConfig bad = parse_run_config(a.bad);
   bool good_given = !a.good.empty();
   RunConfig good = good_given ? parse_run_config(a.good) : implicit_good(bad);

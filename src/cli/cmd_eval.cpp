@@ -13,6 +13,7 @@
 #include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace degen::cli {
 namespace {
@@ -30,6 +31,7 @@ struct EvalArgs {
 
 int run_eval(const EvalArgs& a) {
   if (a.model.empty()) input_error("eval: --model DIR is required");
+  check_output_file(a.json, "eval --json");  // before the run, not after its verdict
   if (a.mtp_max < 0 || a.mtp_max > 4) input_error("eval: --mtp-max must be in [0, 4], found ", a.mtp_max);
   if (a.max_new_tokens < 1) input_error("eval: --max-new-tokens must be >= 1, found ", a.max_new_tokens);
   if (!(a.tolerance_points >= 0)) input_error("eval: --tolerance must be >= 0 points");

@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace degen::cli {
 namespace {
@@ -60,6 +61,7 @@ GoldenPlan make_plan(const GoldenArgs& a, const GoldenOptions& o, const Suite& s
 int run_golden(const GoldenArgs& a) {
   if (a.model.empty() || a.cases.empty() || (a.out.empty() && !a.plan))
     input_error("golden: --model, --cases and --out are required (--out not with --plan)");
+  if (!a.plan) check_output_folder(a.out, "golden --out");
   GoldenOptions o;
   if (a.precision == "fp32" || a.precision == "ref") o.precision = Precision::ref;
   else if (a.precision == "fp64") o.precision = Precision::fp64;

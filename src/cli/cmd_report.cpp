@@ -12,6 +12,7 @@
 #include "report/junit.h"
 #include "report/markdown.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace degen::cli {
 namespace {
@@ -39,6 +40,7 @@ std::string format_for(const ReportArgs& a) {
 
 int run_report(const ReportArgs& a) {
   const std::string format = format_for(a);
+  check_output_file(a.out, "report -o");
   std::vector<fs::path> paths(a.paths.begin(), a.paths.end());
   report::ReportOptions opt;
   if (!a.model.empty()) {

@@ -14,6 +14,7 @@
 #include "model/safetensors.h"
 #include "model/synth.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace degen::cli {
 namespace {
@@ -28,6 +29,7 @@ struct SelftestArgs {
 
 int run_selftest_cmd(const SelftestArgs& a) {
   bool quiet = global_options().quiet;
+  check_output_file(a.json_out, "selftest --json");  // before the run, not after its table
   fs::path tmp = fs::temp_directory_path() / cat("degen-selftest-", ::getpid());
   struct Cleanup { fs::path p; ~Cleanup() { std::error_code ec; fs::remove_all(p, ec); } } cleanup{tmp};
   fs::path model_dir = a.model;

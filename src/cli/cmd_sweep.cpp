@@ -13,6 +13,7 @@
 #include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/output_file.h"
 
 namespace degen::cli {
 namespace {
@@ -31,6 +32,7 @@ struct SweepArgs {
 int run_sweep_cmd(const SweepArgs& a) {
   if (a.golden.empty() || a.model.empty() || a.out.empty())
     input_error("sweep: --golden DIR, --model DIR and --out DIR are required");
+  check_output_folder(a.out, "sweep --out");
   if (a.matrix.empty() == a.axes.empty()) input_error("sweep: give either --matrix FILE or one or more --axis key=v1,v2");
   const bool server = !a.server_cmd.empty();
   if (server && a.isolate) input_error("sweep: --isolate does not apply to --server-cmd (each server is its own process)");

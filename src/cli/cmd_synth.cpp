@@ -8,6 +8,7 @@
 #include "model/safetensors.h"
 #include "model/synth.h"
 #include "util/error.h"
+#include "util/output_file.h"
 #include "util/json_input.h"
 
 namespace degen::cli {
@@ -36,6 +37,7 @@ int run_synth(const SynthArgs& a) {
   if (a.preset.empty() == a.config_file.empty())
     input_error("synth: give exactly one of --preset NAME or --config FILE (see --list for the presets)");
   if (a.out.empty()) input_error("synth: --out DIR is required");
+  check_output_folder(a.out, "synth --out");
   nlohmann::json config;
   SynthOptions opt;
   bool config_only = false;

@@ -15,6 +15,7 @@
 #include "model/tokenizer_synth.h"
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/output_file.h"
 #include "util/json_input.h"
 
 namespace degen::cli {
@@ -138,7 +139,9 @@ fs::path tokenizer_path(const std::string& model) {
   fs::path p = model;
   std::error_code ec;
   if (fs::is_directory(p, ec)) p /= "tokenizer.json";
-  if (!fs::exists(p, ec)) input_error("tokenizer not found: ", p.string(), "; expected --model DIR holding tokenizer.json");
+  if (!fs::exists(p, ec))
+    input_error("tokenizer not found: ", p.string(), ec ? cat(" (", path_error_reason(ec.value()), ")") : std::string(),
+                "; expected --model DIR holding tokenizer.json");
   return p;
 }
 

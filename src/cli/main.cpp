@@ -2,12 +2,14 @@
 // (../shared/spec/metrics.md §6: 0 good, 1 bad, 125 untestable, 128 usage or input error).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "build_config.h"
 #include "cli/command.h"
 #include "backends/make_backend.h"
 #include "util/error.h"
+#include "util/output_file.h"
 #if DEGEN_WITH_CUDA
 #include "cuda/check.h"
 #include "cuda/context.h"
@@ -83,6 +85,11 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "degenbisect: error: %s\n", e.what());
     return static_cast<int>(e.code());
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user gave (or one under it) that cannot be used: a symlink loop, a part that is a
+    // file, a read-only mount, no permission. An input error naming the path and the reason.
+    std::fprintf(stderr, "degenbisect: error: %s\n", describe_filesystem_error(e).c_str());
+    return static_cast<int>(ExitCode::input);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "degenbisect: error: out of memory\n");
     return static_cast<int>(ExitCode::untestable);

@@ -1,6 +1,7 @@
 # Hostile inputs through the CLI (issue 21 items 1, 3, 4): each is exit 128 with a message naming the
 # input, never a crash (SIGSEGV is exit 139), a hang (each run under `timeout`: 124 fails the test) or
-# memory growing without bound.
+# memory growing without bound. Issue 40: a path that cannot be used (a symlink loop, an --out that is a
+# file or read-only) is exit 128 naming the path, never an internal error.
 # Args: BINARY SOURCE_DIR WORKDIR; exit 0 pass, 77 skip.
 source "$(dirname "$0")/lib.bash"
 T="timeout 20"
@@ -81,4 +82,65 @@ open(sys.argv[1], "wb").write(b)
 PY
 expect_exit 128 $T "$BIN" inspect "$WORK/short"
 expect_out "expected them to end exactly at the end of the file"
+# Issue 40, finding 2: a path that cannot be used (a symlink loop as any path, an --out that is a
+# regular file or on a read-only mount) is exit 128 naming the path and the reason, never an
+# "internal error" (an escaped std::filesystem error).
+ln -s loop "$WORK/loop"
+L="$WORK/loop"
+echo '{"suite": "s", "cases": [{"id": "a", "prompt": "hi"}]}' >"$WORK/cases.json"
+expect_no_internal() {  # expect_no_internal TEXT CMD...: exit 128, TEXT in the output, no "internal error"
+  local text=$1; shift
+  expect_exit 128 $T "$BIN" "$@"
+  expect_out "$text"
+  if grep -q "internal error" "$WORK/out"; then cat "$WORK/out" >&2; fail "'$*' reported an internal error"; fi
+}
+loop_msg="Too many levels of symbolic links"
+loop_case() { expect_no_internal "$loop_msg" "$@"; expect_out "$L"; }  # the message names the path
+loop_case inspect "$L"
+loop_case run --model "$L" --prompt hi
+loop_case tokenize --model "$L" hi
+loop_case tokenize --model "$m" --file "$L"
+loop_case golden --model "$L" --cases "$WORK/cases.json" --out "$WORK/g-loop"
+loop_case golden --model "$m" --cases "$L" --out "$WORK/g-loop"
+loop_case golden --model "$m" --cases "$WORK/cases.json" --out "$L"
+loop_case compare --golden "$L" --model "$m"
+loop_case compare --golden "$WORK/none" --model "$m" --json "$L"
+loop_case compare --golden "$WORK/none" --model "$m" --junit "$L"
+loop_case sweep --golden "$L" --model "$m" --axis attn=naive --out "$WORK/sw-loop"
+loop_case sweep --golden "$WORK/none" --model "$m" --axis attn=naive --out "$L"
+loop_case sweep --golden "$WORK/none" --model "$m" --matrix "$L" --out "$WORK/sw-loop"
+loop_case bisect --golden "$L" --model "$m" --bad attn=flash
+loop_case bisect --golden "$WORK/none" --model "$m" --bad attn=flash --json "$L"
+loop_case synth --preset tiny-qwen35 --out "$L"
+loop_case synth --config "$L" --out "$WORK/s-loop"
+loop_case report "$L"
+loop_case report "$WORK/none" -o "$L"
+loop_case eval --model "$L"
+loop_case selftest --model "$L"
+loop_case bench --model "$L"
+[ -L "$L" ] || fail "a symlink loop given as a path was replaced"
+# An --out that is a regular file: refused before any work, the file untouched.
+echo keep >"$WORK/file"
+for cmd in "synth --preset tiny-qwen35" "golden --model $m --cases $WORK/cases.json" \
+           "sweep --golden $WORK/none --model $m --axis attn=naive"; do
+  expect_no_internal "--out: cannot write into $WORK/file: it is a regular file; expected a folder" $cmd --out "$WORK/file"
+done
+expect_no_internal "cannot write $WORK/file/x.json" compare --golden "$WORK/none" --model "$m" --json "$WORK/file/x.json"
+[ "$(cat "$WORK/file")" = keep ] || fail "an --out that is a regular file was changed"
+# A read-only mount (root writes through chmod): a read-only bind mount, else /proc (takes no new files).
+ro="$WORK/ro"
+mkdir -p "$ro.src" "$ro"
+if mount --bind -o ro "$ro.src" "$ro" 2>/dev/null; then
+  trap 'umount "$ro" 2>/dev/null || true' EXIT
+  why="Read-only file system"
+else
+  echo "bad_input: no read-only bind mount here (needs root and mount); using /proc"
+  ro=/proc/degen-no-such; why="cannot"
+fi
+for cmd in "synth --preset tiny-qwen35" "golden --model $m --cases $WORK/cases.json" \
+           "sweep --golden $WORK/none --model $m --axis attn=naive"; do
+  expect_no_internal "$why" $cmd --out "$ro/out"
+done
+expect_no_internal "$why" compare --golden "$WORK/none" --model "$m" --json "$ro/c.json"
+expect_no_internal "$why" report "$WORK/none" -o "$ro/r.md"
 echo "bad_input: ok"

@@ -3,6 +3,7 @@
 # a whole record and the next run removes the leftovers; one process per sweep folder, record and
 # replay file (a second is refused with the holder's PID); `sweep --resume` and `bisect --replay`
 # refuse what was made for another model or case set, and files from before identities.
+# Issue 40: an output into a device node or a FIFO is written in place (never replaced); symlinks are followed.
 source "$(dirname "$0")/lib.bash"
 m="$WORK/tiny"
 g="$WORK/golden"
@@ -91,4 +92,46 @@ case $rc in 0|1|125) ;; *) cat "$WORK/out" >&2; fail "bisect exited $rc";; esac
 expect_exit 128 "${BISECT[@]}" --case raw
 expect_out 'cases (--case/--cases): expected ["raw"] (this run), found ["sum"]'
 expect_exit $rc "${BISECT[@]}" --case sum
+# Issue 40, finding 1: every output (--json, --junit, report -o, --server-log) into a character device
+# or a FIFO is written in place, never replaced: as root a rename over /dev/null replaced it with a
+# regular file. Private nodes only (mknod in $WORK): a regression must not destroy the system's.
+CMP=("$BIN" -q compare --golden "$g" --model "$m" --no-decode --case sum)
+expect_exit 0 "${CMP[@]}" --json "$WORK/c.json"
+if [ "$(id -u)" = 0 ] && mknod "$WORK/null" c 1 3 2>/dev/null && mknod "$WORK/full" c 1 7 2>/dev/null; then
+  expect_exit 0 "${CMP[@]}" --json "$WORK/null"
+  expect_exit 128 "${CMP[@]}" --junit "$WORK/full"
+  expect_out "cannot write $WORK/full: write: No space left on device"
+  expect_exit 0 "$BIN" report "$WORK/c.json" --format json -o "$WORK/null"
+  expect_exit 128 "$BIN" report "$WORK/c.json" -o "$WORK/full"
+  expect_out "No space left on device"
+  # A server that exits at once (untestable): its log stays the node.
+  expect_exit 125 timeout 20 "$BIN" -q compare --golden "$g" --model "$m" --case sum --server-cmd 'echo {port}; exit 3' \
+    --server-log "$WORK/null" --health-timeout 5
+  expect_out "the server exited"
+  for n in null full; do [ -c "$WORK/$n" ] || fail "$WORK/$n is no longer a character device"; done
+else
+  echo "outputs: skipping the device-node checks (needs root and mknod)"
+fi
+mkfifo "$WORK/fifo"
+timeout 20 cat "$WORK/fifo" >"$WORK/fifo.out" &
+expect_exit 0 timeout 20 "${CMP[@]}" --json "$WORK/fifo"
+wait $! || fail "the FIFO's reader failed or timed out"
+grep -q '"verdict"' "$WORK/fifo.out" || fail "the JSON written into the FIFO did not reach its reader"
+timeout 20 cat "$WORK/fifo" >"$WORK/fifo.out" &
+expect_exit 0 timeout 20 "$BIN" report "$WORK/c.json" -o "$WORK/fifo"
+wait $! || fail "the FIFO's reader failed or timed out"
+timeout 20 cat "$WORK/fifo" >"$WORK/fifo.out" &
+expect_exit 125 timeout 20 "$BIN" -q compare --golden "$g" --model "$m" --case sum --server-cmd 'echo port {port}; exit 3' \
+  --server-log "$WORK/fifo" --health-timeout 5
+wait $! || fail "the FIFO's reader failed or timed out"
+grep -q "^port " "$WORK/fifo.out" || fail "the server's log did not reach the FIFO's reader"
+[ -p "$WORK/fifo" ] || fail "$WORK/fifo is no longer a FIFO"
+# A symbolic link is followed: its target is replaced, the link stays a link; a loop is refused.
+ln -s target.json "$WORK/link.json"
+expect_exit 0 "${CMP[@]}" --json "$WORK/link.json"
+[ -L "$WORK/link.json" ] && [ -f "$WORK/target.json" ] || fail "--json through a symbolic link replaced the link"
+ln -s loop.json "$WORK/loop.json"
+expect_exit 128 "${CMP[@]}" --json "$WORK/loop.json"
+expect_out "compare --json: cannot write $WORK/loop.json: Too many levels of symbolic links"
+[ -L "$WORK/loop.json" ] || fail "a symlink loop given as --json was replaced"
 echo "outputs: ok"
