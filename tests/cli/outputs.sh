@@ -96,13 +96,21 @@ expect_exit $rc "${BISECT[@]}" --case sum
 # or a FIFO is written in place, never replaced: as root a rename over /dev/null replaced it with a
 # regular file. Private nodes only (mknod in $WORK): a regression must not destroy the system's.
 CMP=("$BIN" -q compare --golden "$g" --model "$m" --no-decode --case sum)
-expect_exit 0 "${CMP[@]}" --json "$WORK/c.json"
+# A symbolic link is followed: its target is replaced, the link stays a link; a loop is refused.
+ln -s target.json "$WORK/link.json"
+expect_exit 0 "${CMP[@]}" --json "$WORK/link.json"
+[ -L "$WORK/link.json" ] && [ -f "$WORK/target.json" ] || fail "--json through a symbolic link replaced the link"
+ln -s loop.json "$WORK/loop.json"
+expect_exit 128 "${CMP[@]}" --json "$WORK/loop.json"
+expect_out "compare --json: cannot write $WORK/loop.json: Too many levels of symbolic links"
+[ -L "$WORK/loop.json" ] || fail "a symlink loop given as --json was replaced"
+c="$WORK/target.json"  # a compare JSON, the report's input below
 if [ "$(id -u)" = 0 ] && mknod "$WORK/null" c 1 3 2>/dev/null && mknod "$WORK/full" c 1 7 2>/dev/null; then
   expect_exit 0 "${CMP[@]}" --json "$WORK/null"
   expect_exit 128 "${CMP[@]}" --junit "$WORK/full"
   expect_out "cannot write $WORK/full: write: No space left on device"
-  expect_exit 0 "$BIN" report "$WORK/c.json" --format json -o "$WORK/null"
-  expect_exit 128 "$BIN" report "$WORK/c.json" -o "$WORK/full"
+  expect_exit 0 "$BIN" report "$c" --format json -o "$WORK/null"
+  expect_exit 128 "$BIN" report "$c" -o "$WORK/full"
   expect_out "No space left on device"
   # A server that exits at once (untestable): its log stays the node.
   expect_exit 125 timeout 20 "$BIN" -q compare --golden "$g" --model "$m" --case sum --server-cmd 'echo {port}; exit 3' \
@@ -112,13 +120,14 @@ if [ "$(id -u)" = 0 ] && mknod "$WORK/null" c 1 3 2>/dev/null && mknod "$WORK/fu
 else
   echo "outputs: skipping the device-node checks (needs root and mknod)"
 fi
+# A FIFO (a reader in the background, under a time limit): --json, report -o and --server-log reach it.
 mkfifo "$WORK/fifo"
 timeout 20 cat "$WORK/fifo" >"$WORK/fifo.out" &
 expect_exit 0 timeout 20 "${CMP[@]}" --json "$WORK/fifo"
 wait $! || fail "the FIFO's reader failed or timed out"
 grep -q '"verdict"' "$WORK/fifo.out" || fail "the JSON written into the FIFO did not reach its reader"
 timeout 20 cat "$WORK/fifo" >"$WORK/fifo.out" &
-expect_exit 0 timeout 20 "$BIN" report "$WORK/c.json" -o "$WORK/fifo"
+expect_exit 0 timeout 20 "$BIN" report "$c" -o "$WORK/fifo"
 wait $! || fail "the FIFO's reader failed or timed out"
 timeout 20 cat "$WORK/fifo" >"$WORK/fifo.out" &
 expect_exit 125 timeout 20 "$BIN" -q compare --golden "$g" --model "$m" --case sum --server-cmd 'echo port {port}; exit 3' \
@@ -126,12 +135,4 @@ expect_exit 125 timeout 20 "$BIN" -q compare --golden "$g" --model "$m" --case s
 wait $! || fail "the FIFO's reader failed or timed out"
 grep -q "^port " "$WORK/fifo.out" || fail "the server's log did not reach the FIFO's reader"
 [ -p "$WORK/fifo" ] || fail "$WORK/fifo is no longer a FIFO"
-# A symbolic link is followed: its target is replaced, the link stays a link; a loop is refused.
-ln -s target.json "$WORK/link.json"
-expect_exit 0 "${CMP[@]}" --json "$WORK/link.json"
-[ -L "$WORK/link.json" ] && [ -f "$WORK/target.json" ] || fail "--json through a symbolic link replaced the link"
-ln -s loop.json "$WORK/loop.json"
-expect_exit 128 "${CMP[@]}" --json "$WORK/loop.json"
-expect_out "compare --json: cannot write $WORK/loop.json: Too many levels of symbolic links"
-[ -L "$WORK/loop.json" ] || fail "a symlink loop given as --json was replaced"
 echo "outputs: ok"
