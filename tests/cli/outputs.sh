@@ -117,6 +117,12 @@ if [ "$(id -u)" = 0 ] && mknod "$WORK/null" c 1 3 2>/dev/null && mknod "$WORK/fu
     --server-log "$WORK/null" --health-timeout 5
   expect_out "the server exited"
   for n in null full; do [ -c "$WORK/$n" ] || fail "$WORK/$n is no longer a character device"; done
+  # A block device (a disk) is refused before the run, never written or replaced (7,250: a loop device minor).
+  if mknod "$WORK/blk" b 7 250 2>/dev/null; then
+    expect_exit 128 "${CMP[@]}" --json "$WORK/blk"
+    expect_out "it is a block device"
+    [ -b "$WORK/blk" ] || fail "$WORK/blk is no longer a block device"
+  fi
 else
   echo "outputs: skipping the device-node checks (needs root and mknod)"
 fi
