@@ -11,12 +11,10 @@ M=$(cd "$SRC/models/tiny-trained" && pwd)
 G=$SRC/golden/tiny-trained/smoke
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: python3 not found (writes the dumps)"; exit 77; }
 
-# 1. Dumps of case two-plus-two. MODE: good, plus-1e20, 3e38, int-logits, int-l_out.
-dump() {
-  mkdir -p "$WORK/$1"
-  python3 - "$G/two-plus-two.safetensors" "$WORK/$1/two-plus-two.safetensors" "$1" <<'PY'
-import json, math, struct, sys
-src, out, mode = sys.argv[1:4]
+# 1. Dumps of case two-plus-two, one folder per MODE: good, plus-1e20, 3e38, int-logits, int-l_out.
+python3 - "$G/two-plus-two.safetensors" "$WORK" <<'PY'
+import json, math, os, struct, sys
+src, work = sys.argv[1:3]
 raw = open(src, "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
 head, data = json.loads(raw[8:8 + n]), raw[8 + n:]
@@ -30,43 +28,41 @@ V, H = 2048, 192
 logits = []
 for t in range(T):  # the record's logits at its top-K ids; the tail's mass spread over the other ids
     q = sum(math.exp(x) for x in lq[t * K:(t + 1) * K])
-    tail = lse[t] + (math.log((1 - q) / (V - K)) if q < 1 else -30.0)
-    row = [tail] * V
+    row = [lse[t] + (math.log((1 - q) / (V - K)) if q < 1 else -30.0)] * V
     for k in range(K):
         row[ids[t * K + k]] = lq[t * K + k] + lse[t]
-    logits += [x + 1e20 if mode == "plus-1e20" else 3e38 if mode == "3e38" else x for x in row]
-tensors = [("logits", "I32" if mode == "int-logits" else "F32", [T, V],
-            struct.pack("<%di" % len(logits), *[0] * len(logits)) if mode == "int-logits"
-            else struct.pack("<%df" % len(logits), *logits))]
+    logits += row
+l_out = []
 for L in range(8):  # the record's stored rows, zeros after them
     (P, _), v = arr("l_out-%d" % L, "f")
-    if mode == "int-l_out" and L == 3:
-        tensors.append(("l_out-3", "I64", [T, H], b"\0" * (8 * T * H)))
-    else:
-        tensors.append(("l_out-%d" % L, "F32", [T, H], struct.pack("<%df" % (T * H), *(v + [0.0] * ((T - P) * H)))))
-h, blobs, off = {"__metadata__": {"format": "degenbisect-dump", "names": "llama.cpp", "case": "two-plus-two",
-                                  "tokens": str(T)}}, [], 0
-for name, dt, shape, b in tensors:
-    h[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}
-    blobs.append(b); off += len(b)
-hs = json.dumps(h).encode(); hs += b" " * (-len(hs) % 8)
-open(out, "wb").write(struct.pack("<Q", len(hs)) + hs + b"".join(blobs))
+    l_out.append(struct.pack("<%df" % (T * H), *(v + [0.0] * ((T - P) * H))))
+f32 = lambda xs: struct.pack("<%df" % len(xs), *xs)
+for mode in ("good", "plus-1e20", "3e38", "int-logits", "int-l_out"):
+    lg = {"plus-1e20": lambda: f32([x + 1e20 for x in logits]), "3e38": lambda: f32([3e38] * len(logits)),
+          "int-logits": lambda: b"\0" * (4 * T * V)}.get(mode, lambda: f32(logits))()
+    tensors = [("logits", "I32" if mode == "int-logits" else "F32", [T, V], lg)]
+    for L in range(8):
+        tensors.append(("l_out-3", "I64", [T, H], b"\0" * (8 * T * H)) if mode == "int-l_out" and L == 3
+                       else ("l_out-%d" % L, "F32", [T, H], l_out[L]))
+    h, blobs, off = {"__metadata__": {"format": "degenbisect-dump", "names": "llama.cpp", "case": "two-plus-two",
+                                      "tokens": str(T)}}, [], 0
+    for name, dt, shape, b in tensors:
+        h[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}
+        blobs.append(b); off += len(b)
+    hs = json.dumps(h).encode(); hs += b" " * (-len(hs) % 8)
+    os.makedirs(os.path.join(work, mode))
+    open(os.path.join(work, mode, "two-plus-two.safetensors"), "wb").write(struct.pack("<Q", len(hs)) + hs + b"".join(blobs))
 PY
-}
 cmp_dump() { "$BIN" compare --golden "$G" --model "$M" --case two-plus-two --engine-class bf16 --dump "$WORK/$1"; }
-dump good
 expect_exit 0 cmp_dump good
 expect_out "verdict: good (exit 0)"
 for mode in plus-1e20 3e38; do
-  dump $mode
   expect_exit 1 cmp_dump $mode
   expect_out "52 positions whose largest logit lies beyond ±32768"
   expect_out "verdict: bad (exit 1)"
 done
-dump int-logits
 expect_exit 128 cmp_dump int-logits
 expect_out "tensor 'logits' has dtype I32; expected F32, F16 or BF16"
-dump int-l_out
 expect_exit 128 cmp_dump int-l_out
 expect_out "tensor 'l_out-3' has dtype I64; expected F32, F16 or BF16"
 
