@@ -148,13 +148,13 @@ std::optional<int64_t> first_floor_break(std::span<const double> err, std::span<
 //    float32 no longer resolves the differences softmax needs (test_out_of_range = true).
 //  - An undefined GOLDEN distribution (NaN or +inf, or all -inf) throws std::invalid_argument.
 // The largest magnitude a position's largest logit may have: 2^15. Where it comes from:
-//  - real logits are far inside it: an LM head's raw logits are tens of nats (the Qwen3.5 family
-//    and the trained tiny model stay within about ±50; soft-capped models such as Gemma 2 cap them
-//    at 30), and an fp16 engine cannot hold more than 65504 at all;
+//  - real logits are far inside it: an LM head's raw logits are tens of nats (the largest in the
+//    trained tiny model's golden records is 30.4; soft-capped models such as Gemma 2 cap them at
+//    30), and an fp16 engine cannot hold more than 65504 at all;
 //  - float32 spaces numbers of magnitude 2^15 by 2^-8 = 0.004 nats. Softmax depends only on logit
 //    differences, and a rounding error δ of the logits moves the KLD by about ½·Var_q(δ): at 2^15
 //    ≤ ½·(2^-9)² ≈ 2e-6 nats, below the bf16 class's KLD floor (1.5e-5 nats, golden/tiny-trained).
-//    The spacing is a whole nat at 2^24, and at 1e20 (issue 40: a dump's logits plus 1e20) every
+//    The spacing is a whole nat at 2^23, and at 1e20 (issue 40: a dump's logits plus 1e20) every
 //    logit of a position rounds to one float: no distribution is left to measure.
 // Beyond it the test distribution is undefined (the worst case, as NaN is).
 constexpr double kMaxLogitMagnitude = 32768.0;
