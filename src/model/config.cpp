@@ -199,9 +199,10 @@ void check_sizes(const ModelConfig& c, const Fields& f) {
 // keeps θ far inside fp32 (the frequencies are computed in fp32: Backend::rope_inv_freq; beyond
 // 3.4e38 the conversion overflows).
 constexpr double kMaxRopeTheta = 1e12;
-// RMSNorm epsilon: released models use 1e-6 (Qwen3.5, Qwen3-Next) or 1e-5 (Llama). Every backend
-// adds it in fp32, where below FLT_MIN = 1.2e-38 it is a subnormal or 0, and a zero row normalises to
-// 0/0 = NaN: so at least FLT_MIN. Below 1 (as before): an epsilon of 1 would outweigh unit activations.
+// RMSNorm epsilon: released models use 1e-6 (Qwen3.5, Qwen3-Next) or 1e-5 (Llama). The CUDA kernels
+// add it in fp32 (src/cuda/rmsnorm.cpp), where below FLT_MIN = 1.2e-38 it is a subnormal or 0 and a
+// zero row normalises to 0/0 = NaN, while the fp64 CPU reference still adds it: so at least FLT_MIN.
+// Below 1 (as before): an epsilon of 1 would outweigh unit activations.
 constexpr double kMinRmsNormEps = std::numeric_limits<float>::min();
 
 void validate(const ModelConfig& c, const Fields& f) {
@@ -226,7 +227,7 @@ void validate(const ModelConfig& c, const Fields& f) {
   need(c.rope_theta > 1 && c.rope_theta <= kMaxRopeTheta, theta_in_rp ? "rope_parameters.rope_theta" : "rope_theta",
        cat("a number in (1, ", kMaxRopeTheta, "] (released models use 1e4 to 1e7)"), c.rope_theta);
   need(c.rms_norm_eps >= kMinRmsNormEps && c.rms_norm_eps < 1, "rms_norm_eps",
-       cat("a number in [", kMinRmsNormEps, " (FLT_MIN: it is added in fp32), 1)"), c.rms_norm_eps);
+       cat("a number in [", kMinRmsNormEps, " (FLT_MIN: the GPU adds it in fp32), 1)"), c.rms_norm_eps);
   // Token ids the config names: ids of its own vocabulary (an id past it can never be generated, so
   // a stop id there would silently never stop).
   for (int64_t id : c.eos_token_ids)
