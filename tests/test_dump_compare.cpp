@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "backends/make_backend.h"
@@ -186,4 +187,122 @@ TEST_CASE("compare --dump: a dump in our own step names (a transformers hook scr
   CHECK(reasons(r).find("first step over its floor in layer 5: gdn_q (the engine's 'gdn_q-5'") != std::string::npos);
   write_dump(*j.model, j.seq(), "precision=fp64", dir.path() / "other", "vllm");
   CHECK_THROWS_WITH_AS(j.judge(dir.path() / "other"), doctest::Contains("expected 'llama.cpp' or 'degenbisect'"), InputError);
+}
+
+namespace {
+
+// Copies the dump at `from` to `to` with tensor `name` replaced (removed when shape is empty) and
+// metadata `meta` set: a malformed dump. The new tensor is zeros of `dtype` and `shape`, or, with
+// `values`, the old F32 values passed through it.
+void rewrite_dump(const fs::path& from, const fs::path& to, const std::string& name, DType dtype,
+                  const std::vector<int64_t>& shape, const std::map<std::string, std::string>& meta = {},
+                  const std::function<float(float)>& values = {}) {
+  const auto f = SafetensorsFile::open(from);
+  SafetensorsWriter w;
+  for (const auto& [k, v] : f->metadata()) w.set_metadata(k, v);
+  for (const auto& [k, v] : meta) w.set_metadata(k, v);
+  for (const TensorView& t : f->tensors()) {
+    if (t.name != name) {
+      w.add(t.name, t.dtype, t.shape, t.data, t.nbytes);
+      continue;
+    }
+    if (shape.empty()) continue;
+    if (values) {
+      std::vector<float> v(static_cast<size_t>(t.numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = values(t.at(i));
+      w.add_f32(name, t.shape, v);
+      continue;
+    }
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    const std::vector<uint8_t> zeros(static_cast<size_t>(n) * dtype_size(dtype), 0);
+    w.add(name, dtype, shape, zeros.data(), zeros.size());
+  }
+  fs::create_directories(to.parent_path());
+  w.write(to);
+}
+
+}  // namespace
+
+// Issue 40: impossible logits. Before the fix, logits of about 3e38 (or the good ones plus 1e20) gave
+// a KLD of -5.53 nats, top-1 agreement 0 % and the verdict good: log-softmax lost log Σexp beside a
+// logit of that size, every id at the maximum got p = 1, and the "probabilities" summed to thousands.
+TEST_CASE("compare --dump: logits beyond any real model's range are bad, never a negative KLD") {
+  Judge j;
+  test::TempDir dir("dump-huge");
+  const std::vector<std::pair<std::string, std::function<float(float)>>> edits = {
+      {"3e38", [](float) { return 3e38f; }},
+      {"plus-1e20", [](float x) { return x + 1e20f; }},
+      {"times-1e6", [](float x) { return x * 1e6f; }}};
+  write_dump(*j.model, j.seq(), "precision=fp64", dir.path() / "good");
+  const fs::path good = dir.path() / "good" / (std::string(kCase) + ".safetensors");
+  for (const auto& edit : edits) {
+    const std::string& name = edit.first;
+    rewrite_dump(good, dir.path() / name / good.filename(), "logits", DType::f32, {1}, {}, edit.second);
+    const CompareResult r = j.judge(dir.path() / name);
+    const std::string why = reasons(r);
+    INFO(name, "\n", why);
+    CHECK(r.exit_code == 1);
+    REQUIRE(r.cases.at(0).logits[0].has_value());
+    CHECK_FALSE(r.cases[0].logits[0]->pass);
+    CHECK(r.cases[0].logits[0]->mean_kld >= 0);
+    for (double k : r.cases[0].logits[0]->kld) CHECK(k >= 0);
+    CHECK(why.find("beyond ±32768") != std::string::npos);
+  }
+}
+
+// Issue 40: an integer-typed tensor in a dump was read through load_as_f32 and reported as an
+// "internal error". Every tensor the judge may read is checked (dtype, rank, rows, columns) when the
+// dump is opened: exit 128 naming the tensor, what it has and what was expected.
+TEST_CASE("compare --dump: a tensor of the wrong dtype or shape is an input error naming it") {
+  Judge j;
+  test::TempDir dir("dump-dtype");
+  write_dump(*j.model, j.seq(), "precision=fp64", dir.path() / "good");
+  const fs::path good = dir.path() / "good" / (std::string(kCase) + ".safetensors");
+  const int64_t T = static_cast<int64_t>(j.seq().size()), V = j.model->config.vocab_size,
+                H = j.model->config.hidden_size;
+  struct Bad {
+    const char* tensor;
+    DType dtype;
+    std::vector<int64_t> shape;
+    const char* says;
+  };
+  const std::vector<Bad> bad = {
+      {"logits", DType::i32, {T, V}, "tensor 'logits' has dtype I32; expected F32, F16 or BF16"},
+      {"logits", DType::i64, {T, V}, "tensor 'logits' has dtype I64; expected F32, F16 or BF16"},
+      {"l_out-3", DType::i32, {T, H}, "tensor 'l_out-3' has dtype I32; expected F32, F16 or BF16"},
+      {"l_out-5", DType::u8, {T, H}, "tensor 'l_out-5' has dtype U8"},
+      {"attn_norm-2", DType::f64, {T, H}, "tensor 'attn_norm-2' has dtype F64"},
+      {"z-0", DType::i64, {T, 4}, "tensor 'z-0' has dtype I64"},
+      {"model.input_embed", DType::f32, {T, 5}, "tensor 'model.input_embed' has shape [" },
+      {"model.input_embed", DType::f32, {T}, "expected [" },
+      {"l_out-1", DType::f32, {T, H + 1}, "tensor 'l_out-1' has shape ["},
+      {"l_out-1", DType::f32, {T - 1, H}, "expected " },
+      {"l_out-1", DType::f32, {}, "no 'l_out-1' tensor"},
+      {"Qcur-3", DType::f32, {T + 1, 8}, "tensor 'Qcur-3' has shape ["},
+      {"logits", DType::f32, {T, V, 1}, "no 'logits' tensor [tokens, vocabulary] (found shape ["},
+      {"logits", DType::f32, {}, "no 'logits' tensor"},
+  };
+  for (const Bad& b : bad) {
+    const fs::path d = dir.path() / "bad";
+    fs::remove_all(d);
+    rewrite_dump(good, d / good.filename(), b.tensor, b.dtype, b.shape);
+    INFO(b.tensor, " ", dtype_name(b.dtype), " ", shape_str(b.shape));
+    CHECK_THROWS_WITH_AS(j.judge(d), doctest::Contains(b.says), InputError);
+  }
+  // The metadata's token count, when present, is the sequence's, in decimal digits.
+  for (const std::string& tokens : {std::string("51"), std::string("1e300"), std::string("-52"), std::string("")}) {
+    const fs::path d = dir.path() / "tokens";
+    fs::remove_all(d);
+    rewrite_dump(good, d / good.filename(), "", DType::f32, {}, {{"tokens", tokens}});
+    INFO("tokens '", tokens, "'");
+    CHECK_THROWS_WITH_AS(j.judge(d), doctest::Contains(doctest::String(("metadata tokens '" + tokens + "'").c_str())), InputError);
+  }
+  // BF16 and F16 are read (docs/dump-format.md), and the right count is accepted.
+  const fs::path d = dir.path() / "bf16";
+  rewrite_dump(good, d / good.filename(), "l_out-2", DType::bf16, {T, H}, {{"tokens", std::to_string(T)}});
+  const CompareResult r = j.judge(d);  // zeros for layer 2's output: judged, not refused
+  CHECK(r.exit_code == 1);
+  REQUIRE(r.cases.at(0).first_break.has_value());
+  CHECK(r.cases[0].first_break->second == 2);
 }

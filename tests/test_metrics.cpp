@@ -353,6 +353,72 @@ TEST_CASE("metrics: kld_topk is a lower bound, equal at K = V (random logits)") 
   }
 }
 
+// Issue 40: a dump's logits plus 1e20 gave KLD -5.53 and the verdict good. log-softmax took
+// x − (m + ln Σexp(x − m)): beside m = 1e20 the sum rounds away, so every id at the maximum got p = 1.
+TEST_CASE("metrics: log-softmax keeps ln Σexp apart from a huge maximum") {
+  std::vector<float> big{1e20f, 1e20f, 1e20f, 1e20f};
+  for (double lp : m::log_softmax(big)) CHECK(lp == Approx(-std::log(4.0)).epsilon(1e-15));
+  // Softmax depends on differences only: shifted by 30000 (inside kMaxLogitMagnitude; integers, so
+  // exact in float32) the KLD against the unshifted golden is 0.
+  std::vector<float> g{3, 1, 0, -2}, t{30003, 30001, 30000, 29998};
+  m::LogitPosition p = m::compare_logits(t, g, 0);
+  CHECK_FALSE(p.test_out_of_range);
+  CHECK(std::abs(p.kld) < 1e-15);
+  CHECK(p.top1_agree);
+}
+
+TEST_CASE("metrics: a test distribution beyond kMaxLogitMagnitude is the worst case, not a number") {
+  std::vector<float> g{3, 1, 0, -2};
+  for (float shift : {1e20f, -1e20f, 3e38f, 40000.0f}) {
+    INFO(shift);
+    std::vector<float> t = g;
+    for (float& x : t) x += shift;
+    m::LogitPosition p = m::compare_logits(t, g, 0);
+    CHECK(p.test_out_of_range);
+    CHECK(p.test_max_logit == Approx(static_cast<double>(3.0f + shift)));
+    CHECK(p.kld == kInf);
+    CHECK_FALSE(p.top1_agree);
+    CHECK(p.test_top1 == -1);
+    CHECK(*p.dp < 0);
+    CHECK(p.to_json().at("test_out_of_range") == true);
+    // the same from a top-K record
+    std::vector<int32_t> ids{0, 1};
+    std::vector<double> lq = m::log_softmax(g);
+    std::vector<float> lqk{static_cast<float>(lq[0]), static_cast<float>(lq[1])};
+    m::LogitPosition k = m::compare_logits_topk(t, m::GoldenTopK{ids, lqk, 3.0 - lq[0]}, 0);
+    CHECK(k.test_out_of_range);
+    CHECK(k.kld == kInf);
+  }
+  // At the bound it is still a distribution; far below the maximum is only probability 0.
+  std::vector<float> edge{32768.0f, 32767.0f, -1e30f, -3e38f};
+  m::LogitPosition e = m::compare_logits(edge, g, 0);
+  CHECK_FALSE(e.test_out_of_range);
+  CHECK(std::isfinite(e.kld));
+  CHECK(e.kld >= 0);
+}
+
+TEST_CASE("metrics: a KLD below 0 beyond rounding is an input error, never a verdict") {
+  // K = V = 2 stored ids whose probabilities sum to ½ (an inconsistent record), test p = (½, ½):
+  // kld = 2 · ¼ · (ln ¼ − ln ½) = −½ ln 2.
+  std::vector<float> t{0, 0};
+  std::vector<int32_t> ids{0, 1};
+  std::vector<float> half{std::log(0.25f), std::log(0.25f)};
+  CHECK_THROWS_WITH_AS(m::compare_logits_topk(t, m::GoldenTopK{ids, half, 0.0}, 0),
+                       doctest::Contains("below 0 by more than rounding"), InputError);
+  CHECK_THROWS_WITH_AS(m::compare_logits_topk(t, m::GoldenTopK{ids, half, 0.0}, 0),
+                       doctest::Contains("the golden probabilities sum to 0.5"), InputError);
+  // Rounding is not an error: the same with log-probs off by a few fp32 ulps (sum 1 − 1.2e-7).
+  std::vector<float> near{std::nextafter(std::log(0.5f), -1.0f), std::nextafter(std::log(0.5f), -1.0f)};
+  m::LogitPosition k = m::compare_logits_topk(t, m::GoldenTopK{ids, near, 0.0}, 0);
+  CHECK(k.kld < 0);
+  CHECK(k.kld > -m::kKldRoundoff);
+  // With a tail (K < V) the tail bucket takes 1 − Σq: never negative beyond rounding.
+  std::vector<float> t3{0, 0, 0};
+  std::vector<int32_t> one{0};
+  std::vector<float> lq1{std::log(0.25f)};
+  CHECK(m::compare_logits_topk(t3, m::GoldenTopK{one, lq1, 0.0}, 0).kld >= 0);
+}
+
 TEST_CASE("metrics: percentiles by linear interpolation") {
   // [1,2,3,4,5]: h = f·4; p90 → h = 3.6 → 4 + 0.6 = 4.6; p10 → h = 0.4 → 1.4; p99.9 → 3.996 → 4.996
   std::vector<double> v{5, 3, 1, 4, 2};  // unsorted on purpose

@@ -120,7 +120,8 @@ struct Ctx {
     } else if (v.is_object()) {
       for (const auto& [k, x] : v.items()) {
         std::string val;
-        if (x.is_number_integer()) val = std::to_string(x.get<int64_t>());
+        if (x.is_number_unsigned()) val = std::to_string(x.get<uint64_t>());  // a seed may use all 64 bits
+        else if (x.is_number_integer()) val = std::to_string(x.get<int64_t>());
         else if (x.is_number()) val = json(x.get<double>()).dump();  // shortest round-trip text
         else fail(field, cat("key '", k, "': expected a number, found ", json_type(x), " ", short_dump(x)));
         text += (text.empty() ? "" : ",") + k + "=" + val;
@@ -312,6 +313,9 @@ CasePrompt encode_case(const Case& c, const Tokenizer* tok, const ModelConfig& c
   for (size_t i = 0; i < p.ids.size(); ++i)
     if (p.ids[i] >= cfg.vocab_size)
       input_error(where, ": token ", i, " has id ", p.ids[i], ", expected < vocab_size ", cfg.vocab_size);
+  const int top_k = case_sampling(c, SamplingParams{}).top_k;  // as `run` refuses it (run_config.cpp)
+  if (top_k > cfg.vocab_size)
+    input_error(where, ": sampling top_k=", top_k, " exceeds the vocabulary (", cfg.vocab_size, ")");
   const int64_t need = static_cast<int64_t>(p.ids.size()) + c.max_new_tokens;
   if (cfg.max_position_embeddings > 0 && need > cfg.max_position_embeddings)
     input_error(where, ": ", p.ids.size(), " prompt tokens + max_new_tokens ", c.max_new_tokens,

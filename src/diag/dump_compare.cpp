@@ -74,30 +74,8 @@ const std::vector<DumpName>& dump_names(const std::string& names) {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-// One dump tensor as [rows, cols] float rows, in our column order.
-struct Rows {
-  int64_t rows = 0, cols = 0;
-  std::vector<float> v;
-};
-
-Rows read_rows(const SafetensorsFile& f, const std::string& name, int64_t T) {
-  const TensorView* t = f.find(name);
-  Rows r;
-  if (!t) return r;
-  if (t->shape.empty() || t->shape[0] != T || t->numel() % T != 0)
-    input_error(f.path().string(), ": tensor '", name, "' has shape ", shape_str(t->shape), "; expected ", T,
-                " rows (one per token of the golden sequence)");
-  r.rows = T;
-  r.cols = t->numel() / T;
-  r.v.resize(static_cast<size_t>(t->numel()));
-  for (size_t i = 0; i < r.v.size(); ++i) r.v[i] = t->at(i);
-  return r;
-}
-
 // Tiled value heads back to our grouped order: ours[off + (k·r + v)·b + e] = theirs[off + (v·n_k + k)·b + e].
-void untile_vheads(Rows& x, const ModelConfig& cfg, int64_t off, int64_t block) {
+void untile_vheads(DumpRows& x, const ModelConfig& cfg, int64_t off, int64_t block) {
   const int64_t nk = cfg.n_k, r = cfg.r();
   if (off + cfg.n_v * block > x.cols) return;  // not the layout we expect: compared as is (and fails loudly)
   std::vector<float> row(static_cast<size_t>(cfg.n_v * block));
@@ -110,14 +88,117 @@ void untile_vheads(Rows& x, const ModelConfig& cfg, int64_t off, int64_t block) 
   }
 }
 
-Rows mapped(const SafetensorsFile& f, const DumpName& n, int layer, int64_t T, const ModelConfig& cfg) {
-  Rows r = read_rows(f, layer < 0 ? std::string(n.engine) : cat(n.engine, "-", layer), T);
-  if (!r.v.empty() && n.order == HeadOrder::vheads_tiled)
-    untile_vheads(r, cfg, n.offset_keys * cfg.d_key(), n.block_is_dv ? cfg.d_v : 1);
-  if (n.scale_q)
-    for (float& x : r.v) x = static_cast<float>(x / std::sqrt(static_cast<double>(cfg.d_k)));
+// The engine's name of entry n at `layer` (-1: a whole-model entry).
+std::string engine_name(const DumpName& n, int layer) {
+  return layer < 0 ? std::string(n.engine) : cat(n.engine, "-", layer);
+}
+
+// Does entry n apply to layer `layer` (-1: the whole model) of cfg?
+bool applies(const DumpName& n, int layer, const ModelConfig& cfg) {
+  if ((n.kind == 'M') != (layer < 0)) return false;
+  if (n.kind == 'M' || n.kind == '*') return true;
+  return n.kind == (cfg.layer_types[static_cast<size_t>(layer)] == LayerKind::full ? 'A' : 'G');
+}
+
+// A decimal count written as a metadata string ("52"); nullopt when it is not one.
+std::optional<int64_t> decimal_count(const std::string& s) {
+  if (s.empty() || s.size() > 18) return std::nullopt;  // 18 digits: below 2^63
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+}  // namespace
+
+bool dump_dtype_ok(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+
+DumpReader::DumpReader(const std::filesystem::path& file, const std::string& case_id, int64_t tokens,
+                       const ModelConfig& cfg)
+    : cfg_(cfg), T_(tokens) {
+  DEGEN_ASSERT(tokens > 0, "a golden sequence has tokens");
+  f_ = SafetensorsFile::open(file);
+  const std::string where = file.string();
+  // 1. Metadata.
+  const auto& md = f_->metadata();
+  auto meta = [&](const char* k) { auto it = md.find(k); return it == md.end() ? std::string() : it->second; };
+  if (meta("format") != "degenbisect-dump")
+    input_error(where, ": metadata format '", meta("format"), "', expected 'degenbisect-dump' (docs/dump-format.md)");
+  if (meta("names") != "llama.cpp" && meta("names") != "degenbisect")
+    input_error(where, ": metadata names '", meta("names"), "': expected 'llama.cpp' or 'degenbisect' (docs/dump-format.md)");
+  names_ = &dump_names(meta("names"));
+  if (!meta("case").empty() && meta("case") != case_id)
+    input_error(where, ": a dump of case '", meta("case"), "', expected '", case_id, "'");
+  if (md.count("tokens") && decimal_count(meta("tokens")) != tokens)
+    input_error(where, ": metadata tokens '", meta("tokens"), "'; the golden sequence of case '", case_id, "' has ", tokens,
+                " tokens (expected that count, in decimal digits)");
+  // 2. Tensors: dtype and shape of every tensor this reader may be asked for, before any is read.
+  auto check = [&](const std::string& name, std::optional<int64_t> cols) {
+    const TensorView* t = f_->find(name);
+    if (!t) return;
+    if (!dump_dtype_ok(t->dtype))
+      input_error(where, ": tensor '", name, "' has dtype ", dtype_name(t->dtype),
+                  "; expected F32, F16 or BF16 (a dump holds the engine's float values, docs/dump-format.md)");
+    if (t->shape.empty() || t->shape[0] != tokens)
+      input_error(where, ": tensor '", name, "' has shape ", shape_str(t->shape), "; expected ", tokens,
+                  " rows (one per token of the golden sequence) first");
+    if (cols && t->numel() != tokens * *cols)
+      input_error(where, ": tensor '", name, "' has shape ", shape_str(t->shape), "; expected [", tokens, ", ", *cols,
+                  "] (hidden size ", cfg.hidden_size, ")");
+  };
+  const TensorView* lg = f_->find("logits");
+  if (!lg || lg->shape.size() != 2)
+    input_error(where, ": no 'logits' tensor [tokens, vocabulary]",
+                lg ? cat(" (found shape ", shape_str(lg->shape), ")") : std::string());
+  if (lg->shape[0] != tokens)
+    input_error(where, ": logits for ", lg->shape[0], " positions; the golden sequence of case '", case_id, "' has ",
+                tokens, " tokens (a dump of another sequence?)");
+  if (lg->shape[1] != cfg.vocab_size)
+    input_error(where, ": logits over ", lg->shape[1], " ids; the model's vocabulary has ", cfg.vocab_size,
+                " (a dump of another model's vocabulary?)");
+  check("logits", cfg.vocab_size);
+  for (const DumpName& n : *names_)
+    for (int l = -1; l < cfg.num_layers; ++l) {
+      if (!applies(n, l, cfg)) continue;
+      const bool hidden = n.step == Step::embed || n.step == Step::l_out;  // ours is [T, H]
+      check(engine_name(n, l), hidden ? std::optional<int64_t>(cfg.hidden_size) : std::nullopt);
+    }
+  const DumpName l_out{'*', "l_out", Step::l_out, HeadOrder::same, 0, false, ""};
+  for (int l = 0; l < cfg.num_layers; ++l) check(engine_name(l_out, l), cfg.hidden_size);
+}
+
+DumpReader::~DumpReader() = default;
+
+const std::filesystem::path& DumpReader::path() const { return f_->path(); }
+
+DumpRows DumpReader::rows(const std::string& name) const {
+  const TensorView* t = f_->find(name);
+  DumpRows r;
+  if (!t) return r;
+  DEGEN_ASSERT(dump_dtype_ok(t->dtype) && !t->shape.empty() && t->shape[0] == T_, "checked when opened: ", name);
+  r.rows = T_;
+  r.cols = t->numel() / T_;
+  r.v.resize(static_cast<size_t>(t->numel()));
+  for (size_t i = 0; i < r.v.size(); ++i) r.v[i] = t->at(i);
   return r;
 }
+
+std::vector<float> DumpReader::logits() const { return rows("logits").v; }
+
+DumpRows DumpReader::mapped(const DumpName& n, int layer) const {
+  DumpRows r = rows(engine_name(n, layer));
+  if (!r.v.empty() && n.order == HeadOrder::vheads_tiled)
+    untile_vheads(r, cfg_, n.offset_keys * cfg_.d_key(), n.block_is_dv ? cfg_.d_v : 1);
+  if (n.scale_q)
+    for (float& x : r.v) x = static_cast<float>(x / std::sqrt(static_cast<double>(cfg_.d_k)));
+  return r;
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
 
 // The steps of one layer (or l_out of every layer) of a teacher-forced prefill run on our engine.
 struct StepCapture {
@@ -179,18 +260,16 @@ struct DumpRun {
 
 // Within layer `layer`: the first mapped step whose error against the reference breaks k·(the
 // known-good run's error at that step) + eps. Returns the reason line.
-std::string localise_step(DumpRun& run, const SafetensorsFile& f, const std::vector<DumpName>& names,
-                          const std::vector<int32_t>& seq, int layer) {
-  const int64_t T = static_cast<int64_t>(seq.size());
+std::string localise_step(DumpRun& run, const DumpReader& f, const std::vector<int32_t>& seq, int layer) {
   const char kind = run.cfg.layer_types[static_cast<size_t>(layer)] == LayerKind::full ? 'A' : 'G';
   const StepCapture ref = traced_prefill(*run.ref, seq, layer);
   const StepCapture good = traced_prefill(*run.floor, seq, layer);
   const metrics::FloorRule& rule = run.o.rules.layer;
   std::string within;
   int compared = 0;
-  for (const DumpName& n : names) {
+  for (const DumpName& n : f.names()) {
     if (n.kind != kind && n.kind != '*') continue;
-    const Rows d = mapped(f, n, layer, T, run.cfg);
+    const DumpRows d = f.mapped(n, layer);
     const std::vector<float>* r = step_of(ref, n.step, layer);
     const std::vector<float>* g = step_of(good, n.step, layer);
     if (d.v.empty() || !r || !g) continue;
@@ -222,23 +301,7 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
   if (!std::filesystem::exists(file))
     input_error("no dump for case '", g.id, "': expected ", file.string(), " (written by llama-dump or a hook script, ",
                 "docs/dump-format.md)");
-  const auto f = SafetensorsFile::open(file);
-  const auto& md = f->metadata();
-  auto meta = [&](const char* k) { auto it = md.find(k); return it == md.end() ? std::string() : it->second; };
-  if (meta("format") != "degenbisect-dump")
-    input_error(file.string(), ": metadata format '", meta("format"), "', expected 'degenbisect-dump' (docs/dump-format.md)");
-  const std::vector<DumpName>& names = dump_names(meta("names"));
-  if (!meta("case").empty() && meta("case") != g.id)
-    input_error(file.string(), ": a dump of case '", meta("case"), "', expected '", g.id, "'");
-  const TensorView* lg = f->find("logits");
-  if (!lg || lg->shape.size() != 2)
-    input_error(file.string(), ": no 'logits' tensor [tokens, vocabulary]");
-  if (lg->shape[0] != T)
-    input_error(file.string(), ": logits for ", lg->shape[0], " positions; the golden sequence of case '", g.id, "' has ", T,
-                " tokens (a dump of another sequence?)");
-  if (lg->shape[1] != V)
-    input_error(file.string(), ": logits over ", lg->shape[1], " ids; the model's vocabulary has ", V,
-                " (a dump of another model's vocabulary?)");
+  const DumpReader f(file, g.id, T, cfg);
 
   CaseResult cr;
   cr.id = g.id;
@@ -246,19 +309,18 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
   cr.positions = T;
   cr.stored_positions = g.P;
   // Logits.
-  std::vector<float> logits(static_cast<size_t>(T * V));
-  for (size_t i = 0; i < logits.size(); ++i) logits[i] = lg->at(i);
+  const std::vector<float> logits = f.logits();
   std::vector<int32_t> next(static_cast<size_t>(T), -1);
   for (int64_t i = 0; i + 1 < T; ++i) next[static_cast<size_t>(i)] = seq[static_cast<size_t>(i + 1)];
   const std::optional<CaseFloors>& floors = g.floors[static_cast<int>(run.o.fclass)];
   std::optional<double> kld_floor = floors ? floors->kld[0] : std::nullopt;
   if (run.o.measured_class) kld_floor = teacher_forced_kld(*run.floor, *run.floor_be, g, V, run.maskp);
-  cr.logits[0] = logits_result(logit_positions(logits, T, V, g.topk, next, run.maskp), kld_floor, run.o.rules.kld,
-                               run.o.rules.fallback_kld);
+  const std::vector<metrics::LogitPosition> pos = logit_positions(logits, T, V, g.topk, next, run.maskp);
+  cr.logits[0] = logits_result(pos, kld_floor, run.o.rules.kld, run.o.rules.fallback_kld);
   set_logprob_offset(*cr.logits[0], logits, T, V, g.topk);  // what the engine would report as log-probs
   // Layers: the dump's drift against the known-good run's.
   const StepCapture good = traced_prefill(*run.floor, seq, -2);
-  const Rows emb = mapped(*f, names.front(), -1, T, cfg);  // both tables start with the embedding
+  const DumpRows emb = f.mapped(f.names().front(), -1);  // both tables start with the embedding
   if (!emb.v.empty() && !g.embed.empty())
     cr.embed[0] = metrics::tensor_error(first_rows(emb.v, g.P, H), std::span<const float>(g.embed));
   const DumpName l_out{'*', "l_out", Step::l_out, HeadOrder::same, 0, false, ""};
@@ -268,11 +330,11 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
     row.layer = l;
     row.kind = cfg.layer_types[static_cast<size_t>(l)] == LayerKind::full ? 'A' : 'G';
     const std::vector<float>& gl = g.l_out[static_cast<size_t>(l)];
-    const Rows d = mapped(*f, l_out, l, T, cfg);
+    const DumpRows d = f.mapped(l_out, l);
     const std::vector<float>* k = step_of(good, Step::l_out, l);
     if (gl.empty() || !k) continue;
     if (d.v.empty()) input_error(file.string(), ": no 'l_out-", l, "' tensor (every layer's output is needed)");
-    if (d.cols != H) input_error(file.string(), ": 'l_out-", l, "' has ", d.cols, " columns, hidden size is ", H);
+    DEGEN_ASSERT(d.cols == H, "checked when opened");
     row.drift[0] = metrics::tensor_error(first_rows(d.v, g.P, H), std::span<const float>(gl));
     const double floor = metrics::tensor_error(first_rows(*k, g.P, H), std::span<const float>(gl)).rel_l2;
     const metrics::FloorRule& rule = run.o.rules.layer;
@@ -284,13 +346,24 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
   }
   // Verdict.
   if (cr.logits[0]->nonfinite > 0) cr.reasons.push_back(cat(cr.logits[0]->nonfinite, " positions with non-finite logits"));
+  int64_t beyond = 0;
+  double worst = 0;
+  for (const metrics::LogitPosition& p : pos)
+    if (p.test_out_of_range) {
+      ++beyond;
+      worst = std::abs(p.test_max_logit) > std::abs(worst) ? p.test_max_logit : worst;
+    }
+  if (beyond > 0)
+    cr.reasons.push_back(cat(beyond, " positions whose largest logit lies beyond ±", metrics::kMaxLogitMagnitude, " (up to ",
+                             worst, "): no real model's logits, and float32 cannot resolve a softmax there ",
+                             "(metrics.h kMaxLogitMagnitude): counted as the worst KLD"));
   if (cr.first_break) {
     const int l = cr.first_break->second;
     const LayerRow& row = cr.layers[static_cast<size_t>(l)];
     cr.reasons.push_back(cat("first layer over its drift floor: ", l, " (", row.kind == 'A' ? "attention" : "Gated DeltaNet",
                              "), rel_l2 ", row.drift[0]->rel_l2, " = ", *row.floor_ratio[0], " x the ",
                              run.class_name(), " known-good run's drift"));
-    cr.reasons.push_back(localise_step(run, *f, names, seq, l));
+    cr.reasons.push_back(localise_step(run, f, seq, l));
   }
   if (!cr.logits[0]->pass)
     cr.reasons.push_back(cat("mean KLD ", cr.logits[0]->mean_kld, " over its limit ", cr.logits[0]->limit,

@@ -17,13 +17,18 @@
 // Free-running generation is not in a dump; a server run gives it (issue: compare --server).
 #pragma once
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "diag/compare.h"
 #include "engine/trace.h"
+#include "util/dtype.h"
 
 namespace degen {
+
+class SafetensorsFile;
 
 // How an engine's per-head tensor is laid out against ours (spec model.md §4.7, grouped value heads
 // [K0v0 K0v1 .. K1v0 ..]): llama.cpp's converter reorders the value heads of every Gated DeltaNet
@@ -52,6 +57,47 @@ const std::vector<DumpName>& degenbisect_dump_names();
 // The table of a dump's `names` metadata; InputError for an unknown one.
 const std::vector<DumpName>& dump_names(const std::string& names);
 
+// One dump tensor as [rows, cols] floats: rows are the positions, cols the rest flattened (in our
+// column order once mapped).
+struct DumpRows {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> v;  // [rows, cols]
+};
+
+// The dtypes a dump's tensors may have (docs/dump-format.md): F32, F16, BF16.
+bool dump_dtype_ok(DType t);
+
+// One case's dump file, opened and checked against what the record and the model say it holds
+// (docs/dump-format.md) before any value is used: the metadata (format, names, case, tokens), the
+// logits [T, V], and every tensor of the names table at every layer it applies to: a float dtype
+// (dump_dtype_ok), T rows, and the hidden size H where ours is [T, H] (the embedding, l_out-L).
+// SafetensorsFile::open has checked every tensor's bytes against the file, so what is read here is
+// never larger than the file. InputError (exit 128) names the file, the tensor, what was expected
+// and what was found. The values themselves are the engine's output, judged, not refused: NaN,
+// +inf or logits beyond metrics::kMaxLogitMagnitude make the verdict bad (metrics.h).
+class DumpReader {
+ public:
+  // cfg must outlive the reader.
+  DumpReader(const std::filesystem::path& file, const std::string& case_id, int64_t tokens, const ModelConfig& cfg);
+  ~DumpReader();
+  DumpReader(const DumpReader&) = delete;
+  DumpReader& operator=(const DumpReader&) = delete;
+
+  const std::filesystem::path& path() const;
+  const std::vector<DumpName>& names() const { return *names_; }
+  std::vector<float> logits() const;  // [T, V] fp32
+  // The engine's tensor of entry `n` at `layer` (-1: a whole-model entry) in our layout (value heads
+  // untiled, the query scaled); empty when the dump does not hold it.
+  DumpRows mapped(const DumpName& n, int layer) const;
+
+ private:
+  DumpRows rows(const std::string& name) const;
+  std::unique_ptr<SafetensorsFile> f_;
+  const ModelConfig& cfg_;
+  const std::vector<DumpName>* names_ = nullptr;
+  int64_t T_ = 0;
+};
+
 struct DumpCompareOptions {
   std::string dir;                   // the dump folder
   FloorClass fclass = FloorClass::fp32;
@@ -65,7 +111,7 @@ struct DumpCompareOptions {
 };
 
 // InputError (exit 128): no dump for a selected case, a dump of another format, sequence or
-// vocabulary (another model's), a tensor of the wrong shape.
+// vocabulary (another model's), a tensor of the wrong dtype or shape (DumpReader).
 CompareResult compare_dump(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, const DumpCompareOptions& o,
                            const BackendFactory& factory, std::FILE* progress = nullptr);
 

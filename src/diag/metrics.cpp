@@ -160,6 +160,36 @@ size_t count_real(std::span<const uint8_t> excluded, size_t V) {
   return static_cast<size_t>(std::count(excluded.begin(), excluded.end(), uint8_t{0}));
 }
 
+// The largest real logit (-inf when there is none above -inf; NaN ignored: counted elsewhere).
+double max_real_logit(std::span<const float> logits, std::span<const uint8_t> excluded) {
+  double m = -kInf;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (is_real(excluded, i) && !std::isnan(logits[i])) m = std::max(m, static_cast<double>(logits[i]));
+  return m;
+}
+
+// The test side of a position: undefined (the worst case) when a real logit is NaN or +inf, when
+// all are -inf, or when the largest is beyond ±kMaxLogitMagnitude. Sets test_nonfinite,
+// test_max_logit and test_out_of_range; true when the distribution is undefined.
+bool test_undefined(std::span<const float> test, std::span<const uint8_t> excluded, LogitPosition& out) {
+  bool all_neg_inf = false;
+  out.test_nonfinite = undefined_logits(test, excluded, all_neg_inf);
+  if (out.test_nonfinite > 0 || all_neg_inf) return true;
+  out.test_max_logit = max_real_logit(test, excluded);
+  out.test_out_of_range = std::abs(out.test_max_logit) > kMaxLogitMagnitude;
+  return out.test_out_of_range;
+}
+
+// A KLD below 0 beyond rounding is no measurement (metrics.h kKldRoundoff): the golden's
+// probabilities (summing to `golden_mass` over the ids it covers) are inconsistent, or a bug.
+void check_kld(double kld, double golden_mass, const char* who) {
+  if (kld >= -kKldRoundoff || std::isnan(kld)) return;
+  throw InputError(cat(who, ": KLD ", kld, " nats, below 0 by more than rounding can (", kKldRoundoff,
+                       "): the golden probabilities sum to ", golden_mass,
+                       " (expected 1, or at most 1 for a top-K record with a tail); an inconsistent golden",
+                       " record, or a bug in degenbisect"));
+}
+
 void check_golden_defined(std::span<const float> golden, std::span<const uint8_t> excluded, const char* who) {
   bool all_neg_inf = false;
   int64_t bad = undefined_logits(golden, excluded, all_neg_inf);
@@ -251,15 +281,13 @@ std::vector<double> log_softmax(std::span<const float> logits, std::span<const u
     std::fill(out.begin(), out.end(), kNaN);
     return out;
   }
-  double m = -kInf;
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (is_real(excluded, i)) m = std::max(m, static_cast<double>(logits[i]));
+  const double m = max_real_logit(logits, excluded);
   double s = 0;
   for (size_t i = 0; i < logits.size(); ++i)
     if (is_real(excluded, i)) s += std::exp(static_cast<double>(logits[i]) - m);
-  double lse = m + std::log(s);
+  const double log_s = std::log(s);  // in [0, ln V]: kept apart from m, which may dwarf it
   for (size_t i = 0; i < logits.size(); ++i)
-    if (is_real(excluded, i)) out[i] = static_cast<double>(logits[i]) - lse;
+    if (is_real(excluded, i)) out[i] = (static_cast<double>(logits[i]) - m) - log_s;
   return out;
 }
 
@@ -282,9 +310,7 @@ LogitPosition compare_logits(std::span<const float> test, std::span<const float>
   out.topk = static_cast<int>(gtop.size());
   double q_next = next >= 0 ? std::exp(lq[static_cast<size_t>(next)]) : 0.0;
 
-  bool all_neg_inf = false;
-  out.test_nonfinite = undefined_logits(test, excluded, all_neg_inf);
-  if (out.test_nonfinite > 0 || all_neg_inf) {
+  if (test_undefined(test, excluded, out)) {
     out.kld = kInf;
     out.top1_agree = false;
     out.topk_overlap = 0;
@@ -293,11 +319,13 @@ LogitPosition compare_logits(std::span<const float> test, std::span<const float>
     return out;
   }
   std::vector<double> lp = log_softmax(test, excluded);
-  double kld = 0;
+  double kld = 0, q_sum = 0;
   for (size_t i = 0; i < V; ++i) {
     if (!is_real(excluded, i) || lq[i] == -kInf) continue;  // q_i = 0: contributes 0
+    q_sum += std::exp(lq[i]);
     kld += std::exp(lq[i]) * (lq[i] - lp[i]);               // lp_i = -inf: +inf
   }
+  check_kld(kld, q_sum, "compare_logits");
   out.kld = kld;
   std::vector<int32_t> ttop = top_ids(test, excluded, std::max(topk, 1));
   out.test_top1 = ttop[0];
@@ -359,9 +387,7 @@ LogitPosition compare_logits_topk(std::span<const float> test, const GoldenTopK&
   for (size_t j = 0; j < K; ++j)
     if (golden.ids[j] == next) q_next = std::exp(static_cast<double>(golden.logprobs[j]));
 
-  bool all_neg_inf = false;
-  out.test_nonfinite = undefined_logits(test, excluded, all_neg_inf);
-  if (out.test_nonfinite > 0 || all_neg_inf) {
+  if (test_undefined(test, excluded, out)) {
     out.kld = kInf;
     if (q_next) out.dp = -*q_next;
     out.logit_nmse_topk = kInf;
@@ -383,6 +409,7 @@ LogitPosition compare_logits_topk(std::span<const float> test, const GoldenTopK&
     double q_tail = std::max(0.0, 1.0 - q_s);
     if (q_tail > 0) kld += p_tail == 0 ? kInf : q_tail * (std::log(q_tail) - std::log(p_tail));
   }
+  check_kld(kld, K < V_real ? std::max(q_s, 1.0) : q_s, "compare_logits_topk");
   out.kld = kld;
   std::vector<int32_t> ttop = top_ids(test, excluded, static_cast<int>(std::max<size_t>(kk, 1)));
   out.test_top1 = ttop[0];
@@ -412,6 +439,7 @@ nlohmann::json LogitPosition::to_json() const {
   j["test_top1"] = test_top1 < 0 ? nlohmann::json(nullptr) : nlohmann::json(test_top1);
   j["golden_top1"] = golden_top1;
   j["test_nonfinite"] = test_nonfinite;
+  j["test_out_of_range"] = test_out_of_range;
   return j;
 }
 

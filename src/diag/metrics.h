@@ -131,7 +131,8 @@ std::optional<int64_t> first_floor_break(std::span<const double> err, std::span<
 // 0). Conventions:
 //  - kld = KL(q‖p) = Σ_{q_i>0} q_i (log q_i − log p_i) in nats: terms with q_i = 0 contribute 0; a
 //    term with q_i > 0 and p_i = 0 makes kld = +inf. Not clamped at 0: round-off may leave a tiny
-//    negative value, as in llama.cpp's report.
+//    negative value, as in llama.cpp's report; below −kKldRoundoff it is no measurement (an
+//    inconsistent golden distribution or a bug) and throws InputError, never reaching a verdict.
 //  - top-1 and top-k use the logits with ties broken by the lowest id (the sampler's rule, so greedy
 //    decoding and top1_agree agree). topk_overlap = |topk(p) ∩ topk(q)| / k' with
 //    k' = min(k, number of real ids).
@@ -143,7 +144,30 @@ std::optional<int64_t> first_floor_break(std::span<const double> err, std::span<
 //  - An undefined TEST distribution (a NaN or +inf logit among the real ids, or all of them -inf)
 //    is the worst case, not an exception: test_nonfinite counts those logits, kld = +inf,
 //    top1_agree = false, topk_overlap = 0, dp = −q(next), logit_nmse = +inf, test_top1 = -1.
+//    So is a test distribution whose largest real logit lies beyond ±kMaxLogitMagnitude, where
+//    float32 no longer resolves the differences softmax needs (test_out_of_range = true).
 //  - An undefined GOLDEN distribution (NaN or +inf, or all -inf) throws std::invalid_argument.
+// The largest magnitude a position's largest logit may have: 2^15. Where it comes from:
+//  - real logits are far inside it: an LM head's raw logits are tens of nats (the largest in the
+//    trained tiny model's golden records is 30.4; soft-capped models such as Gemma 2 cap them at
+//    30), and an fp16 engine cannot hold more than 65504 at all;
+//  - float32 spaces numbers of magnitude 2^15 by 2^-8 = 0.004 nats. Softmax depends only on logit
+//    differences, and a rounding error δ of the logits moves the KLD by about ½·Var_q(δ): at 2^15
+//    ≤ ½·(2^-9)² ≈ 2e-6 nats, below the bf16 class's KLD floor (1.5e-5 nats, golden/tiny-trained).
+//    The spacing is a whole nat at 2^23, and at 1e20 (issue 40: a dump's logits plus 1e20) every
+//    logit of a position rounds to one float: no distribution is left to measure.
+// Beyond it the test distribution is undefined (the worst case, as NaN is).
+constexpr double kMaxLogitMagnitude = 32768.0;
+
+// How far below 0 rounding can take a KLD, in nats: 1e-5. The bound: KL(q̃‖p) ≥ Σq̃ − Σp for any
+// non-negative q̃ (log x ≤ x − 1), Σp = 1 in fp64, and the golden q̃ sums to at least 1 except for
+// rounding: a top-K record's tail bucket is max(0, 1 − Σ_S q_i), and its log-probs are fp32, each
+// off by ≤ 2^-24·|log q_i|, so Σq_i is off by ≤ 2^-24·Σ q_i|log q_i| ≤ 2^-24·ln V ≤ 1.3e-6 for any
+// V < 2^31 (the entropy is at most ln V). The fp64 sum Σp of V terms is off by ≤ V·2^-53, 2.4e-7
+// at V = 2^31 (3e-11 at Qwen3.5's 248320). 1e-5 is 6x the sum of both bounds. Further below 0 is no
+// rounding: the golden's probabilities do not sum to 1 (an inconsistent record) or it is a bug.
+constexpr double kKldRoundoff = 1e-5;
+
 struct LogitPosition {
   double kld = 0;                      // KL(q‖p), nats; kld_topk when topk_bound
   bool topk_bound = false;             // true: from a top-K golden record, kld is kld_topk (≤ the full KLD)
@@ -156,8 +180,10 @@ struct LogitPosition {
   int32_t test_top1 = -1;              // argmax p (-1 if the test distribution is undefined)
   int32_t golden_top1 = -1;            // argmax q
   int64_t test_nonfinite = 0;          // NaN / +inf test logits among the real ids
+  bool test_out_of_range = false;      // the largest real test logit is beyond ±kMaxLogitMagnitude
+  double test_max_logit = 0;           // that largest real test logit (when finite)
   // Keys: kld (or kld_topk when topk_bound), top1_agree, topk_overlap, topk, dp, logit_nmse or
-  // logit_nmse_topk, test_top1, golden_top1, test_nonfinite.
+  // logit_nmse_topk, test_top1, golden_top1, test_nonfinite, test_out_of_range.
   nlohmann::json to_json() const;
 };
 
@@ -165,8 +191,10 @@ struct LogitPosition {
 LogitPosition compare_logits(std::span<const float> test, std::span<const float> golden, int32_t next,
                              std::span<const uint8_t> excluded = {}, int topk = 10);
 
-// log-softmax over the real ids, fp64 (excluded ids get -inf). Throws std::invalid_argument when
-// there is no real id; returns all-NaN when the distribution is undefined (NaN/+inf or all -inf).
+// log-softmax over the real ids, fp64 (excluded ids get -inf), as (x_i − m) − ln Σ exp(x_j − m)
+// with m the largest real logit (never x_i − (m + ln Σ...): beside a logit of 1e20 that sum
+// rounds away and every id at the maximum got p = 1). Throws std::invalid_argument when there is
+// no real id; returns all-NaN when the distribution is undefined (NaN/+inf or all -inf).
 std::vector<double> log_softmax(std::span<const float> logits, std::span<const uint8_t> excluded = {});
 
 // One position of a golden record that keeps only the top-K: ids, their log-probabilities

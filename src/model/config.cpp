@@ -193,6 +193,18 @@ void check_sizes(const ModelConfig& c, const Fields& f) {
                 kMaxParams, " (", params, ")");
 }
 
+// RoPE base: θ^(-2i/d) must fall with i, so θ > 1 (at θ ≤ 1 every pair turns by ≥ 1 radian a token
+// and positions alias; θ = 1e-300 rounds to 0 in fp32 and gave infinite frequencies). Released
+// checkpoints use 1e4 (Llama 2) to 1e7 (Qwen3.5, Qwen3.6, Qwen3-Next); 1e12 is 10^5 times that, and
+// keeps θ far inside fp32 (the frequencies are computed in fp32: Backend::rope_inv_freq; beyond
+// 3.4e38 the conversion overflows).
+constexpr double kMaxRopeTheta = 1e12;
+// RMSNorm epsilon: released models use 1e-6 (Qwen3.5, Qwen3-Next) or 1e-5 (Llama). The CUDA kernels
+// add it in fp32 (src/cuda/rmsnorm.cpp), where below FLT_MIN = 1.2e-38 it is a subnormal or 0 and a
+// zero row normalises to 0/0 = NaN, while the fp64 CPU reference still adds it: so at least FLT_MIN.
+// Below 1 (as before): an epsilon of 1 would outweigh unit activations.
+constexpr double kMinRmsNormEps = std::numeric_limits<float>::min();
+
 void validate(const ModelConfig& c, const Fields& f) {
   auto need = [&](bool ok, const std::string& key, const std::string& expected, const json& found) {
     if (!ok) f.bad(key, expected, found);
@@ -210,8 +222,19 @@ void validate(const ModelConfig& c, const Fields& f) {
        cat("a factor giving an even rotary dimension >= 2 (head_dim ", c.head_dim, " x factor = ",
            c.rotary_dim, ")"),
        c.partial_rotary_factor);
-  need(c.rope_theta > 0, "rope_theta", "a positive number", c.rope_theta);
-  need(c.rms_norm_eps > 0 && c.rms_norm_eps < 1, "rms_norm_eps", "a number in (0, 1)", c.rms_norm_eps);
+  const bool theta_in_rp = f.j.contains("rope_parameters") && f.j.at("rope_parameters").is_object() &&
+                          f.j.at("rope_parameters").contains("rope_theta");
+  need(c.rope_theta > 1 && c.rope_theta <= kMaxRopeTheta, theta_in_rp ? "rope_parameters.rope_theta" : "rope_theta",
+       cat("a number in (1, ", kMaxRopeTheta, "] (released models use 1e4 to 1e7)"), c.rope_theta);
+  need(c.rms_norm_eps >= kMinRmsNormEps && c.rms_norm_eps < 1, "rms_norm_eps",
+       cat("a number in [", kMinRmsNormEps, " (FLT_MIN: the GPU adds it in fp32), 1)"), c.rms_norm_eps);
+  // Token ids the config names: ids of its own vocabulary (an id past it can never be generated, so
+  // a stop id there would silently never stop).
+  for (int64_t id : c.eos_token_ids)
+    need(id >= 0 && id < c.vocab_size, "eos_token_id", cat("token ids in [0, vocab_size = ", c.vocab_size, ")"), id);
+  if (c.bos_token_id)
+    need(*c.bos_token_id < c.vocab_size, "bos_token_id", cat("a token id in [0, vocab_size = ", c.vocab_size, ")"),
+         *c.bos_token_id);
   need(c.hidden_act == "silu", "hidden_act", "\"silu\" (the only activation these models use)", c.hidden_act);
   need(c.conv_kernel >= 1, "linear_conv_kernel_dim", "a positive integer", c.conv_kernel);
   need(c.n_k > 0, "linear_num_key_heads", "a positive integer", c.n_k);

@@ -51,6 +51,60 @@ def small_safetensors(path, max_numel=512, max_tensors=12):
     return struct.pack("<Q", len(h)) + h + b"".join(blobs)
 
 
+def safetensors_bytes(tensors, meta):
+    """A safetensors file: tensors = [(name, dtype, shape, raw bytes)], meta = {str: str}."""
+    header, blobs, off = {"__metadata__": meta}, [], 0
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+# The dump target's model and case (tests/fuzz/fuzz_dump.cpp): T = 3 tokens, vocabulary 16, hidden
+# size 8, layers GGGA, 1 key head and 2 value heads of dimension 2, 2 query heads of dimension 4.
+DUMP_T, DUMP_V, DUMP_H = 3, 16, 8
+DUMP_SHAPES = {  # name (without -L) -> (layers, columns)
+    "llama.cpp": [("model.input_embed", None, 8), ("attn_norm", "GGGA", 8), ("Qcur", "A", 8), ("Kcur", "A", 4),
+                  ("linear_attn_qkv_mixed", "G", 8), ("z", "G", 4), ("beta", "G", 2), ("q_conv_predelta", "G", 2),
+                  ("attn_output", "GGGA", None), ("ffn_out", "GGGA", 8), ("l_out", "GGGA", 8), ("result_norm", None, 8)],
+    "degenbisect": [("embed", None, 8), ("attn_norm", "GGGA", 8), ("attn_q", "A", 8), ("gdn_qkv", "G", 8),
+                    ("gdn_q", "G", 2), ("gdn_core", "G", 4), ("l_out", "GGGA", 8), ("final_norm", None, 8)],
+}
+
+
+def dump_seed(names, logit=None, dtype="F32", edit=None):
+    """A well-formed dump of the fuzz_dump model; logit(t, i) gives the logits, edit(tensors) may break it."""
+    x = [12345]
+
+    def val():
+        x[0] = (x[0] * 1103515245 + 12345) % (1 << 31)
+        return (x[0] / float(1 << 31)) * 4.0 - 2.0
+
+    def f32(vals):
+        return struct.pack("<%df" % len(vals), *vals)
+
+    tensors = [("logits", "F32", [DUMP_T, DUMP_V],
+                f32([logit(t, i) if logit else val() for t in range(DUMP_T) for i in range(DUMP_V)]))]
+    for name, layers, cols in DUMP_SHAPES[names]:
+        kinds = "GGGA"  # layer L's kind; "GGGA" in the table: every layer
+        for L in ([None] if layers is None else [L for L in range(4) if layers in (kinds, kinds[L])]):
+            c = cols if cols is not None else (8 if L == 3 else 4)  # attn_output: o_proj (A) or gdn_core (G)
+            n = name if L is None else "%s-%d" % (name, L)
+            vals = [val() for _ in range(DUMP_T * c)]
+            if dtype == "BF16":
+                raw = b"".join(struct.pack("<f", v)[2:] for v in vals)
+            else:
+                raw = f32(vals)
+            tensors.append((n, dtype, [DUMP_T, c], raw))
+    if edit:
+        tensors = edit(tensors)
+    meta = {"format": "degenbisect-dump", "names": names, "case": "fuzz-case", "tokens": str(DUMP_T)}
+    return safetensors_bytes(tensors, meta)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: make_seeds.py OUT_DIR")
@@ -146,6 +200,15 @@ def main():
         replay.append(json.dumps({"config": cell, "why": "fuzz seed", "identity": identity, "summary": s}))
     add("replay", "replay-1", b"\x01" + ("\n".join(replay) + "\n").encode())
     add("replay", "replay-0", b"\x00" + ("\n".join(replay) + "\n").encode())
+
+    # dump: well-formed dumps of the fuzz_dump model in both naming tables (no dump is committed:
+    # llama-dump and tools/hf_dump_hooks.py write them), 16-bit ones, and impossible logits (issue 40)
+    add("dump", "llama.cpp", dump_seed("llama.cpp"))
+    add("dump", "degenbisect", dump_seed("degenbisect"))
+    add("dump", "bf16", dump_seed("degenbisect", dtype="BF16"))
+    add("dump", "logits-plus-1e20", dump_seed("llama.cpp", logit=lambda t, i: 1e20 + (i % 7)))
+    add("dump", "logits-3e38", dump_seed("llama.cpp", logit=lambda t, i: 3e38))
+    add("dump", "logits-nan", dump_seed("llama.cpp", logit=lambda t, i: float("nan") if i == 3 else 0.5 * i))
 
     # report: the committed report inputs
     for name in ("compare.json", "bisect.json"):
