@@ -7,6 +7,9 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,17 +67,69 @@ std::string describe_status(int status) {
 
 }  // namespace
 
-std::string fill_server_command(const std::string& tmpl, const std::vector<std::pair<std::string, std::string>>& params,
+namespace {
+
+// Where a placeholder stands in the template, as /bin/sh reads it.
+enum class Quoting { none, single, dbl };
+
+// `value` as literal text for sh at that place: one word outside quotes ('...', a ' as '\''),
+// inside '...' a ' closes, escapes and reopens, inside "..." $ ` " \ get a backslash.
+// A value of letters, digits and _ - . / : = , + @ % only is written as it is (no character of it
+// means anything to sh), so that the usual command lines stay readable in logs and results.
+std::string shell_literal(const std::string& value, Quoting q) {
+  const bool plain = !value.empty() && value.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                               "0123456789_-./:=,+@%") == std::string::npos;
+  if (plain) return value;
+  std::string out;
+  if (q == Quoting::dbl) {
+    for (char ch : value) {
+      if (ch == '$' || ch == '`' || ch == '"' || ch == '\\') out += '\\';
+      out += ch;
+    }
+    return out;
+  }
+  for (char ch : value) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q == Quoting::single ? out : "'" + out + "'";
+}
+
+}  // namespace
+
+std::string fill_server_command(const std::string& raw, const std::vector<std::pair<std::string, std::string>>& params,
                                 int port) {
+  // One command line: a template written over several lines (with or without a trailing backslash)
+  // is joined with spaces, so that sh does not run its later lines as other commands.
+  std::string tmpl;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '\\' && i + 1 < raw.size() && raw[i + 1] == '\n') {
+      tmpl += ' ';
+      ++i;
+    } else {
+      tmpl += raw[i] == '\n' || raw[i] == '\r' ? ' ' : raw[i];
+    }
+  }
+  for (const auto& [k, v] : params)
+    if (v.find('\0') != std::string::npos)
+      input_error("--server-cmd: parameter '", k, "' has a NUL character in its value: a command line cannot hold it");
   std::string out;
   std::set<std::string> used;
   bool has_port = false;
+  Quoting q = Quoting::none;  // the template's own quoting, followed so each value is quoted for its place
   for (size_t i = 0; i < tmpl.size(); ++i) {
     const char ch = tmpl[i];
     if (ch == '{' && i + 1 < tmpl.size() && tmpl[i + 1] == '{') { out += '{'; ++i; continue; }
     if (ch == '}' && i + 1 < tmpl.size() && tmpl[i + 1] == '}') { out += '}'; ++i; continue; }
     if (ch == '}') input_error("--server-cmd: a '}' without its '{' at character ", i + 1, " (write '}}' for a brace)");
-    if (ch != '{') { out += ch; continue; }
+    if (ch != '{') {
+      out += ch;
+      if (ch == '\\' && q != Quoting::single && i + 1 < tmpl.size() && tmpl[i + 1] != '{' && tmpl[i + 1] != '}') {
+        out += tmpl[++i];  // an escaped character: no quote opens or closes here
+      } else if (ch == '\'' && q != Quoting::dbl) {
+        q = q == Quoting::single ? Quoting::none : Quoting::single;
+      } else if (ch == '"' && q != Quoting::single) {
+        q = q == Quoting::dbl ? Quoting::none : Quoting::dbl;
+      }
+      continue;
+    }
     const size_t end = tmpl.find('}', i + 1);
     if (end == std::string::npos) input_error("--server-cmd: '{' at character ", i + 1, " is not closed (write '{{' for a brace)");
     const std::string key = tmpl.substr(i + 1, end - i - 1);
@@ -89,26 +144,16 @@ std::string fill_server_command(const std::string& tmpl, const std::vector<std::
         input_error("--server-cmd: placeholder {", key, "} is neither {port} nor an axis or base parameter (have: ", known,
                     ")");
       }
-      out += it->second;
+      out += shell_literal(it->second, q);
       used.insert(key);
     }
     i = end;
   }
+  if (q != Quoting::none)
+    input_error("--server-cmd: a ", q == Quoting::single ? "'" : "\"", " quote is not closed: sh would refuse the command");
   if (!has_port)
     input_error("--server-cmd: the command has no {port}: the sweep picks a free port per server and needs to pass it "
                 "(e.g. '--port {port}')");
-  // One command line: a template written over several lines (with or without a trailing backslash)
-  // is joined with spaces, so that sh does not run its later lines as other commands.
-  std::string joined;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == '\\' && i + 1 < out.size() && out[i + 1] == '\n') {
-      joined += ' ';
-      ++i;
-    } else {
-      joined += out[i] == '\n' || out[i] == '\r' ? ' ' : out[i];
-    }
-  }
-  out = joined;
   for (const auto& p : params)
     if (!used.count(p.first))
       input_error("--server-cmd: parameter '", p.first, "' is not used by the command (expected a {", p.first,
@@ -156,12 +201,22 @@ ServerProcess::ServerProcess(const std::string& command, const std::filesystem::
   if (fd < 0) input_error(log.string(), ": cannot open the server log: ", std::strerror(errno));
   const std::string script = "exec " + command;
   std::fflush(nullptr);
+  [[maybe_unused]] const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fd);
     throw UntestableError(cat("cannot start the server: fork failed: ", std::strerror(errno)));
   }
   if (pid == 0) {
+    // The server dies with the sweep, even of a SIGKILL that no handler sees (the signal guard
+    // covers SIGINT, SIGTERM and SIGHUP): the kernel sends it SIGKILL when its parent exits. It
+    // survives the exec (of sh, and of the server that sh execs in its place). The parent may have
+    // died before prctl ran: then getppid() is no longer it, and the child stops here.
+    // note: the death signal follows the thread that forked; the sweep forks from its main thread.
+#ifdef __linux__
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+#endif
     ::setpgid(0, 0);
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
@@ -199,6 +254,7 @@ bool ServerProcess::exited() { return pid_ > 0 && poll_exit(); }
 std::string ServerProcess::exit_description() const { return describe_status(status_); }
 
 void ServerProcess::wait_healthy(const std::string& base_url, double timeout_s) {
+  net::check_timeout(timeout_s, "--health-timeout");
   const auto deadline = clock_type::now() + std::chrono::duration<double>(timeout_s);
   net::HttpOptions h;
   h.attempts = 1;
