@@ -69,15 +69,17 @@ double logprob_value(const json& l, const std::string& url) {
 
 // The listed probabilities (each id once) sum to at most 1 + kMaxServerMassExcess.
 void check_mass(const server_answer::TopList& top, const std::string& url) {
-  std::vector<int64_t> seen;
+  server_answer::TopList by_id = top;
+  std::stable_sort(by_id.begin(), by_id.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   double mass = 0;
-  for (const auto& [id, lp] : top) {
-    if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;  // listed twice: counted once
-    seen.push_back(id);
-    mass += std::exp(lp);
+  size_t distinct = 0;
+  for (size_t i = 0; i < by_id.size(); ++i) {
+    if (i > 0 && by_id[i].first == by_id[i - 1].first) continue;  // listed twice: the first counts, as in topk_as_logits
+    ++distinct;
+    mass += std::exp(by_id[i].second);
   }
   if (mass > 1 + server_answer::kMaxServerMassExcess)
-    input_error("malformed response from ", url, ": the ", seen.size(), " listed probabilities sum to ", mass,
+    input_error("malformed response from ", url, ": the ", distinct, " listed probabilities sum to ", mass,
                 ", expected at most 1: not a probability distribution");
 }
 

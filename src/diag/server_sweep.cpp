@@ -1,4 +1,5 @@
 // sweep --server-cmd (server_sweep.h): start, wait for, score and stop one server per cell.
+// The template is filled with shell-quoted values (fill_server_command); the server dies with us.
 #include "diag/server_sweep.h"
 
 #include <arpa/inet.h>
