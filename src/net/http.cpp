@@ -105,8 +105,8 @@ HttpResponse request(const std::string& method, const std::string& url, const st
     }
     last = cat(curl_easy_strerror(rc), err[0] ? cat(" (", err, ")") : std::string());
     if (attempt < o.attempts) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-      wait *= 2;
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::min(wait, kMaxRetryWaitS)));
+      wait = std::min(wait * 2, kMaxRetryWaitS);
     }
   }
   throw UntestableError(cat("server ", url, " cannot be reached: ", last, " (", std::max(1, o.attempts), " attempts, ",

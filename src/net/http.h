@@ -35,11 +35,15 @@ void check_timeout(double seconds, const char* flag);
 // (server_compare.cpp, answer_cap()).
 constexpr size_t kDefaultMaxBodyBytes = size_t{16} << 20;
 
+// The longest wait between two attempts: doubling from 0.5 s, --attempts 20 waited 3 days in all
+// (2^19 x 0.5 s before the last); a server that restarts or finishes loading takes seconds.
+constexpr double kMaxRetryWaitS = 8;
+
 struct HttpOptions {
   double timeout_s = 60;      // per attempt, connect included
   double connect_timeout_s = 10;
   int attempts = 3;           // transport failures only; an HTTP error status is not retried
-  double retry_wait_s = 0.5;  // doubled after each failed attempt
+  double retry_wait_s = 0.5;  // doubled after each failed attempt, up to kMaxRetryWaitS
   size_t max_body_bytes = kDefaultMaxBodyBytes;  // a longer answer is refused (InputError) as it arrives
 };
 
