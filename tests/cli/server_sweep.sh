@@ -89,8 +89,7 @@ spid=$!
 for _ in $(seq 1 50); do pgrep -f "python3 -c import time; time.sleep.296" >/dev/null && break; sleep 0.1; done
 spid_server=$(pgrep -f "python3 -c import time; time.sleep.296" || true)
 [ -n "$spid_server" ] || fail "the server of the killed sweep never started"
-kill -9 "$spid"
-set +e; wait "$spid" 2>/dev/null; set -e
+set +e; { kill -9 "$spid"; wait "$spid"; } 2>/dev/null; set -e
 for _ in $(seq 1 30); do kill -0 "$spid_server" 2>/dev/null || break; sleep 0.1; done
 ! kill -0 "$spid_server" 2>/dev/null || { kill "$spid_server"; fail "SIGKILL of the sweep left its server (pid $spid_server) running"; }
 echo "failing servers: ok ($el s)"
