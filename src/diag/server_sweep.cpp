@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #ifdef __linux__
@@ -59,6 +60,58 @@ struct SignalGuard {
     ::sigaction(SIGHUP, &old_hup, nullptr);
   }
 };
+
+// In the watcher (below): the sweep died, so the whole process group goes, the watcher with it.
+void on_sweep_death(int) { ::kill(0, SIGKILL); }
+
+// The child of the sweep that leads the server's process group: it runs `sh -c script` in a child
+// of its own, waits for it and ends as it ended (the same status, or the same signal), so the sweep
+// sees the server's exit. It exists for a SIGKILL of the sweep, which no handler sees: the kernel
+// then sends the watcher SIGUSR1 (PR_SET_PDEATHSIG), and it kills the group: the server and
+// anything the server started (a wrapper's children, vLLM's workers), which a death signal on the
+// server alone would leave. The sweep may have died before prctl ran: getppid() then says so.
+// SIGTERM, SIGINT and SIGHUP to the group are the server's (stop()): the watcher ignores them and
+// waits. Only async-signal-safe calls after the fork. note: the death signal follows the thread
+// that forked; the sweep forks from its main thread.
+[[noreturn]] void watch_server(const char* script, pid_t sweep) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_IGN);
+#ifdef __linux__
+  struct sigaction sa {};
+  sa.sa_handler = on_sweep_death;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGUSR1, &sa, nullptr);
+  ::prctl(PR_SET_PDEATHSIG, SIGUSR1);
+  if (::getppid() != sweep) ::kill(0, SIGKILL);
+#endif
+  const pid_t watcher = ::getpid();
+  const pid_t server = ::fork();
+  if (server < 0) ::_exit(127);
+  if (server == 0) {
+#ifdef __linux__
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // should the watcher alone be killed
+    if (::getppid() != watcher) ::_exit(127);
+#endif
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1}) ::signal(sig, SIG_DFL);
+    ::execl("/bin/sh", "sh", "-c", script, static_cast<char*>(nullptr));
+    const char msg[] = "degenbisect: cannot run /bin/sh\n";
+    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(server, &status, 0) < 0)
+    if (errno != EINTR) ::_exit(127);
+  if (WIFEXITED(status)) ::_exit(WEXITSTATUS(status));
+  const int sig = WTERMSIG(status);  // die of the server's signal, without a core file of our own
+  const rlimit no_core{0, 0};
+  ::setrlimit(RLIMIT_CORE, &no_core);
+  ::signal(sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  ::kill(watcher, sig);
+  ::_exit(128 + sig);
+}
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return cat("exited with status ", WEXITSTATUS(status));
@@ -202,32 +255,19 @@ ServerProcess::ServerProcess(const std::string& command, const std::filesystem::
   if (fd < 0) input_error(log.string(), ": cannot open the server log: ", std::strerror(errno));
   const std::string script = "exec " + command;
   std::fflush(nullptr);
-  [[maybe_unused]] const pid_t parent = ::getpid();
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fd);
     throw UntestableError(cat("cannot start the server: fork failed: ", std::strerror(errno)));
   }
   if (pid == 0) {
-    // The server dies with the sweep, even of a SIGKILL that no handler sees (the signal guard
-    // covers SIGINT, SIGTERM and SIGHUP): the kernel sends it SIGKILL when its parent exits. It
-    // survives the exec (of sh, and of the server that sh execs in its place). The parent may have
-    // died before prctl ran: then getppid() is no longer it, and the child stops here.
-    // note: the death signal follows the thread that forked; the sweep forks from its main thread.
-#ifdef __linux__
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-#endif
     ::setpgid(0, 0);
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
     ::dup2(fd, STDOUT_FILENO);
     ::dup2(fd, STDERR_FILENO);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
-    ::execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
-    const char msg[] = "degenbisect: cannot run /bin/sh\n";
-    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
-    ::_exit(127);
+    watch_server(script.c_str(), parent);
   }
   ::setpgid(pid, pid);  // also in the parent: no race with a kill before the child ran setpgid
   ::close(fd);

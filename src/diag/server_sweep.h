@@ -31,8 +31,9 @@ int free_local_port();
 // One started server. The destructor stops it.
 class ServerProcess {
  public:
-  // sh -c 'exec COMMAND' in a new process group, stdout and stderr appended to `log`; it gets
-  // SIGKILL when this process dies (PR_SET_PDEATHSIG), a SIGKILL of ours included.
+  // sh -c 'exec COMMAND' in a new process group, stdout and stderr appended to `log`. The group's
+  // leader is a watcher that runs it and ends as it ends; when this process dies (a SIGKILL
+  // included: PR_SET_PDEATHSIG) the watcher kills the group, the server's own children included.
   ServerProcess(const std::string& command, const std::filesystem::path& log);
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;

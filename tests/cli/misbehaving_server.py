@@ -3,7 +3,8 @@
 
     python3 misbehaving_server.py MODE PORT_FILE [TEXT_FILE [CASE_FILE]]
 
-Listens on 127.0.0.1 on a free port (written to PORT_FILE) and answers every POST as MODE says:
+Listens on 127.0.0.1 on a free port (written to PORT_FILE; "port=N": on port N) and answers every
+POST as MODE says (GET /health: 200, as llama-server once loaded):
   hang     never answers (sleeps far beyond the client's time-out)
   close    closes the connection without a response
   refuse   HTTP 500 with a JSON error
@@ -74,6 +75,9 @@ def replayed(req):
 
 
 class Handler(JsonHandler):
+    def do_GET(self):
+        self.send_json(200 if self.path == "/health" else 404, {"status": "ok"})
+
     def do_POST(self):
         req = self.read_json()
         if MODE == "hang":

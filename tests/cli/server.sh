@@ -98,6 +98,10 @@ for mode in replay empty oov stoptype positive nan endless; do
   [ "$el" -le 15 ] || fail "mode $mode took $el s"
   echo "fake server '$mode': $(grep -m1 -E 'verdict|error|server' "$WORK/out" | cut -c1-150) ($el s)"
 done
+# compare --server-cmd starts it (the watcher leading its process group) and stops it after scoring.
+expect_exit 0 score --server-cmd "python3 $SRC/tests/cli/misbehaving_server.py replay port={port} $WORK/prompt.txt $G/two-plus-two.safetensors"
+expect_out "verdict: good (exit 0)"
+! pgrep -f "misbehaving_server.py replay port=" >/dev/null || fail "compare --server-cmd left its server running"
 # Time-outs outside 1 ms .. 1 day: below, libcurl had none; 1e300 overflowed.
 for t in 0.0001 1e300 nan; do
   expect_exit 128 score --server "http://127.0.0.1:$port" --timeout "$t"

@@ -82,9 +82,11 @@ set +e; wait "$spid"; rc=$?; set -e
 [ "$rc" -ne 0 ] || fail "the interrupted sweep exited 0"
 sleep 0.5
 ! leftover "sleep 297" || { pkill -f "^sleep 297"; fail "Ctrl-C left the cell's server running"; }
-# SIGKILL of the sweep (no handler sees it): its server dies with it (PR_SET_PDEATHSIG).
+# SIGKILL of the sweep (no handler sees it): its server dies with it, and so does what the server
+# started (here a python that sh forks: '; true' keeps sh from exec'ing it), by the watcher that
+# leads the server's group (PR_SET_PDEATHSIG).
 "$BIN" -q sweep --golden "$G" --model "$M" --out "$WORK/s4" --health-timeout 60 \
-  --server-cmd "python3 -c 'import time; time.sleep(296)' {port} {fa}" --axis fa=on >"$WORK/s4.log" 2>&1 &
+  --server-cmd "sh -c 'python3 -c \"import time; time.sleep(296)\"; true' {port} {fa}" --axis fa=on >"$WORK/s4.log" 2>&1 &
 spid=$!
 for _ in $(seq 1 50); do pgrep -f "python3 -c import time; time.sleep.296" >/dev/null && break; sleep 0.1; done
 spid_server=$(pgrep -f "python3 -c import time; time.sleep.296" || true)
