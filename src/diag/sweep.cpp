@@ -193,11 +193,13 @@ size_t SweepMatrix::count() const {
   bool overflow = false;
   // An axis given twice would be merged: the later one's values replace the earlier one's in every
   // cell, and the main effects would list values that never ran.
-  for (size_t a = 0; a < axes.size(); ++a)
-    for (size_t b = 0; b < a; ++b)
-      if (axes[a].name == axes[b].name)
-        input_error("sweep matrix '", name, "': axis '", axes[a].name, "' is given twice (axes ", b + 1, " and ", a + 1,
-                    "); expected each axis once: put all its values in one axis");
+  std::map<std::string, size_t> first;  // axis name -> its first position
+  for (size_t a = 0; a < axes.size(); ++a) {
+    const auto [it, fresh] = first.emplace(axes[a].name, a);
+    if (!fresh)
+      input_error("sweep matrix '", name, "': axis '", axes[a].name, "' is given twice (axes ", it->second + 1, " and ", a + 1,
+                  "); expected each axis once: put all its values in one axis");
+  }
   for (const auto& a : axes) {
     if (a.values.empty()) input_error("sweep matrix '", name, "': axis '", a.name, "' has no values");
     if (!overflow && __builtin_mul_overflow(total, a.values.size(), &total)) overflow = true;
