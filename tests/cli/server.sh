@@ -5,7 +5,8 @@
 #    another model's), in bounded time; nothing listening: 125; ids beyond the vocabulary: bad (1);
 #  - a fake llama-server replaying the record: good; with an empty greedy answer or an id beyond the
 #    logit rows bad (1, the reason named); a stop_type that is a number, positive or NaN log-probs, an
-#    endless body: 128; time-outs outside 1 ms .. 1 day: 128;
+#    endless body: 128; time-outs outside 1 ms .. 1 day: 128; compare --server-cmd starts the fake
+#    (port={port}) and leaves nothing running;
 #  - a real llama-server (scripts/build-llama-cpp.sh) on the trained model's f32 GGUF: with f32
 #    caches and flash attention off it is good against the fp32 class (teacher-forced top-K at every
 #    position, greedy continuations equal to the golden); with its defaults (f16 KV cache, flash
