@@ -26,6 +26,10 @@ TEST_CASE("server answers: the shapes of each API are read as the client reads t
   const auto gen = server_answer::llama_generation(body(R"({"tokens": [1, 2048, 18446744073709551615], "stop_type": null})"), kUrl);
   CHECK(gen.tokens == std::vector<int64_t>{1, 2048, std::numeric_limits<int64_t>::max()});  // judged later, not here
   CHECK(gen.stop_reason == "?");
+  // a long stop_type is cut to 40 bytes on a character boundary (it goes into --json)
+  const auto cut = server_answer::llama_generation(body(R"({"tokens": [], "stop_type": ")" + std::string(39, 'a') + R"(\u00e9\u00e9"})"), kUrl);
+  CHECK(cut.stop_reason == std::string(39, 'a'));
+  CHECK_NOTHROW((void)json(cut.stop_reason).dump());
   const json vllm = body(R"({"choices": [{"finish_reason": "stop", "prompt_logprobs": [null, {"5": {"logprob": -0.1}}],
       "logprobs": {"tokens": ["token_id:12"], "top_logprobs": [{"token_id:12": -0.2, "token_id:3": -2.0}]}}]})");
   CHECK(server_answer::openai_position(vllm, kUrl).front() == std::pair<int64_t, double>{12, -0.2});

@@ -88,7 +88,13 @@ std::string reason_field(const json& j, const char* key, const std::string& url)
   if (!j.is_object() || !j.contains(key) || j.at(key).is_null()) return "?";
   const json& v = j.at(key);
   if (!v.is_string()) input_error("malformed response from ", url, ": '", key, "' is not a string: ", excerpt_of(v));
-  return v.get<std::string>().substr(0, 40);
+  std::string r = v.get<std::string>();
+  if (r.size() > 40) {  // cut on a character boundary: the reason goes into --json, whose dump needs UTF-8
+    size_t n = 40;
+    while (n > 0 && (static_cast<unsigned char>(r[n]) & 0xC0) == 0x80) --n;
+    r.resize(n);
+  }
+  return r;
 }
 
 // [{"id": N, "logprob": x}, ...] (llama-server, both APIs).
