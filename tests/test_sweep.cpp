@@ -242,6 +242,43 @@ TEST_CASE("sweep: a server sweep's cells are free key=value parameters that fill
   CHECK_THROWS_AS(sweep_matrix_from_axes("", {"fa=on,off"}, false), InputError);
 }
 
+TEST_CASE("sweep: a server command's values reach the command as literal text, wherever the template puts them") {
+  // Issue 40: values were pasted into the line that /bin/sh -c runs, so an axis value 0$(touch X)
+  // ran touch. Each value is now quoted for its place in the template (outside quotes, inside '...',
+  // inside "..."); sh then hands each one over exactly as written. Checked by running sh on it.
+  const std::string evil = "0$(touch PWNED)`touch PW2`;* 'q' \"d\" \\ $HOME\n~";
+  const std::vector<std::pair<std::string, std::string>> params = {{"x", evil}};
+  const std::string cmd = fill_server_command("printf '%s|' {port} {x} \"{x}\" 'a{x}b' \"c\\\"{x}\"", params, 7);
+  test::TempDir dir("sweep-quote");
+  const std::string out = (dir / "argv").string();
+  FILE* p = ::popen(cat("cd '", dir.path().string(), "' && ", cmd, " > '", out, "'").c_str(), "r");
+  REQUIRE(p != nullptr);
+  CHECK(::pclose(p) == 0);
+  std::ifstream f(out);
+  const std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CHECK(got == cat("7|", evil, "|", evil, "|a", evil, "b|c\"", evil, "|"));
+  CHECK_FALSE(std::filesystem::exists(dir / "PWNED"));
+  CHECK_FALSE(std::filesystem::exists(dir / "PW2"));
+  // Plain values stay as they are; an empty one is an empty word; an unclosed quote is named.
+  CHECK(fill_server_command("srv --port {port} -ctk {x}", {{"x", "q8_0"}}, 1) == "srv --port 1 -ctk q8_0");
+  CHECK(fill_server_command("srv --port {port} -a {x}", {{"x", ""}}, 1) == "srv --port 1 -a ''");
+  CHECK_THROWS_WITH_AS(fill_server_command("srv --port {port} '-a {x}", {{"x", "1"}}, 1), doctest::Contains("quote is not closed"),
+                       InputError);
+}
+
+TEST_CASE("sweep: an axis given twice is refused, from --axis and from a matrix file") {
+  // Issue 40: merged silently, the main effects listed values that never ran.
+  CHECK_THROWS_WITH_AS(sweep_matrix_from_axes("", {"fa=on,off", "fa=x"}, true), doctest::Contains("axis 'fa' is given twice"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(sweep_matrix_from_axes("", {"attn=naive", "attn=flash"}, false),
+                       doctest::Contains("axis 'attn' is given twice"), InputError);
+  test::TempDir dir("sweep-dup-axis");
+  std::ofstream(dir / "list.json") << R"({"axes": [{"name": "attn", "values": ["naive"]}, {"name": "attn", "values": ["flash"]}]})";
+  CHECK_THROWS_WITH_AS(load_sweep_matrix(dir / "list.json"), doctest::Contains("axis 'attn' is given twice"), InputError);
+  std::ofstream(dir / "object.json") << R"({"axes": {"fa": ["on"], "fa": ["off"]}})";
+  CHECK_THROWS_WITH_AS(load_sweep_matrix(dir / "object.json", true), doctest::Contains("key 'fa' appears twice"), InputError);
+}
+
 TEST_CASE("sweep: a matrix over the cell cap is refused with its count before any cell is built") {
   // 40 two-valued axes are 2^40 cells: enumerating them used to spin silently.
   SweepMatrix m;

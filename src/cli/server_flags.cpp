@@ -2,13 +2,37 @@
 #include "cli/server_flags.h"
 
 #include "backends/make_backend.h"
+#include "net/http.h"
 
 namespace degen::cli {
+
+namespace {
+// Seconds within net::kMinTimeoutS..kMaxTimeoutS (NaN and inf refused too, which CLI::Range lets
+// through or reads as "no limit"): outside them a time-out is off or overflows (net/http.h).
+CLI::Validator duration_seconds() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double v = 0;
+        size_t used = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::logic_error&) {
+          return "expected a number of seconds, found '" + text + "'";
+        }
+        if (used != text.size()) return "expected a number of seconds, found '" + text + "'";
+        if (!(v >= net::kMinTimeoutS && v <= net::kMaxTimeoutS))
+          return cat("expected ", net::kMinTimeoutS, " to ", net::kMaxTimeoutS, " seconds (below 1 ms libcurl would have ",
+                     "no time-out; above a day it no longer guards against a hang), found ", text);
+        return "";
+      },
+      "SECONDS", "duration");
+}
+}  // namespace
 
 void ServerFlags::add(CLI::App* sub, const std::string& with) {
   sub->add_option("--health-timeout", health_timeout,
                   "With --server-cmd: seconds a started server may take to answer GET /health with 200 (default 120)")
-      ->check(CLI::PositiveNumber);
+      ->check(duration_seconds());
   sub->add_option("--api", api,
                   "With " + with + ": the server's API: llama (llama-server's native /completion) or openai\n"
                   "(/v1/completions: llama-server, vLLM, SGLang; docs/server.md)")
@@ -18,7 +42,7 @@ void ServerFlags::add(CLI::App* sub, const std::string& with) {
   sub->add_option("--served-model", served_model,
                   "With --api openai: the request's \"model\" (the name the server serves; vLLM checks it)");
   sub->add_option("--timeout", timeout, "With " + with + ": seconds per request before it counts as failed (default 60)")
-      ->check(CLI::PositiveNumber);
+      ->check(duration_seconds());
   sub->add_option("--attempts", attempts, "With " + with + ": attempts per request on a transport failure (default 3)")
       ->check(CLI::Range(1, 20));
   sub->add_option("--topk", topk, "With " + with + ": log-probs asked per position (default: every id up to 4096 ids, else 40)")

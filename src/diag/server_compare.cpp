@@ -13,6 +13,7 @@
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
+#include "util/json_input.h"
 
 namespace degen {
 
@@ -35,20 +36,212 @@ struct ServerRun {
   mutable std::string vocab_note;  // set when the vocabulary could not be checked by text
 };
 
+std::string excerpt_of(const json& j) { return json_excerpt(j, 200); }
+
 // A field of a server answer, or InputError naming the URL and what was expected.
 const json& field(const json& j, const char* key, const std::string& url, const char* what) {
   if (!j.is_object() || !j.contains(key))
-    input_error("malformed response from ", url, ": expected ", what, " under '", key, "', got ", j.dump().substr(0, 200));
+    input_error("malformed response from ", url, ": expected ", what, " under '", key, "', got ", excerpt_of(j));
   return j.at(key);
 }
 
-int32_t server_id(const json& v, const ServerRun& run, const std::string& url) {
-  if (!v.is_number_integer()) input_error("malformed response from ", url, ": a token id that is not an integer: ", v.dump());
-  const int64_t id = v.get<int64_t>();
-  if (id < 0 || id >= run.V)
-    input_error("the server at ", run.base, " answers with token id ", id, ", outside the model's vocabulary of ", run.V,
-                " ids: it serves another model's vocabulary");
-  return static_cast<int32_t>(id);
+// A token id as the server wrote it: a non-negative integer (one beyond int64 reads as INT64_MAX:
+// beyond any vocabulary all the same).
+int64_t token_id(const json& v, const std::string& url) {
+  if (v.is_number_unsigned())
+    return v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
+                                                                                          : v.get<int64_t>();
+  if (!v.is_number_integer()) input_error("malformed response from ", url, ": a token id that is not an integer: ", excerpt_of(v));
+  input_error("malformed response from ", url, ": a negative token id: ", v.get<int64_t>());
+}
+
+// A log-probability: a number <= kMaxServerLogprob, or null (-inf).
+double logprob_value(const json& l, const std::string& url) {
+  using server_answer::kMaxServerLogprob;
+  if (l.is_null()) return -std::numeric_limits<double>::infinity();  // llama-server writes -inf as null
+  if (!l.is_number()) input_error("malformed response from ", url, ": a log-probability that is not a number: ", excerpt_of(l));
+  const double v = l.get<double>();
+  if (std::isnan(v) || v > kMaxServerLogprob)
+    input_error("malformed response from ", url, ": a log-probability of ", v, ", expected a number <= 0 (", kMaxServerLogprob,
+                " allowed for rounding) or null");
+  return v;
+}
+
+// The listed probabilities (each id once) sum to at most 1 + kMaxServerMassExcess.
+void check_mass(const server_answer::TopList& top, const std::string& url) {
+  server_answer::TopList by_id = top;
+  std::stable_sort(by_id.begin(), by_id.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  double mass = 0;
+  size_t distinct = 0;
+  for (size_t i = 0; i < by_id.size(); ++i) {
+    if (i > 0 && by_id[i].first == by_id[i - 1].first) continue;  // listed twice: the first counts, as in topk_as_logits
+    ++distinct;
+    mass += std::exp(by_id[i].second);
+  }
+  if (mass > 1 + server_answer::kMaxServerMassExcess)
+    input_error("malformed response from ", url, ": the ", distinct, " listed probabilities sum to ", mass,
+                ", expected at most 1: not a probability distribution");
+}
+
+// A short string field (stop_type, finish_reason): "?" when absent or null, InputError for another type.
+std::string reason_field(const json& j, const char* key, const std::string& url) {
+  if (!j.is_object() || !j.contains(key) || j.at(key).is_null()) return "?";
+  const json& v = j.at(key);
+  if (!v.is_string()) input_error("malformed response from ", url, ": '", key, "' is not a string: ", excerpt_of(v));
+  std::string r = v.get<std::string>();
+  if (r.size() > 40) {  // cut on a character boundary: the reason goes into --json, whose dump needs UTF-8
+    size_t n = 40;
+    while (n > 0 && (static_cast<unsigned char>(r[n]) & 0xC0) == 0x80) --n;
+    r.resize(n);
+  }
+  return r;
+}
+
+// [{"id": N, "logprob": x}, ...] (llama-server, both APIs).
+server_answer::TopList top_from_id_list(const json& top, const std::string& url) {
+  if (!top.is_array() || top.empty()) input_error("malformed response from ", url, ": expected a non-empty list of top log-probs");
+  server_answer::TopList out;
+  for (const json& e : top)
+    out.emplace_back(token_id(field(e, "id", url, "a token id"), url), logprob_value(field(e, "logprob", url, "a log-probability"), url));
+  check_mass(out, url);
+  return out;
+}
+
+// "token_id:N" (vLLM's return_tokens_as_token_ids) as N; InputError for a token given as text.
+int64_t id_from_token_key(const std::string& key, const std::string& url) {
+  const std::string pre = "token_id:";
+  if (key.rfind(pre, 0) != 0)
+    input_error("malformed response from ", url, ": a token given as text ('", key.substr(0, 40), "'), expected its id as 'token_id:N' ",
+                "(vLLM: return_tokens_as_token_ids) or llama-server's 'content' list with ids; text cannot be mapped back to ids ",
+                "without re-tokenising");
+  const std::string digits = key.substr(pre.size());
+  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
+    input_error("malformed response from ", url, ": '", key.substr(0, 40), "' is not 'token_id:N' with N a token id");
+  return std::stoll(digits);
+}
+
+// {"token_id:N": x, ...} (the completions API's classic top_logprobs entry) or {"N": {"logprob": x}}
+// (vLLM's prompt_logprobs entry).
+server_answer::TopList top_from_map(const json& m, const std::string& url) {
+  if (!m.is_object() || m.empty()) input_error("malformed response from ", url, ": expected a non-empty object of top log-probs");
+  server_answer::TopList out;
+  for (auto& [k, v] : m.items()) {
+    if (v.is_object()) {
+      if (k.empty() || k.size() > 18 || k.find_first_not_of("0123456789") != std::string::npos)
+        input_error("malformed response from ", url, ": prompt_logprobs key '", k.substr(0, 40), "' is not a token id");
+      out.emplace_back(std::stoll(k), logprob_value(field(v, "logprob", url, "a log-probability"), url));
+    } else {
+      out.emplace_back(id_from_token_key(k, url), logprob_value(v, url));
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  check_mass(out, url);
+  return out;
+}
+
+// choices[0] of a completions answer.
+const json& first_choice(const json& r, const std::string& url) {
+  const json& ch = field(r, "choices", url, "the completion choices");
+  if (!ch.is_array() || ch.empty()) input_error("malformed response from ", url, ": 'choices' is not a non-empty list");
+  return ch.at(0);
+}
+
+// The top-K of the first generated token in a completions choice.
+server_answer::TopList openai_generated_top(const json& choice, const std::string& url) {
+  const json& lp = field(choice, "logprobs", url, "log-probs (the request's 'logprobs')");
+  if (lp.is_object() && lp.contains("content")) {
+    const json& c = lp.at("content");
+    if (!c.is_array() || c.empty()) input_error("malformed response from ", url, ": empty logprobs.content");
+    return top_from_id_list(field(c.at(0), "top_logprobs", url, "the top-K log-probabilities"), url);
+  }
+  const json& top = field(lp, "top_logprobs", url, "the top-K log-probabilities");
+  if (!top.is_array() || top.empty()) input_error("malformed response from ", url, ": empty logprobs.top_logprobs");
+  return top_from_map(top.at(0), url);
+}
+
+}  // namespace
+
+namespace server_answer {
+
+TopList llama_position(const json& r, const std::string& url) {
+  const json& probs = field(r, "completion_probabilities", url, "per-token probabilities (n_probs)");
+  if (!probs.is_array() || probs.empty()) input_error("malformed response from ", url, ": no completion_probabilities");
+  const json& top = field(probs.at(0), "top_logprobs", url, "the top-K log-probabilities");
+  if (!top.is_array() || top.empty()) input_error("malformed response from ", url, ": empty top_logprobs");
+  return top_from_id_list(top, url);
+}
+
+Generated llama_generation(const json& r, const std::string& url) {
+  Generated g;
+  const json& toks = field(r, "tokens", url, "the generated token ids (return_tokens)");
+  if (!toks.is_array()) input_error("malformed response from ", url, ": 'tokens' is not an array");
+  for (const json& t : toks) g.tokens.push_back(token_id(t, url));
+  g.stop_reason = reason_field(r, "stop_type", url);
+  return g;
+}
+
+TopList openai_position(const json& r, const std::string& url) { return openai_generated_top(first_choice(r, url), url); }
+
+std::vector<TopList> openai_prompt_logprobs(const json& r, int64_t T, const std::string& url) {
+  // prompt_logprobs[j] is the distribution that predicted seq[j] (j >= 1; [0] is null); the last
+  // position's is the generated token's top-K.
+  const json& choice = first_choice(r, url);
+  const json& pl = field(choice, "prompt_logprobs", url, "prompt log-probs (prompt_logprobs)");
+  if (!pl.is_array() || static_cast<int64_t>(pl.size()) != T)
+    input_error("malformed response from ", url, ": expected ", T, " prompt_logprobs entries (one per prompt token), got ",
+                pl.is_array() ? std::to_string(pl.size()) : excerpt_of(pl));
+  std::vector<TopList> out;
+  for (int64_t j = 1; j < T; ++j) out.push_back(top_from_map(pl.at(static_cast<size_t>(j)), url));
+  out.push_back(openai_generated_top(choice, url));
+  return out;
+}
+
+Generated openai_generation(const json& r, const std::string& url) {
+  // The completions API returns text; the ids come from the per-token log-probs (logprobs: 1).
+  Generated g;
+  const json& choice = first_choice(r, url);
+  const json& lp = field(choice, "logprobs", url, "the generated tokens' log-probs (logprobs: 1)");
+  if (lp.is_object() && lp.contains("content")) {
+    const json& c = lp.at("content");
+    if (!c.is_array()) input_error("malformed response from ", url, ": logprobs.content is not a list");
+    for (const json& e : c) g.tokens.push_back(token_id(field(e, "id", url, "a token id"), url));
+  } else {
+    const json& toks = field(lp, "tokens", url, "the generated tokens (logprobs.tokens)");
+    if (!toks.is_array()) input_error("malformed response from ", url, ": logprobs.tokens is not a list");
+    for (const json& t : toks) {
+      if (!t.is_string()) input_error("malformed response from ", url, ": a token that is not a string: ", excerpt_of(t));
+      g.tokens.push_back(id_from_token_key(t.get<std::string>(), url));
+    }
+  }
+  g.stop_reason = reason_field(choice, "finish_reason", url);
+  return g;
+}
+
+std::string detokenized(const json& r, const std::string& url) {
+  const char* key = r.is_object() && r.contains("prompt") && !r.contains("content") ? "prompt" : "content";
+  const json& c = field(r, key, url, "the text of the ids");
+  if (!c.is_string()) input_error("malformed response from ", url, ": '", key, "' is not a string: ", excerpt_of(c));
+  return c.get<std::string>();
+}
+
+}  // namespace server_answer
+
+namespace {
+
+using server_answer::TopList;
+
+// note: the answers whose size grows with what is asked (K ids at each of T positions) may take
+// kAnswerBytesPerId per listed id: an entry of llama-server's is {"id":N,"token":"<piece>",
+// "bytes":[...],"logprob":x}, about 60 bytes plus ~10 per byte of the piece (JSON-escaped text and
+// its byte list), and pieces are a few to a few dozen bytes: 4 KiB covers a 400-byte piece. A
+// body beyond the cap is refused as it arrives (net/http.h), so an endless answer stops there.
+constexpr size_t kAnswerBytesPerId = 4096;
+
+net::HttpOptions answer_cap(const ServerRun& run, int64_t positions) {
+  net::HttpOptions h = run.o.http;
+  const uint64_t ids = static_cast<uint64_t>(std::max<int64_t>(positions, 1)) * static_cast<uint64_t>(std::max(run.topk, 1));
+  h.max_body_bytes = net::kDefaultMaxBodyBytes + static_cast<size_t>(std::min<uint64_t>(ids, uint64_t{1} << 40) * kAnswerBytesPerId);
+  return h;
 }
 
 // The record's first prompt detokenized by the server must be our tokenizer's text.
@@ -68,13 +261,10 @@ void check_vocabulary(const ServerRun& run, const std::vector<int32_t>& ids) {
     }
     throw;
   }
-  const char* key = run.o.api == "openai" && r.is_object() && r.contains("prompt") && !r.contains("content") ? "prompt" : "content";
-  const json& c = field(r, key, url, "the text of the ids");
-  if (!c.is_string()) input_error("malformed response from ", url, ": 'content' is not a string");
+  const std::string theirs = server_answer::detokenized(r, url);
   const std::string ours = run.tok->decode(ids);
-  if (c.get<std::string>() != ours) {
+  if (theirs != ours) {
     size_t i = 0;
-    const std::string theirs = c.get<std::string>();
     while (i < ours.size() && i < theirs.size() && ours[i] == theirs[i]) ++i;
     input_error("the server at ", run.base, " serves another vocabulary: the record's first prompt (", ids.size(),
                 " ids) detokenizes to '", theirs.substr(i, 40), "...' there and '", ours.substr(i, 40),
@@ -82,68 +272,9 @@ void check_vocabulary(const ServerRun& run, const std::vector<int32_t>& ids) {
   }
 }
 
-// One position's answer: (id, log-prob) pairs as the server listed them.
-using TopList = std::vector<std::pair<int32_t, double>>;
-
-double logprob_value(const json& l, const std::string& url) {
-  if (l.is_null()) return -std::numeric_limits<double>::infinity();  // llama-server writes -inf as null
-  if (!l.is_number()) input_error("malformed response from ", url, ": a log-probability that is not a number: ", l.dump());
-  return l.get<double>();
-}
-
-// [{"id": N, "logprob": x}, ...] (llama-server, both APIs).
-TopList top_from_id_list(const json& top, const ServerRun& run, const std::string& url) {
-  if (!top.is_array() || top.empty()) input_error("malformed response from ", url, ": expected a non-empty list of top log-probs");
-  TopList out;
-  for (const json& e : top)
-    out.emplace_back(server_id(field(e, "id", url, "a token id"), run, url),
-                     logprob_value(field(e, "logprob", url, "a log-probability"), url));
-  return out;
-}
-
-// "token_id:N" (vLLM's return_tokens_as_token_ids) as N; InputError for a token given as text.
-int32_t id_from_token_key(const std::string& key, const ServerRun& run, const std::string& url) {
-  const std::string pre = "token_id:";
-  if (key.rfind(pre, 0) != 0)
-    input_error("malformed response from ", url, ": a token given as text ('", key.substr(0, 40), "'), expected its id as 'token_id:N' ",
-                "(vLLM: return_tokens_as_token_ids) or llama-server's 'content' list with ids; text cannot be mapped back to ids ",
-                "without re-tokenising");
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(key.substr(pre.size()), &used);
-    if (used != key.size() - pre.size()) throw std::invalid_argument("tail");
-    return server_id(json(v), run, url);
-  } catch (const std::logic_error&) {
-    input_error("malformed response from ", url, ": '", key.substr(0, 40), "' is not 'token_id:N'");
-  }
-}
-
-// {"token_id:N": x, ...} (the completions API's classic top_logprobs entry) or {"N": {"logprob": x}}
-// (vLLM's prompt_logprobs entry).
-TopList top_from_map(const json& m, const ServerRun& run, const std::string& url) {
-  if (!m.is_object() || m.empty()) input_error("malformed response from ", url, ": expected a non-empty object of top log-probs");
-  TopList out;
-  for (auto& [k, v] : m.items()) {
-    if (v.is_object()) {
-      int64_t id = -1;
-      try {
-        size_t used = 0;
-        id = std::stoll(k, &used);
-        if (used != k.size()) id = -1;
-      } catch (const std::logic_error&) {
-      }
-      if (id < 0) input_error("malformed response from ", url, ": prompt_logprobs key '", k.substr(0, 40), "' is not a token id");
-      out.emplace_back(server_id(json(id), run, url), logprob_value(field(v, "logprob", url, "a log-probability"), url));
-    } else {
-      out.emplace_back(id_from_token_key(k, run, url), logprob_value(v, url));
-    }
-  }
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  return out;
-}
-
 // The server's top-K at one position, as a full distribution (log-probs per id, masked ids -inf):
 // its listed ids keep their log-probs; the rest of its mass is spread evenly over the other real ids.
+// Ids beyond the vocabulary were taken out before (teacher_forced: the case is bad).
 std::vector<float> topk_as_logits(const TopList& top, const ServerRun& run, std::vector<uint8_t>& listed) {
   std::vector<float> lp(static_cast<size_t>(run.V), std::numeric_limits<float>::quiet_NaN());
   double mass = 0;
@@ -164,27 +295,6 @@ std::vector<float> topk_as_logits(const TopList& top, const ServerRun& run, std:
   return lp;
 }
 
-// choices[0] of a completions answer.
-const json& first_choice(const json& r, const std::string& url) {
-  const json& ch = field(r, "choices", url, "the completion choices");
-  if (!ch.is_array() || ch.empty()) input_error("malformed response from ", url, ": 'choices' is empty");
-  return ch.at(0);
-}
-
-// The top-K of the first generated token in a completions answer: llama-server's
-// logprobs.content[0].top_logprobs (with ids) or the classic logprobs.top_logprobs[0] ("token_id:N").
-TopList openai_generated_top(const json& choice, const ServerRun& run, const std::string& url) {
-  const json& lp = field(choice, "logprobs", url, "log-probs (the request's 'logprobs')");
-  if (lp.is_object() && lp.contains("content")) {
-    const json& c = lp.at("content");
-    if (!c.is_array() || c.empty()) input_error("malformed response from ", url, ": empty logprobs.content");
-    return top_from_id_list(field(c.at(0), "top_logprobs", url, "the top-K log-probabilities"), run, url);
-  }
-  const json& top = field(lp, "top_logprobs", url, "the top-K log-probabilities");
-  if (!top.is_array() || top.empty()) input_error("malformed response from ", url, ": empty logprobs.top_logprobs");
-  return top_from_map(top.at(0), run, url);
-}
-
 // A /v1/completions request: a token-id prompt, the ids asked back ("token_id:N" where the server
 // writes tokens as text), the served model's name when given.
 json openai_request(const ServerRun& run, const std::vector<int32_t>& prompt, int64_t max_tokens, const json& temperature,
@@ -200,42 +310,36 @@ std::vector<TopList> server_topk(const ServerRun& run, const std::vector<int32_t
   const int64_t T = static_cast<int64_t>(seq.size());
   std::vector<TopList> out;
   if (run.o.api == "openai" && run.o.prompt_logprobs) {
-    // One request: prompt_logprobs[j] is the distribution that predicted seq[j] (j >= 1); the last
-    // position's is the generated token's top-K.
     const std::string url = run.base + "/v1/completions";
     json req = openai_request(run, seq, 1, 0, run.topk);
     req["prompt_logprobs"] = run.topk;
-    const json r = net::post_json(url, req, run.o.http);
-    const json& choice = first_choice(r, url);
-    const json& pl = field(choice, "prompt_logprobs", url, "prompt log-probs (prompt_logprobs)");
-    if (!pl.is_array() || static_cast<int64_t>(pl.size()) != T)
-      input_error("malformed response from ", url, ": expected ", T, " prompt_logprobs entries (one per prompt token), got ",
-                  pl.is_array() ? std::to_string(pl.size()) : pl.dump().substr(0, 80));
-    for (int64_t j = 1; j < T; ++j) out.push_back(top_from_map(pl.at(static_cast<size_t>(j)), run, url));
-    out.push_back(openai_generated_top(choice, run, url));
-    return out;
+    return server_answer::openai_prompt_logprobs(net::post_json(url, req, answer_cap(run, T)), T, url);
   }
   for (int64_t i = 0; i < T; ++i) {
     const std::vector<int32_t> prefix(seq.begin(), seq.begin() + i + 1);
     if (run.o.api == "openai") {
       const std::string url = run.base + "/v1/completions";
       const json req = openai_request(run, prefix, 1, 0, run.topk);
-      out.push_back(openai_generated_top(first_choice(net::post_json(url, req, run.o.http), url), run, url));
+      out.push_back(server_answer::openai_position(net::post_json(url, req, answer_cap(run, 1)), url));
       continue;
     }
     const std::string url = run.base + "/completion";
     const json req = {{"prompt", prefix},      {"n_predict", 1},        {"n_probs", run.topk},
                       {"temperature", 0},      {"cache_prompt", true},  {"post_sampling_probs", false},
                       {"return_tokens", true}, {"ignore_eos", true}};
-    const json r = net::post_json(url, req, run.o.http);
-    const json& probs = field(r, "completion_probabilities", url, "per-token probabilities (n_probs)");
-    if (!probs.is_array() || probs.empty())
-      input_error("malformed response from ", url, ": no completion_probabilities for position ", i);
-    const json& top = field(probs.at(0), "top_logprobs", url, "the top-K log-probabilities");
-    if (!top.is_array() || top.empty()) input_error("malformed response from ", url, ": empty top_logprobs at position ", i);
-    out.push_back(top_from_id_list(top, run, url));
+    out.push_back(server_answer::llama_position(net::post_json(url, req, answer_cap(run, 1)), url));
   }
   return out;
+}
+
+// Takes the ids at or beyond the vocabulary out of a position's list; the first one found is
+// reported in `oov` (a case with one is bad: no correct server of this model lists such an id).
+void drop_out_of_vocabulary(TopList& top, const ServerRun& run, int64_t position, std::string& oov) {
+  for (const auto& e : top)
+    if (e.first >= run.V && oov.empty())
+      oov = cat("the server lists token id ", e.first, " at position ", position, ", beyond the model's vocabulary of ", run.V,
+                " ids (its logit rows): no correct server of this model can");
+  top.erase(std::remove_if(top.begin(), top.end(), [&](const auto& e) { return e.first >= run.V; }), top.end());
 }
 
 // The server's log-probs are normalised over all its vocab_size rows (llama.cpp, vLLM and HF
@@ -245,7 +349,7 @@ std::vector<TopList> server_topk(const ServerRun& run, const std::vector<int32_t
 // the reference's logits; it matters only when the server lists part of the vocabulary, as a
 // complete listing is renormalised over the real ids anyway); logprob_offset compares the server's
 // log-probs with the record's in the server's normalisation, where a constant offset would show.
-void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, double& coverage) {
+void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, double& coverage, std::vector<std::string>& bad) {
   const std::vector<int32_t> seq = g.sequence();
   const int64_t T = static_cast<int64_t>(seq.size());
   const std::vector<TopList> tops = server_topk(run, seq);
@@ -253,10 +357,12 @@ void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, d
   int64_t covered = 0, n_off = 0;
   double sum_off = 0;
   bool vocab_norm = true;
+  std::string oov;
   for (int64_t i = 0; i < T; ++i) {
     const std::optional<double> shift = vocab_shift(g.topk, i);  // record -> server normalisation
     if (!shift) vocab_norm = false;
     TopList top = tops[static_cast<size_t>(i)];
+    drop_out_of_vocabulary(top, run, i, oov);
     if (shift)
       for (auto& e : top) e.second -= *shift;
     std::vector<uint8_t> listed;
@@ -279,6 +385,7 @@ void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, d
     const int32_t next = i + 1 < T ? seq[static_cast<size_t>(i + 1)] : -1;
     pos.push_back(metrics::compare_logits_topk(lp, gk, next, run.mask));
   }
+  if (!oov.empty()) bad.push_back(oov);
   coverage = T ? static_cast<double>(covered) / static_cast<double>(T) : 1.0;
   const std::optional<CaseFloors>& floors = g.floors[static_cast<int>(run.o.fclass)];
   std::optional<double> floor = floors ? floors->kld[0] : std::nullopt;
@@ -296,6 +403,31 @@ void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, d
   cr.logits[0]->logprob_offset_vocab = vocab_norm;
 }
 
+// The generated ids into gen.tokens, judged: an id beyond the vocabulary ends them (bad: no correct
+// server of this model can generate it); an id the tokenizer does not define (a padding row) is bad
+// in a greedy case (the reference never picks one; its mass there is ~1e-6, docs/server.md) and a
+// warning in a sampled one.
+void take_generated(const ServerRun& run, const server_answer::Generated& got, bool greedy, GenerationResult& gen,
+                    std::vector<std::string>& bad, std::vector<std::string>& warn) {
+  gen.stop_reason = got.stop_reason;
+  bool padding_seen = false;  // the first one is reported
+  for (size_t i = 0; i < got.tokens.size(); ++i) {
+    const int64_t id = got.tokens[i];
+    if (id >= run.V) {
+      bad.push_back(cat("the server generated token id ", id, " at step ", i, ", beyond the model's vocabulary of ", run.V,
+                        " ids (its logit rows): no correct server of this model can"));
+      return;
+    }
+    if (!run.mask.empty() && run.mask[static_cast<size_t>(id)] && !padding_seen) {
+      padding_seen = true;
+      (greedy ? bad : warn)
+          .push_back(cat("the server generated token id ", id, " at step ", i, ", which the tokenizer does not define (a padding row)",
+                         greedy ? ": a greedy generation of a correct engine never picks one" : ""));
+    }
+    gen.tokens.push_back(static_cast<int32_t>(id));
+  }
+}
+
 void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std::vector<std::string>& bad,
                   std::vector<std::string>& warn) {
   GenerationResult& gen = cr.gen;
@@ -303,58 +435,49 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
   if (g.max_new_tokens > 0) {
     RunConfig base;
     const SamplingParams sp = apply_run_config(base, g.sampling).sampling;
-    const std::string url = run.base + "/completion";
-    json req = {{"prompt", g.prompt},    {"n_predict", g.max_new_tokens}, {"return_tokens", true},
-                {"cache_prompt", false}, {"temperature", sp.temperature}, {"ignore_eos", g.ignore_stop}};
-    if (sp.temperature > 0) {
-      req["top_k"] = sp.top_k;
-      req["top_p"] = sp.top_p;
-      req["min_p"] = sp.min_p;
-      req["repeat_penalty"] = sp.repetition_penalty;
-      req["presence_penalty"] = sp.presence_penalty;
-      req["seed"] = sp.seed;
-    }
+    const bool greedy = !(sp.temperature > 0);
+    server_answer::Generated got;
     const auto t0 = clock_type::now();
     if (run.o.api == "openai") {
-      // The completions API returns text; the ids come from the per-token log-probs (logprobs: 1).
-      const std::string ourl = run.base + "/v1/completions";
-      json oreq = openai_request(run, g.prompt, g.max_new_tokens, sp.temperature, 1);
-      oreq["ignore_eos"] = g.ignore_stop;
-      if (sp.temperature > 0) {
-        oreq["top_p"] = sp.top_p;
-        oreq["top_k"] = sp.top_k;
-        oreq["min_p"] = sp.min_p;
-        oreq["presence_penalty"] = sp.presence_penalty;
-        oreq["repetition_penalty"] = sp.repetition_penalty;  // vLLM's name
-        oreq["repeat_penalty"] = sp.repetition_penalty;      // llama-server's
-        oreq["seed"] = sp.seed;
+      const std::string url = run.base + "/v1/completions";
+      json req = openai_request(run, g.prompt, g.max_new_tokens, sp.temperature, 1);
+      req["ignore_eos"] = g.ignore_stop;
+      if (!greedy) {
+        req["top_p"] = sp.top_p;
+        req["top_k"] = sp.top_k;
+        req["min_p"] = sp.min_p;
+        req["presence_penalty"] = sp.presence_penalty;
+        req["repetition_penalty"] = sp.repetition_penalty;  // vLLM's name
+        req["repeat_penalty"] = sp.repetition_penalty;      // llama-server's
+        req["seed"] = sp.seed;
       }
-      const json r = net::post_json(ourl, oreq, run.o.http);
-      gen.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-      const json& choice = first_choice(r, ourl);
-      const json& lp = field(choice, "logprobs", ourl, "the generated tokens' log-probs (logprobs: 1)");
-      if (lp.is_object() && lp.contains("content")) {
-        const json& c = lp.at("content");
-        if (!c.is_array()) input_error("malformed response from ", ourl, ": logprobs.content is not a list");
-        for (const json& e : c) gen.tokens.push_back(server_id(field(e, "id", ourl, "a token id"), run, ourl));
-      } else {
-        const json& toks = field(lp, "tokens", ourl, "the generated tokens (logprobs.tokens)");
-        if (!toks.is_array()) input_error("malformed response from ", ourl, ": logprobs.tokens is not a list");
-        for (const json& t : toks) {
-          if (!t.is_string()) input_error("malformed response from ", ourl, ": a token that is not a string: ", t.dump());
-          gen.tokens.push_back(id_from_token_key(t.get<std::string>(), run, ourl));
-        }
-      }
-      const json fr = choice.value("finish_reason", json("?"));
-      gen.stop_reason = fr.is_string() ? fr.get<std::string>() : "?";
+      got = server_answer::openai_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url);
     } else {
-      const json r = net::post_json(url, req, run.o.http);
-      gen.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-      const json& toks = field(r, "tokens", url, "the generated token ids (return_tokens)");
-      if (!toks.is_array()) input_error("malformed response from ", url, ": 'tokens' is not an array");
-      for (const json& t : toks) gen.tokens.push_back(server_id(t, run, url));
-      gen.stop_reason = r.value("stop_type", std::string("?"));
+      const std::string url = run.base + "/completion";
+      json req = {{"prompt", g.prompt},    {"n_predict", g.max_new_tokens}, {"return_tokens", true},
+                  {"cache_prompt", false}, {"temperature", sp.temperature}, {"ignore_eos", g.ignore_stop}};
+      if (!greedy) {
+        req["top_k"] = sp.top_k;
+        req["top_p"] = sp.top_p;
+        req["min_p"] = sp.min_p;
+        req["repeat_penalty"] = sp.repetition_penalty;
+        req["presence_penalty"] = sp.presence_penalty;
+        req["seed"] = sp.seed;
+      }
+      got = server_answer::llama_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url);
     }
+    gen.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    take_generated(run, got, greedy, gen, bad, warn);
+    // An empty answer where the golden continuation has content: a correct greedy engine (or one told
+    // to ignore stops) gives that content's first token; a sampled one may stop at once (a warning).
+    const std::vector<int32_t> stops = g.ignore_stop ? std::vector<int32_t>{} : run.stops;
+    const bool golden_content = std::any_of(g.continuation.begin(), g.continuation.end(), [&](int32_t t) {
+      return std::find(stops.begin(), stops.end(), t) == stops.end();
+    });
+    if (got.tokens.empty() && golden_content)
+      (greedy || g.ignore_stop ? bad : warn)
+          .push_back(cat("the server answered with no tokens (stop: ", gen.stop_reason, ") where the golden continuation has ",
+                         g.continuation.size(), " tokens", greedy ? " (greedy)" : g.ignore_stop ? " (stops ignored)" : " (sampled)"));
   } else {
     gen.stop_reason = "no budget";
   }
@@ -427,8 +550,8 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
     cr.prompt_tokens = static_cast<int64_t>(g.prompt.size());
     cr.positions = static_cast<int64_t>(g.prompt.size() + g.continuation.size());
     double coverage = 1;
-    teacher_forced(run, g, cr, coverage);
     std::vector<std::string> bad, warn;
+    teacher_forced(run, g, cr, coverage, bad);
     if (cr.logits[0]->nonfinite > 0) bad.push_back(cat(cr.logits[0]->nonfinite, " positions with non-finite log-probs"));
     if (!cr.logits[0]->pass)
       bad.push_back(cat("teacher-forced mean KLD ", cr.logits[0]->mean_kld, " > ", cr.logits[0]->limit,

@@ -4,7 +4,7 @@
 // API "llama" (llama.cpp's llama-server, native POST /completion):
 //  - vocabulary: POST /detokenize of the record's first prompt must give our tokenizer's text
 //    (another model's vocabulary is an input error, 128), and every id the server returns must lie
-//    in the model's vocabulary;
+//    in the model's vocabulary (else the case is bad);
 //  - teacher-forced: the golden token ids sent as ids (no re-tokenisation), one request per position
 //    (llama-server gives no prompt log-probs): prompt = the first i+1 tokens, n_predict = 1,
 //    n_probs = K (pre-sampling probabilities over the whole vocabulary, padding ids included). With
@@ -27,8 +27,12 @@
 // the generated tokens' log-probs. /detokenize checks the vocabulary where the server has one (a
 // 404 is noted in the limits line).
 // Errors: the server cannot be reached, times out or refuses (HTTP >= 400): UntestableError (125),
-// after bounded retries; a malformed answer (not JSON, missing fields, ids outside the vocabulary):
-// InputError (128). Both name the URL and what was expected.
+// after bounded retries; a malformed answer (not JSON, missing fields, a log-prob out of range, an
+// answer longer than the request can take): InputError (128). Both name the URL and what was expected.
+// Judged, not errors (a bad verdict, exit 1, with the reason): an id at or beyond the model's
+// vocabulary (its logit rows: no correct server of this model can produce it), a greedy generation
+// of an id the tokenizer does not define (a padding row), an empty answer to a case whose golden
+// continuation is not empty.
 #pragma once
 #include <cstdio>
 #include <map>
@@ -72,6 +76,49 @@ struct ServerCompareOptions {
   net::HttpOptions http;
   CompareRules rules;
 };
+
+// The answers of each API, parsed without a network: compare_server reads every answer through
+// these (after net::parse_answer), and so do the fuzz targets tests/fuzz/fuzz_http_*.cpp. Each takes
+// the parsed body and the URL it came from (named in messages) and throws InputError (128) for a
+// malformed answer: a missing field, a field of another type, a negative id, a log-prob that is not
+// a number or null (null is -inf: llama-server writes -inf so), is not finite, or is positive beyond
+// kMaxServerLogprob, listed probabilities summing above 1 + kMaxServerMassExcess. Ids are returned
+// as the server wrote them: one at or beyond the model's vocabulary is judged by compare_server (a
+// bad verdict with its reason), not here.
+namespace server_answer {
+
+// note: the servers compute log-softmax in fp32 (llama-server from its probabilities, vLLM with
+// torch.log_softmax): the top token's log-prob can round to a few 1e-7 above 0, never to 1e-4.
+constexpr double kMaxServerLogprob = 1e-4;
+// note: K listed probabilities, each rounded in fp32 (relative 6e-8) and printed with 6+ digits,
+// sum to at most 1 + K * 1e-6: 1e-3 allows K = 1000 with room; more mass is not a distribution.
+constexpr double kMaxServerMassExcess = 1e-3;
+
+// (id, log-prob) as listed at one position, in the server's order (prompt_logprobs maps: by
+// decreasing log-prob).
+using TopList = std::vector<std::pair<int64_t, double>>;
+
+struct Generated {
+  std::vector<int64_t> tokens;  // as listed (an id beyond the vocabulary is kept for the verdict)
+  std::string stop_reason;      // "?" when the server gives none (null or absent)
+};
+
+// llama-server /completion, one position (n_predict 1, n_probs K): completion_probabilities[0].top_logprobs.
+TopList llama_position(const nlohmann::json& answer, const std::string& url);
+// llama-server /completion, free-running (return_tokens): tokens and stop_type.
+Generated llama_generation(const nlohmann::json& answer, const std::string& url);
+// /v1/completions with max_tokens 1: the generated token's top-K (llama-server's logprobs.content
+// with ids, or the classic logprobs.top_logprobs with "token_id:N" keys).
+TopList openai_position(const nlohmann::json& answer, const std::string& url);
+// /v1/completions with prompt_logprobs (vLLM) over a prompt of `positions` tokens: the top-K after
+// each prompt token, the last one the generated token's (`positions` lists in all).
+std::vector<TopList> openai_prompt_logprobs(const nlohmann::json& answer, int64_t positions, const std::string& url);
+// /v1/completions, free-running (logprobs: 1): the generated ids and finish_reason.
+Generated openai_generation(const nlohmann::json& answer, const std::string& url);
+// POST /detokenize: the text ("content"; vLLM's OpenAI server: "prompt").
+std::string detokenized(const nlohmann::json& answer, const std::string& url);
+
+}  // namespace server_answer
 
 CompareResult compare_server(const GoldenRecord& rec, const Model& model, const Tokenizer* tok,
                              const ServerCompareOptions& o, std::FILE* progress = nullptr);

@@ -1,12 +1,17 @@
 // sweep --server-cmd (server_sweep.h): start, wait for, score and stop one server per cell.
+// The template is filled with shell-quoted values (fill_server_command); the server dies with us.
 #include "diag/server_sweep.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,6 +62,58 @@ struct SignalGuard {
   }
 };
 
+// In the watcher (below): the sweep died, so the whole process group goes, the watcher with it.
+void on_sweep_death(int) { ::kill(0, SIGKILL); }
+
+// The child of the sweep that leads the server's process group: it runs `sh -c script` in a child
+// of its own, waits for it and ends as it ended (the same status, or the same signal), so the sweep
+// sees the server's exit. It exists for a SIGKILL of the sweep, which no handler sees: the kernel
+// then sends the watcher SIGUSR1 (PR_SET_PDEATHSIG), and it kills the group: the server and
+// anything the server started (a wrapper's children, vLLM's workers), which a death signal on the
+// server alone would leave. The sweep may have died before prctl ran: getppid() then says so.
+// SIGTERM, SIGINT and SIGHUP to the group are the server's (stop()): the watcher ignores them and
+// waits. Only async-signal-safe calls after the fork. note: the death signal follows the thread
+// that forked; the sweep forks from its main thread.
+[[noreturn]] void watch_server(const char* script, pid_t sweep) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_IGN);
+#ifdef __linux__
+  struct sigaction sa {};
+  sa.sa_handler = on_sweep_death;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGUSR1, &sa, nullptr);
+  ::prctl(PR_SET_PDEATHSIG, SIGUSR1);
+  if (::getppid() != sweep) ::kill(0, SIGKILL);
+#endif
+  const pid_t watcher = ::getpid();
+  const pid_t server = ::fork();
+  if (server < 0) ::_exit(127);
+  if (server == 0) {
+#ifdef __linux__
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // should the watcher alone be killed
+    if (::getppid() != watcher) ::_exit(127);
+#endif
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1}) ::signal(sig, SIG_DFL);
+    ::execl("/bin/sh", "sh", "-c", script, static_cast<char*>(nullptr));
+    const char msg[] = "degenbisect: cannot run /bin/sh\n";
+    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(server, &status, 0) < 0)
+    if (errno != EINTR) ::_exit(127);
+  if (WIFEXITED(status)) ::_exit(WEXITSTATUS(status));
+  const int sig = WTERMSIG(status);  // die of the server's signal, without a core file of our own
+  const rlimit no_core{0, 0};
+  ::setrlimit(RLIMIT_CORE, &no_core);
+  ::signal(sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  ::kill(watcher, sig);
+  ::_exit(128 + sig);
+}
+
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return cat("exited with status ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return cat("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
@@ -65,17 +122,69 @@ std::string describe_status(int status) {
 
 }  // namespace
 
-std::string fill_server_command(const std::string& tmpl, const std::vector<std::pair<std::string, std::string>>& params,
+namespace {
+
+// Where a placeholder stands in the template, as /bin/sh reads it.
+enum class Quoting { none, single, dbl };
+
+// `value` as literal text for sh at that place: one word outside quotes ('...', a ' as '\''),
+// inside '...' a ' closes, escapes and reopens, inside "..." $ ` " \ get a backslash.
+// A value of letters, digits and _ - . / : = , + @ % only is written as it is (no character of it
+// means anything to sh), so that the usual command lines stay readable in logs and results.
+std::string shell_literal(const std::string& value, Quoting q) {
+  const bool plain = !value.empty() && value.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                               "0123456789_-./:=,+@%") == std::string::npos;
+  if (plain) return value;
+  std::string out;
+  if (q == Quoting::dbl) {
+    for (char ch : value) {
+      if (ch == '$' || ch == '`' || ch == '"' || ch == '\\') out += '\\';
+      out += ch;
+    }
+    return out;
+  }
+  for (char ch : value) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q == Quoting::single ? out : "'" + out + "'";
+}
+
+}  // namespace
+
+std::string fill_server_command(const std::string& raw, const std::vector<std::pair<std::string, std::string>>& params,
                                 int port) {
+  // One command line: a template written over several lines (with or without a trailing backslash)
+  // is joined with spaces, so that sh does not run its later lines as other commands.
+  std::string tmpl;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '\\' && i + 1 < raw.size() && raw[i + 1] == '\n') {
+      tmpl += ' ';
+      ++i;
+    } else {
+      tmpl += raw[i] == '\n' || raw[i] == '\r' ? ' ' : raw[i];
+    }
+  }
+  for (const auto& [k, v] : params)
+    if (v.find('\0') != std::string::npos)
+      input_error("--server-cmd: parameter '", k, "' has a NUL character in its value: a command line cannot hold it");
   std::string out;
   std::set<std::string> used;
   bool has_port = false;
+  Quoting q = Quoting::none;  // the template's own quoting, followed so each value is quoted for its place
   for (size_t i = 0; i < tmpl.size(); ++i) {
     const char ch = tmpl[i];
     if (ch == '{' && i + 1 < tmpl.size() && tmpl[i + 1] == '{') { out += '{'; ++i; continue; }
     if (ch == '}' && i + 1 < tmpl.size() && tmpl[i + 1] == '}') { out += '}'; ++i; continue; }
     if (ch == '}') input_error("--server-cmd: a '}' without its '{' at character ", i + 1, " (write '}}' for a brace)");
-    if (ch != '{') { out += ch; continue; }
+    if (ch != '{') {
+      out += ch;
+      if (ch == '\\' && q != Quoting::single && i + 1 < tmpl.size() && tmpl[i + 1] != '{' && tmpl[i + 1] != '}') {
+        out += tmpl[++i];  // an escaped character: no quote opens or closes here
+      } else if (ch == '\'' && q != Quoting::dbl) {
+        q = q == Quoting::single ? Quoting::none : Quoting::single;
+      } else if (ch == '"' && q != Quoting::single) {
+        q = q == Quoting::dbl ? Quoting::none : Quoting::dbl;
+      }
+      continue;
+    }
     const size_t end = tmpl.find('}', i + 1);
     if (end == std::string::npos) input_error("--server-cmd: '{' at character ", i + 1, " is not closed (write '{{' for a brace)");
     const std::string key = tmpl.substr(i + 1, end - i - 1);
@@ -90,26 +199,16 @@ std::string fill_server_command(const std::string& tmpl, const std::vector<std::
         input_error("--server-cmd: placeholder {", key, "} is neither {port} nor an axis or base parameter (have: ", known,
                     ")");
       }
-      out += it->second;
+      out += shell_literal(it->second, q);
       used.insert(key);
     }
     i = end;
   }
+  if (q != Quoting::none)
+    input_error("--server-cmd: a ", q == Quoting::single ? "'" : "\"", " quote is not closed: sh would refuse the command");
   if (!has_port)
     input_error("--server-cmd: the command has no {port}: the sweep picks a free port per server and needs to pass it "
                 "(e.g. '--port {port}')");
-  // One command line: a template written over several lines (with or without a trailing backslash)
-  // is joined with spaces, so that sh does not run its later lines as other commands.
-  std::string joined;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == '\\' && i + 1 < out.size() && out[i + 1] == '\n') {
-      joined += ' ';
-      ++i;
-    } else {
-      joined += out[i] == '\n' || out[i] == '\r' ? ' ' : out[i];
-    }
-  }
-  out = joined;
   for (const auto& p : params)
     if (!used.count(p.first))
       input_error("--server-cmd: parameter '", p.first, "' is not used by the command (expected a {", p.first,
@@ -160,6 +259,7 @@ ServerProcess::ServerProcess(const std::string& command, const std::filesystem::
   const int fd = open_output_stream(log);  // a FIFO or /dev/null is written in place, never replaced
   const std::string script = "exec " + command;
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fd);
@@ -171,11 +271,7 @@ ServerProcess::ServerProcess(const std::string& command, const std::filesystem::
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
     ::dup2(fd, STDOUT_FILENO);
     ::dup2(fd, STDERR_FILENO);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
-    ::execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
-    const char msg[] = "degenbisect: cannot run /bin/sh\n";
-    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
-    ::_exit(127);
+    watch_server(script.c_str(), parent);
   }
   ::setpgid(pid, pid);  // also in the parent: no race with a kill before the child ran setpgid
   ::close(fd);
@@ -203,6 +299,7 @@ bool ServerProcess::exited() { return pid_ > 0 && poll_exit(); }
 std::string ServerProcess::exit_description() const { return describe_status(status_); }
 
 void ServerProcess::wait_healthy(const std::string& base_url, double timeout_s) {
+  net::check_timeout(timeout_s, "--health-timeout");
   const auto deadline = clock_type::now() + std::chrono::duration<double>(timeout_s);
   net::HttpOptions h;
   h.attempts = 1;

@@ -14,10 +14,13 @@
 
 namespace degen {
 
-// "{port}" and "{KEY}" for each parameter of the cell, replaced literally; "{{" and "}}" are braces;
-// line breaks (with or without a backslash before them) become spaces: one command line.
+// "{port}" and "{KEY}" for each parameter of the cell; "{{" and "}}" are braces; line breaks (with or
+// without a backslash before them) become spaces: one command line, which /bin/sh runs. Each value
+// is quoted for its place in the template (outside quotes, inside '...', inside "..."), so that sh
+// hands it over as literal text: $(...), `...`, ;, * and quotes in a value run nothing (a value of
+// letters, digits and _-./:=,+@% only is written as it is).
 // InputError: a placeholder that is neither port nor a parameter, a parameter the template does not
-// use (a sweep over nothing), no {port}.
+// use (a sweep over nothing), no {port}, a quote the template leaves open, a NUL in a value.
 std::string fill_server_command(const std::string& tmpl, const std::vector<std::pair<std::string, std::string>>& params,
                                 int port);
 
@@ -28,7 +31,9 @@ int free_local_port();
 // One started server. The destructor stops it.
 class ServerProcess {
  public:
-  // sh -c 'exec COMMAND' in a new process group, stdout and stderr appended to `log`.
+  // sh -c 'exec COMMAND' in a new process group, stdout and stderr appended to `log`. The group's
+  // leader is a watcher that runs it and ends as it ends; when this process dies (a SIGKILL
+  // included: PR_SET_PDEATHSIG) the watcher kills the group, the server's own children included.
   ServerProcess(const std::string& command, const std::filesystem::path& log);
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;

@@ -5,6 +5,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -98,9 +101,16 @@ CellSummary eval_isolated(const std::function<CellSummary()>& eval) {
   int fds[2];
   if (::pipe(fds) != 0) input_error("sweep --isolate: pipe failed: ", std::strerror(errno));
   std::fflush(nullptr);
+  [[maybe_unused]] const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) input_error("sweep --isolate: fork failed: ", std::strerror(errno));
   if (pid == 0) {
+    // The cell dies with the sweep (a SIGKILL of the sweep would leave it computing, orphaned); the
+    // parent may have died before prctl ran, then getppid() is no longer it.
+#ifdef __linux__
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+#endif
     // The child reports a crash by dying of it: drop any inherited crash handlers.
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::signal(sig, SIG_DFL);
     ::close(fds[0]);
@@ -181,6 +191,15 @@ size_t SweepMatrix::count() const {
   // The product of the axis sizes with overflow checks, before anything is enumerated.
   size_t total = 1;
   bool overflow = false;
+  // An axis given twice would be merged: the later one's values replace the earlier one's in every
+  // cell, and the main effects would list values that never ran.
+  std::map<std::string, size_t> first;  // axis name -> its first position
+  for (size_t a = 0; a < axes.size(); ++a) {
+    const auto [it, fresh] = first.emplace(axes[a].name, a);
+    if (!fresh)
+      input_error("sweep matrix '", name, "': axis '", axes[a].name, "' is given twice (axes ", it->second + 1, " and ", a + 1,
+                  "); expected each axis once: put all its values in one axis");
+  }
   for (const auto& a : axes) {
     if (a.values.empty()) input_error("sweep matrix '", name, "': axis '", a.name, "' has no values");
     if (!overflow && __builtin_mul_overflow(total, a.values.size(), &total)) overflow = true;
@@ -252,7 +271,17 @@ std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
 }
 
 SweepMatrix load_sweep_matrix(const std::filesystem::path& path, bool params_only) {
-  json j = parse_json(read_file(path, kMaxInputFileBytes), path.string(), false);
+  // A key twice in one object (two "fa" axes in the object form) would be kept once, silently.
+  std::vector<std::set<std::string>> keys;  // per open object
+  const json::parser_callback_t unique_keys = [&](int, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) keys.emplace_back();
+    else if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    else if (ev == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
+      input_error(path.string(), ": key '", parsed.get<std::string>().substr(0, 60), "' appears twice in one object; expected ",
+                  "each key once (an axis given twice: put all its values in one axis)");
+    return true;
+  };
+  json j = parse_json(read_file(path, kMaxInputFileBytes), path.string(), false, unique_keys);
   if (j.is_discarded() || !j.is_object()) input_error(path.string(), ": not a JSON object");
   SweepMatrix m;
   m.params_only = params_only;

@@ -4,6 +4,7 @@
 #include "net/http.h"
 
 #include <chrono>
+#include <cmath>
 #include <mutex>
 #include <thread>
 
@@ -26,10 +27,26 @@ std::string excerpt(const std::string& s, size_t n = 200) {
 }
 
 #if DEGEN_HAVE_CURL
+// The body as it arrives, up to a cap: past it the callback takes nothing, libcurl ends the
+// transfer (CURLE_WRITE_ERROR) and `over` says why.
+struct Sink {
+  std::string* body;
+  size_t cap;
+  bool over = false;
+};
+
 size_t on_data(char* p, size_t size, size_t n, void* user) {
-  static_cast<std::string*>(user)->append(p, size * n);
-  return size * n;
+  Sink& s = *static_cast<Sink*>(user);
+  const size_t len = size * n;
+  if (len > s.cap - std::min(s.cap, s.body->size())) {
+    s.over = true;
+    return 0;
+  }
+  s.body->append(p, len);
+  return len;
 }
+
+long to_ms(double seconds) { return static_cast<long>(std::llround(seconds * 1000)); }
 
 void global_init() {
   static std::once_flag once;
@@ -41,7 +58,15 @@ void global_init() {
 
 bool available() { return DEGEN_HAVE_CURL != 0; }
 
+void check_timeout(double seconds, const char* flag) {
+  if (!(seconds >= kMinTimeoutS && seconds <= kMaxTimeoutS))
+    input_error(flag, " ", seconds, " s: expected a duration of ", kMinTimeoutS, " to ", kMaxTimeoutS,
+                " seconds (below 1 ms libcurl has no time-out; above a day it no longer guards against a hang)");
+}
+
 HttpResponse request(const std::string& method, const std::string& url, const std::string& body, const HttpOptions& o) {
+  check_timeout(o.timeout_s, "http time-out");
+  check_timeout(o.connect_timeout_s, "http connect time-out");
 #if DEGEN_HAVE_CURL
   global_init();
   std::string last;
@@ -50,14 +75,15 @@ HttpResponse request(const std::string& method, const std::string& url, const st
     CURL* h = curl_easy_init();
     if (!h) throw UntestableError("http: libcurl could not create a handle");
     HttpResponse r;
+    Sink sink{&r.body, o.max_body_bytes};
     char err[CURL_ERROR_SIZE] = {0};
     curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
     curl_easy_setopt(h, CURLOPT_URL, url.c_str());
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(o.timeout_s * 1000));
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_s * 1000));
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, to_ms(o.timeout_s));
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, to_ms(std::min(o.connect_timeout_s, o.timeout_s)));
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r.body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     if (method == "POST") {
@@ -69,6 +95,9 @@ HttpResponse request(const std::string& method, const std::string& url, const st
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.status);
     curl_slist_free_all(headers);
     curl_easy_cleanup(h);
+    if (sink.over)
+      input_error("malformed response from ", url, ": the answer is longer than ", o.max_body_bytes,
+                  " bytes, the most this request can legitimately take (read stopped there): ", excerpt(r.body));
     if (rc == CURLE_OK) {
       if (r.status >= 400)
         throw HttpStatusError(r.status, cat("server ", url, " refused the request: HTTP ", r.status, ": ", excerpt(r.body)));
@@ -76,8 +105,8 @@ HttpResponse request(const std::string& method, const std::string& url, const st
     }
     last = cat(curl_easy_strerror(rc), err[0] ? cat(" (", err, ")") : std::string());
     if (attempt < o.attempts) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-      wait *= 2;
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::min(wait, kMaxRetryWaitS)));
+      wait = std::min(wait * 2, kMaxRetryWaitS);
     }
   }
   throw UntestableError(cat("server ", url, " cannot be reached: ", last, " (", std::max(1, o.attempts), " attempts, ",
@@ -89,20 +118,18 @@ HttpResponse request(const std::string& method, const std::string& url, const st
 #endif
 }
 
-namespace {
-nlohmann::json parse(const std::string& url, const HttpResponse& r) {
+nlohmann::json parse_answer(const std::string& url, const std::string& body) {
   try {
-    return parse_json(r.body, cat("malformed response from ", url));
+    return parse_json(body, cat("malformed response from ", url));
   } catch (const nlohmann::json::exception&) {
-    input_error("malformed response from ", url, ": expected JSON, got ", r.body.empty() ? "an empty body" : "'" + excerpt(r.body) + "'");
+    input_error("malformed response from ", url, ": expected JSON, got ", body.empty() ? "an empty body" : "'" + excerpt(body) + "'");
   }
 }
-}  // namespace
 
 nlohmann::json post_json(const std::string& url, const nlohmann::json& body, const HttpOptions& o) {
-  return parse(url, request("POST", url, body.dump(), o));
+  return parse_answer(url, request("POST", url, body.dump(), o).body);
 }
 
-nlohmann::json get_json(const std::string& url, const HttpOptions& o) { return parse(url, request("GET", url, "", o)); }
+nlohmann::json get_json(const std::string& url, const HttpOptions& o) { return parse_answer(url, request("GET", url, "", o).body); }
 
 }  // namespace degen::net

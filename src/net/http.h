@@ -4,7 +4,10 @@
 //   - transport failures (cannot connect, time-out, connection closed without a response) and HTTP
 //     statuses >= 400: UntestableError (exit 125: the server cannot be reached or refuses), after
 //     the retries for the transport ones;
-//   - a body that is not JSON: InputError (exit 128: a malformed response), with an excerpt.
+//   - a body that is not JSON: InputError (exit 128: a malformed response), with an excerpt;
+//   - a body larger than the request's max_body_bytes: InputError (128) at once, not retried: the
+//     read stops at the cap, so an endless answer cannot fill the memory;
+//   - a time-out outside [kMinTimeoutS, kMaxTimeoutS]: InputError (128), as the flags that set it.
 // Built without libcurl, every call is UntestableError saying so.
 #pragma once
 #include <string>
@@ -15,11 +18,33 @@
 
 namespace degen::net {
 
+// The bounds of every time-out (--timeout, --health-timeout and the fields below). libcurl takes
+// milliseconds and reads 0 as "no time-out": below 1 ms the conversion would make 0 and turn the
+// time-out off. Above one day it no longer protects against a hang (the longest request the tool
+// makes is one vLLM prompt_logprobs answer for a whole sequence, minutes on a slow machine; a
+// server's start, model loading included, takes minutes too), and 1e300 s would overflow the
+// conversion.
+constexpr double kMinTimeoutS = 0.001;
+constexpr double kMaxTimeoutS = 86400;
+// "<flag> <v> s: expected a duration of 0.001 to 86400 seconds" when v is outside the bounds (or NaN).
+void check_timeout(double seconds, const char* flag);
+
+// The largest answer body read when a request does not set its own cap: /health, /detokenize of
+// one prompt (a few KiB of text), a single position's top-K. 16 MiB is thousands of times those; the
+// requests whose answers grow with what they ask (every id at every position) set their cap from it
+// (server_compare.cpp, answer_cap()).
+constexpr size_t kDefaultMaxBodyBytes = size_t{16} << 20;
+
+// The longest wait between two attempts: doubling from 0.5 s, --attempts 20 waited 3 days in all
+// (2^19 x 0.5 s before the last); a server that restarts or finishes loading takes seconds.
+constexpr double kMaxRetryWaitS = 8;
+
 struct HttpOptions {
   double timeout_s = 60;      // per attempt, connect included
   double connect_timeout_s = 10;
   int attempts = 3;           // transport failures only; an HTTP error status is not retried
-  double retry_wait_s = 0.5;  // doubled after each failed attempt
+  double retry_wait_s = 0.5;  // doubled after each failed attempt, up to kMaxRetryWaitS
+  size_t max_body_bytes = kDefaultMaxBodyBytes;  // a longer answer is refused (InputError) as it arrives
 };
 
 struct HttpResponse {
@@ -42,6 +67,9 @@ HttpResponse request(const std::string& method, const std::string& url, const st
 // POST a JSON body, parse a JSON answer (InputError naming the URL when it is not JSON).
 nlohmann::json post_json(const std::string& url, const nlohmann::json& body, const HttpOptions& o);
 nlohmann::json get_json(const std::string& url, const HttpOptions& o);
+// The JSON of an answer body from `url` (InputError with an excerpt when it is not JSON): what
+// post_json and get_json parse with, callable without a network (tests/fuzz/fuzz_http_*.cpp).
+nlohmann::json parse_answer(const std::string& url, const std::string& body);
 
 bool available();  // built with libcurl
 

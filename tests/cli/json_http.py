@@ -29,7 +29,11 @@ class _Server(socketserver.ThreadingMixIn, HTTPServer):
 
 
 def serve(handler, port_file):
-    """Serves `handler` (a JsonHandler subclass) until killed; the port goes to `port_file`."""
+    """Serves `handler` (a JsonHandler subclass) until killed; the port goes to `port_file`, or, given
+    as "port=N" (a command line of compare/sweep --server-cmd, with {port}), is N."""
+    if port_file.startswith("port="):
+        _Server(("127.0.0.1", int(port_file[5:])), handler).serve_forever()
+        return
     srv = _Server(("127.0.0.1", 0), handler)
     with open(port_file + ".tmp", "w") as f:
         f.write(str(srv.server_address[1]))

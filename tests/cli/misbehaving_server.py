@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """A test server that misbehaves on purpose, for tests/cli/server.sh (compare --server's errors).
 
-    python3 misbehaving_server.py MODE PORT_FILE [TEXT_FILE]
+    python3 misbehaving_server.py MODE PORT_FILE [TEXT_FILE [CASE_FILE]]
 
-Listens on 127.0.0.1 on a free port (written to PORT_FILE) and answers every POST as MODE says:
+Listens on 127.0.0.1 on a free port (written to PORT_FILE; "port=N": on port N) and answers every
+POST as MODE says (GET /health: 200, as llama-server once loaded):
   hang     never answers (sleeps far beyond the client's time-out)
   close    closes the connection without a response
   refuse   HTTP 500 with a JSON error
@@ -12,8 +13,20 @@ Listens on 127.0.0.1 on a free port (written to PORT_FILE) and answers every POS
   vocab    /detokenize answers another text: another model's vocabulary
   ids      /completion answers token ids outside any small vocabulary (another model's); its
            /detokenize answers TEXT_FILE's content (the right text, so that the ids are what fails)
+  endless  /detokenize answers HTTP 200 with a chunked body that never ends
+With CASE_FILE (a golden record's case, .safetensors), /detokenize answers TEXT_FILE's content and
+/completion answers like a correct llama-server of the record's model: a teacher-forced request
+(n_predict 1) the record's own top-K at that position; a generation the golden continuation. Then:
+  replay   nothing else: the control, judged good
+  empty    the generation has no tokens (stop_type "eos"): the seed's empty answer
+  oov      the generation's 4th id is the vocabulary size (2048: one beyond the last logit row)
+  stoptype the generation's stop_type is a number
+  positive teacher-forced log-probs are +0.5
+  nan      teacher-forced log-probs are NaN (written as Python writes it: not JSON)
 Standard library only (with json_http.py beside it). Stops when killed.
 """
+import json
+import struct
 import sys
 import time
 
@@ -21,9 +34,50 @@ from json_http import JsonHandler, serve
 
 MODE = sys.argv[1]
 TEXT = open(sys.argv[3], encoding="utf-8").read() if len(sys.argv) > 3 else ""
+CASE = {}
+if len(sys.argv) > 4:
+    with open(sys.argv[4], "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+
+    def tensor(name):
+        t = head[name]
+        b, e = t["data_offsets"]
+        vals = struct.unpack("<%d%s" % ((e - b) // 4, "i" if t["dtype"] == "I32" else "f"), data[b:e])
+        return vals, t["shape"]
+
+    CASE["prompt"] = list(tensor("prompt")[0])
+    CASE["continuation"] = list(tensor("continuation")[0])
+    ids, shape = tensor("topk_ids")
+    lps = tensor("topk_logprobs")[0]
+    k = shape[1]
+    CASE["top"] = [[(ids[p * k + j], lps[p * k + j]) for j in range(k)] for p in range(shape[0])]
+
+
+def replayed(req):
+    """What a correct llama-server of the record's model answers to /completion (CASE_FILE given)."""
+    prompt = req.get("prompt", [])
+    if req.get("n_predict") == 1:  # teacher-forced: the distribution after the last prompt token
+        lp = 0.5 if MODE == "positive" else float("nan") if MODE == "nan" else None
+        top = [{"id": i, "logprob": lp if lp is not None else v} for i, v in CASE["top"][len(prompt) - 1]]
+        return {"tokens": [top[0]["id"]], "stop_type": "limit",
+                "completion_probabilities": [{"id": top[0]["id"], "logprob": top[0]["logprob"], "top_logprobs": top}]}
+    tokens = CASE["continuation"][: req.get("n_predict", 0)]
+    stop = "eos"
+    if MODE == "empty":
+        tokens = []
+    elif MODE == "oov":
+        tokens = tokens[:3] + [2048] + tokens[4:]
+    elif MODE == "stoptype":
+        stop = 2
+    return {"tokens": tokens, "stop_type": stop, "content": "x"}
 
 
 class Handler(JsonHandler):
+    def do_GET(self):
+        self.send_json(200 if self.path == "/health" else 404, {"status": "ok"})
+
     def do_POST(self):
         req = self.read_json()
         if MODE == "hang":
@@ -39,8 +93,22 @@ class Handler(JsonHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+        elif MODE == "endless":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chunk = b" " * 65536
+            try:
+                self.wfile.write(b'd\r\n{"content": "\r\n')
+                while True:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except OSError:  # the client hung up: what it should do
+                pass
         elif self.path == "/detokenize":
             self.send_json(200, {"content": "something else entirely" if MODE == "vocab" else TEXT})
+        elif CASE:
+            self.send_json(200, replayed(req))
         elif MODE == "fields":
             self.send_json(200, {"content": "hello", "stop": True})
         elif MODE == "ids":

@@ -1,8 +1,12 @@
 # compare --server: a running server scored against a golden record over HTTP (docs/server.md).
 #  - servers that misbehave on purpose (tests/cli/misbehaving_server.py): one that hangs, closes the
 #    connection, refuses (HTTP 500), answers garbage, answers JSON without the fields, serves another
-#    vocabulary or answers ids outside the model's: each an error with its exit code (125 cannot be
-#    reached or refuses, 128 malformed or another model's), in bounded time; nothing listening: 125;
+#    vocabulary: each an error with its exit code (125 cannot be reached or refuses, 128 malformed or
+#    another model's), in bounded time; nothing listening: 125; ids beyond the vocabulary: bad (1);
+#  - a fake llama-server replaying the record: good; with an empty greedy answer or an id beyond the
+#    logit rows bad (1, the reason named); a stop_type that is a number, positive or NaN log-probs, an
+#    endless body: 128; time-outs outside 1 ms .. 1 day: 128; compare --server-cmd starts the fake
+#    (port={port}) and leaves nothing running;
 #  - a real llama-server (scripts/build-llama-cpp.sh) on the trained model's f32 GGUF: with f32
 #    caches and flash attention off it is good against the fp32 class (teacher-forced top-K at every
 #    position, greedy continuations equal to the golden); with its defaults (f16 KV cache, flash
@@ -36,9 +40,9 @@ start_py() {  # WHAT PORT_FILE SCRIPT ARGS...
   [ -s "$pf" ] || { cat "$pf.log" >&2; fail "$what did not start"; }
   port=$(cat "$pf")
 }
-start_bad() {  # MODE -> $port
+start_bad() {  # MODE [CASE_FILE] -> $port
   start_py "the misbehaving server ($1)" "$WORK/port-$1" "$SRC/tests/cli/misbehaving_server.py" "$1" "$WORK/port-$1" \
-    "$WORK/prompt.txt"
+    "$WORK/prompt.txt" ${2:+"$2"}
 }
 score() { "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two --timeout 1 --attempts 2 "$@"; }
 
@@ -66,11 +70,43 @@ for mode in hang close refuse garbage fields vocab ids; do
     garbage) expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "malformed response from http://127.0.0.1:$port/detokenize: expected JSON" ;;
     fields)  expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "malformed response from http://127.0.0.1:$port/completion: expected per-token probabilities" ;;
     vocab)   expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "serves another vocabulary" ;;
-    ids)     expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "outside the model's vocabulary of 2048 ids" ;;
+    ids)     expect_exit 1 score --server "http://127.0.0.1:$port"; expect_out "beyond the model's vocabulary of 2048 ids (its logit rows)" ;;
   esac
   el=$(($(date +%s) - t0))
   [ "$el" -le 15 ] || fail "mode $mode took $el s (the time-out is 1 s, 2 attempts)"
   echo "misbehaving server '$mode': $(grep -m1 -E 'verdict|error|server' "$WORK/out" | cut -c1-150) ($el s)"
+done
+# Issue 40: answers that looked fine. A fake llama-server replaying the record (its own top-K, its
+# golden continuation) is good; with one thing wrong it is bad (an empty greedy answer: the seed's
+# symptom; an id one beyond the last logit row) or malformed (128: a stop_type that is a number, a
+# positive or NaN log-prob, an answer that never ends: cut at the 16 MiB cap).
+for mode in replay empty oov stoptype positive nan endless; do
+  start_bad "$mode" "$G/two-plus-two.safetensors"
+  t0=$(date +%s)
+  case "$mode" in
+    replay)   expect_exit 0 score --server "http://127.0.0.1:$port"; expect_out "verdict: good (exit 0)" ;;
+    empty)    expect_exit 1 score --server "http://127.0.0.1:$port"
+              expect_out "the server answered with no tokens (stop: eos) where the golden continuation has 35 tokens (greedy)" ;;
+    oov)      expect_exit 1 score --server "http://127.0.0.1:$port"
+              expect_out "the server generated token id 2048 at step 3, beyond the model's vocabulary of 2048 ids (its logit rows)" ;;
+    stoptype) expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "/completion: 'stop_type' is not a string: 2" ;;
+    positive) expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "a log-probability of 0.5, expected a number <= 0" ;;
+    nan)      expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "/completion: expected JSON" ;;
+    endless)  expect_exit 128 "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two --timeout 30 --server "http://127.0.0.1:$port"
+              expect_out "/detokenize: the answer is longer than 16777216 bytes" ;;
+  esac
+  el=$(($(date +%s) - t0))
+  [ "$el" -le 15 ] || fail "mode $mode took $el s"
+  echo "fake server '$mode': $(grep -m1 -E 'verdict|error|server' "$WORK/out" | cut -c1-150) ($el s)"
+done
+# compare --server-cmd starts it (the watcher leading its process group) and stops it after scoring.
+expect_exit 0 score --server-cmd "python3 $SRC/tests/cli/misbehaving_server.py replay port={port} $WORK/prompt.txt $G/two-plus-two.safetensors"
+expect_out "verdict: good (exit 0)"
+! pgrep -f "misbehaving_server.py replay port=" >/dev/null || fail "compare --server-cmd left its server running"
+# Time-outs outside 1 ms .. 1 day: below, libcurl had none; 1e300 overflowed.
+for t in 0.0001 1e300 nan; do
+  expect_exit 128 score --server "http://127.0.0.1:$port" --timeout "$t"
+  expect_out "--timeout: expected 0.001 to 86400 seconds"
 done
 port=$(free_port)
 expect_exit 125 score --server "http://127.0.0.1:$port"

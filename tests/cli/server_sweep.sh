@@ -3,7 +3,9 @@
 #  - bad templates are input errors (128) before any server starts: no {port}, a placeholder that is
 #    no parameter, an axis the command does not use, --isolate;
 #  - a server that exits at once, or never answers /health, is its cell's "untestable" (every cell:
-#    exit 125) with its log's last line, and is not left running; Ctrl-C during a cell kills the server;
+#    exit 125) with its log's last line, and is not left running; Ctrl-C during a cell kills the server,
+#    and so does a SIGKILL of the sweep; an axis given twice is 128; an axis value with $(...), `...`,
+#    ; and * reaches the server's command line as literal text (issue 40);
 #  - the llama.cpp with the deliberate GDN bug (tests/llama/gdn-read-before-decay.patch), swept over
 #    flash attention on|off and MTP drafting on|off: every cell bad, "fa: no effect" (what the seed's
 #    user saw by hand); --resume starts no server again;
@@ -35,6 +37,23 @@ expect_out "is not closed"
 expect_exit 128 sweep --out "$WORK/s0" --server-cmd 'true --port {port} -fa {fa}' --axis fa=on,off --isolate
 expect_out "--isolate does not apply"
 [ ! -e "$WORK/s0/servers" ] || fail "a server log was written although the template is bad"
+# An axis given twice was merged (the main effects listed a value that never ran): 128, named.
+expect_exit 128 sweep --out "$WORK/s0" --server-cmd 'true --port {port} -fa {fa}' --axis fa=on,off --axis fa=x
+expect_out "axis 'fa' is given twice"
+echo '{"axes": {"fa": ["on"], "fa": ["off"]}}' >"$WORK/dup.json"
+expect_exit 128 sweep --out "$WORK/s0" --server-cmd 'true --port {port} -fa {fa}' --matrix "$WORK/dup.json"
+expect_out "key 'fa' appears twice"
+
+# Issue 40: values were pasted into the line sh runs, so a shared matrix could run commands. Each
+# value reaches the server's command line as literal text, outside quotes and inside "..." alike.
+mkdir -p "$WORK/inj"
+evil='$(touch PWNED)`touch PW2`; echo *'
+tmpl='sh -c '"'"'printf "%s|" "$@" >argv; exit 3'"'"' sh {x} "{x}" {port}'
+bin=$(realpath "$BIN") g=$(realpath "$G") m=$(realpath "$M")
+(cd "$WORK/inj" && "$bin" -q sweep --golden "$g" --model "$m" --case two-plus-two --out out --health-timeout 3 \
+  --server-cmd "$tmpl" --axis "x=$evil" >log 2>&1) && fail "the sweep over a server that exits at once exited 0"
+[ ! -e "$WORK/inj/PWNED" ] && [ ! -e "$WORK/inj/PW2" ] || fail "an axis value ran as a command"
+[ "$(cut -d'|' -f1,2 "$WORK/inj/argv")" = "$evil|$evil" ] || { cat "$WORK/inj/argv"; fail "the value did not reach the server as literal text"; }
 
 # A server that exits at once: each cell untestable with the log's last line; all untestable -> 125.
 t0=$(date +%s)
@@ -63,6 +82,18 @@ set +e; wait "$spid"; rc=$?; set -e
 [ "$rc" -ne 0 ] || fail "the interrupted sweep exited 0"
 sleep 0.5
 ! leftover "sleep 297" || { pkill -f "^sleep 297"; fail "Ctrl-C left the cell's server running"; }
+# SIGKILL of the sweep (no handler sees it): its server dies with it, and so does what the server
+# started (here a python that sh forks: '; true' keeps sh from exec'ing it), by the watcher that
+# leads the server's group (PR_SET_PDEATHSIG).
+"$BIN" -q sweep --golden "$G" --model "$M" --out "$WORK/s4" --health-timeout 60 \
+  --server-cmd "sh -c 'python3 -c \"import time; time.sleep(296)\"; true' {port} {fa}" --axis fa=on >"$WORK/s4.log" 2>&1 &
+spid=$!
+for _ in $(seq 1 50); do pgrep -f "python3 -c import time; time.sleep.296" >/dev/null && break; sleep 0.1; done
+spid_server=$(pgrep -f "python3 -c import time; time.sleep.296" || true)
+[ -n "$spid_server" ] || fail "the server of the killed sweep never started"
+set +e; { kill -9 "$spid"; wait "$spid"; } 2>/dev/null; set -e
+for _ in $(seq 1 30); do kill -0 "$spid_server" 2>/dev/null || break; sleep 0.1; done
+! kill -0 "$spid_server" 2>/dev/null || { kill "$spid_server"; fail "SIGKILL of the sweep left its server (pid $spid_server) running"; }
 echo "failing servers: ok ($el s)"
 
 GGUF="$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf"

@@ -4,7 +4,8 @@
     python3 tests/fuzz/make_seeds.py OUT_DIR
 
 writes OUT_DIR/<target>/<name> for every target of tests/fuzz/CMakeLists.txt. Targets whose input
-starts with a selector byte (golden_data, sweep_matrix, sweep_results, replay, report) get it
+starts with a selector byte (golden_data, sweep_matrix, sweep_results, replay, report, http_llama,
+http_openai) get it
 prepended here. Only the standard library; the seeds are rebuilt on every run (they are small).
 """
 import glob
@@ -214,6 +215,36 @@ def main():
     for name in ("compare.json", "bisect.json"):
         add("report", name, b"\x00" + rd("tests/fixtures/report/" + name))
     add("report", "sweep.json", b"\x01" + rd("tests/fixtures/report/sweep/sweep.json"))
+
+    # http_llama, http_openai: server answers (byte 0: which request; http_openai byte 1: the prompt
+    # length for prompt_logprobs), in the shapes of llama-server's native and OpenAI APIs and of vLLM's
+    # (tests/cli/vllm_shape_proxy.py writes the same), with a few made-up ids and log-probs.
+    def tl(i, lp, tok="x"):
+        return {"id": i, "token": tok, "bytes": list(tok.encode()), "logprob": lp}
+    top = [tl(12, -0.05, " 4"), tl(7, -3.2, " four"), tl(1999, -6.5, "\u00e9"), tl(3, None, "")]
+    llama_pos = {"index": 0, "content": " 4", "tokens": [12], "id_slot": 0, "stop": True, "model": "tiny",
+                 "tokens_predicted": 1, "tokens_evaluated": 17, "stop_type": "limit", "stopping_word": "",
+                 "completion_probabilities": [dict(tl(12, -0.05, " 4"), top_logprobs=top)]}
+    add("http_llama", "position", b"\x00" + json.dumps(llama_pos).encode())
+    add("http_llama", "generation", b"\x01" + json.dumps(
+        {"content": " 4.", "tokens": [12, 5, 1999, 0], "stop": True, "stop_type": "eos", "tokens_predicted": 4}).encode())
+    add("http_llama", "generation-empty", b"\x01" + json.dumps({"content": "", "tokens": [], "stop_type": "eos"}).encode())
+    add("http_llama", "detokenize", b"\x02" + json.dumps({"content": "What is 2 + 2?"}).encode())
+    llama_oai = {"id": "cmpl-1", "object": "text_completion", "model": "tiny", "choices": [{"index": 0, "text": " 4",
+                 "finish_reason": "length", "logprobs": {"content": [dict(tl(12, -0.05, " 4"), top_logprobs=top)]}}]}
+    add("http_openai", "llama-position", b"\x00\x00" + json.dumps(llama_oai).encode())
+    add("http_openai", "llama-generation", b"\x02\x00" + json.dumps(llama_oai).encode())
+    classic = {"tokens": ["token_id:12", "token_id:5"], "token_logprobs": [-0.05, -0.4],
+               "top_logprobs": [{"token_id:12": -0.05, "token_id:7": -3.2}, {"token_id:5": -0.4, "token_id:9": -1.6}],
+               "text_offset": [0, 2]}
+    vllm = {"id": "cmpl-2", "object": "text_completion", "model": "tiny", "choices": [{"index": 0, "text": " 4.",
+            "finish_reason": "stop", "logprobs": classic,
+            "prompt_logprobs": [None] + [{"12": {"logprob": -0.1, "rank": 1, "decoded_token": " 4"},
+                                          "7": {"logprob": -2.5, "rank": 2, "decoded_token": " four"}}] * 3}]}
+    add("http_openai", "vllm-position", b"\x00\x00" + json.dumps(vllm).encode())
+    add("http_openai", "vllm-prompt-logprobs", b"\x01\x03" + json.dumps(vllm).encode())
+    add("http_openai", "vllm-generation", b"\x02\x00" + json.dumps(vllm).encode())
+    add("http_openai", "vllm-detokenize", b"\x03\x00" + json.dumps({"prompt": "What is 2 + 2?"}).encode())
 
     for target, files in seeds.items():
         d = os.path.join(out, target)
