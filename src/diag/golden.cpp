@@ -1703,10 +1703,65 @@ GoldenRecord GoldenRecord::open(const fs::path& dir) {
   return g;
 }
 
+namespace {
+
+// Every number of a case's data is checked before use (finiteness and range; issue 40): a record is
+// only checksummed, not proven, and the comparisons downstream treat a NaN or a positive log-prob as
+// a bug of their own. Per position and rank, a top-K row must be a log-probability: -inf (an id of
+// probability 0) or finite and at most kMaxStoredLogprob, with no id twice; lse finite; lse_pad >= 0
+// or not finite (NaN: a padding logit was not finite, golden.h); the layer outputs and their norms
+// finite (norms >= 0). InputError naming the file, the case, the tensor, the position (and rank).
+void check_topk_numbers(const TopKBlock& b, const std::string& where, const char* prefix) {
+  const size_t K = static_cast<size_t>(b.K);
+  for (size_t r = 0; K > 0 && r < b.logprobs.size() / K; ++r) {
+    for (size_t k = 0; k < K; ++k) {
+      const float lp = b.logprobs[r * K + k];
+      if (std::isnan(lp) || lp > kMaxStoredLogprob)
+        input_error(where, ": tensor '", prefix, "topk_logprobs' at position ", r, ", rank ", k, " (id ", b.ids[r * K + k],
+                    ") is ", lp, "; expected a log-probability (-inf, or finite and at most ", kMaxStoredLogprob,
+                    "): the record is damaged or was not written by degenbisect golden");
+      for (size_t j = 0; j < k; ++j)
+        if (b.ids[r * K + j] == b.ids[r * K + k])
+          input_error(where, ": tensor '", prefix, "topk_ids' at position ", r, " holds id ", b.ids[r * K + k], " twice (ranks ",
+                      j, " and ", k, "); expected K different ids");
+    }
+  }
+  for (size_t r = 0; r < b.lse.size(); ++r)
+    if (!std::isfinite(b.lse[r]))
+      input_error(where, ": tensor '", prefix, "lse' at position ", r, " is ", b.lse[r], "; expected a finite log-sum-exp");
+  for (size_t r = 0; r < b.lse_pad.size(); ++r)
+    if (b.lse_pad[r] < 0)
+      input_error(where, ": tensor '", prefix, "lse_pad' at position ", r, " is ", b.lse_pad[r],
+                  "; expected >= 0 (the padding rows' share, log1p(padding mass / real mass)) or NaN");
+}
+
+void check_record_numbers(const GoldenCase& c, const std::string& where, int64_t T, int layers) {
+  check_topk_numbers(c.topk, where, "");
+  check_topk_numbers(c.mtp_topk, where, "mtp_");
+  auto finite = [&](const std::vector<float>& v, const std::string& name, int64_t row_len) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i]))
+        input_error(where, ": tensor '", name, "' at position ", static_cast<int64_t>(i) / row_len, " is ", v[i],
+                    "; expected a finite value (the reference's own run was finite)");
+  };
+  if (c.P > 0 && !c.embed.empty()) finite(c.embed, "embed", static_cast<int64_t>(c.embed.size()) / c.P);
+  for (size_t l = 0; l < c.l_out.size(); ++l)
+    if (!c.l_out[l].empty()) finite(c.l_out[l], trace_name(Step::l_out, static_cast<int>(l)), static_cast<int64_t>(c.l_out[l].size()) / c.P);
+  for (int l = 0; l < layers; ++l)
+    for (int64_t t = 0; t < T; ++t) {
+      const float v = c.l_out_norm[static_cast<size_t>(l * T + t)];
+      if (!std::isfinite(v) || v < 0)
+        input_error(where, ": tensor 'l_out_norm' at layer ", l, ", position ", t, " is ", v,
+                    "; expected a finite norm >= 0");
+    }
+}
+
+}  // namespace
+
 GoldenCase GoldenRecord::load_case(size_t i, bool with_layers) const {
   GoldenCase c = cases_.at(i);
   auto f = SafetensorsFile::open(dir_ / c.file);
-  const std::string where = cat("golden record ", dir_.string(), ": ", c.file);
+  const std::string where = cat("golden record ", dir_.string(), ": ", c.file, " (case '", c.id, "')");
   auto get = [&](const std::string& name, DType dt, std::vector<int64_t> shape, bool required) -> const TensorView* {
     const TensorView* t = f->find(name);
     if (!t) {
@@ -1757,6 +1812,7 @@ GoldenCase GoldenRecord::load_case(size_t i, bool with_layers) const {
       if (stored_[static_cast<size_t>(l)]) c.l_out[l] = f32(get(trace_name(Step::l_out, l), DType::f32, {c.P, hidden_}, true));
   }
   c.l_out_norm = f32(get("l_out_norm", DType::f32, {layers_, T}, true));
+  check_record_numbers(c, where, T, layers_);
   for (int32_t id : c.sequence())
     if (id < 0 || id >= vocab_) input_error(where, ": token id ", id, " outside the record's vocabulary [0, ", vocab_, ")");
   for (int32_t id : c.mtp_topk.ids)

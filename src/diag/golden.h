@@ -354,6 +354,12 @@ class GoldenRecord {
   std::vector<GoldenCase> cases_;
 };
 
+// The largest top-K log-prob a record may hold (GoldenRecord::load_case refuses more, and NaN):
+// the writer's log-probs are fp64 log-softmax values rounded to fp32, above 0 by at most the fp64
+// rounding of logit - lse (~1e-14 for |logits| < 1e3); 1e-4 is the bound metrics::
+// compare_logits_topk applies to what it is given, so every record the reader passes it accepts.
+constexpr float kMaxStoredLogprob = 1e-4f;
+
 // A cheap digest of the weight VALUES: SHA-256 over, for every tensor sorted by name, its name and
 // its first and last 64 bytes. The model fingerprint covers config and tensor headers only, so two
 // checkpoints of one architecture (another seed, a fine-tune, a modified copy) share it; this sample
