@@ -1320,6 +1320,102 @@ std::optional<json> kept_case(const fs::path& out, const fs::path& partial, cons
 
 }  // namespace
 
+GoldenResume open_golden_resume(const fs::path& out, const json& key, const Suite& suite,
+                                const std::vector<std::pair<size_t, size_t>>& groups, int64_t vocab, bool restart,
+                                std::FILE* progress) {
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  GoldenResume rs;
+  rs.partial = parent / cat(".", out.filename().string(), ".partial");
+  rs.resume = parent / cat(".", out.filename().string(), ".resume");
+  const fs::path& partial = rs.partial;
+  const fs::path& resume = rs.resume;
+  const fs::path key_file = resume / "resume.json";
+  rs.key_sha = sha256_hex(key.dump());
+  const std::string& key_sha = rs.key_sha;
+  const json sealed_key = seal_resume(key, key_sha);  // resume.json: the key, with its own checksum
+  if (fs::exists(partial) || fs::exists(resume)) {
+    std::string why, unreadable;
+    if (!fs::is_directory(partial) || !fs::is_directory(resume)) {
+      why = "incomplete";
+    } else if (restart) {
+      why = "--restart";
+    } else if (fs::exists(fs::symlink_status(key_file))) {
+      try {
+        json k = parse_json(read_file(key_file, kMaxInputFileBytes), key_file.string(), false);
+        if (k.is_discarded() || !k.is_object()) unreadable = "not a JSON object";
+        else if (!k.contains(kResumeChecksumKey) || k[kResumeChecksumKey] != checksum_without(k, kResumeChecksumKey))
+          unreadable = "its content does not match its own checksum";
+        else if (k != sealed_key) why = "made with other settings";
+      } catch (const Error& e) {
+        unreadable = e.what();
+      }
+    }
+    if (!why.empty()) {
+      fs::remove_all(partial);
+      fs::remove_all(resume);
+      if (progress) std::fprintf(progress, "golden: discarded the partial record of an interrupted run (%s)\n", why.c_str());
+    } else if (!unreadable.empty()) {
+      // Its entries are bound to the key by themselves: resume.json is rewritten and each is checked.
+      std::fprintf(stderr, "golden: warning: %s is damaged or was edited (%s); rewritten for this run's settings; the finished "
+                   "cases of the partial record are each checked against their own checksum and this run's key\n",
+                   key_file.string().c_str(), unreadable.c_str());
+      write_file_atomic(key_file, sealed_key.dump(1) + "\n");
+    }
+  }
+  if (!fs::exists(partial)) {
+    fs::create_directories(partial);
+    fs::create_directories(resume);
+  }
+  if (!fs::exists(fs::symlink_status(key_file))) write_file_atomic(key_file, sealed_key.dump(1) + "\n");
+  {
+    // Only what the run writes: the data files and the manifest (partial), and the key, the case
+    // entries and the --batch all generations (resume).
+    std::set<std::string> data = {"manifest.json"}, book = {"resume.json"};
+    for (const Case& c : suite.cases) {
+      data.insert(c.id + ".safetensors");
+      book.insert(c.id + ".case.json");
+      book.insert(cat("gen-", c.id, ".json"));
+    }
+    check_resume_folder(out, partial, data, "the data files <case id>.safetensors of the suite's cases and manifest.json");
+    check_resume_folder(out, resume, book, "resume.json, <case id>.case.json and gen-<case id>.json of the suite's cases");
+  }
+
+  for (size_t ci = 0; ci < suite.cases.size(); ++ci)
+    if (std::optional<json> e = kept_case(out, partial, resume, suite.cases[ci].id, ci, key_sha)) rs.cases[ci] = std::move(*e);
+  for (const auto& [b, e] : groups) {
+    const fs::path gf = resume / cat("gen-", suite.cases[b].id, ".json");
+    if (!fs::exists(fs::symlink_status(gf))) continue;
+    const std::string remedy = cat("Remove it to have the continuations of cases ", b + 1, "-", e, " generated again");
+    const json g = open_resume(out, gf, key_sha, remedy);
+    if (!g.contains("results") || !g["results"].is_array() || g["results"].size() != e - b || g.value("first", json()) != b)
+      resume_refused(out, gf, cat("expected the ", e - b, " continuations of the batch group of cases ", b + 1, "-", e), remedy);
+    std::vector<GenerateResult>& out_gen = rs.generations[b];
+    for (size_t i = b; i < e; ++i) {
+      GenerateResult r;
+      try {
+        const json& j = g["results"][i - b];
+        r.tokens = j.at("tokens").get<std::vector<int32_t>>();
+        const int reason = j.at("reason").get<int>();
+        if (reason < 0 || reason > static_cast<int>(StopReason::max_context)) throw std::out_of_range("reason");
+        r.reason = static_cast<StopReason>(reason);
+        r.nonfinite_logits = j.at("nonfinite").get<bool>();
+        for (const json& st : j.value("step_topk", json::array()))
+          r.step_topk.push_back({st.at(0).get<std::vector<int32_t>>(), st.at(1).get<std::vector<double>>()});
+        for (int32_t t : r.tokens)
+          if (t < 0 || t >= vocab) throw std::out_of_range("token");
+        for (const StepTopK& st : r.step_topk)
+          for (int32_t t : st.ids)
+            if (t < 0 || t >= vocab) throw std::out_of_range("token");
+      } catch (const std::exception&) {
+        resume_refused(out, gf, cat("continuation ", i - b, " is not tokens (ids in [0, ", vocab, ")), a stop reason, "
+                                    "nonfinite and step_topk as the run writes them"), remedy);
+      }
+      out_gen.push_back(std::move(r));
+    }
+  }
+  return rs;
+}
+
 GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const fs::path& out_arg,
                            const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress) {
   const fs::path out = out_arg.has_filename() ? out_arg : out_arg.parent_path();  // "golden/x/" is "golden/x"
@@ -1376,55 +1472,9 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
                     {"bf16_floors", run.floor_rc[0].str()},
                     {"floor_classes", opt.floor_classes},
                     {"resume_format", kResumeFormat}};
-  const fs::path key_file = resume / "resume.json";
-  const std::string key_sha = sha256_hex(key.dump());
-  const json sealed_key = seal_resume(key, key_sha);  // resume.json: the key, with its own checksum
-  if (fs::exists(partial) || fs::exists(resume)) {
-    std::string why, unreadable;
-    if (!fs::is_directory(partial) || !fs::is_directory(resume)) {
-      why = "incomplete";
-    } else if (opt.restart) {
-      why = "--restart";
-    } else if (fs::exists(fs::symlink_status(key_file))) {
-      try {
-        json k = parse_json(read_file(key_file, kMaxInputFileBytes), key_file.string(), false);
-        if (k.is_discarded() || !k.is_object()) unreadable = "not a JSON object";
-        else if (!k.contains(kResumeChecksumKey) || k[kResumeChecksumKey] != checksum_without(k, kResumeChecksumKey))
-          unreadable = "its content does not match its own checksum";
-        else if (k != sealed_key) why = "made with other settings";
-      } catch (const Error& e) {
-        unreadable = e.what();
-      }
-    }
-    if (!why.empty()) {
-      fs::remove_all(partial);
-      fs::remove_all(resume);
-      if (progress) std::fprintf(progress, "golden: discarded the partial record of an interrupted run (%s)\n", why.c_str());
-    } else if (!unreadable.empty()) {
-      // Its entries are bound to the key by themselves: resume.json is rewritten and each is checked.
-      std::fprintf(stderr, "golden: warning: %s is damaged or was edited (%s); rewritten for this run's settings; the finished "
-                   "cases of the partial record are each checked against their own checksum and this run's key\n",
-                   key_file.string().c_str(), unreadable.c_str());
-      write_file_atomic(key_file, sealed_key.dump(1) + "\n");
-    }
-  }
-  if (!fs::exists(partial)) {
-    fs::create_directories(partial);
-    fs::create_directories(resume);
-  }
-  if (!fs::exists(fs::symlink_status(key_file))) write_file_atomic(key_file, sealed_key.dump(1) + "\n");
-  {
-    // Only what the run writes: the data files and the manifest (partial), and the key, the case
-    // entries and the --batch all generations (resume).
-    std::set<std::string> data = {"manifest.json"}, book = {"resume.json"};
-    for (const Case& c : suite.cases) {
-      data.insert(c.id + ".safetensors");
-      book.insert(c.id + ".case.json");
-      book.insert(cat("gen-", c.id, ".json"));
-    }
-    check_resume_folder(out, partial, data, "the data files <case id>.safetensors of the suite's cases and manifest.json");
-    check_resume_folder(out, resume, book, "resume.json, <case id>.case.json and gen-<case id>.json of the suite's cases");
-  }
+  const std::vector<std::pair<size_t, size_t>> groups = golden_batch_groups(suite, opt);
+  const GoldenResume rs = open_golden_resume(out, key, suite, groups, run.V, opt.restart, progress);
+  const std::string& key_sha = rs.key_sha;
 
   // Progress: the share of the work done, by each case's passes over the weights (golden_plan.h).
   std::vector<double> work(suite.cases.size());
@@ -1439,53 +1489,27 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
 
   // --batch all: each group's continuations, generated together when the first of its cases that is
   // not kept comes up, and kept in `resume` (gen-FIRST_ID.json) so an interruption does not redo them.
-  const std::vector<std::pair<size_t, size_t>> groups = golden_batch_groups(suite, opt);
   std::map<size_t, GenerateResult> pregen;
   auto batch_generation = [&](size_t ci) -> const GenerateResult* {
     if (!opt.batch_all) return nullptr;
     if (!pregen.count(ci)) {
       const auto [b, e] = *std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return ci >= g.first && ci < g.second; });
-      const fs::path gf = resume / cat("gen-", suite.cases[b].id, ".json");
-      json saved;
-      if (fs::exists(fs::symlink_status(gf))) {
-        const std::string remedy = cat("Remove it to have the continuations of cases ", b + 1, "-", e, " generated again");
-        const json g = open_resume(out, gf, key_sha, remedy);
-        if (!g.contains("results") || !g["results"].is_array() || g["results"].size() != e - b || g.value("first", json()) != b)
-          resume_refused(out, gf, cat("expected the ", e - b, " continuations of the batch group of cases ", b + 1, "-", e), remedy);
-        saved = g["results"];
+      std::vector<GenerateResult> gen;
+      if (auto it = rs.generations.find(b); it != rs.generations.end()) {
+        gen = it->second;
       } else {
         if (progress) std::fprintf(stderr, "golden: generating the continuations of cases %zu-%zu together\n", b + 1, e);
-        saved = json::array();
-        for (const GenerateResult& r : generate_batch(run, suite, b, e, progress != nullptr))
+        gen = generate_batch(run, suite, b, e, progress != nullptr);
+        json saved = json::array();
+        for (const GenerateResult& r : gen)
           saved.push_back({{"tokens", r.tokens},
                            {"reason", static_cast<int>(r.reason)},
                            {"nonfinite", r.nonfinite_logits},
                            {"step_topk", step_topk_json(r.step_topk)}});
-        write_file_atomic(gf, seal_resume({{"first", b}, {"results", saved}}, key_sha).dump() + "\n");
+        write_file_atomic(rs.resume / cat("gen-", suite.cases[b].id, ".json"),
+                          seal_resume({{"first", b}, {"results", saved}}, key_sha).dump() + "\n");
       }
-      for (size_t i = b; i < e; ++i) {
-        GenerateResult r;
-        try {
-          const json& j = saved[i - b];
-          r.tokens = j.at("tokens").get<std::vector<int32_t>>();
-          const int reason = j.at("reason").get<int>();
-          if (reason < 0 || reason > static_cast<int>(StopReason::max_context)) throw std::out_of_range("reason");
-          r.reason = static_cast<StopReason>(reason);
-          r.nonfinite_logits = j.at("nonfinite").get<bool>();
-          for (const json& st : j.value("step_topk", json::array()))
-            r.step_topk.push_back({st.at(0).get<std::vector<int32_t>>(), st.at(1).get<std::vector<double>>()});
-          for (int32_t t : r.tokens)
-            if (t < 0 || t >= run.V) throw std::out_of_range("token");
-          for (const StepTopK& st : r.step_topk)
-            for (int32_t t : st.ids)
-              if (t < 0 || t >= run.V) throw std::out_of_range("token");
-        } catch (const std::exception&) {
-          resume_refused(out, gf, cat("continuation ", i - b, " is not tokens (ids in [0, ", run.V, ")), a stop reason, "
-                                            "nonfinite and step_topk as the run writes them"),
-                         cat("Remove it to have the continuations of cases ", b + 1, "-", e, " generated again"));
-        }
-        pregen[i] = r;
-      }
+      for (size_t i = b; i < e; ++i) pregen[i] = gen.at(i - b);
     }
     return &pregen.at(ci);
   };
@@ -1494,7 +1518,8 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
   for (size_t ci = 0; ci < suite.cases.size(); ++ci) {
     const std::string id = suite.cases[ci].id;
     const fs::path entry_file = resume / (id + ".case.json");
-    std::optional<json> kept = kept_case(out, partial, resume, id, ci, key_sha);
+    std::optional<json> kept;
+    if (auto it = rs.cases.find(ci); it != rs.cases.end()) kept = it->second;
     const auto c0 = clock::now();
     if (kept) {
       ++resumed;

@@ -60,6 +60,7 @@
 #include "diag/metrics.h"
 #include "engine/backend_factory.h"
 #include "engine/engine.h"
+#include "engine/generate.h"
 #include "engine/run_config.h"
 #include "model/model.h"
 
@@ -277,6 +278,25 @@ struct GoldenSummary {
 // an existing `out` without `force`.
 GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const std::filesystem::path& out,
                            const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress = nullptr);
+
+// The resume state of an interrupted `golden --out out` run: the folders .NAME.partial (the finished
+// cases' data files) and .NAME.resume (resume.json: the key; <case id>.case.json: each finished
+// case's manifest entry; gen-<first case id>.json: a --batch all group's continuations) beside
+// `out`. Read as a run with `key` (the settings that make a resume valid) over `suite` would:
+// discarded when made with other settings, incomplete or `restart`; else checked whole (golden.cpp,
+// "resume state"): every file sealed with its own checksum and the key's, each entry bound to its
+// case, each data file to its entry, nothing else in either folder. InputError (128) naming the file
+// and what to remove otherwise; a damaged resume.json is rewritten with a warning. Made empty when
+// absent.
+struct GoldenResume {
+  std::filesystem::path partial, resume;
+  std::string key_sha;                                     // SHA-256 of the key
+  std::map<size_t, nlohmann::json> cases;                  // finished cases by suite index: their entries
+  std::map<size_t, std::vector<GenerateResult>> generations;  // --batch all: group's first case -> continuations
+};
+GoldenResume open_golden_resume(const std::filesystem::path& out, const nlohmann::json& key, const Suite& suite,
+                                const std::vector<std::pair<size_t, size_t>>& groups, int64_t vocab, bool restart,
+                                std::FILE* progress);
 
 // ---- reading ----
 
