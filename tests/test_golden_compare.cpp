@@ -504,7 +504,8 @@ TEST_CASE("golden: the manifest's own checksum refuses an edited manifest, a rec
   // Reformatting changes no value: accepted.
   CHECK(GoldenRecord::open(copy("indent", orig, 4)).manifest_checked());
   CHECK(GoldenRecord::open(copy("compact", orig, -1)).manifest_checked());
-  // A record made before the checksum (as the committed ones under golden/ were before scripts/regen-golden.sh): read, unverified, and compare says so.
+  // A record made before the checksum (as the committed ones under golden/ were before
+  // scripts/regen-golden.sh): read, unverified, and compare says so.
   nlohmann::json old = orig;
   old.erase(kManifestChecksumKey);
   const fs::path unverified = copy("old", old, 1);
