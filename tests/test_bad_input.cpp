@@ -238,6 +238,7 @@ TEST_CASE("bad input: a golden record case with an empty prompt tensor is an inp
     const std::string bytes = read_file(rec / file);
     m["files"][file]["bytes"] = bytes.size();
     m["files"][file]["sha256"] = sha256_hex(bytes);
+    if (m.contains(kManifestChecksumKey)) m[kManifestChecksumKey] = manifest_checksum(m);
     write_file_atomic(rec / "manifest.json", m.dump(1));
   }
   GoldenRecord g = GoldenRecord::open(rec);

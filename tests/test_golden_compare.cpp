@@ -411,6 +411,61 @@ TEST_CASE("golden: a truncated or edited record file is detected") {
   CHECK_THROWS_WITH_AS(GoldenRecord::open(dir / "nothing"), doctest::Contains("not a folder"), InputError);
 }
 
+// A copy of the fixture record in which element `at` of f32 tensor `tensor` of data file `file` is
+// `value`, the manifest's file checksum and its own checksum recomputed (as an editor could).
+fs::path resealed_copy(const fs::path& record, const fs::path& dst, const std::string& file, const std::string& tensor,
+                       size_t at, float value) {
+  fs::copy(record, dst, fs::copy_options::recursive);
+  {
+    auto f = SafetensorsFile::open(record / file);
+    SafetensorsWriter w;
+    for (const auto& [k, v] : f->metadata()) w.set_metadata(k, v);
+    for (const TensorView& t : f->tensors()) {
+      std::vector<uint8_t> bytes(t.data, t.data + t.nbytes);
+      if (t.name == tensor) {
+        REQUIRE(t.dtype == DType::f32);
+        REQUIRE(at < static_cast<size_t>(t.numel()));
+        std::memcpy(bytes.data() + 4 * at, &value, 4);
+      }
+      w.add(t.name, t.dtype, t.shape, bytes.data(), bytes.size());
+    }
+    w.write(dst / file);
+  }
+  nlohmann::json m = nlohmann::json::parse(read_file(dst / "manifest.json"));
+  const std::string bytes = read_file(dst / file);
+  m["files"][file] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
+  m[kManifestChecksumKey] = manifest_checksum(m);
+  write_file_atomic(dst / "manifest.json", m.dump(1) + "\n");
+  return dst;
+}
+
+TEST_CASE("golden: every number of a record is checked before use: NaN or positive log-probs are named by file, case and position") {
+  // Issue 40.3: a NaN or positive top-K log-prob gave "internal error" in compare.
+  Fixture& f = fixture();
+  test::TempDir dir("gc-numbers");
+  const std::string file = "two-plus-two.safetensors";
+  const GoldenRecord orig = GoldenRecord::open(f.record);
+  const int K = orig.load_case(0, false).topk.K;
+  auto refused = [&](const std::string& name, const std::string& tensor, size_t at, float value, const std::string& want) {
+    const GoldenRecord rec = GoldenRecord::open(resealed_copy(f.record, dir / name, file, tensor, at, value));
+    CHECK_THROWS_WITH_AS(rec.load_case(0), doctest::Contains(want.c_str()), InputError);
+    Loaded l = load(f.model);
+    CompareOptions o;
+    o.decode_mode = false;
+    CHECK_THROWS_AS(compare_golden(rec, *l.model, l.tok.get(), o, make_backend), InputError);
+  };
+  const std::string in = cat(file, " (case 'two-plus-two'): tensor '");
+  refused("nan", "topk_logprobs", 3 * static_cast<size_t>(K), NAN, in + "topk_logprobs' at position 3, rank 0");
+  refused("pos", "topk_logprobs", 4 * static_cast<size_t>(K) + 1, 0.5f, in + "topk_logprobs' at position 4, rank 1");
+  refused("lse", "lse", 2, INFINITY, in + "lse' at position 2 is inf");
+  refused("pad", "lse_pad", 1, -1.f, in + "lse_pad' at position 1 is -1");
+  refused("l1", "l_out-1", 5, NAN, in + "l_out-1' at position 0 is nan");
+  refused("norm", "l_out_norm", 0, -2.f, in + "l_out_norm' at layer 0, position 0 is -2");
+  // Within rounding of 0 (kMaxStoredLogprob) and -inf (probability 0) are log-probabilities.
+  CHECK_NOTHROW(GoldenRecord::open(resealed_copy(f.record, dir / "round", file, "topk_logprobs", 0, 1e-6f)).load_case(0));
+  CHECK_NOTHROW(GoldenRecord::open(resealed_copy(f.record, dir / "zero", file, "topk_logprobs", K - 1, -INFINITY)).load_case(0));
+}
+
 TEST_CASE("golden: the manifest's own checksum refuses an edited manifest, a record made before it is read unverified") {
   // Issue 21.8: noise floors raised to 1e30 in manifest.json turned a planted fault into "good".
   Fixture& f = fixture();
@@ -449,7 +504,8 @@ TEST_CASE("golden: the manifest's own checksum refuses an edited manifest, a rec
   // Reformatting changes no value: accepted.
   CHECK(GoldenRecord::open(copy("indent", orig, 4)).manifest_checked());
   CHECK(GoldenRecord::open(copy("compact", orig, -1)).manifest_checked());
-  // A record made before the checksum (the committed ones under golden/): read, unverified, and compare says so.
+  // A record made before the checksum (as the committed ones under golden/ were before
+  // scripts/regen-golden.sh): read, unverified, and compare says so.
   nlohmann::json old = orig;
   old.erase(kManifestChecksumKey);
   const fs::path unverified = copy("old", old, 1);

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "build_config.h"
+#include "diag/sweep.h"
 #include "helpers.h"
 #include "model/safetensors.h"
 #include "report/escape.h"
@@ -466,16 +467,22 @@ TEST_CASE("report: --expect-shards accepts only every shard of one sweep, and gi
   // A shard of another matrix, and of another golden record.
   const std::vector<fs::path> other = split_into_shards(dir / "other", 2);
   json meta = json::parse(read_file(other[1] / "sweep.json"));
-  meta["axes"][0]["values"] = {"naive", "splitkv"};
+  meta["name"] = "another-matrix";  // (its axes edited alone would not match its own lines: refused by line)
   write_file_atomic(other[1] / "sweep.json", meta.dump());
   e = refused(other, 2);
   CHECK_MESSAGE(e.find("folders of 2 different sweeps: " + other[1].string() + " is not of the sweep of") != std::string::npos, e);
-  CHECK(e.find("axes: ") != std::string::npos);
+  CHECK(e.find("name: ") != std::string::npos);
   const std::vector<fs::path> gold = split_into_shards(dir / "gold", 2);
   for (int i = 0; i < 2; ++i) {
     json m = json::parse(read_file(gold[i] / "sweep.json"));
     m["identity"] = {{"model", "sha256:aa"}, {"golden", i == 0 ? "sha256:11" : "sha256:22"}};
     write_file_atomic(gold[i] / "sweep.json", m.dump());
+    std::string with;  // every line records the identity of its shard, as sweep writes them
+    for (json r : read_sweep_results(gold[i] / "results.jsonl")) {
+      r["identity"] = m["identity"];
+      with += r.dump() + "\n";
+    }
+    write_file_atomic(gold[i] / "results.jsonl", with);
   }
   e = refused(gold, 2);
   CHECK_MESSAGE(e.find("identity.golden: \"sha256:11\" in " + gold[0].string() + ", \"sha256:22\" in " + gold[1].string()) !=

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <cmath>
 #include <numeric>
+#include <set>
 #include <span>
 #include <thread>
 #include <unistd.h>
@@ -1123,9 +1124,10 @@ json golden_manifest(const GoldenRun& run, const Suite& suite, const GoldenSumma
   return m;
 }
 
-// Test hook: DEGEN_TEST_GOLDEN_KILL=<point> kills this process with SIGKILL at that point of the
-// replacement ("before-swap": the new record complete beside the old one; "after-swap": swapped,
-// the old one not yet removed), so tests can check what a kill leaves behind.
+// Test hook: DEGEN_TEST_GOLDEN_KILL=<point> kills this process with SIGKILL at that point ("case-N":
+// case N (0-based) finished and its resume entry written; "before-swap": the new record complete
+// beside the old one; "after-swap": swapped, the old one not yet removed), so tests can check what a
+// kill leaves behind.
 void test_kill_point(const char* point) {
   const char* want = std::getenv("DEGEN_TEST_GOLDEN_KILL");
   if (want && std::strcmp(want, point) == 0) ::raise(SIGKILL);
@@ -1194,7 +1196,225 @@ void replace_record(const fs::path& tmp, const fs::path& out, const fs::path& pa
   fs::remove_all(old);
 }
 
+// ---- resume state (the folders .NAME.partial and .NAME.resume of an interrupted run) ----
+//
+// Rule: the resume state is checked whole before anything in it is used. Every file the run writes
+// there carries a checksum of its own content (SHA-256 of the canonical compact dump without the
+// checksum field, as the manifest's) and the SHA-256 of the run's key (the settings that make a
+// resume valid), and each case entry names its case, index and data file; the data file is checked
+// against the entry. The tool writes each file whole (write_file_atomic), so an interruption never
+// leaves one half-written: a file that fails a check was edited, damaged or copied from another run.
+// A tampered or foreign entry, a data file that does not match its entry, or a file the run does
+// not write (which would end up in the record) is refused (InputError, 128) naming the file and
+// what to remove; nothing is deleted and nothing is computed, so nothing valid is lost and nothing
+// tampered is sealed into a record. resume.json is the exception: it only says which settings made
+// the partial record (a key with other settings discards it, as before), and every entry is bound to
+// the key by itself, so an unreadable or edited resume.json is rewritten for this run with a warning
+// and the entries are still checked one by one (a rerun is never blocked by it).
+constexpr const char* kResumeChecksumKey = "resume_sha256";
+// Bumped when the resume files change shape; part of the key, so an older partial record is
+// discarded as "made with other settings" rather than refused.
+constexpr int kResumeFormat = 2;
+
+std::string checksum_without(const json& j, const char* field) {
+  json m = j;
+  if (m.is_object()) m.erase(field);
+  return sha256_hex(json::parse(m.dump()).dump());
+}
+
+json seal_resume(json body, const std::string& key_sha) {
+  body["key_sha256"] = key_sha;
+  body[kResumeChecksumKey] = checksum_without(body, kResumeChecksumKey);
+  return body;
+}
+
+[[noreturn]] void resume_refused(const fs::path& out, const fs::path& file, const std::string& what, const std::string& remedy) {
+  input_error("golden: the resume state of ", out.string(), " is not what this tool wrote: ", file.string(), ": ", what,
+              " (edited, damaged or copied from another run; an interruption never leaves this). Nothing was computed "
+              "or removed. ", remedy, ", or rerun with --restart to discard the whole partial record");
+}
+
+// A resume file that must be sealed by this run's key: parsed, its checksum and key checked.
+json open_resume(const fs::path& out, const fs::path& file, const std::string& key_sha, const std::string& remedy) {
+  json j;
+  try {
+    j = parse_json(read_file(file, kMaxInputFileBytes), file.string(), false);
+  } catch (const Error& e) {
+    resume_refused(out, file, cat("unreadable (", e.what(), ")"), remedy);
+  }
+  if (j.is_discarded() || !j.is_object()) resume_refused(out, file, "not a JSON object", remedy);
+  const json* sum = j.contains(kResumeChecksumKey) ? &j[kResumeChecksumKey] : nullptr;
+  if (!sum || !sum->is_string()) resume_refused(out, file, cat("no ", kResumeChecksumKey, " checksum"), remedy);
+  const std::string got = checksum_without(j, kResumeChecksumKey);
+  if (got != sum->get<std::string>())
+    resume_refused(out, file, cat("its content does not match its own checksum (", kResumeChecksumKey, " ",
+                                  json_excerpt(*sum, 70), ", its content hashes to ", got, ")"), remedy);
+  if (!j.contains("key_sha256") || j["key_sha256"] != key_sha)
+    resume_refused(out, file, cat("it was made for another run (key_sha256 ",
+                                  j.contains("key_sha256") ? json_excerpt(j["key_sha256"], 70) : std::string("missing"),
+                                  ", this run's settings hash to ", key_sha, ")"), remedy);
+  return j;
+}
+
+// The name of a temporary that write_atomic leaves when it is killed: ".NAME.tmp-PID-N".
+bool atomic_write_leftover(const std::string& name) {
+  const size_t at = name.rfind(".tmp-");
+  if (name.empty() || name[0] != '.' || at == std::string::npos || at == 0) return false;
+  const std::string tail = name.substr(at + 5);
+  return !tail.empty() && std::all_of(tail.begin(), tail.end(), [](char c) { return (c >= '0' && c <= '9') || c == '-'; });
+}
+
+// Every entry of `dir` is one of `allowed` (or a leftover of an interrupted atomic write, removed);
+// anything else would be sealed into the record (partial) or is not ours (resume): refused.
+void check_resume_folder(const fs::path& out, const fs::path& dir, const std::set<std::string>& allowed, const char* expected) {
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(dir)) entries.push_back(e.path());
+  std::sort(entries.begin(), entries.end());
+  for (const fs::path& p : entries) {
+    const std::string name = p.filename().string();
+    if (atomic_write_leftover(name) && fs::is_regular_file(fs::symlink_status(p))) {
+      fs::remove(p);
+      continue;
+    }
+    if (!allowed.count(name) || !fs::is_regular_file(fs::symlink_status(p)))
+      resume_refused(out, p, cat("not a file the run writes there (expected ", expected, ")"),
+                     cat("Remove it (rm -r ", p.string(), ")"));
+  }
+}
+
+// A finished case of the resume state, checked whole: its entry (checksum, key, case id, index,
+// data file name, field types) and its data file (size, SHA-256). nullopt when the case has no entry
+// (not finished); InputError otherwise.
+std::optional<json> kept_case(const fs::path& out, const fs::path& partial, const fs::path& resume, const std::string& id,
+                              size_t index, const std::string& key_sha) {
+  const fs::path entry_file = resume / (id + ".case.json");
+  if (!fs::exists(fs::symlink_status(entry_file))) return std::nullopt;
+  const std::string file = id + ".safetensors";
+  const std::string remedy = cat("Remove ", entry_file.string(), " and ", (partial / file).string(),
+                                 " to have case '", id, "' computed again");
+  const json e = open_resume(out, entry_file, key_sha, remedy);
+  auto bad = [&](const std::string& what) { resume_refused(out, entry_file, what, remedy); };
+  try {
+    const json& jc = e.at("entry");
+    if (jc.at("id") != id) bad(cat("its case id is ", json_excerpt(jc.at("id")), ", expected \"", id, "\""));
+    if (!jc.at("index").is_number_unsigned() || jc.at("index").get<uint64_t>() != index)
+      bad(cat("its case index is ", json_excerpt(jc.at("index")), ", expected ", index, " (the case's place in the suite)"));
+    if (e.at("file") != file || jc.at("file") != file)
+      bad(cat("its data file is ", json_excerpt(e.at("file")), ", expected \"", file, "\""));
+    if (!e.at("bytes").is_number_unsigned() || !e.at("sha256").is_string() || !e.at("line").is_string())
+      bad("expected bytes (a count), sha256 and line (strings)");
+  } catch (const json::exception&) {
+    bad("expected the fields entry (id, index, file), file, bytes, sha256 and line");
+  }
+  const fs::path data = partial / file;
+  if (!fs::is_regular_file(fs::symlink_status(data)))
+    resume_refused(out, data, cat("missing, while its entry ", entry_file.string(), " says the case finished"), remedy);
+  const std::string bytes = read_file(data);
+  const std::string h = sha256_hex(bytes);
+  if (bytes.size() != e["bytes"].get<uint64_t>() || h != e["sha256"].get<std::string>())
+    resume_refused(out, data, cat("does not match its entry ", entry_file.string(), " (", bytes.size(), " bytes, SHA-256 ", h,
+                                  "; expected ", e["bytes"].get<uint64_t>(), " bytes, ", e["sha256"].get<std::string>(), ")"),
+                   remedy);
+  return e;
+}
+
 }  // namespace
+
+GoldenResume open_golden_resume(const fs::path& out, const json& key, const Suite& suite,
+                                const std::vector<std::pair<size_t, size_t>>& groups, int64_t vocab, bool restart,
+                                std::FILE* progress) {
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  GoldenResume rs;
+  rs.partial = parent / cat(".", out.filename().string(), ".partial");
+  rs.resume = parent / cat(".", out.filename().string(), ".resume");
+  const fs::path& partial = rs.partial;
+  const fs::path& resume = rs.resume;
+  const fs::path key_file = resume / "resume.json";
+  rs.key_sha = sha256_hex(key.dump());
+  const std::string& key_sha = rs.key_sha;
+  const json sealed_key = seal_resume(key, key_sha);  // resume.json: the key, with its own checksum
+  if (fs::exists(partial) || fs::exists(resume)) {
+    std::string why, unreadable;
+    if (!fs::is_directory(partial) || !fs::is_directory(resume)) {
+      why = "incomplete";
+    } else if (restart) {
+      why = "--restart";
+    } else if (fs::exists(fs::symlink_status(key_file))) {
+      try {
+        json k = parse_json(read_file(key_file, kMaxInputFileBytes), key_file.string(), false);
+        if (k.is_discarded() || !k.is_object()) unreadable = "not a JSON object";
+        else if (!k.contains(kResumeChecksumKey) || k[kResumeChecksumKey] != checksum_without(k, kResumeChecksumKey))
+          unreadable = "its content does not match its own checksum";
+        else if (k != sealed_key) why = "made with other settings";
+      } catch (const Error& e) {
+        unreadable = e.what();
+      }
+    }
+    if (!why.empty()) {
+      fs::remove_all(partial);
+      fs::remove_all(resume);
+      if (progress) std::fprintf(progress, "golden: discarded the partial record of an interrupted run (%s)\n", why.c_str());
+    } else if (!unreadable.empty()) {
+      // Its entries are bound to the key by themselves: resume.json is rewritten and each is checked.
+      std::fprintf(stderr, "golden: warning: %s is damaged or was edited (%s); rewritten for this run's settings; the finished "
+                   "cases of the partial record are each checked against their own checksum and this run's key\n",
+                   key_file.string().c_str(), unreadable.c_str());
+      write_file_atomic(key_file, sealed_key.dump(1) + "\n");
+    }
+  }
+  if (!fs::exists(partial)) {
+    fs::create_directories(partial);
+    fs::create_directories(resume);
+  }
+  if (!fs::exists(fs::symlink_status(key_file))) write_file_atomic(key_file, sealed_key.dump(1) + "\n");
+  {
+    // Only what the run writes: the data files and the manifest (partial), and the key, the case
+    // entries and the --batch all generations (resume).
+    std::set<std::string> data = {"manifest.json"}, book = {"resume.json"};
+    for (const Case& c : suite.cases) {
+      data.insert(c.id + ".safetensors");
+      book.insert(c.id + ".case.json");
+      book.insert(cat("gen-", c.id, ".json"));
+    }
+    check_resume_folder(out, partial, data, "the data files <case id>.safetensors of the suite's cases and manifest.json");
+    check_resume_folder(out, resume, book, "resume.json, <case id>.case.json and gen-<case id>.json of the suite's cases");
+  }
+
+  for (size_t ci = 0; ci < suite.cases.size(); ++ci)
+    if (std::optional<json> e = kept_case(out, partial, resume, suite.cases[ci].id, ci, key_sha)) rs.cases[ci] = std::move(*e);
+  for (const auto& [b, e] : groups) {
+    const fs::path gf = resume / cat("gen-", suite.cases[b].id, ".json");
+    if (!fs::exists(fs::symlink_status(gf))) continue;
+    const std::string remedy = cat("Remove it to have the continuations of cases ", b + 1, "-", e, " generated again");
+    const json g = open_resume(out, gf, key_sha, remedy);
+    if (!g.contains("results") || !g["results"].is_array() || g["results"].size() != e - b || g.value("first", json()) != b)
+      resume_refused(out, gf, cat("expected the ", e - b, " continuations of the batch group of cases ", b + 1, "-", e), remedy);
+    std::vector<GenerateResult>& out_gen = rs.generations[b];
+    for (size_t i = b; i < e; ++i) {
+      GenerateResult r;
+      try {
+        const json& j = g["results"][i - b];
+        r.tokens = j.at("tokens").get<std::vector<int32_t>>();
+        const int reason = j.at("reason").get<int>();
+        if (reason < 0 || reason > static_cast<int>(StopReason::max_context)) throw std::out_of_range("reason");
+        r.reason = static_cast<StopReason>(reason);
+        r.nonfinite_logits = j.at("nonfinite").get<bool>();
+        for (const json& st : j.value("step_topk", json::array()))
+          r.step_topk.push_back({st.at(0).get<std::vector<int32_t>>(), st.at(1).get<std::vector<double>>()});
+        for (int32_t t : r.tokens)
+          if (t < 0 || t >= vocab) throw std::out_of_range("token");
+        for (const StepTopK& st : r.step_topk)
+          for (int32_t t : st.ids)
+            if (t < 0 || t >= vocab) throw std::out_of_range("token");
+      } catch (const std::exception&) {
+        resume_refused(out, gf, cat("continuation ", i - b, " is not tokens (ids in [0, ", vocab, ")), a stop reason, "
+                                    "nonfinite and step_topk as the run writes them"), remedy);
+      }
+      out_gen.push_back(std::move(r));
+    }
+  }
+  return rs;
+}
 
 GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const fs::path& out_arg,
                            const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress) {
@@ -1250,32 +1470,11 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
                     {"batch", opt.batch_all ? "all" : "1"},
                     {"verify", run.verify || run.verify_floors ? json({{"layers", opt.verify_layers}, {"positions", opt.verify_positions}}) : json(nullptr)},
                     {"bf16_floors", run.floor_rc[0].str()},
-                    {"floor_classes", opt.floor_classes}};
-  const fs::path key_file = resume / "resume.json";
-  if (fs::exists(partial) || fs::exists(resume)) {
-    std::string why;
-    if (!fs::exists(partial) || !fs::exists(resume)) {
-      why = "incomplete";
-    } else if (opt.restart) {
-      why = "--restart";
-    } else {
-      try {
-        if (parse_json(read_file(key_file, kMaxInputFileBytes), key_file.string()) != key) why = "made with other settings";
-      } catch (const Error&) {
-        why = "its resume.json is missing or unreadable";
-      }
-    }
-    if (!why.empty()) {
-      fs::remove_all(partial);
-      fs::remove_all(resume);
-      if (progress) std::fprintf(progress, "golden: discarded the partial record of an interrupted run (%s)\n", why.c_str());
-    }
-  }
-  if (!fs::exists(partial)) {
-    fs::create_directories(partial);
-    fs::create_directories(resume);
-    write_file_atomic(key_file, key.dump(1) + "\n");
-  }
+                    {"floor_classes", opt.floor_classes},
+                    {"resume_format", kResumeFormat}};
+  const std::vector<std::pair<size_t, size_t>> groups = golden_batch_groups(suite, opt);
+  const GoldenResume rs = open_golden_resume(out, key, suite, groups, run.V, opt.restart, progress);
+  const std::string& key_sha = rs.key_sha;
 
   // Progress: the share of the work done, by each case's passes over the weights (golden_plan.h).
   std::vector<double> work(suite.cases.size());
@@ -1290,39 +1489,27 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
 
   // --batch all: each group's continuations, generated together when the first of its cases that is
   // not kept comes up, and kept in `resume` (gen-FIRST_ID.json) so an interruption does not redo them.
-  const std::vector<std::pair<size_t, size_t>> groups = golden_batch_groups(suite, opt);
   std::map<size_t, GenerateResult> pregen;
   auto batch_generation = [&](size_t ci) -> const GenerateResult* {
     if (!opt.batch_all) return nullptr;
     if (!pregen.count(ci)) {
       const auto [b, e] = *std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return ci >= g.first && ci < g.second; });
-      const fs::path gf = resume / cat("gen-", suite.cases[b].id, ".json");
-      json saved;
-      try {
-        if (fs::exists(gf)) saved = parse_json(read_file(gf, kMaxInputFileBytes), gf.string());
-      } catch (const Error&) {
-        saved = json();
-      }
-      if (!saved.is_array() || saved.size() != e - b) {
+      std::vector<GenerateResult> gen;
+      if (auto it = rs.generations.find(b); it != rs.generations.end()) {
+        gen = it->second;
+      } else {
         if (progress) std::fprintf(stderr, "golden: generating the continuations of cases %zu-%zu together\n", b + 1, e);
-        saved = json::array();
-        for (const GenerateResult& r : generate_batch(run, suite, b, e, progress != nullptr))
+        gen = generate_batch(run, suite, b, e, progress != nullptr);
+        json saved = json::array();
+        for (const GenerateResult& r : gen)
           saved.push_back({{"tokens", r.tokens},
                            {"reason", static_cast<int>(r.reason)},
                            {"nonfinite", r.nonfinite_logits},
                            {"step_topk", step_topk_json(r.step_topk)}});
-        write_file_atomic(gf, saved.dump() + "\n");
+        write_file_atomic(rs.resume / cat("gen-", suite.cases[b].id, ".json"),
+                          seal_resume({{"first", b}, {"results", saved}}, key_sha).dump() + "\n");
       }
-      for (size_t i = b; i < e; ++i) {
-        GenerateResult r;
-        const json& j = saved[i - b];
-        r.tokens = j.at("tokens").get<std::vector<int32_t>>();
-        r.reason = static_cast<StopReason>(j.at("reason").get<int>());
-        r.nonfinite_logits = j.at("nonfinite").get<bool>();
-        for (const json& st : j.value("step_topk", json::array()))
-          r.step_topk.push_back({st.at(0).get<std::vector<int32_t>>(), st.at(1).get<std::vector<double>>()});
-        pregen[i] = r;
-      }
+      for (size_t i = b; i < e; ++i) pregen[i] = gen.at(i - b);
     }
     return &pregen.at(ci);
   };
@@ -1332,16 +1519,7 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
     const std::string id = suite.cases[ci].id;
     const fs::path entry_file = resume / (id + ".case.json");
     std::optional<json> kept;
-    if (fs::exists(entry_file)) {
-      try {
-        json e = parse_json(read_file(entry_file, kMaxInputFileBytes), entry_file.string());
-        const std::string file = e.at("file").get<std::string>();
-        const std::string bytes = read_file(partial / file);
-        if (sha256_hex(bytes) == e.at("sha256").get<std::string>() && e.at("bytes").get<size_t>() == bytes.size()) kept = e;
-      } catch (const std::exception&) {
-        kept.reset();  // unreadable or not matching its data: computed again
-      }
-    }
+    if (auto it = rs.cases.find(ci); it != rs.cases.end()) kept = it->second;
     const auto c0 = clock::now();
     if (kept) {
       ++resumed;
@@ -1355,7 +1533,8 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
                 {"bytes", one_file.at(file).at("bytes")},
                 {"sha256", one_file.at(file).at("sha256")},
                 {"line", one.lines.at(0)}};
-      write_file_atomic(entry_file, e.dump() + "\n");
+      write_file_atomic(entry_file, seal_resume(e, key_sha).dump() + "\n");
+      test_kill_point(cat("case-", ci).c_str());
       kept = e;
       work_timed += work[ci];
       seconds_timed += std::chrono::duration<double>(clock::now() - c0).count();
@@ -1549,10 +1728,65 @@ GoldenRecord GoldenRecord::open(const fs::path& dir) {
   return g;
 }
 
+namespace {
+
+// Every number of a case's data is checked before use (finiteness and range; issue 40): a record is
+// only checksummed, not proven, and the comparisons downstream treat a NaN or a positive log-prob as
+// a bug of their own. Per position and rank, a top-K row must be a log-probability: -inf (an id of
+// probability 0) or finite and at most kMaxStoredLogprob, with no id twice; lse finite; lse_pad >= 0
+// or not finite (NaN: a padding logit was not finite, golden.h); the layer outputs and their norms
+// finite (norms >= 0). InputError naming the file, the case, the tensor, the position (and rank).
+void check_topk_numbers(const TopKBlock& b, const std::string& where, const char* prefix) {
+  const size_t K = static_cast<size_t>(b.K);
+  for (size_t r = 0; K > 0 && r < b.logprobs.size() / K; ++r) {
+    for (size_t k = 0; k < K; ++k) {
+      const float lp = b.logprobs[r * K + k];
+      if (std::isnan(lp) || lp > kMaxStoredLogprob)
+        input_error(where, ": tensor '", prefix, "topk_logprobs' at position ", r, ", rank ", k, " (id ", b.ids[r * K + k],
+                    ") is ", lp, "; expected a log-probability (-inf, or finite and at most ", kMaxStoredLogprob,
+                    "): the record is damaged or was not written by degenbisect golden");
+      for (size_t j = 0; j < k; ++j)
+        if (b.ids[r * K + j] == b.ids[r * K + k])
+          input_error(where, ": tensor '", prefix, "topk_ids' at position ", r, " holds id ", b.ids[r * K + k], " twice (ranks ",
+                      j, " and ", k, "); expected K different ids");
+    }
+  }
+  for (size_t r = 0; r < b.lse.size(); ++r)
+    if (!std::isfinite(b.lse[r]))
+      input_error(where, ": tensor '", prefix, "lse' at position ", r, " is ", b.lse[r], "; expected a finite log-sum-exp");
+  for (size_t r = 0; r < b.lse_pad.size(); ++r)
+    if (b.lse_pad[r] < 0)
+      input_error(where, ": tensor '", prefix, "lse_pad' at position ", r, " is ", b.lse_pad[r],
+                  "; expected >= 0 (the padding rows' share, log1p(padding mass / real mass)) or NaN");
+}
+
+void check_record_numbers(const GoldenCase& c, const std::string& where, int64_t T, int layers) {
+  check_topk_numbers(c.topk, where, "");
+  check_topk_numbers(c.mtp_topk, where, "mtp_");
+  auto finite = [&](const std::vector<float>& v, const std::string& name, int64_t row_len) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i]))
+        input_error(where, ": tensor '", name, "' at position ", static_cast<int64_t>(i) / row_len, " is ", v[i],
+                    "; expected a finite value (the reference's own run was finite)");
+  };
+  if (c.P > 0 && !c.embed.empty()) finite(c.embed, "embed", static_cast<int64_t>(c.embed.size()) / c.P);
+  for (size_t l = 0; l < c.l_out.size(); ++l)
+    if (!c.l_out[l].empty()) finite(c.l_out[l], trace_name(Step::l_out, static_cast<int>(l)), static_cast<int64_t>(c.l_out[l].size()) / c.P);
+  for (int l = 0; l < layers; ++l)
+    for (int64_t t = 0; t < T; ++t) {
+      const float v = c.l_out_norm[static_cast<size_t>(l * T + t)];
+      if (!std::isfinite(v) || v < 0)
+        input_error(where, ": tensor 'l_out_norm' at layer ", l, ", position ", t, " is ", v,
+                    "; expected a finite norm >= 0");
+    }
+}
+
+}  // namespace
+
 GoldenCase GoldenRecord::load_case(size_t i, bool with_layers) const {
   GoldenCase c = cases_.at(i);
   auto f = SafetensorsFile::open(dir_ / c.file);
-  const std::string where = cat("golden record ", dir_.string(), ": ", c.file);
+  const std::string where = cat("golden record ", dir_.string(), ": ", c.file, " (case '", c.id, "')");
   auto get = [&](const std::string& name, DType dt, std::vector<int64_t> shape, bool required) -> const TensorView* {
     const TensorView* t = f->find(name);
     if (!t) {
@@ -1603,6 +1837,7 @@ GoldenCase GoldenRecord::load_case(size_t i, bool with_layers) const {
       if (stored_[static_cast<size_t>(l)]) c.l_out[l] = f32(get(trace_name(Step::l_out, l), DType::f32, {c.P, hidden_}, true));
   }
   c.l_out_norm = f32(get("l_out_norm", DType::f32, {layers_, T}, true));
+  check_record_numbers(c, where, T, layers_);
   for (int32_t id : c.sequence())
     if (id < 0 || id >= vocab_) input_error(where, ": token id ", id, " outside the record's vocabulary [0, ", vocab_, ")");
   for (int32_t id : c.mtp_topk.ids)

@@ -60,6 +60,7 @@
 #include "diag/metrics.h"
 #include "engine/backend_factory.h"
 #include "engine/engine.h"
+#include "engine/generate.h"
 #include "engine/run_config.h"
 #include "model/model.h"
 
@@ -278,6 +279,25 @@ struct GoldenSummary {
 GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const std::filesystem::path& out,
                            const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress = nullptr);
 
+// The resume state of an interrupted `golden --out out` run: the folders .NAME.partial (the finished
+// cases' data files) and .NAME.resume (resume.json: the key; <case id>.case.json: each finished
+// case's manifest entry; gen-<first case id>.json: a --batch all group's continuations) beside
+// `out`. Read as a run with `key` (the settings that make a resume valid) over `suite` would:
+// discarded when made with other settings, incomplete or `restart`; else checked whole (golden.cpp,
+// "resume state"): every file sealed with its own checksum and the key's, each entry bound to its
+// case, each data file to its entry, nothing else in either folder. InputError (128) naming the file
+// and what to remove otherwise; a damaged resume.json is rewritten with a warning. Made empty when
+// absent.
+struct GoldenResume {
+  std::filesystem::path partial, resume;
+  std::string key_sha;                                     // SHA-256 of the key
+  std::map<size_t, nlohmann::json> cases;                  // finished cases by suite index: their entries
+  std::map<size_t, std::vector<GenerateResult>> generations;  // --batch all: group's first case -> continuations
+};
+GoldenResume open_golden_resume(const std::filesystem::path& out, const nlohmann::json& key, const Suite& suite,
+                                const std::vector<std::pair<size_t, size_t>>& groups, int64_t vocab, bool restart,
+                                std::FILE* progress);
+
 // ---- reading ----
 
 // Noise floors of one case and class (metrics.md §1): isolated rel_l2 of the floor run per layer and
@@ -353,6 +373,12 @@ class GoldenRecord {
   bool manifest_checked_ = false;
   std::vector<GoldenCase> cases_;
 };
+
+// The largest top-K log-prob a record may hold (GoldenRecord::load_case refuses more, and NaN):
+// the writer's log-probs are fp64 log-softmax values rounded to fp32, above 0 by at most the fp64
+// rounding of logit - lse (~1e-14 for |logits| < 1e3); 1e-4 is the bound metrics::
+// compare_logits_topk applies to what it is given, so every record the reader passes it accepts.
+constexpr float kMaxStoredLogprob = 1e-4f;
 
 // A cheap digest of the weight VALUES: SHA-256 over, for every tensor sorted by name, its name and
 // its first and last 64 bytes. The model fingerprint covers config and tensor headers only, so two

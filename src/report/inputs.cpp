@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "diag/sweep.h"
@@ -100,6 +101,11 @@ static void check_sweep_meta(const fs::path& p, const json& m) {
   for (const char* k : {"name", "base", "shard"})
     if (m.contains(k) && !m[k].is_string()) bad(k, m[k], "a string");
   if (m.contains("cells") && !m["cells"].is_null() && !m["cells"].is_number_unsigned()) bad("cells", m["cells"], "a cell count");
+  // note: the count sizes what the report allocates (one "missing" entry per cell without a
+  // result): bounded by the cap `sweep` enforces on every matrix (kMaxSweepCells), and below it
+  // must equal the matrix's own count (read_sweep_folder).
+  if (m.contains("cells") && m["cells"].is_number_unsigned() && m["cells"].get<uint64_t>() > kMaxSweepCells)
+    bad("cells", m["cells"], cat("a cell count of at most ", kMaxSweepCells, " (the most cells sweep runs)").c_str());
   if (m.contains("cells_extra") && !strings(m["cells_extra"])) bad("cells_extra", m["cells_extra"], "an array of configurations (strings)");
   if (m.contains("axes")) {
     if (!m["axes"].is_array()) bad("axes", m["axes"], "an array of {\"name\", \"values\"}");
@@ -109,6 +115,97 @@ static void check_sweep_meta(const fs::path& p, const json& m) {
   }
 }
 
+namespace {
+
+// The line number of each result read_sweep_results returns (it keeps every complete non-empty
+// line, in order, or throws).
+std::vector<int> result_line_numbers(const fs::path& jsonl) {
+  std::vector<int> out;
+  if (!fs::exists(jsonl)) return out;
+  const std::string text = read_file(jsonl);
+  int line_no = 0;
+  for (size_t start = 0, nl; start < text.size() && (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
+    ++line_no;
+    if (nl > start) out.push_back(line_no);
+  }
+  return out;
+}
+
+// Every line of a shard folder against its own sweep.json (issue 40): the matrix's cell count, and
+// for each result its index (a cell of the matrix, of this shard, once), its cell name and axis
+// values (the matrix's at that index) and its identity (the shard's: the same model, record, cases
+// and mode). InputError naming the shard, the line and the field.
+void check_shard_lines(const fs::path& dir, const std::string& shard_text, const json& meta, const std::vector<json>& rows) {
+  const fs::path jsonl = dir / "results.jsonl";
+  const std::string shard = cat("shard ", shard_text, " (", dir.string(), ")");
+  Shard sh;
+  try {
+    sh = parse_shard(shard_text);
+  } catch (const InputError&) {
+    input_error("report: ", (dir / "sweep.json").string(), ": field 'shard' is ", json_excerpt(json(shard_text)), ", expected i/n");
+  }
+  // The matrix's cells, when this build can enumerate them (a matrix written by another version
+  // may not parse: then only the count bounds the indices).
+  std::optional<std::vector<SweepMatrix::Cell>> cells;
+  if (meta.contains("axes") || meta.contains("cells_extra")) {
+    SweepMatrix m;
+    m.params_only = meta.value("server", false) == true;
+    m.base = meta.value("base", std::string());
+    for (const json& a : meta.value("axes", json::array()))
+      m.axes.push_back({a["name"].get<std::string>(), a["values"].get<std::vector<std::string>>()});
+    m.cells_extra = meta.value("cells_extra", std::vector<std::string>{});
+    try {
+      cells = m.cells();
+    } catch (const InputError&) {
+      cells.reset();
+    }
+  }
+  std::optional<uint64_t> count;
+  if (meta.contains("cells") && meta["cells"].is_number_unsigned()) count = meta["cells"].get<uint64_t>();
+  if (cells && count && *count != cells->size())
+    input_error("report: ", shard, ": sweep.json: field 'cells' is ", *count, ", expected ", cells->size(),
+                " (the number of cells of its own matrix: axes, base and cells_extra)");
+  if (cells && !count) count = cells->size();
+  const std::vector<int> lines = result_line_numbers(jsonl);
+  std::map<uint64_t, int> line_of;  // index -> line
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const json& r = rows[k];
+    const int line = k < lines.size() ? lines[k] : -1;
+    auto bad = [&](const char* field, const std::string& what) {
+      input_error("report: ", shard, ": ", jsonl.string(), " line ", line, ": field '", field, "' ", what,
+                  " (edited, or copied from another shard or sweep?)");
+    };
+    if (!r.contains("index") || !r["index"].is_number_unsigned()) bad("index", "is missing; expected the cell's number");
+    const uint64_t idx = r["index"].get<uint64_t>();
+    if (count && idx >= *count) bad("index", cat("is ", idx, ", expected a cell of the matrix (0 to ", *count - 1, ")"));
+    if (idx % static_cast<uint64_t>(sh.n) != static_cast<uint64_t>(sh.i - 1))
+      bad("index", cat("is ", idx, ", a cell of shard ", idx % static_cast<uint64_t>(sh.n) + 1, "/", sh.n, ", not of this shard"));
+    if (auto [it, fresh] = line_of.emplace(idx, line); !fresh)
+      bad("index", cat("is ", idx, ", whose result is on line ", it->second, " already; expected each cell once"));
+    if (cells) {
+      const SweepMatrix::Cell& c = (*cells)[static_cast<size_t>(idx)];
+      if (r["cell"] != c.name) bad("cell", cat("is ", json_excerpt(r["cell"], 120), ", expected \"", c.name, "\" (cell ", idx, " of the matrix)"));
+      if (r.contains("values") && r["values"] != json(c.values))
+        bad("values", cat("is ", json_excerpt(r["values"], 120), ", expected ", json_excerpt(json(c.values), 120), " (cell ", idx, ")"));
+    }
+    const json want = meta.contains("identity") ? meta["identity"] : json(nullptr);
+    const json got = r.contains("identity") ? r["identity"] : json(nullptr);
+    if (want != got) {
+      std::string what = cat("is ", json_excerpt(got, 120), ", expected the shard's (sweep.json) ", json_excerpt(want, 120));
+      if (want.is_object() && got.is_object())
+        for (auto& [k, v] : want.items())
+          if (!got.contains(k) || got[k] != v) {
+            what = cat("differs from the shard's (sweep.json) in '", k, "': ", got.contains(k) ? json_excerpt(got[k], 100) : "missing",
+                       ", sweep.json has ", json_excerpt(v, 100));
+            break;
+          }
+      bad("identity", what);
+    }
+  }
+}
+
+}  // namespace
+
 SweepInput read_sweep_folder(const fs::path& dir) {
   SweepInput s;
   s.folders.push_back(dir.string());
@@ -117,13 +214,19 @@ SweepInput read_sweep_folder(const fs::path& dir) {
     s.meta = parse_json_file(meta);
     check_sweep_meta(meta, s.meta);
     s.shards.push_back(s.meta.value("shard", std::string("1/1")));
+    try {
+      s.rows = read_sweep_results(dir / "results.jsonl");  // a partial last line (a cell still running) is left out
+    } catch (const InputError& e) {
+      input_error("report: shard ", s.shards.back(), " (", dir.string(), "): ", e.what());
+    }
+    check_shard_lines(dir, s.shards.back(), s.meta, s.rows);
     s.meta.erase("shard");
   } else {
     s.meta = {{"name", dir.filename().string()}};
     s.shards.push_back("?");
     s.warnings.push_back(cat(dir.string(), " has no sweep.json: the matrix (axes, cell count) is unknown"));
+    s.rows = read_sweep_results(dir / "results.jsonl");
   }
-  s.rows = read_sweep_results(dir / "results.jsonl");  // a partial last line (a cell still running) is left out
   return s;
 }
 

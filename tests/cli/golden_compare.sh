@@ -88,9 +88,17 @@ p = l["patch"]
 assert p["confirmed"] and p["kld_patched"] <= p["kld_limit"] < p["kld_unpatched"], p
 assert p["drift_patched"] < p["drift_unpatched"], p
 PY
-# A record made before per-tensor digests (the committed one of this model): the layer, confirmed, but
-# the cause stays "the model or the engine build".
-expect_exit 1 "$BIN" bisect --golden "$SRC/golden/tiny-qwen35/smoke" --model "$WORK/edited" --bad backend=cpu --no-decode --case two-plus-two
+# A record made before per-tensor digests (the committed one of this model as it was before
+# scripts/regen-golden.sh: without tensor_digests and manifest_sha256): the layer, confirmed, but the
+# cause stays "the model or the engine build".
+cp -r "$SRC/golden/tiny-qwen35/smoke" "$WORK/old-record"
+python3 - "$WORK/old-record/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+del m["model"]["tensor_digests"], m["manifest_sha256"]
+json.dump(m, open(sys.argv[1], "w"), indent=1)
+PY
+expect_exit 1 "$BIN" bisect --golden "$WORK/old-record" --model "$WORK/edited" --bad backend=cpu --no-decode --case two-plus-two
 expect_out "layer 1 is the first whose output breaks its floor"
 expect_out "confirmed by patching"
 expect_out "the record has no per-tensor digests to tell which"

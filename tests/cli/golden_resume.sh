@@ -70,6 +70,49 @@ kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
 expect_exit 0 "$BIN" golden --model "$m" --cases "$cases" --out "$WORK/b" --gen-tokens 2 --restart
 expect_out "discarded the partial record of an interrupted run (--restart)"
 
+# The resume state is checked whole (issue 40): an entry edited after it was written (a floor, the
+# case id, its index, its degeneration), one made for another run, a data file that does not match
+# its entry, or a file the run does not write in the partial record is refused (128, naming the file
+# and what to remove), nothing computed or removed; a damaged resume.json is rewritten with a
+# warning, the entries still checked one by one. A partial state made deterministically: killed
+# right after case 2's entry is written.
+rm -rf "$WORK/t" "$WORK/t0" "$WORK/f"
+TG=("$BIN" golden --model "$m" --cases "$cases" --out "$WORK/t/smoke" --no-floors)
+expect_exit 137 env DEGEN_TEST_GOLDEN_KILL=case-2 "${TG[@]}"
+cp -a "$WORK/t" "$WORK/t0"
+entry="$WORK/t/.smoke.resume/two-plus-two.case.json"
+edit_entry() {  # edit_entry PYTHON-STATEMENT-ON-e: a fresh copy of the partial state with the entry edited
+  rm -rf "$WORK/t" && cp -a "$WORK/t0" "$WORK/t"
+  python3 -c "import json, sys; e = json.load(open(sys.argv[1])); $1; json.dump(e, open(sys.argv[1], 'w'))" "$entry"
+}
+for edit in "e['entry']['floors'] = {'bf16': None, 'fp32': None}; e['entry']['max_new_tokens'] = 1" \
+            "e['entry']['id'] = 'prime-function'" "e['entry']['index'] = 5" \
+            "e['entry']['degeneration']['degenerate'] = True"; do
+  edit_entry "$edit"
+  expect_exit 128 "${TG[@]}"
+  expect_out "$entry: its content does not match its own checksum"
+  expect_out "Nothing was computed or removed. Remove $entry and $WORK/t/.smoke.partial/two-plus-two.safetensors"
+  [ ! -e "$WORK/t/smoke" ] || fail "a tampered resume entry was sealed into a record ($edit)"
+done
+rm -rf "$WORK/t" && cp -a "$WORK/t0" "$WORK/t" && echo x >"$WORK/t/.smoke.partial/extra.bin"
+expect_exit 128 "${TG[@]}"
+expect_out "$WORK/t/.smoke.partial/extra.bin: not a file the run writes there"
+rm "$WORK/t/.smoke.partial/extra.bin"  # the remedy the message names: the rest is kept
+rm -rf "$WORK/t/.smoke.resume/prime-function.case.json" "$WORK/t/.smoke.partial/prime-function.safetensors"
+expect_exit 137 env DEGEN_TEST_GOLDEN_KILL=case-1 "${TG[@]}"  # (case 1 computed again, as the message says)
+expect_exit 137 env DEGEN_TEST_GOLDEN_KILL=case-0 "$BIN" golden --model "$m" --cases "$cases" --out "$WORK/f/smoke" --no-floors --topk 5
+cp "$WORK/f/.smoke.resume/two-plus-two.case.json" "$entry"
+expect_exit 128 "${TG[@]}"
+expect_out "$entry: it was made for another run (key_sha256"
+rm -rf "$WORK/t" && cp -a "$WORK/t0" "$WORK/t"
+printf 'xx' | dd of="$WORK/t/.smoke.partial/two-plus-two.safetensors" conv=notrunc status=none
+expect_exit 128 "${TG[@]}"
+expect_out "two-plus-two.safetensors: does not match its entry $entry"
+rm -rf "$WORK/t" && cp -a "$WORK/t0" "$WORK/t" && echo garbage >"$WORK/t/.smoke.resume/resume.json"
+expect_exit 0 "${TG[@]}"
+expect_out "resume.json is damaged or was edited (not a JSON object); rewritten for this run's settings"
+expect_out "resumed: 3 of 7 cases kept from an interrupted run"
+
 # --plan: the cost of a run before it starts, for a config-only 27B (no weights needed) and this model.
 q27="$WORK/q27"
 expect_exit 0 "$BIN" synth --preset qwen36-27b --out "$q27"

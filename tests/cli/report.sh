@@ -77,6 +77,36 @@ set +e
 set -e
 expect_exit 128 "$BIN" report "$WORK/s1" "$WORK/o2" --expect-shards 2 -o "$WORK/final.md"
 expect_out "different sweeps: $WORK/o2 is not of the sweep of $WORK/s1 (axes: "
+# Every line of a shard is checked against its shard's sweep.json (identity, cell list, shard) and
+# the cell count against the matrix (issue 40): a duplicated or moved line, an edited identity, an
+# unknown verdict, a renamed cell, NUL bytes, a huge cell count: 128 naming shard, line and field.
+tamper() {  # tamper PYTHON (on l: s1's lines, b: s2's lines, m: s1's sweep.json) EXPECTED-MESSAGE
+  rm -rf "$WORK/t1" "$WORK/t2" && cp -a "$WORK/s1" "$WORK/t1" && cp -a "$WORK/s2" "$WORK/t2"
+  python3 - "$WORK/t1" "$WORK/t2" <<PY
+import json, sys
+t1, t2 = sys.argv[1], sys.argv[2]
+l = open(t1 + "/results.jsonl", "rb").read().splitlines(True)
+b = open(t2 + "/results.jsonl", "rb").read().splitlines(True)
+m = json.load(open(t1 + "/sweep.json"))
+def edit(i, f):
+    j = json.loads(l[i]); f(j); l[i] = (json.dumps(j) + "\n").encode()
+$1
+open(t1 + "/results.jsonl", "wb").writelines(l)
+json.dump(m, open(t1 + "/sweep.json", "w"))
+PY
+  expect_exit 128 "$BIN" report "$WORK/t1" "$WORK/t2" --expect-shards 2 -o "$WORK/final.md"
+  expect_out "$2"
+}
+t1="shard 1/2 ($WORK/t1): $WORK/t1/results.jsonl"
+tamper 'l.append(l[0])' "$t1 line 3: field 'index' is 0, whose result is on line 1 already"
+tamper 'l.append(b[0])' "$t1 line 3: field 'index' is 1, a cell of shard 2/2, not of this shard"
+tamper 'edit(1, lambda j: j["identity"].update(model="0" * 64))' "$t1 line 2: field 'identity' differs from the shard's (sweep.json) in 'model'"
+tamper 'edit(0, lambda j: j.update(verdict="zzz"))' "$t1: line 1: field 'verdict' is \"zzz\""
+tamper 'edit(0, lambda j: j.update(cell="attn=flash"))' "$t1 line 1: field 'cell' is \"attn=flash\", expected \"fault=gdn-head-mod@2\""
+tamper 'edit(1, lambda j: j.update(cell=j["cell"] + "\0"))' "$t1 line 2: field 'cell' is"
+tamper 'l.append(b"\0\0\0\n")' "$t1: line 3 is not a sweep result"
+tamper 'm["cells"] = 99999999999' "$WORK/t1/sweep.json: field 'cells' is 99999999999, expected a cell count of at most 100000"
+tamper 'm["cells"] = 7' "shard 1/2 ($WORK/t1): sweep.json: field 'cells' is 7, expected 4"
 head -n 1 "$WORK/s2/results.jsonl" >"$WORK/s2-cut" && cp "$WORK/s2-cut" "$WORK/s2/results.jsonl"
 expect_exit 128 "$BIN" report "$WORK/s1" "$WORK/s2" --expect-shards 2 -o "$WORK/final.md"
 expect_out "shard 2/2 ($WORK/s2) is incomplete: 1 of its 2 cells have a result"

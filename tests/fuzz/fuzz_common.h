@@ -12,6 +12,8 @@
 #include <exception>
 #include <new>
 #include <typeinfo>
+#include <utility>
+#include <vector>
 
 #include "util/error.h"
 
@@ -28,6 +30,14 @@ void write_bytes(const std::filesystem::path& path, std::string_view bytes);
 inline std::string_view as_view(const uint8_t* data, size_t size) {
   return {reinterpret_cast<const char*>(data), size};
 }
+
+// A folder's files packed into one input (the folder targets, make_seeds.py pack_files): each file is
+// "\0FILE <relative path>\n<bytes>", in order. Returns (path, bytes) pairs; a path that is empty,
+// absolute, longer than 200 bytes, or has an empty, ".", ".." or over-long component is dropped (the
+// harness writes only inside its scratch folder); bytes before the first marker are ignored.
+std::vector<std::pair<std::string, std::string>> unpack_files(std::string_view input);
+// Writes them under `dir` (made empty first), making the folders of each path.
+void write_files(const std::filesystem::path& dir, const std::vector<std::pair<std::string, std::string>>& files);
 
 // Prints "fuzz: <what>: <detail>" and aborts (libFuzzer saves the input as a crash).
 [[noreturn]] void finding(const std::string& what, const std::string& detail);

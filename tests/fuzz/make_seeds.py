@@ -106,6 +106,17 @@ def dump_seed(names, logit=None, dtype="F32", edit=None):
     return safetensors_bytes(tensors, meta)
 
 
+def pack_files(folder, prefix=""):
+    """A folder's files as one input of the folder targets (fuzz_common.h unpack_files)."""
+    out = b""
+    base = os.path.join(ROOT, folder)
+    for dirpath, _, names in sorted(os.walk(base)):
+        for n in sorted(names):
+            rel = os.path.relpath(os.path.join(dirpath, n), base)
+            out += b"\0FILE " + (prefix + rel).encode() + b"\n" + rd(os.path.join(folder, rel))
+    return out
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: make_seeds.py OUT_DIR")
@@ -245,6 +256,21 @@ def main():
     add("http_openai", "vllm-prompt-logprobs", b"\x01\x03" + json.dumps(vllm).encode())
     add("http_openai", "vllm-generation", b"\x02\x00" + json.dumps(vllm).encode())
     add("http_openai", "vllm-detokenize", b"\x03\x00" + json.dumps({"prompt": "What is 2 + 2?"}).encode())
+
+    # golden_resume: the seed resume state (a golden-mini run with --batch all killed after its first
+    # case), whole, without its generations, and without its finished case
+    gr = "tests/fuzz/seeds/golden-resume"
+    add("golden_resume", "killed-after-case-0", pack_files(gr))
+    add("golden_resume", "no-generations", b"".join(
+        b"\0FILE " + p.encode() + b"\n" + rd(gr + "/" + p) for p in ("resume/resume.json", "resume/hi.case.json", "partial/hi.safetensors")))
+    add("golden_resume", "key-only", b"\0FILE resume/resume.json\n" + rd(gr + "/resume/resume.json") +
+        b"\0FILE partial/manifest.json\n{}")
+
+    # sweep_shards: a real sweep in two shards (sweep --shard 1/2, 2/2 of a 4-cell matrix), both and one
+    ss = "tests/fuzz/seeds/sweep-shards"
+    add("sweep_shards", "two-shards", pack_files(ss))
+    add("sweep_shards", "shard-1-alone", pack_files(ss + "/1", "1/"))
+    add("sweep_shards", "fixture-1-of-1", pack_files("tests/fixtures/report/sweep", "1/"))
 
     for target, files in seeds.items():
         d = os.path.join(out, target)
