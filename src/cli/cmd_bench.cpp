@@ -3,9 +3,12 @@
 // fp32 GEMM peak measured in the same run (same flags, same threads), weight bytes streamed per
 // decode step against a memcpy bandwidth probe, and peak resident memory against the checkpoint's
 // fp32 size (the engine never copies the model to fp32 as a whole).
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -252,10 +255,23 @@ int run_bench(const BenchArgs& a) {
   if (!a.preset.empty()) {
     find_synth_preset(a.preset);  // InputError listing the names
     tmp = fs::temp_directory_path() / cat("degen-bench-", a.preset, "-", getpid());
-    std::string self = fs::read_symlink("/proc/self/exe").string();
-    std::string cmd = cat("'", self, "' synth --preset '", a.preset, "' --out '", tmp.string(), "' >&2");
+    // Run without a shell (argv as words): a quote in $TMPDIR or in our own path is just a character.
+    const std::string self = fs::read_symlink("/proc/self/exe").string(), out = tmp.string();
+    std::vector<char*> argv = {const_cast<char*>(self.c_str()), const_cast<char*>("synth"),
+                               const_cast<char*>("--preset"), const_cast<char*>(a.preset.c_str()),
+                               const_cast<char*>("--out"), const_cast<char*>(out.c_str()), nullptr};
     std::fprintf(stderr, "bench: writing preset %s to %s ...\n", a.preset.c_str(), tmp.c_str());
-    if (std::system(cmd.c_str()) != 0) input_error("bench: could not write preset ", a.preset, " to ", tmp.string());
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, 2, 1);  // the child's progress on our stderr, stdout stays ours
+    pid_t pid = -1;
+    int status = -1;
+    const int rc = posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc == 0)
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      input_error("bench: could not write preset ", a.preset, " to ", out, rc != 0 ? cat(": ", std::strerror(rc)) : "");
     dir = tmp;
   }
   struct Cleanup {
