@@ -44,15 +44,6 @@ const char* kSupportedDTypes = "F32, F64, BF16, F16, F8_E4M3, I32, I64, U8";
 
 std::string errno_str(int e) { return std::strerror(e); }
 
-// "a folder", "a named pipe (FIFO)", ... for messages about a path that is not a regular file.
-const char* file_kind(mode_t m) {
-  if (S_ISDIR(m)) return "a folder";
-  if (S_ISFIFO(m)) return "a named pipe (FIFO)";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISSOCK(m)) return "a socket";
-  return "not a regular file";
-}
 
 // "a number", "an array", ... for messages about wrong JSON types.
 std::string json_kind(const json& j) {
@@ -300,7 +291,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    input_error(file, ": expected a regular file, found ", file_kind(st.st_mode));
+    input_error(file, ": expected a regular file, found ", kind_of(st.st_mode));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) {
@@ -591,7 +582,7 @@ std::string read_file(const fs::path& path, uint64_t max_bytes) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    input_error("cannot read ", p, ": expected a regular file, found ", file_kind(st.st_mode));
+    input_error("cannot read ", p, ": expected a regular file, found ", kind_of(st.st_mode));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > max_bytes) {

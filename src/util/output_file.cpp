@@ -24,16 +24,6 @@ namespace {
 // path lookup (MAXSYMLINKS = 40 in the kernel's fs/namei.c), so we give up where open() would.
 constexpr int kMaxSymlinkHops = 40;
 
-// "a folder", "a named pipe (FIFO)", ... for messages about what a path is.
-const char* kind_of(mode_t m) {
-  if (S_ISREG(m)) return "a regular file";
-  if (S_ISDIR(m)) return "a folder";
-  if (S_ISFIFO(m)) return "a named pipe (FIFO)";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISSOCK(m)) return "a socket";
-  return "an unknown kind of file";
-}
 
 // Where an output named `asked` goes: its last component's symbolic links followed.
 struct Target {
@@ -309,6 +299,16 @@ std::string describe_filesystem_error(const fs::filesystem_error& e) {
   if (!e.path2().empty()) paths += (paths.empty() ? "" : " -> ") + e.path2().string();
   if (paths.empty()) paths = "a path";
   return cat("cannot use ", paths, ": ", path_error_reason(e.code().value()), op.empty() ? "" : cat(" (operation: ", op, ")"));
+}
+
+const char* kind_of(mode_t m) {
+  if (S_ISREG(m)) return "a regular file";
+  if (S_ISDIR(m)) return "a folder";
+  if (S_ISFIFO(m)) return "a named pipe (FIFO)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "an unknown kind of file";
 }
 
 }  // namespace degen

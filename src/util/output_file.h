@@ -13,6 +13,8 @@
 // Path problems met on the way (a loop, a part of the path that is a file, a read-only file system,
 // no permission) are InputErrors that name the path and the reason, never "internal error".
 #pragma once
+#include <sys/types.h>
+
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -41,6 +43,9 @@ void check_output_file(const std::string& path, const std::string& flag);
 // (exit 128, naming `flag`) a path that exists and is not a folder, a symlink loop, or a missing
 // folder whose nearest existing parent is not a folder or not writable. Creates nothing.
 void check_output_folder(const std::string& path, const std::string& flag);
+
+// "a folder", "a named pipe (FIFO)", ...: what a path is (st_mode), for messages about it.
+const char* kind_of(mode_t m);
 
 // "Too many levels of symbolic links: a symbolic link loop, ...", "Read-only file system", ...: the
 // reason of a path error from its errno, with a hint where strerror alone is cryptic.
