@@ -48,6 +48,14 @@ void ServerFlags::add(CLI::App* sub, const std::string& with) {
   sub->add_option("--topk", topk, "With " + with + ": log-probs asked per position (default: every id up to 4096 ids, else 40)")
       ->check(CLI::Range(1, 1000000));
   sub->add_flag("--no-generate", no_generate, "With " + with + ": teacher-forced only, no free-running generation");
+  sub->add_flag("--no-decode-path", no_decode_path,
+                "With " + with + ": do not score the generation's decode path (the server's distribution at each\n"
+                "generated step against our reference over the engine's own sequence; its cost: one CPU prefill\n"
+                "and one CPU decode of prompt + generated tokens per case, see --decode-steps)");
+  sub->add_option("--decode-steps", decode_steps,
+                  "With " + with + ": score the decode path at most at this many generated steps per case\n"
+                  "(default: every step; the reference's passes then stop after the last scored step)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
 }
 
 ServerCompareOptions ServerFlags::options() const {
@@ -61,6 +69,8 @@ ServerCompareOptions ServerFlags::options() const {
   o.class_name = ec.name;
   o.factory = make_backend;
   o.free_running = !no_generate;
+  o.decode_path = !no_decode_path;
+  o.decode_steps = decode_steps;
   o.topk = topk;
   o.http.timeout_s = timeout;
   o.http.attempts = attempts;

@@ -13,7 +13,8 @@ struct ServerFlags {
   std::string engine_class = "fp32";  // registered by each command: its help differs (compare --dump too)
   double timeout = 60, health_timeout = 120;
   int attempts = 3, topk = 0;
-  bool no_generate = false, prompt_logprobs = false;
+  bool no_generate = false, prompt_logprobs = false, no_decode_path = false;
+  int64_t decode_steps = -1;
 
   // --api, --prompt-logprobs, --served-model, --timeout, --attempts, --topk, --no-generate and
   // --health-timeout; `with` is the flag their help says they go with ("--server", "--server-cmd").

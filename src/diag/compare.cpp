@@ -267,8 +267,35 @@ json CaseResult::to_json() const {
                      {"spec", gen.spec ? gen.spec->to_json() : json(nullptr)},
                      {"logits", gen.logits ? logits_json(*gen.logits) : json(nullptr)},
                      {"mtp_equiv", gen.mtp_equiv ? gen.mtp_equiv->to_json() : json(nullptr)},
+                     {"margin_engine", opt_json(gen.margin_engine)},
+                     {"flip_margin", opt_json(gen.flip_margin)},
+                     {"agreement", gen.agreement.empty() ? json(nullptr) : json(gen.agreement)},
+                     {"decode_path", gen.decode_path ? gen.decode_path->to_json() : json(nullptr)},
+                     {"server_speculation", gen.spec_stated.empty() ? json(nullptr) : json(gen.spec_stated)},
                      {"seconds", gen.seconds}};
   return j;
+}
+
+json DecodePathResult::to_json() const {
+  json k = json::array();
+  for (double v : kld) k.push_back(std::isnan(v) ? json(nullptr) : metrics::json_number(v));
+  json f = json::array();
+  for (double v : floor) f.push_back(metrics::json_number(v));
+  return {{"steps", steps},
+          {"stated", stated},
+          {"scored", scored},
+          {"kld", k},
+          {"floor", f},
+          {"peak_floor", metrics::json_number(peak_floor)},
+          {"limit", metrics::json_number(limit)},
+          {"mean_kld", metrics::json_number(mean_kld)},
+          {"max_kld", metrics::json_number(max_kld)},
+          {"first_bad_step", first_bad ? json(*first_bad) : json(nullptr)},
+          {"prefill_kld", opt_json(prefill_kld)},
+          {"self_kld", opt_json(self_kld)},
+          {"floor_source", floor_source},
+          {"note", note.empty() ? json(nullptr) : json(note)},
+          {"pass", pass}};
 }
 
 json CompareResult::to_json() const {

@@ -103,6 +103,33 @@ struct LogitsResult {
   bool logprob_offset_vocab = true;
 };
 
+// compare --server: the engine's decode path, scored where it generates. The server states its
+// distribution at each generated step (llama n_probs, OpenAI logprobs); our reference runs
+// teacher-forced over the engine's own sequence (its prompt and what it generated) and gives the
+// distribution it should have had there. Each step's KLD is judged against a per-step limit:
+// k x the largest per-step KLD of the floor class's engine (fp32: the fp64 reference; bf16: the bf16
+// emulation; a measured class: its configuration) run over the same sequence the way a server decodes
+// it (the prompt in one call, then one token per call), + eps (CompareRules::kld). The first step over
+// it is the case's first bad decode step; the engine's own prefill of the same tokens is then asked for
+// (one request) to tell the state carried across steps from the layer math. docs/server.md.
+struct DecodePathResult {
+  int64_t steps = 0;                // tokens generated
+  int64_t stated = 0;               // steps the server gave a distribution for
+  int64_t scored = 0;               // steps scored (stated, within --decode-steps)
+  std::vector<double> kld;          // per generated step, KLD(reference || engine); NaN: not scored
+  std::vector<double> floor;        // per scored step, the floor class engine's KLD
+  double peak_floor = 0;            // max of floor
+  double limit = 0;                 // a step's KLD may reach
+  double mean_kld = 0, max_kld = 0;
+  std::optional<int64_t> first_bad;      // first step over the limit
+  std::optional<double> prefill_kld;     // at first_bad: the engine's prefill of the same tokens vs the reference
+  std::optional<double> self_kld;        // at first_bad: the engine's decode vs its own prefill
+  std::string floor_source;              // which engine gave the per-step floor
+  std::string note;                      // why steps were not stated or scored
+  bool pass = true;
+  nlohmann::json to_json() const;
+};
+
 struct GenerationResult {
   std::vector<int32_t> tokens;
   std::string stop_reason;
@@ -111,6 +138,14 @@ struct GenerationResult {
   std::vector<int32_t> golden_tokens;       // the continuation it is compared with
   std::optional<int64_t> first_divergence;  // first index (in the generated tokens) that differs
   std::optional<double> golden_margin;      // golden top-1 minus top-2 log-prob at that position
+  // compare --server, greedy agreement at first_divergence: the record's log-prob margin between the
+  // golden token and the engine's (margin_engine), and the largest margin that noise within the
+  // per-step KLD limit could flip (flip_margin, metrics.md "Greedy agreement"); agreement is
+  // "same", "within noise", "beyond noise" (bad) or "not judged: <why>".
+  std::optional<double> margin_engine, flip_margin;
+  std::string agreement;
+  std::optional<DecodePathResult> decode_path;
+  std::string spec_stated;  // compare --server: the server's own speculative-decoding counts, where it states them
   metrics::Verdict verdict = metrics::Verdict::good;  // model or engine (metrics §4)
   std::vector<metrics::VerifyStep> verify_steps;  // mtp > 0: one per verify step
   std::optional<metrics::SpecDecode> spec;  // mtp > 0: accept_rate, accept_len, inside/outside the loop (metrics §5)

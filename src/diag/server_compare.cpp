@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <limits>
 
+#include "engine/backend_factory.h"
 #include "engine/run_config.h"
 #include "engine/sampler.h"
 #include "model/chat_template.h"
@@ -34,6 +35,11 @@ struct ServerRun {
   std::vector<int32_t> stops, ws_ids;
   std::optional<int32_t> think_end;
   mutable std::string vocab_note;  // set when the vocabulary could not be checked by text
+  // The decode-path scoring's engines (made at its first use): the reference, and the floor class's
+  // engine that sets the per-step limit.
+  mutable std::unique_ptr<Backend> ref_be, floor_be;
+  mutable std::unique_ptr<Engine> ref_eng, floor_eng;
+  mutable std::string floor_name;
 };
 
 std::string excerpt_of(const json& j) { return json_excerpt(j, 200); }
@@ -159,6 +165,48 @@ server_answer::TopList openai_generated_top(const json& choice, const std::strin
   return top_from_map(top.at(0), url);
 }
 
+// The server's speculative-decoding counts (llama-server: timings.draft_n, timings.draft_n_accepted),
+// where stated: non-negative integers, accepted <= drafted, or InputError.
+void speculation_counts(const json& r, const std::string& url, server_answer::Generated& g) {
+  if (!r.is_object() || !r.contains("timings") || !r.at("timings").is_object()) return;
+  const json& t = r.at("timings");
+  auto count = [&](const char* key) -> std::optional<int64_t> {
+    if (!t.contains(key) || t.at(key).is_null()) return std::nullopt;
+    const json& v = t.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      input_error("malformed response from ", url, ": timings.", key, " is not a count: ", excerpt_of(v));
+    return v.get<int64_t>();
+  };
+  g.draft_n = count("draft_n");
+  g.draft_accepted = count("draft_n_accepted");
+  if (g.draft_n && g.draft_accepted && *g.draft_accepted > *g.draft_n)
+    input_error("malformed response from ", url, ": timings.draft_n_accepted ", *g.draft_accepted, " > timings.draft_n ", *g.draft_n);
+}
+
+// One distribution per generated token from `entries` (the list under `name`): as many entries as
+// tokens, each naming the token it was generated for ('id'), its top-K from `top_of` (an empty list:
+// none stated at that step). A list that covers the whole vocabulary must hold its mass (the
+// probabilities sum to 1 within kMaxServerMassExcess), or InputError.
+template <class TopOf>
+std::vector<server_answer::TopList> step_lists(const json& entries, const std::vector<int64_t>& tokens, const std::string& url,
+                                               const char* name, TopOf top_of) {
+  if (entries.size() != tokens.size())
+    input_error("malformed response from ", url, ": '", name, "' has ", entries.size(), " entries for ", tokens.size(),
+                " generated tokens (expected one per token)");
+  std::vector<server_answer::TopList> out;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const json& e = entries.at(i);
+    const int64_t id = token_id(field(e, "id", url, "the token the entry is for"), url);
+    if (id != tokens[i])
+      input_error("malformed response from ", url, ": ", name, "[", i, "] is for token ", id, " but the server generated ", tokens[i],
+                  " at that step: the log-probs are for another token than the one generated");
+    const json& top = top_of(e);
+    if (!top.is_array()) input_error("malformed response from ", url, ": ", name, "[", i, "].top_logprobs is not a list");
+    out.push_back(top.empty() ? server_answer::TopList{} : top_from_id_list(top, url));
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace server_answer {
@@ -171,12 +219,20 @@ TopList llama_position(const json& r, const std::string& url) {
   return top_from_id_list(top, url);
 }
 
-Generated llama_generation(const json& r, const std::string& url) {
+Generated llama_generation(const json& r, const std::string& url, int n_probs) {
   Generated g;
   const json& toks = field(r, "tokens", url, "the generated token ids (return_tokens)");
   if (!toks.is_array()) input_error("malformed response from ", url, ": 'tokens' is not an array");
   for (const json& t : toks) g.tokens.push_back(token_id(t, url));
   g.stop_reason = reason_field(r, "stop_type", url);
+  speculation_counts(r, url, g);
+  if (n_probs > 0) {
+    const json& probs = field(r, "completion_probabilities", url, cat("the per-token log-probs of the generated tokens (n_probs ", n_probs, ")").c_str());
+    if (!probs.is_array()) input_error("malformed response from ", url, ": 'completion_probabilities' is not a list");
+    g.steps = step_lists(probs, g.tokens, url, "completion_probabilities", [&](const json& e) -> const json& {
+      return field(e, "top_logprobs", url, "the step's top-K log-probabilities (completion_probabilities[i].top_logprobs)");
+    });
+  }
   return g;
 }
 
@@ -196,15 +252,19 @@ std::vector<TopList> openai_prompt_logprobs(const json& r, int64_t T, const std:
   return out;
 }
 
-Generated openai_generation(const json& r, const std::string& url) {
-  // The completions API returns text; the ids come from the per-token log-probs (logprobs: 1).
+Generated openai_generation(const json& r, const std::string& url, bool with_steps) {
+  // The completions API returns text; the ids come from the per-token log-probs (logprobs: K).
   Generated g;
   const json& choice = first_choice(r, url);
-  const json& lp = field(choice, "logprobs", url, "the generated tokens' log-probs (logprobs: 1)");
+  const json& lp = field(choice, "logprobs", url, "the generated tokens' log-probs (logprobs)");
   if (lp.is_object() && lp.contains("content")) {
     const json& c = lp.at("content");
     if (!c.is_array()) input_error("malformed response from ", url, ": logprobs.content is not a list");
     for (const json& e : c) g.tokens.push_back(token_id(field(e, "id", url, "a token id"), url));
+    if (with_steps)
+      g.steps = step_lists(c, g.tokens, url, "logprobs.content", [&](const json& e) -> const json& {
+        return field(e, "top_logprobs", url, "the step's top-K log-probabilities (logprobs.content[i].top_logprobs)");
+      });
   } else {
     const json& toks = field(lp, "tokens", url, "the generated tokens (logprobs.tokens)");
     if (!toks.is_array()) input_error("malformed response from ", url, ": logprobs.tokens is not a list");
@@ -212,8 +272,19 @@ Generated openai_generation(const json& r, const std::string& url) {
       if (!t.is_string()) input_error("malformed response from ", url, ": a token that is not a string: ", excerpt_of(t));
       g.tokens.push_back(id_from_token_key(t.get<std::string>(), url));
     }
+    if (with_steps) {
+      const json& top = field(lp, "top_logprobs", url, "the generated tokens' top-K log-probs (logprobs.top_logprobs)");
+      if (!top.is_array() || top.size() != g.tokens.size())
+        input_error("malformed response from ", url, ": expected ", g.tokens.size(), " logprobs.top_logprobs entries (one per generated ",
+                    "token), got ", top.is_array() ? std::to_string(top.size()) : excerpt_of(top));
+      for (size_t i = 0; i < top.size(); ++i) {
+        const json& m = top.at(i);
+        g.steps.push_back(m.is_null() || (m.is_object() && m.empty()) ? TopList{} : top_from_map(m, url));
+      }
+    }
   }
   g.stop_reason = reason_field(choice, "finish_reason", url);
+  speculation_counts(r, url, g);
   return g;
 }
 
@@ -428,6 +499,234 @@ void take_generated(const ServerRun& run, const server_answer::Generated& got, b
   }
 }
 
+// One request for the engine's own prefill distribution after `prefix` (its teacher-forced path).
+TopList server_position(const ServerRun& run, const std::vector<int32_t>& prefix) {
+  if (run.o.api == "openai") {
+    const std::string url = run.base + "/v1/completions";
+    return server_answer::openai_position(net::post_json(url, openai_request(run, prefix, 1, 0, run.topk), answer_cap(run, 1)), url);
+  }
+  const std::string url = run.base + "/completion";
+  const json req = {{"prompt", prefix},      {"n_predict", 1},        {"n_probs", run.topk},
+                    {"temperature", 0},      {"cache_prompt", false}, {"post_sampling_probs", false},
+                    {"return_tokens", true}, {"ignore_eos", true}};
+  return server_answer::llama_position(net::post_json(url, req, answer_cap(run, 1)), url);
+}
+
+// The engines of the decode-path scoring, made once: the reference (RunConfig{}: fp32 on the CPU)
+// and the floor class's engine (fp32 class: the fp64 reference, the same engine the record's fp32
+// floors come from; bf16: the bf16 emulation; a measured class: its configuration).
+void decode_engines(const ServerRun& run) {
+  if (run.ref_eng) return;
+  const ModelConfig& cfg = run.model.config;
+  RunConfig ref;
+  RunConfig fl;
+  if (run.o.measured_class) {
+    fl = *run.o.measured_class;
+    run.floor_name = cat("our engine at ", fl.str(), " (the ", run.o.class_name, " class)");
+  } else if (run.o.fclass == FloorClass::bf16) {
+    fl.precision = Precision::bf16;
+    run.floor_name = "our bf16 emulation (the bf16 class's floor engine)";
+  } else {
+    fl.precision = Precision::fp64;
+    run.floor_name = "our fp64 reference (the fp32 class's floor engine)";
+  }
+  run.ref_be = run.o.factory(ref, cfg);
+  run.ref_eng = std::make_unique<Engine>(cfg, run.model.weights, *run.ref_be, engine_options(ref));
+  run.floor_be = run.o.factory(fl, cfg);
+  run.floor_eng = std::make_unique<Engine>(cfg, run.model.weights, *run.floor_be, engine_options(fl));
+}
+
+// KLD(reference || the distribution `lp` [V]) at row `row` of a reference top-K block.
+double step_kld(const std::vector<float>& lp, const TopKBlock& ref, int64_t row, const ServerRun& run) {
+  const int K = ref.K;
+  metrics::GoldenTopK gk{std::span<const int32_t>(ref.ids.data() + row * K, static_cast<size_t>(K)),
+                         std::span<const float>(ref.logprobs.data() + row * K, static_cast<size_t>(K)), 0.0};
+  return metrics::compare_logits_topk(lp, gk, -1, run.mask).kld;
+}
+
+// A server's top-K list as log-probs over the real ids (its padding-row mass taken out at `row` of the
+// reference block, as teacher_forced does with the record's lse_pad).
+std::vector<float> server_logprobs(TopList top, const TopKBlock& ref, int64_t row, const ServerRun& run) {
+  top.erase(std::remove_if(top.begin(), top.end(), [&](const auto& e) { return e.first >= run.V; }), top.end());
+  if (const std::optional<double> shift = vocab_shift(ref, row))
+    for (auto& e : top) e.second -= *shift;
+  std::vector<uint8_t> listed;
+  return topk_as_logits(top, run, listed);
+}
+
+// A complete listing (every id of the vocabulary) must hold the whole mass: else the server's
+// probabilities do not sum to 1 and cannot be scored as a distribution.
+void check_complete_mass(const TopList& top, const ServerRun& run, const std::string& url, int64_t step) {
+  if (static_cast<int64_t>(top.size()) < run.V) return;
+  double mass = 0;
+  for (const auto& e : top) mass += std::exp(e.second);
+  if (mass < 1 - server_answer::kMaxServerMassExcess)
+    input_error("malformed response from ", url, ": the ", top.size(), " log-probs listed at generated step ", step,
+                " (every id of the vocabulary) sum to a probability of ", mass, ", expected 1: not a probability distribution");
+}
+
+// The decode path (compare.h DecodePathResult): the server's distribution at each generated step
+// against our reference over the engine's own sequence; per-step limit from the floor class's engine
+// over the same sequence, decoded as a server decodes (prompt in one call, then a token per call).
+DecodePathResult decode_path(const ServerRun& run, const GoldenCase& g, const server_answer::Generated& got,
+                             const std::vector<int32_t>& generated, const std::string& url, int64_t need_step) {
+  DecodePathResult d;
+  const int64_t P = static_cast<int64_t>(g.prompt.size());
+  const int64_t n = static_cast<int64_t>(generated.size());
+  d.steps = n;
+  d.kld.assign(static_cast<size_t>(n), std::numeric_limits<double>::quiet_NaN());
+  std::vector<int64_t> todo;
+  for (int64_t i = 0; i < n; ++i)
+    if (!got.steps[static_cast<size_t>(i)].empty()) {
+      ++d.stated;
+      if (run.o.decode_steps < 0 || static_cast<int64_t>(todo.size()) < run.o.decode_steps) todo.push_back(i);
+    }
+  if (d.stated < n)
+    d.note = cat("the server stated no distribution at ", n - d.stated, " of ", n, " generated steps",
+                 got.draft_n && *got.draft_n > 0 ? " (llama-server states none for tokens accepted from drafts)" : "");
+  if (static_cast<int64_t>(todo.size()) < d.stated)
+    d.note += cat(d.note.empty() ? "" : "; ", "--decode-steps ", run.o.decode_steps, ": ", todo.size(), " of ", d.stated, " stated steps scored");
+  // The per-step floor is measured up to the last scored step, and up to need_step (the greedy
+  // agreement's divergence) where that lies further.
+  const int64_t last = std::min(std::max(todo.empty() ? int64_t{-1} : todo.back(), need_step), n - 1);
+  if (last < 0 || P == 0) return d;
+  decode_engines(run);
+  std::vector<int32_t> seq = g.prompt;
+  seq.insert(seq.end(), generated.begin(), generated.begin() + last + 1);  // the step `last` needs tokens up to it
+  // The reference, teacher-forced (prefill) over the engine's sequence: rows P-1 .. P-1+last.
+  ForcedOptions ro;
+  ro.vocab_mask = run.mask.empty() ? nullptr : &run.mask;
+  ro.run_positions = P + last;
+  const ForcedRun ref = forced_run(*run.ref_eng, seq, ro);
+  const TopKBlock rk = topk_block(ref.logits, P + last, run.V, ro.vocab_mask, g.topk.K > 0 ? g.topk.K : 40);
+  // The floor engine, decoding as a server does.
+  ForcedOptions fo;
+  fo.mode = ForcedMode::decode;
+  fo.vocab_mask = ro.vocab_mask;
+  fo.run_positions = P + last;
+  fo.prefill_positions = P;
+  const ForcedRun fl = forced_run(*run.floor_eng, seq, fo);
+  for (int64_t i = 0; i <= last; ++i) {
+    const int64_t row = P - 1 + i;
+    if (std::find(todo.begin(), todo.end(), i) != todo.end()) {
+      check_complete_mass(got.steps[static_cast<size_t>(i)], run, url, i);
+      const std::vector<float> lp = server_logprobs(got.steps[static_cast<size_t>(i)], rk, row, run);
+      d.kld[static_cast<size_t>(i)] = step_kld(lp, rk, row, run);
+    }
+    const size_t frow = static_cast<size_t>(row - fl.logits_pos0);
+    const std::vector<float> frow_logits(fl.logits.begin() + static_cast<std::ptrdiff_t>(frow * run.V),
+                                         fl.logits.begin() + static_cast<std::ptrdiff_t>((frow + 1) * run.V));
+    const double f = step_kld(frow_logits, rk, row, run);
+    d.floor.push_back(f);
+    d.peak_floor = std::max(d.peak_floor, std::isfinite(f) ? f : 0.0);
+  }
+  d.scored = static_cast<int64_t>(todo.size());
+  d.floor_source = run.floor_name;
+  d.limit = run.o.rules.kld.k * d.peak_floor + run.o.rules.kld.eps;
+  if (todo.empty()) return d;
+  double sum = 0;
+  for (int64_t i : todo) {
+    const double x = d.kld[static_cast<size_t>(i)];
+    sum += x;
+    d.max_kld = std::isnan(x) ? x : std::max(d.max_kld, x);
+    if (!d.first_bad && !(x <= d.limit)) d.first_bad = i;  // NaN is over
+  }
+  d.mean_kld = sum / static_cast<double>(todo.size());
+  d.pass = !d.first_bad;
+  if (d.first_bad) {
+    // The engine's own prefill of the same tokens: the state carried across steps, or the layer math?
+    const int64_t i = *d.first_bad, row = P - 1 + i;
+    const std::vector<int32_t> prefix(seq.begin(), seq.begin() + row + 1);
+    const TopList pre = server_position(run, prefix);
+    d.prefill_kld = step_kld(server_logprobs(pre, rk, row, run), rk, row, run);
+    // The engine against itself: its decode distribution against its own prefill one.
+    TopList pre_real = pre;
+    pre_real.erase(std::remove_if(pre_real.begin(), pre_real.end(), [&](const auto& e) { return e.first >= run.V; }), pre_real.end());
+    std::sort(pre_real.begin(), pre_real.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::vector<int32_t> ids;
+    std::vector<float> lps;
+    for (const auto& [id, v] : pre_real) {
+      if ((!run.mask.empty() && run.mask[static_cast<size_t>(id)]) || !std::isfinite(v) ||
+          std::find(ids.begin(), ids.end(), static_cast<int32_t>(id)) != ids.end())
+        continue;  // padding ids are not in the reference's distribution; an id listed twice counts once
+      ids.push_back(static_cast<int32_t>(id));
+      lps.push_back(static_cast<float>(v));
+    }
+    if (!ids.empty()) {
+      TopList dec = got.steps[static_cast<size_t>(i)];
+      dec.erase(std::remove_if(dec.begin(), dec.end(), [&](const auto& e) { return e.first >= run.V; }), dec.end());
+      std::vector<uint8_t> listed;
+      const std::vector<float> dlp = topk_as_logits(dec, run, listed);
+      metrics::GoldenTopK self{std::span<const int32_t>(ids), std::span<const float>(lps), 0.0};
+      d.self_kld = metrics::compare_logits_topk(dlp, self, -1, run.mask).kld;
+    }
+  }
+  return d;
+}
+
+// Greedy agreement (metrics.md "Greedy agreement"): where a greedy generation leaves the golden
+// continuation, the record's log-probs give the margin m = log q(golden) - log q(engine's token) at
+// that position. Moving that much probability between the two tokens costs at least
+// KLD ~ m^2 p_g p_t / (2 (p_g + p_t)) (second order in the log-odds of the pair, the other ids held),
+// so noise whose per-step KLD stays within the limit L flips at most m_flip = sqrt(2 L (p_g + p_t) / (p_g p_t)).
+// A divergence with m > m_flip is bad on its own. The engine's token outside the record's top-K:
+// its log-prob is at most the K-th's; m and p_t are taken there (the margin is then a lower bound).
+void greedy_agreement(const ServerRun& run, const GoldenCase& g, GenerationResult& gen, double limit, const std::vector<int32_t>& stops,
+                      std::vector<std::string>& bad) {
+  if (!gen.first_divergence) {
+    gen.agreement = "same";
+    return;
+  }
+  const int64_t d = *gen.first_divergence;
+  // Stop semantics: a record generated with stops ignored runs through its stop ids; llama-server's
+  // ignore_eos bans end-of-generation ids instead (as does its OpenAI endpoint), so from the golden's
+  // first stop id on, the two rules differ and agreement is not judged.
+  for (int64_t j = 0; j <= d && j < static_cast<int64_t>(g.continuation.size()); ++j)
+    if (std::find(stops.begin(), stops.end(), g.continuation[static_cast<size_t>(j)]) != stops.end()) {
+      gen.agreement = cat("not judged: at or beyond the golden's first stop id (token ", j,
+                          "), where a server's ignore_eos bans what the record generated through");
+      return;
+    }
+  if (d >= static_cast<int64_t>(g.continuation.size()) || d >= static_cast<int64_t>(gen.tokens.size())) {
+    gen.agreement = "not judged: one continuation ends where the other goes on";
+    return;
+  }
+  const int64_t row = static_cast<int64_t>(g.prompt.size()) - 1 + d;
+  const int K = g.topk.K;
+  if (K < 2 || row >= static_cast<int64_t>(g.topk.ids.size()) / K) {
+    gen.agreement = "not judged: the record has no top-K there";
+    return;
+  }
+  const int32_t gt = g.continuation[static_cast<size_t>(d)], et = gen.tokens[static_cast<size_t>(d)];
+  double lg = -std::numeric_limits<double>::infinity(), le = lg;
+  bool listed = false;
+  for (int k = 0; k < K; ++k) {
+    const int32_t id = g.topk.ids[static_cast<size_t>(row * K + k)];
+    const double v = g.topk.logprobs[static_cast<size_t>(row * K + k)];
+    if (id == gt) lg = v;
+    if (id == et) {
+      le = v;
+      listed = true;
+    }
+  }
+  if (!listed) le = g.topk.logprobs[static_cast<size_t>(row * K + K - 1)];
+  if (!std::isfinite(lg) || !std::isfinite(le)) {
+    gen.agreement = "not judged: the record's log-probs there are not finite";
+    return;
+  }
+  const double m = lg - le, pg = std::exp(lg), pt = std::exp(le);
+  gen.margin_engine = m;
+  gen.flip_margin = std::sqrt(2 * limit * (pg + pt) / (pg * pt));
+  if (m > *gen.flip_margin) {
+    gen.agreement = "beyond noise";
+    bad.push_back(cat("greedy agreement: token ", d, " is ", et, " where the golden has ", gt, ", a margin of ", m, " nats",
+                      listed ? "" : " at least (the engine's token is outside the record's top-K)", " in the record, larger than the ",
+                      *gen.flip_margin, " that noise within the per-step KLD limit ", limit, " can flip"));
+  } else {
+    gen.agreement = "within noise";
+  }
+}
+
 void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std::vector<std::string>& bad,
                   std::vector<std::string>& warn) {
   GenerationResult& gen = cr.gen;
@@ -440,7 +739,7 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
     const auto t0 = clock_type::now();
     if (run.o.api == "openai") {
       const std::string url = run.base + "/v1/completions";
-      json req = openai_request(run, g.prompt, g.max_new_tokens, sp.temperature, 1);
+      json req = openai_request(run, g.prompt, g.max_new_tokens, sp.temperature, run.o.decode_path ? run.topk : 1);
       req["ignore_eos"] = g.ignore_stop;
       if (!greedy) {
         req["top_p"] = sp.top_p;
@@ -451,11 +750,15 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
         req["repeat_penalty"] = sp.repetition_penalty;      // llama-server's
         req["seed"] = sp.seed;
       }
-      got = server_answer::openai_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url);
+      got = server_answer::openai_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url, run.o.decode_path);
     } else {
       const std::string url = run.base + "/completion";
       json req = {{"prompt", g.prompt},    {"n_predict", g.max_new_tokens}, {"return_tokens", true},
                   {"cache_prompt", false}, {"temperature", sp.temperature}, {"ignore_eos", g.ignore_stop}};
+      if (run.o.decode_path) {
+        req["n_probs"] = run.topk;
+        req["post_sampling_probs"] = false;  // the model's distribution, before the sampler's cuts
+      }
       if (!greedy) {
         req["top_k"] = sp.top_k;
         req["top_p"] = sp.top_p;
@@ -464,10 +767,38 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
         req["presence_penalty"] = sp.presence_penalty;
         req["seed"] = sp.seed;
       }
-      got = server_answer::llama_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url);
+      got = server_answer::llama_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url,
+                                            run.o.decode_path ? run.topk : 0);
     }
+    const std::string url = run.base + (run.o.api == "openai" ? "/v1/completions" : "/completion");
     gen.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
     take_generated(run, got, greedy, gen, bad, warn);
+    if (got.draft_n)
+      gen.spec_stated = cat("the server drafted ", *got.draft_n, " tokens and accepted ", got.draft_accepted.value_or(0));
+    // The decode path, and greedy agreement where the generation left the golden continuation.
+    {
+      const size_t n = std::min(gen.tokens.size(), gen.golden_tokens.size());
+      for (size_t i = 0; i < n && !gen.first_divergence; ++i)
+        if (gen.tokens[i] != gen.golden_tokens[i]) gen.first_divergence = static_cast<int64_t>(i);
+      if (!gen.first_divergence && gen.tokens.size() != gen.golden_tokens.size()) gen.first_divergence = static_cast<int64_t>(n);
+    }
+    const bool judge_agreement = greedy && gen.first_divergence && run.o.factory;
+    if (run.o.decode_path && run.o.factory && got.tokens.size() == gen.tokens.size()) {
+      gen.decode_path = decode_path(run, g, got, gen.tokens, url, judge_agreement ? *gen.first_divergence : -1);
+      const DecodePathResult& d = *gen.decode_path;
+      if (!d.note.empty()) warn.push_back("decode path: " + d.note);
+      if (d.first_bad) {
+        const int64_t i = *d.first_bad;
+        bad.push_back(cat("decode path: step ", i, " (KLD ", d.kld[static_cast<size_t>(i)], " > limit ", d.limit, ")",
+                          d.prefill_kld ? (*d.prefill_kld <= d.limit ? cat(" while the prefill of the same tokens agrees (KLD ", *d.prefill_kld, ")")
+                                                                     : cat(" and the prefill of the same tokens is off too (KLD ", *d.prefill_kld, ")"))
+                                        : "",
+                          d.self_kld ? cat("; the engine's decode against its own prefill there: KLD ", *d.self_kld) : ""));
+      }
+    }
+    if (greedy)
+      greedy_agreement(run, g, gen, gen.decode_path ? gen.decode_path->limit : run.o.rules.fallback_kld,
+                       g.ignore_stop ? run.stops : std::vector<int32_t>{}, bad);
     // An empty answer where the golden continuation has content: a correct greedy engine (or one told
     // to ignore stops) gives that content's first token; a sampled one may stop at once (a warning).
     const std::vector<int32_t> stops = g.ignore_stop ? std::vector<int32_t>{} : run.stops;
@@ -504,7 +835,7 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
     input_error("compare --server: '", o.url, "' is not an http:// or https:// URL");
   const ModelConfig& cfg = model.config;
   const int topk = o.topk > 0 ? o.topk : cfg.vocab_size <= kServerAllIds ? static_cast<int>(cfg.vocab_size) : 40;
-  ServerRun run{rec, model, tok, o, cfg.vocab_size, topk, o.url, {}, {}, {}, std::nullopt, {}};
+  ServerRun run{rec, model, tok, o, cfg.vocab_size, topk, o.url, {}, {}, {}, std::nullopt, {}, {}, {}, {}, {}, {}};
   while (!run.base.empty() && run.base.back() == '/') run.base.pop_back();
   if (tok) {
     run.mask = tok->padding_mask(cfg.vocab_size);

@@ -70,6 +70,10 @@ struct ServerCompareOptions {
   bool allow_model_mismatch = false;
   bool fail_on_model_degeneration = false;
   bool free_running = true;
+  // Decode-path scoring of the free-running generation (compare.h DecodePathResult): the server's
+  // distribution at each generated step against our reference over the engine's own sequence.
+  bool decode_path = true;
+  int64_t decode_steps = -1;  // score at most this many generated steps per case (-1: every step)
   // Log-probs asked per position; 0: every id when the vocabulary has at most kServerAllIds ids (the
   // server's distribution is then complete, and renormalised over the real ids as ours is), else 40.
   int topk = 0;
@@ -101,20 +105,28 @@ using TopList = std::vector<std::pair<int64_t, double>>;
 struct Generated {
   std::vector<int64_t> tokens;  // as listed (an id beyond the vocabulary is kept for the verdict)
   std::string stop_reason;      // "?" when the server gives none (null or absent)
+  // With per-token log-probs asked: the distribution the server states at each generated step (an
+  // empty list: none stated there; llama-server states none for tokens accepted from drafts).
+  std::vector<TopList> steps;
+  std::optional<int64_t> draft_n, draft_accepted;  // the server's speculative-decoding counts, where stated
 };
 
 // llama-server /completion, one position (n_predict 1, n_probs K): completion_probabilities[0].top_logprobs.
 TopList llama_position(const nlohmann::json& answer, const std::string& url);
-// llama-server /completion, free-running (return_tokens): tokens and stop_type.
-Generated llama_generation(const nlohmann::json& answer, const std::string& url);
+// llama-server /completion, free-running (return_tokens): tokens and stop_type; with n_probs > 0
+// asked, the per-step distributions too: completion_probabilities must list one entry per generated
+// token, each for that token ('id'), or InputError naming the field.
+Generated llama_generation(const nlohmann::json& answer, const std::string& url, int n_probs = 0);
 // /v1/completions with max_tokens 1: the generated token's top-K (llama-server's logprobs.content
 // with ids, or the classic logprobs.top_logprobs with "token_id:N" keys).
 TopList openai_position(const nlohmann::json& answer, const std::string& url);
 // /v1/completions with prompt_logprobs (vLLM) over a prompt of `positions` tokens: the top-K after
 // each prompt token, the last one the generated token's (`positions` lists in all).
 std::vector<TopList> openai_prompt_logprobs(const nlohmann::json& answer, int64_t positions, const std::string& url);
-// /v1/completions, free-running (logprobs: 1): the generated ids and finish_reason.
-Generated openai_generation(const nlohmann::json& answer, const std::string& url);
+// /v1/completions, free-running (logprobs: K): the generated ids and finish_reason; with_steps: the
+// top-K at each generated step too (logprobs.content[i].top_logprobs, or logprobs.top_logprobs[i]),
+// one per generated token, or InputError naming the field.
+Generated openai_generation(const nlohmann::json& answer, const std::string& url, bool with_steps = false);
 // POST /detokenize: the text ("content"; vLLM's OpenAI server: "prompt").
 std::string detokenized(const nlohmann::json& answer, const std::string& url);
 

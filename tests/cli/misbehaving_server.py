@@ -23,6 +23,11 @@ With CASE_FILE (a golden record's case, .safetensors), /detokenize answers TEXT_
   stoptype the generation's stop_type is a number
   positive teacher-forced log-probs are +0.5
   nan      teacher-forced log-probs are NaN (written as Python writes it: not JSON)
+  noprobs  the generation has no completion_probabilities although n_probs was asked (ignores it)
+  stepcount the generation's completion_probabilities has one entry fewer than its tokens
+  steptoken the generation's 2nd completion_probabilities entry is for another token than generated
+  stepmass the generation's per-step log-probs are all log(0.9): probabilities that do not sum
+A generation asked with n_probs lists the record's top-K at each generated step (its decode path).
 Standard library only (with json_http.py beside it). Stops when killed.
 """
 import json
@@ -71,7 +76,15 @@ def replayed(req):
         tokens = tokens[:3] + [2048] + tokens[4:]
     elif MODE == "stoptype":
         stop = 2
-    return {"tokens": tokens, "stop_type": stop, "content": "x"}
+    answer = {"tokens": tokens, "stop_type": stop, "content": "x"}
+    if req.get("n_probs", 0) > 0 and MODE != "noprobs":
+        steps = []
+        for i, t in enumerate(tokens):
+            top = [{"id": j, "logprob": -0.10536 if MODE == "stepmass" else v}
+                   for j, v in CASE["top"][len(prompt) - 1 + i]]
+            steps.append({"id": t + 1 if (MODE == "steptoken" and i == 1) else t, "logprob": 0.0, "top_logprobs": top})
+        answer["completion_probabilities"] = steps[:-1] if MODE == "stepcount" else steps
+    return answer
 
 
 class Handler(JsonHandler):

@@ -79,8 +79,9 @@ done
 # Issue 40: answers that looked fine. A fake llama-server replaying the record (its own top-K, its
 # golden continuation) is good; with one thing wrong it is bad (an empty greedy answer: the seed's
 # symptom; an id one beyond the last logit row) or malformed (128: a stop_type that is a number, a
-# positive or NaN log-prob, an answer that never ends: cut at the 16 MiB cap).
-for mode in replay empty oov stoptype positive nan endless; do
+# positive or NaN log-prob, an answer that never ends: cut at the 16 MiB cap). Issue 41: per-step
+# log-probs of the generation missing (n_probs ignored), one short, for another token, or not summing: 128.
+for mode in replay empty oov stoptype positive nan endless noprobs stepcount steptoken stepmass; do
   start_bad "$mode" "$G/two-plus-two.safetensors"
   t0=$(date +%s)
   case "$mode" in
@@ -92,6 +93,14 @@ for mode in replay empty oov stoptype positive nan endless; do
     stoptype) expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "/completion: 'stop_type' is not a string: 2" ;;
     positive) expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "a log-probability of 0.5, expected a number <= 0" ;;
     nan)      expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "/completion: expected JSON" ;;
+    noprobs)  expect_exit 128 score --server "http://127.0.0.1:$port"
+              expect_out "expected the per-token log-probs of the generated tokens (n_probs 2048) under 'completion_probabilities'" ;;
+    stepcount) expect_exit 128 score --server "http://127.0.0.1:$port"
+              expect_out "'completion_probabilities' has 34 entries for 35 generated tokens (expected one per token)" ;;
+    steptoken) expect_exit 128 score --server "http://127.0.0.1:$port"
+              expect_out "completion_probabilities[1] is for token"
+              expect_out "the log-probs are for another token than the one generated" ;;
+    stepmass) expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "listed probabilities sum to" ;;
     endless)  expect_exit 128 "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two --timeout 30 --server "http://127.0.0.1:$port"
               expect_out "/detokenize: the answer is longer than 16777216 bytes" ;;
   esac
