@@ -20,7 +20,7 @@ echo "sanitize: built in $((t1 - t0)) s"
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 "$B/tests/degen_tests" -tc="$FILTER"
-for t in bad_input bad_numbers outputs inspect tokenize; do
+for t in bad_input bad_numbers outputs inspect tokenize golden_resume; do
   bash "tests/cli/$t.sh" "$PWD/$B/degenbisect" "$PWD" "$PWD/$B/sanitize-work-$t"
 done
 echo "sanitize: no sanitizer report; tests passed in $(($(date +%s) - t1)) s"

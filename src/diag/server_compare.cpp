@@ -652,6 +652,15 @@ DecodePathResult decode_path(const ServerRun& run, const GoldenCase& g, const se
       ids.push_back(static_cast<int32_t>(id));
       lps.push_back(static_cast<float>(v));
     }
+    // A listing of every real id is the engine's whole distribution over them: renormalised there (its
+    // padding rows hold the rest of its mass), as the reference's is.
+    int64_t real = 0;
+    for (int64_t v = 0; v < run.V; ++v) real += run.mask.empty() || !run.mask[static_cast<size_t>(v)] ? 1 : 0;
+    if (static_cast<int64_t>(ids.size()) == real) {
+      double mass = 0;
+      for (float v : lps) mass += std::exp(static_cast<double>(v));
+      for (float& v : lps) v = static_cast<float>(static_cast<double>(v) - std::log(mass));
+    }
     if (!ids.empty()) {
       TopList dec = got.steps[static_cast<size_t>(i)];
       dec.erase(std::remove_if(dec.begin(), dec.end(), [&](const auto& e) { return e.first >= run.V; }), dec.end());

@@ -1,0 +1,59 @@
+# compare --server judges a real llama-server where its bugs live: the decode path and the state
+# restored after rejected drafts (issue 41). The llama.cpp built with tests/llama/serving-state-bugs.patch
+# (scripts/build-llama-cpp.sh --dir build/llama.cpp-serving-bugs --patch ...) carries three deliberate
+# bugs, each off unless DEGEN_LLAMA_BUG names it, all invisible to teacher-forced prefill scoring:
+#  - no variable: the clean behaviour; good, the decode-path KLD at every generated step within the limit;
+#  - handoff (the conv window saved from a multi-token prompt one column early): bad, with the
+#    decode-path reason naming the step and the engine's own prefill there agreeing;
+#  - rollback (after rejected MTP drafts the snapshot one token too late is restored), with
+#    --spec-type draft-mtp: bad by greedy agreement (llama-server states no distribution for tokens
+#    accepted from drafts), and a sweep over spec=none,draft-mtp shows "spec: effect".
+# One case (count, 48 greedy tokens) keeps it cheap. Skips without the build or the GGUF.
+source "$(dirname "$0")/lib.bash"
+
+G="$SRC/golden/tiny-trained/smoke"
+M="$SRC/models/tiny-trained"
+GGUF="$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf"
+SRV="${DEGEN_LLAMA_CPP_SERVING_BUGS:-$SRC/build/llama.cpp-serving-bugs}/build/bin/llama-server"
+[ -f "$GGUF" ] || { echo "SKIP: no $GGUF (make gguf)"; exit 77; }
+[ -x "$SRV" ] || {
+  echo "SKIP: no llama-server with the serving-state bugs at $SRV (scripts/build-llama-cpp.sh --dir build/llama.cpp-serving-bugs --patch tests/llama/serving-state-bugs.patch --targets llama-server)"
+  exit 77
+}
+# --poll 0: see tests/cli/server.sh.
+cmd() { echo "$SRV -m $GGUF --host 127.0.0.1 --port {port} -t 2 --poll 0 -c 4096 -np 1 -ctk f32 -ctv f32 -fa off $*"; }
+score() {  # BUG EXTRA_SERVER_ARGS... (the rest of compare's arguments after --)
+  local bug=$1; shift
+  DEGEN_LLAMA_BUG=$bug "$BIN" compare --golden "$G" --model "$M" --case count --health-timeout 120 \
+    --server-cmd "$(cmd "$@")" --server-log "$WORK/server-$bug.log" --json "$WORK/$bug.json"
+}
+
+t0=$(date +%s)
+expect_exit 0 score ""
+expect_out "verdict: good (exit 0)"
+python3 - "$WORK/.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))["cases"][0]["generation"]["decode_path"]
+assert d["steps"] == 48 and d["scored"] == 48, d
+assert d["first_bad_step"] is None and d["max_kld"] <= d["limit"], d
+print("clean: decode-path KLD mean %.2e max %.2e, limit %.2e (peak floor %.2e, %s)" %
+      (d["mean_kld"], d["max_kld"], d["limit"], d["peak_floor"], d["floor_source"]))
+PY
+
+expect_exit 1 score handoff
+expect_out "decode path: step 1 (KLD"
+expect_out "while the prefill of the same tokens agrees"
+expect_out "greedy agreement: token 1 is"
+grep -m1 "decode path: step" "$WORK/out"
+
+expect_exit 1 score rollback --spec-type draft-mtp
+expect_out "greedy agreement: token 5 is"
+expect_out "the server stated no distribution at"
+grep -m1 "greedy agreement" "$WORK/out"
+
+# The sweep over speculation names it (the bug selected by env(1) in the template: the command is exec'd).
+expect_exit 1 "$BIN" sweep --golden "$G" --model "$M" --case count --out "$WORK/sweep" --health-timeout 120 \
+  --server-cmd "env DEGEN_LLAMA_BUG=rollback $(cmd --spec-type {spec})" --axis spec=none,draft-mtp
+expect_out "-> spec: effect"
+grep -m1 -- "-> spec:" "$WORK/out"
+echo "llama_decode: ok ($(($(date +%s) - t0)) s)"
