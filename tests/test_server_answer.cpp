@@ -37,6 +37,19 @@ TEST_CASE("server answers: the shapes of each API are read as the client reads t
   CHECK(server_answer::openai_generation(vllm, kUrl).tokens == std::vector<int64_t>{12});
   CHECK(server_answer::openai_generation(vllm, kUrl).stop_reason == "stop");
   CHECK(server_answer::detokenized(body(R"({"prompt": "hi"})"), kUrl) == "hi");
+  // issue 41: the per-step distributions of a generation (n_probs), an empty list where none is stated
+  const auto steps = server_answer::llama_generation(
+      body(R"({"tokens": [5, 6], "stop_type": "limit", "timings": {"draft_n": 4, "draft_n_accepted": 3},
+               "completion_probabilities": [{"id": 5, "logprob": -0.1, "top_logprobs": [{"id": 5, "logprob": -0.1}]},
+                                            {"id": 6, "logprob": 0, "top_logprobs": []}]})"), kUrl, 1);
+  REQUIRE(steps.steps.size() == 2);
+  CHECK(steps.steps[0] == server_answer::TopList{{5, -0.1}});
+  CHECK(steps.steps[1].empty());
+  CHECK(steps.draft_n == 4);
+  CHECK(steps.draft_accepted == 3);
+  const auto osteps = server_answer::openai_generation(vllm, kUrl, true);
+  REQUIRE(osteps.steps.size() == 1);
+  CHECK(osteps.steps[0].front() == std::pair<int64_t, double>{12, -0.2});
 }
 
 TEST_CASE("server answers: a malformed answer is an input error naming what was wrong, never another exception") {
@@ -51,6 +64,16 @@ TEST_CASE("server answers: a malformed answer is an input error naming what was 
     };
     CHECK_THROWS_WITH_AS(run(), doctest::Contains(what), InputError);
   };
+  // issue 41: per-step log-probs missing (n_probs ignored), one short, for another token, more drafts accepted than made
+  auto refused_steps = [](const std::string& text, const char* what) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS((void)server_answer::llama_generation(body(text), kUrl, 8), doctest::Contains(what), InputError);
+  };
+  refused_steps(R"({"tokens": [1]})", "under 'completion_probabilities'");
+  refused_steps(R"({"tokens": [1, 2], "completion_probabilities": [{"id": 1, "top_logprobs": []}]})", "has 1 entries for 2 generated tokens");
+  refused_steps(R"({"tokens": [1], "completion_probabilities": [{"id": 3, "top_logprobs": []}]})", "for another token than the one generated");
+  refused_steps(R"({"tokens": [1], "completion_probabilities": [{"id": 1, "top_logprobs": {}}]})", "top_logprobs is not a list");
+  refused_steps(R"({"tokens": [], "completion_probabilities": [], "timings": {"draft_n": 1, "draft_n_accepted": 2}})", "draft_n_accepted 2 > ");
   // a stop_type that is not a string was nlohmann's type_error: "internal error"
   refused(R"({"tokens": [1], "stop_type": 2})", "'stop_type' is not a string", 1);
   refused(R"({"tokens": [-3]})", "a negative token id", 1);

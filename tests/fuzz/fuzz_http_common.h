@@ -23,6 +23,11 @@ inline void check_generated(const char* what, const degen::server_answer::Genera
   for (int64_t id : g.tokens)
     if (id < 0) finding(what, "a negative generated id was accepted: " + std::to_string(id));
   if (g.stop_reason.size() > 40) finding(what, "an unbounded stop reason");
+  // with per-step log-probs asked: one list per generated token, each a checked top-K or empty
+  if (!g.steps.empty() && g.steps.size() != g.tokens.size()) finding(what, "per-step log-probs not one per generated token");
+  for (const auto& s : g.steps)
+    if (!s.empty()) check_top(what, s);
+  if (g.draft_n && g.draft_accepted && *g.draft_accepted > *g.draft_n) finding(what, "more drafts accepted than drafted");
 }
 
 }  // namespace fuzz

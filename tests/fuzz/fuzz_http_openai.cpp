@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (static_cast<int64_t>(tops.size()) != positions) fuzz::finding("http openai", "prompt_logprobs: not one list per position");
       for (const auto& t : tops) fuzz::check_top("http openai", t);
     }
-    if (which == 2) fuzz::check_generated("http openai", degen::server_answer::openai_generation(j, url));
+    if (which == 2) fuzz::check_generated("http openai", degen::server_answer::openai_generation(j, url, data[1] >= 128));
     if (which == 3) (void)degen::server_answer::detokenized(j, "http://127.0.0.1:8000/detokenize");
   });
   return 0;
