@@ -680,6 +680,11 @@ DecodePathResult decode_path(const ServerRun& run, const GoldenCase& g, const se
 // so noise whose per-step KLD stays within the limit L flips at most m_flip = sqrt(2 L (p_g + p_t) / (p_g p_t)).
 // A divergence with m > m_flip is bad on its own. The engine's token outside the record's top-K:
 // its log-prob is at most the K-th's; m and p_t are taken there (the margin is then a lower bound).
+// note: the second-order cost is accurate for small moves; for moves of a nat or more it over-states
+// their KLD (the exact cost grows linearly in the log-odds at large moves), so m_flip would come out
+// too small: the rule is not applied where m_flip exceeds this.
+constexpr double kMaxFlipMargin = 1.0;
+
 void greedy_agreement(const ServerRun& run, const GoldenCase& g, GenerationResult& gen, double limit, const std::vector<int32_t>& stops,
                       std::vector<std::string>& bad) {
   if (!gen.first_divergence) {
@@ -726,6 +731,11 @@ void greedy_agreement(const ServerRun& run, const GoldenCase& g, GenerationResul
   const double m = lg - le, pg = std::exp(lg), pt = std::exp(le);
   gen.margin_engine = m;
   gen.flip_margin = std::sqrt(2 * limit * (pg + pt) / (pg * pt));
+  if (*gen.flip_margin > kMaxFlipMargin) {
+    gen.agreement = cat("not judged: the per-step limit ", limit, " would allow moves of ", *gen.flip_margin,
+                        " nats, beyond where the second-order rule holds (", kMaxFlipMargin, ")");
+    return;
+  }
   if (m > *gen.flip_margin) {
     gen.agreement = "beyond noise";
     bad.push_back(cat("greedy agreement: token ", d, " is ", et, " where the golden has ", gt, ", a margin of ", m, " nats",
