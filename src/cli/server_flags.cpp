@@ -52,6 +52,11 @@ void ServerFlags::add(CLI::App* sub, const std::string& with) {
                 "With " + with + ": do not score the generation's decode path (the server's distribution at each\n"
                 "generated step against our reference over the engine's own sequence; its cost: one CPU prefill\n"
                 "and one CPU decode of prompt + generated tokens per case, see --decode-steps)");
+  sub->add_option("--probes", probes,
+                  "With " + with + ": the serving probes to run after each case, comma-separated: prefix-cache (the\n"
+                  "case sent warm after a request sharing its prompt must equal it sent cold), or none (default: prefix-cache)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"prefix-cache", "none"}));
   sub->add_option("--decode-steps", decode_steps,
                   "With " + with + ": score the decode path at most at this many generated steps per case\n"
                   "(default: every step; the reference's passes then stop after the last scored step)")
@@ -71,6 +76,9 @@ ServerCompareOptions ServerFlags::options() const {
   o.free_running = !no_generate;
   o.decode_path = !no_decode_path;
   o.decode_steps = decode_steps;
+  o.probes.clear();
+  for (const std::string& p : probes)
+    if (p != "none") o.probes.push_back(p);
   o.topk = topk;
   o.http.timeout_s = timeout;
   o.http.attempts = attempts;

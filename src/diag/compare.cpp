@@ -272,8 +272,23 @@ json CaseResult::to_json() const {
                      {"agreement", gen.agreement.empty() ? json(nullptr) : json(gen.agreement)},
                      {"decode_path", gen.decode_path ? gen.decode_path->to_json() : json(nullptr)},
                      {"server_speculation", gen.spec_stated.empty() ? json(nullptr) : json(gen.spec_stated)},
+                     {"probes", [&] {
+                        json a = json::array();
+                        for (const auto& p : gen.probes) a.push_back(p.to_json());
+                        return a;
+                      }()},
                      {"seconds", gen.seconds}};
   return j;
+}
+
+json ProbeResult::to_json() const {
+  return {{"probe", name},
+          {"verdict", verdict},
+          {"reason", reason},
+          {"cached_tokens", cached ? json(*cached) : json(nullptr)},
+          {"first_difference", first_difference ? json(*first_difference) : json(nullptr)},
+          {"max_kld", opt_json(max_kld)},
+          {"limit", opt_json(limit)}};
 }
 
 json DecodePathResult::to_json() const {
@@ -1114,7 +1129,11 @@ std::string format_compare(const CompareResult& r, bool per_case) {
     if (g.golden_degen.degenerate) degen += cat(" (golden ", g.golden_degen.rule.value_or("yes"), ")");
     o += cat("  ", fmt_pad(c.id, 20), "  ", fmt_pad(kld(0), 11), "  ", fmt_pad(kld(1), 11), "  ", fmt_pad(top1, 7), "  ",
              fmt_pad(c.mtp ? sci(c.mtp->mean_kld) + (c.mtp->pass ? "" : "!") : "-", 9), "  ",
-             fmt_pad(g.logits ? sci(g.logits->mean_kld) + (g.logits->pass ? "" : "!") : "-", 9), "  ",
+             fmt_pad(g.logits         ? sci(g.logits->mean_kld) + (g.logits->pass ? "" : "!")
+                     : g.decode_path && g.decode_path->scored > 0 ? sci(g.decode_path->max_kld) + (g.decode_path->pass ? "" : "!")
+                                                                 : "-",
+                     9),
+             "  ",
              fmt_pad(std::to_string(g.tokens.size()), 4), "  ",
              fmt_pad(g.first_divergence ? std::to_string(*g.first_divergence) : "none", 8), "  ", fmt_pad(degen, 18), "  ",
              metrics::verdict_name(c.verdict), "\n");
@@ -1125,6 +1144,14 @@ std::string format_compare(const CompareResult& r, bool per_case) {
                                                                               g.mtp_equiv->first_difference.value_or(-1), ")"))
                            : "",
                "\n");
+    if (g.decode_path && g.decode_path->scored > 0)
+      o += cat("      decode path: ", g.decode_path->scored, " of ", g.decode_path->steps, " steps scored, KLD mean ",
+               sci(g.decode_path->mean_kld), " max ", sci(g.decode_path->max_kld), ", limit ", sci(g.decode_path->limit),
+               g.spec_stated.empty() ? "" : "; " + g.spec_stated, "\n");
+    else if (!g.spec_stated.empty())
+      o += cat("      ", g.spec_stated, "\n");
+    for (const ProbeResult& p : g.probes)  // a bad probe is one of the case's reasons below, said once
+      if (p.verdict != "bad") o += cat("      probe ", p.name, ": ", p.verdict, p.reason.empty() ? "" : " (" + p.reason + ")", "\n");
     for (const std::string& why : c.reasons) o += cat("      - ", why, "\n");
   }
   size_t counts[4] = {0, 0, 0, 0};

@@ -60,6 +60,13 @@ struct CompareRules {
   double step_floor_min = 0x1p-22;
   double fallback_rel_l2 = kFallbackRelL2;
   double fallback_kld = kFallbackKld;
+  // compare --server's prefix-cache probe: the largest per-step KLD between a server's warm and cold
+  // answers. Measured, not derived (our engine has no prefix cache to measure a floor with yet): a
+  // clean llama-server 0.3.36 (f32 caches, flash attention off, trained model, 7 smoke cases) differs
+  // from itself warm vs cold by up to 1.2e-7 nats (restoring a context checkpoint and re-evaluating the
+  // prompt's last 4 tokens); the prefix bug of tests/llama/serving-state-bugs.patch by 0.04 to 13 nats
+  // at step 0. 1e-5 sits 80x above the first and 4000x below the second.
+  double probe_kld = 1e-5;
   metrics::DegenRules degen;
 };
 
@@ -130,6 +137,18 @@ struct DecodePathResult {
   nlohmann::json to_json() const;
 };
 
+// compare --server: a serving probe, a differential measurement on the server itself (docs/server.md).
+struct ProbeResult {
+  std::string name;                      // "prefix-cache"
+  std::string verdict;                   // "good", "bad", "not applicable"
+  std::string reason;                    // why bad or not applicable; what was measured when good
+  std::optional<int64_t> cached;         // prefix-cache: the tokens the server says it reused
+  std::optional<int64_t> first_difference;  // the first generated token where the two runs differ
+  std::optional<double> max_kld;         // the largest per-step KLD between the two runs' distributions
+  std::optional<double> limit;
+  nlohmann::json to_json() const;
+};
+
 struct GenerationResult {
   std::vector<int32_t> tokens;
   std::string stop_reason;
@@ -145,6 +164,7 @@ struct GenerationResult {
   std::optional<double> margin_engine, flip_margin;
   std::string agreement;
   std::optional<DecodePathResult> decode_path;
+  std::vector<ProbeResult> probes;
   std::string spec_stated;  // compare --server: the server's own speculative-decoding counts, where it states them
   metrics::Verdict verdict = metrics::Verdict::good;  // model or engine (metrics §4)
   std::vector<metrics::VerifyStep> verify_steps;  // mtp > 0: one per verify step

@@ -565,6 +565,36 @@ void check_complete_mass(const TopList& top, const ServerRun& run, const std::st
                 " (every id of the vocabulary) sum to a probability of ", mass, ", expected 1: not a probability distribution");
 }
 
+// KLD(base || test) between two of the server's own listings (one as the golden top-K: padding ids
+// and ids beyond the vocabulary out, an id listed twice once, a listing of every real id renormalised
+// over them as the reference's is); nullopt when the base lists no real id.
+std::optional<double> lists_kld(const ServerRun& run, TopList base, TopList test) {
+  base.erase(std::remove_if(base.begin(), base.end(), [&](const auto& e) { return e.first >= run.V; }), base.end());
+  std::stable_sort(base.begin(), base.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::vector<int32_t> ids;
+  std::vector<float> lps;
+  for (const auto& [id, v] : base) {
+    if ((!run.mask.empty() && run.mask[static_cast<size_t>(id)]) || !std::isfinite(v) ||
+        std::find(ids.begin(), ids.end(), static_cast<int32_t>(id)) != ids.end())
+      continue;
+    ids.push_back(static_cast<int32_t>(id));
+    lps.push_back(static_cast<float>(v));
+  }
+  if (ids.empty()) return std::nullopt;
+  int64_t real = 0;
+  for (int64_t v = 0; v < run.V; ++v) real += run.mask.empty() || !run.mask[static_cast<size_t>(v)] ? 1 : 0;
+  if (static_cast<int64_t>(ids.size()) == real) {
+    double mass = 0;
+    for (float v : lps) mass += std::exp(static_cast<double>(v));
+    for (float& v : lps) v = static_cast<float>(static_cast<double>(v) - std::log(mass));
+  }
+  test.erase(std::remove_if(test.begin(), test.end(), [&](const auto& e) { return e.first >= run.V; }), test.end());
+  std::vector<uint8_t> listed;
+  const std::vector<float> tlp = topk_as_logits(test, run, listed);
+  metrics::GoldenTopK g{std::span<const int32_t>(ids), std::span<const float>(lps), 0.0};
+  return metrics::compare_logits_topk(tlp, g, -1, run.mask).kld;
+}
+
 // The decode path (compare.h DecodePathResult): the server's distribution at each generated step
 // against our reference over the engine's own sequence; per-step limit from the floor class's engine
 // over the same sequence, decoded as a server decodes (prompt in one call, then a token per call).
@@ -640,35 +670,7 @@ DecodePathResult decode_path(const ServerRun& run, const GoldenCase& g, const se
     const TopList pre = server_position(run, prefix);
     d.prefill_kld = step_kld(server_logprobs(pre, rk, row, run), rk, row, run);
     // The engine against itself: its decode distribution against its own prefill one.
-    TopList pre_real = pre;
-    pre_real.erase(std::remove_if(pre_real.begin(), pre_real.end(), [&](const auto& e) { return e.first >= run.V; }), pre_real.end());
-    std::sort(pre_real.begin(), pre_real.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-    std::vector<int32_t> ids;
-    std::vector<float> lps;
-    for (const auto& [id, v] : pre_real) {
-      if ((!run.mask.empty() && run.mask[static_cast<size_t>(id)]) || !std::isfinite(v) ||
-          std::find(ids.begin(), ids.end(), static_cast<int32_t>(id)) != ids.end())
-        continue;  // padding ids are not in the reference's distribution; an id listed twice counts once
-      ids.push_back(static_cast<int32_t>(id));
-      lps.push_back(static_cast<float>(v));
-    }
-    // A listing of every real id is the engine's whole distribution over them: renormalised there (its
-    // padding rows hold the rest of its mass), as the reference's is.
-    int64_t real = 0;
-    for (int64_t v = 0; v < run.V; ++v) real += run.mask.empty() || !run.mask[static_cast<size_t>(v)] ? 1 : 0;
-    if (static_cast<int64_t>(ids.size()) == real) {
-      double mass = 0;
-      for (float v : lps) mass += std::exp(static_cast<double>(v));
-      for (float& v : lps) v = static_cast<float>(static_cast<double>(v) - std::log(mass));
-    }
-    if (!ids.empty()) {
-      TopList dec = got.steps[static_cast<size_t>(i)];
-      dec.erase(std::remove_if(dec.begin(), dec.end(), [&](const auto& e) { return e.first >= run.V; }), dec.end());
-      std::vector<uint8_t> listed;
-      const std::vector<float> dlp = topk_as_logits(dec, run, listed);
-      metrics::GoldenTopK self{std::span<const int32_t>(ids), std::span<const float>(lps), 0.0};
-      d.self_kld = metrics::compare_logits_topk(dlp, self, -1, run.mask).kld;
-    }
+    d.self_kld = lists_kld(run, pre, got.steps[static_cast<size_t>(i)]);
   }
   return d;
 }
@@ -746,6 +748,69 @@ void greedy_agreement(const ServerRun& run, const GoldenCase& g, GenerationResul
   }
 }
 
+// The prefix-cache probe: the case's prompt sent once with cache_prompt (n_predict 1, a request that
+// shares its prefix), then the case itself again with cache_prompt, warm; it must equal the cold run
+// (cache_prompt false) that free_running made: the same tokens (greedy, or sampled with the same
+// seed) and, at every step both stated a distribution before the first differing token, a KLD between
+// the two within CompareRules::probe_kld. Not applicable where the server says it reused no
+// tokens (timings.cache_n absent or 0) or the API has no cache control (openai).
+ProbeResult prefix_cache_probe(const ServerRun& run, const GoldenCase& g, bool greedy, const server_answer::Generated& cold,
+                               const json& cold_req, double limit) {
+  ProbeResult p;
+  p.name = "prefix-cache";
+  if (run.o.api != "llama" || cold_req.is_null()) {
+    p.verdict = "not applicable";
+    p.reason = "the OpenAI-compatible API has no per-request prompt cache control";
+    return p;
+  }
+  const std::string url = run.base + "/completion";
+  const json primer = {{"prompt", g.prompt}, {"n_predict", 1},        {"cache_prompt", true},
+                       {"temperature", 0},   {"return_tokens", true}, {"ignore_eos", true}};
+  (void)net::post_json(url, primer, answer_cap(run, 1));
+  json req = cold_req;
+  req["cache_prompt"] = true;
+  const json answer = net::post_json(url, req, answer_cap(run, g.max_new_tokens));
+  const server_answer::Generated warm =
+      server_answer::llama_generation(answer, url, req.contains("n_probs") ? req["n_probs"].get<int>() : 0);
+  if (answer.is_object() && answer.contains("timings") && answer["timings"].is_object() && answer["timings"].contains("cache_n")) {
+    const json& c = answer["timings"]["cache_n"];
+    if (!c.is_number_integer() || c.get<int64_t>() < 0)
+      input_error("malformed response from ", url, ": timings.cache_n is not a count: ", excerpt_of(c));
+    p.cached = c.get<int64_t>();
+  }
+  if (!p.cached || *p.cached == 0) {
+    p.verdict = "not applicable";
+    p.reason = p.cached ? "the server reused no cached tokens (timings.cache_n 0)" : "the server does not say what it reused (no timings.cache_n)";
+    return p;
+  }
+  const size_t n = std::min(warm.tokens.size(), cold.tokens.size());
+  for (size_t i = 0; i < n && !p.first_difference; ++i)
+    if (warm.tokens[i] != cold.tokens[i]) p.first_difference = static_cast<int64_t>(i);
+  if (!p.first_difference && warm.tokens.size() != cold.tokens.size()) p.first_difference = static_cast<int64_t>(n);
+  const size_t upto = p.first_difference ? static_cast<size_t>(*p.first_difference) + 1 : n;
+  std::optional<int64_t> over;
+  for (size_t i = 0; i < upto && i < n && i < warm.steps.size() && i < cold.steps.size(); ++i) {
+    if (warm.steps[i].empty() || cold.steps[i].empty()) continue;
+    const std::optional<double> k = lists_kld(run, cold.steps[i], warm.steps[i]);
+    if (!k) continue;
+    p.max_kld = std::max(p.max_kld.value_or(0.0), *k);
+    if (!over && !(*k <= limit)) over = static_cast<int64_t>(i);
+  }
+  p.limit = limit;
+  if (over) {
+    p.verdict = "bad";
+    p.reason = cat("warm (", *p.cached, " cached tokens) against cold: step ", *over, " KLD over the limit ", limit, " (max ", *p.max_kld, ")",
+                   p.first_difference ? cat("; the tokens differ from token ", *p.first_difference) : "");
+  } else if (p.first_difference && greedy) {
+    p.verdict = "bad";
+    p.reason = cat("warm (", *p.cached, " cached tokens) leaves the cold answer at token ", *p.first_difference);
+  } else {
+    p.verdict = "good";
+    p.reason = cat(*p.cached, " cached tokens; warm equals cold", p.max_kld ? cat(" (max KLD ", *p.max_kld, ")") : "");
+  }
+  return p;
+}
+
 void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std::vector<std::string>& bad,
                   std::vector<std::string>& warn) {
   GenerationResult& gen = cr.gen;
@@ -755,6 +820,7 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
     const SamplingParams sp = apply_run_config(base, g.sampling).sampling;
     const bool greedy = !(sp.temperature > 0);
     server_answer::Generated got;
+    json cold_req;  // llama: the free-running request, sent cold (cache_prompt false)
     const auto t0 = clock_type::now();
     if (run.o.api == "openai") {
       const std::string url = run.base + "/v1/completions";
@@ -772,7 +838,8 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
       got = server_answer::openai_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url, run.o.decode_path);
     } else {
       const std::string url = run.base + "/completion";
-      json req = {{"prompt", g.prompt},    {"n_predict", g.max_new_tokens}, {"return_tokens", true},
+      json& req = cold_req;
+      req = {{"prompt", g.prompt},    {"n_predict", g.max_new_tokens}, {"return_tokens", true},
                   {"cache_prompt", false}, {"temperature", sp.temperature}, {"ignore_eos", g.ignore_stop}};
       if (run.o.decode_path) {
         req["n_probs"] = run.topk;
@@ -815,6 +882,10 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
                           d.self_kld ? cat("; the engine's decode against its own prefill there: KLD ", *d.self_kld) : ""));
       }
     }
+    if (std::find(run.o.probes.begin(), run.o.probes.end(), "prefix-cache") != run.o.probes.end())
+      gen.probes.push_back(prefix_cache_probe(run, g, greedy, got, cold_req, run.o.rules.probe_kld));
+    for (const ProbeResult& p : gen.probes)
+      if (p.verdict == "bad") bad.push_back(cat("probe ", p.name, ": ", p.reason));
     if (greedy)
       greedy_agreement(run, g, gen, gen.decode_path ? gen.decode_path->limit : run.o.rules.fallback_kld,
                        g.ignore_stop ? run.stops : std::vector<int32_t>{}, bad);

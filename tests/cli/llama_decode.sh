@@ -7,7 +7,9 @@
 #    decode-path reason naming the step and the engine's own prefill there agreeing;
 #  - rollback (after rejected MTP drafts the snapshot one token too late is restored), with
 #    --spec-type draft-mtp: bad by greedy agreement (llama-server states no distribution for tokens
-#    accepted from drafts), and a sweep over spec=none,draft-mtp shows "spec: effect".
+#    accepted from drafts), and a sweep over spec=none,draft-mtp shows "spec: effect";
+#  - prefix (a context checkpoint restored without its recurrent state): bad by the prefix-cache probe,
+#    and good with --probes none.
 # One case (count, 48 greedy tokens) keeps it cheap. Skips without the build or the GGUF.
 source "$(dirname "$0")/lib.bash"
 
@@ -50,6 +52,23 @@ expect_exit 1 score rollback --spec-type draft-mtp
 expect_out "greedy agreement: token 5 is"
 expect_out "the server stated no distribution at"
 grep -m1 "greedy agreement" "$WORK/out"
+
+# prefix (a context checkpoint restored without its recurrent state): the prefix-cache probe, warm
+# against cold on the server itself, names the step; the clean run above had the probe good.
+python3 - "$WORK/.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["cases"][0]["generation"]["probes"]
+assert [x["probe"] for x in p] == ["prefix-cache"] and p[0]["verdict"] == "good", p
+assert p[0]["cached_tokens"] > 0 and p[0]["max_kld"] <= p[0]["limit"], p
+print("clean: prefix-cache probe good, %d cached tokens, max KLD %.2e" % (p[0]["cached_tokens"], p[0]["max_kld"]))
+PY
+expect_exit 1 score prefix
+expect_out "probe prefix-cache: warm (18 cached tokens) against cold: step 0 KLD over the limit"
+grep -m1 "probe prefix-cache" "$WORK/out"
+# --probes none: the same bug is not looked for, and the case is good.
+expect_exit 0 env DEGEN_LLAMA_BUG=prefix "$BIN" compare --golden "$G" --model "$M" --case count --health-timeout 120 \
+  --probes none --server-cmd "$(cmd)"
+expect_out "verdict: good (exit 0)"
 
 # The sweep over speculation names it (the bug selected by env(1) in the template: the command is exec'd).
 expect_exit 1 "$BIN" sweep --golden "$G" --model "$M" --case count --out "$WORK/sweep" --health-timeout 120 \

@@ -27,6 +27,9 @@ With CASE_FILE (a golden record's case, .safetensors), /detokenize answers TEXT_
   stepcount the generation's completion_probabilities has one entry fewer than its tokens
   steptoken the generation's 2nd completion_probabilities entry is for another token than generated
   stepmass the generation's per-step log-probs are all log(0.9): probabilities that do not sum
+  warmdiff a generation sent with cache_prompt says it reused 17 tokens (timings.cache_n) and its 4th
+           token differs from the cold answer's: a prefix cache that changes the answer
+  cachebad a generation sent with cache_prompt states timings.cache_n as a string
 A generation asked with n_probs lists the record's top-K at each generated step (its decode path).
 Standard library only (with json_http.py beside it). Stops when killed.
 """
@@ -76,7 +79,12 @@ def replayed(req):
         tokens = tokens[:3] + [2048] + tokens[4:]
     elif MODE == "stoptype":
         stop = 2
+    warm = bool(req.get("cache_prompt"))
+    if MODE == "warmdiff" and warm:
+        tokens = tokens[:3] + [(tokens[3] + 1) % 2048] + tokens[4:]
     answer = {"tokens": tokens, "stop_type": stop, "content": "x"}
+    if warm and MODE in ("warmdiff", "cachebad"):
+        answer["timings"] = {"cache_n": 17 if MODE == "warmdiff" else "17"}
     if req.get("n_probs", 0) > 0 and MODE != "noprobs":
         steps = []
         for i, t in enumerate(tokens):

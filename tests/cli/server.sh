@@ -81,11 +81,18 @@ done
 # symptom; an id one beyond the last logit row) or malformed (128: a stop_type that is a number, a
 # positive or NaN log-prob, an answer that never ends: cut at the 16 MiB cap). Issue 41: per-step
 # log-probs of the generation missing (n_probs ignored), one short, for another token, or not summing: 128.
-for mode in replay empty oov stoptype positive nan endless noprobs stepcount steptoken stepmass; do
+# The prefix-cache probe: not applicable where the server does not say what it reused (the replay
+# server states no timings.cache_n); bad where a warm answer (17 tokens reused) leaves the cold one;
+# a cache_n that is not a count: 128.
+for mode in replay empty oov stoptype positive nan endless noprobs stepcount steptoken stepmass warmdiff cachebad; do
   start_bad "$mode" "$G/two-plus-two.safetensors"
   t0=$(date +%s)
   case "$mode" in
-    replay)   expect_exit 0 score --server "http://127.0.0.1:$port"; expect_out "verdict: good (exit 0)" ;;
+    replay)   expect_exit 0 score --server "http://127.0.0.1:$port"; expect_out "verdict: good (exit 0)"
+              expect_out "probe prefix-cache: not applicable (the server does not say what it reused (no timings.cache_n))" ;;
+    warmdiff) expect_exit 1 score --server "http://127.0.0.1:$port"
+              expect_out "probe prefix-cache: warm (17 cached tokens) leaves the cold answer at token 3" ;;
+    cachebad) expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "timings.cache_n is not a count: \"17\"" ;;
     empty)    expect_exit 1 score --server "http://127.0.0.1:$port"
               expect_out "the server answered with no tokens (stop: eos) where the golden continuation has 35 tokens (greedy)" ;;
     oov)      expect_exit 1 score --server "http://127.0.0.1:$port"
