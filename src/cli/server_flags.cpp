@@ -54,9 +54,11 @@ void ServerFlags::add(CLI::App* sub, const std::string& with) {
                 "and one CPU decode of prompt + generated tokens per case, see --decode-steps)");
   sub->add_option("--probes", probes,
                   "With " + with + ": the serving probes to run after each case, comma-separated: prefix-cache (the\n"
-                  "case sent warm after a request sharing its prompt must equal it sent cold), or none (default: prefix-cache)")
+                  "case sent warm after a request sharing its prompt must equal it sent cold), batching (the case sent\n"
+                  "beside distractor requests on a server with several slots must equal it sent alone), or none\n"
+                  "(default: prefix-cache,batching; each costs about one more generation per case)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"prefix-cache", "none"}));
+      ->check(CLI::IsMember({"prefix-cache", "batching", "none"}));
   sub->add_option("--decode-steps", decode_steps,
                   "With " + with + ": score the decode path at most at this many generated steps per case\n"
                   "(default: every step; the reference's passes then stop after the last scored step)")

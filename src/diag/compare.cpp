@@ -286,6 +286,7 @@ json ProbeResult::to_json() const {
           {"verdict", verdict},
           {"reason", reason},
           {"cached_tokens", cached ? json(*cached) : json(nullptr)},
+          {"slots", slots ? json(*slots) : json(nullptr)},
           {"first_difference", first_difference ? json(*first_difference) : json(nullptr)},
           {"max_kld", opt_json(max_kld)},
           {"limit", opt_json(limit)}};

@@ -139,10 +139,11 @@ struct DecodePathResult {
 
 // compare --server: a serving probe, a differential measurement on the server itself (docs/server.md).
 struct ProbeResult {
-  std::string name;                      // "prefix-cache"
+  std::string name;                      // "prefix-cache", "batching"
   std::string verdict;                   // "good", "bad", "not applicable"
   std::string reason;                    // why bad or not applicable; what was measured when good
   std::optional<int64_t> cached;         // prefix-cache: the tokens the server says it reused
+  std::optional<int64_t> slots;          // batching: the server's slots (llama: /props total_slots)
   std::optional<int64_t> first_difference;  // the first generated token where the two runs differ
   std::optional<double> max_kld;         // the largest per-step KLD between the two runs' distributions
   std::optional<double> limit;

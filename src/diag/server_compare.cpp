@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <iomanip>
+#include <exception>
 #include <limits>
+#include <thread>
 
 #include "engine/backend_factory.h"
 #include "engine/run_config.h"
@@ -748,11 +750,45 @@ void greedy_agreement(const ServerRun& run, const GoldenCase& g, GenerationResul
   }
 }
 
+// A probe's judgement (compare.h ProbeResult): the case's answer in another serving state (`other`,
+// described by `what`, e.g. "warm (18 cached tokens)") against its cold, solo answer: the same tokens
+// (greedy; a sampled case keeps its seed, its tokens may part where the distributions differ within
+// the limit) and, at every step both stated a distribution up to the first differing token, a
+// KLD(cold || other) within `limit`. `good_what` opens the reason of a good probe.
+void judge_against_cold(ProbeResult& p, const ServerRun& run, bool greedy, const server_answer::Generated& cold,
+                        const server_answer::Generated& other, const std::string& what, const std::string& good_what,
+                        double limit) {
+  const size_t n = std::min(other.tokens.size(), cold.tokens.size());
+  for (size_t i = 0; i < n && !p.first_difference; ++i)
+    if (other.tokens[i] != cold.tokens[i]) p.first_difference = static_cast<int64_t>(i);
+  if (!p.first_difference && other.tokens.size() != cold.tokens.size()) p.first_difference = static_cast<int64_t>(n);
+  const size_t upto = p.first_difference ? static_cast<size_t>(*p.first_difference) + 1 : n;
+  std::optional<int64_t> over;
+  for (size_t i = 0; i < upto && i < n && i < other.steps.size() && i < cold.steps.size(); ++i) {
+    if (other.steps[i].empty() || cold.steps[i].empty()) continue;
+    const std::optional<double> k = lists_kld(run, cold.steps[i], other.steps[i]);
+    if (!k) continue;
+    p.max_kld = std::max(p.max_kld.value_or(0.0), *k);
+    if (!over && !(*k <= limit)) over = static_cast<int64_t>(i);
+  }
+  p.limit = limit;
+  const std::string alone = p.name == "batching" ? "solo" : "cold";
+  if (over) {
+    p.verdict = "bad";
+    p.reason = cat(what, " against ", alone, ": step ", *over, " KLD over the limit ", limit, " (max ", *p.max_kld, ")",
+                   p.first_difference ? cat("; the tokens differ from token ", *p.first_difference) : "");
+  } else if (p.first_difference && greedy) {
+    p.verdict = "bad";
+    p.reason = cat(what, " leaves the ", alone, " answer at token ", *p.first_difference);
+  } else {
+    p.verdict = "good";
+    p.reason = cat(good_what, p.max_kld ? cat(" (max KLD ", *p.max_kld, ")") : "");
+  }
+}
+
 // The prefix-cache probe: the case's prompt sent once with cache_prompt (n_predict 1, a request that
-// shares its prefix), then the case itself again with cache_prompt, warm; it must equal the cold run
-// (cache_prompt false) that free_running made: the same tokens (greedy, or sampled with the same
-// seed) and, at every step both stated a distribution before the first differing token, a KLD between
-// the two within CompareRules::probe_kld. Not applicable where the server says it reused no
+// shares its prefix), then the case itself again with cache_prompt, warm; judged against the cold run
+// (cache_prompt false) that free_running made. Not applicable where the server says it reused no
 // tokens (timings.cache_n absent or 0) or the API has no cache control (openai).
 ProbeResult prefix_cache_probe(const ServerRun& run, const GoldenCase& g, bool greedy, const server_answer::Generated& cold,
                                const json& cold_req, double limit) {
@@ -783,31 +819,80 @@ ProbeResult prefix_cache_probe(const ServerRun& run, const GoldenCase& g, bool g
     p.reason = p.cached ? "the server reused no cached tokens (timings.cache_n 0)" : "the server does not say what it reused (no timings.cache_n)";
     return p;
   }
-  const size_t n = std::min(warm.tokens.size(), cold.tokens.size());
-  for (size_t i = 0; i < n && !p.first_difference; ++i)
-    if (warm.tokens[i] != cold.tokens[i]) p.first_difference = static_cast<int64_t>(i);
-  if (!p.first_difference && warm.tokens.size() != cold.tokens.size()) p.first_difference = static_cast<int64_t>(n);
-  const size_t upto = p.first_difference ? static_cast<size_t>(*p.first_difference) + 1 : n;
-  std::optional<int64_t> over;
-  for (size_t i = 0; i < upto && i < n && i < warm.steps.size() && i < cold.steps.size(); ++i) {
-    if (warm.steps[i].empty() || cold.steps[i].empty()) continue;
-    const std::optional<double> k = lists_kld(run, cold.steps[i], warm.steps[i]);
-    if (!k) continue;
-    p.max_kld = std::max(p.max_kld.value_or(0.0), *k);
-    if (!over && !(*k <= limit)) over = static_cast<int64_t>(i);
+  judge_against_cold(p, run, greedy, cold, warm, cat("warm (", *p.cached, " cached tokens)"),
+                     cat(*p.cached, " cached tokens; warm equals cold"), limit);
+  return p;
+}
+
+// The batching probe: the case sent again at the same time as distractor requests, one per other slot
+// of the server (at most kBatchDistractors), so that a server with continuous batching decodes them in
+// the same batches; judged against the case's solo run. A distractor is the case's own prompt rotated
+// (another text of the same length: the prompts also fit one prefill batch), generating as many tokens
+// as the case with stops ignored, so that it is live through every step of the case. Not applicable
+// where the server has one slot or does not say (llama: /props total_slots), or with --api openai.
+constexpr int64_t kBatchDistractors = 3;
+ProbeResult batching_probe(const ServerRun& run, const GoldenCase& g, bool greedy, const server_answer::Generated& cold,
+                           const json& cold_req, double limit) {
+  ProbeResult p;
+  p.name = "batching";
+  if (run.o.api != "llama" || cold_req.is_null()) {
+    p.verdict = "not applicable";
+    p.reason = "with --api openai the server's slots are not known (llama API: /props total_slots)";
+    return p;
   }
-  p.limit = limit;
-  if (over) {
-    p.verdict = "bad";
-    p.reason = cat("warm (", *p.cached, " cached tokens) against cold: step ", *over, " KLD over the limit ", limit, " (max ", *p.max_kld, ")",
-                   p.first_difference ? cat("; the tokens differ from token ", *p.first_difference) : "");
-  } else if (p.first_difference && greedy) {
-    p.verdict = "bad";
-    p.reason = cat("warm (", *p.cached, " cached tokens) leaves the cold answer at token ", *p.first_difference);
-  } else {
-    p.verdict = "good";
-    p.reason = cat(*p.cached, " cached tokens; warm equals cold", p.max_kld ? cat(" (max KLD ", *p.max_kld, ")") : "");
+  json props;
+  try {
+    props = net::get_json(run.base + "/props", run.o.http);
+  } catch (const net::HttpStatusError& e) {
+    p.verdict = "not applicable";
+    p.reason = cat("the server does not say how many slots it has (", run.base, "/props: HTTP ", e.status(), ")");
+    return p;
   }
+  if (!props.is_object() || !props.contains("total_slots")) {
+    p.verdict = "not applicable";
+    p.reason = "the server does not say how many slots it has (no total_slots in /props)";
+    return p;
+  }
+  const json& ts = props["total_slots"];
+  if (!ts.is_number_integer() || ts.get<int64_t>() < 1)
+    input_error("malformed response from ", run.base, "/props: total_slots is not a count of at least 1: ", excerpt_of(ts));
+  const int64_t slots = ts.get<int64_t>();
+  p.slots = slots;
+  if (slots < 2) {
+    p.verdict = "not applicable";
+    p.reason = "the server has 1 slot: concurrent requests queue, they are not batched (llama-server -np N)";
+    return p;
+  }
+  const int64_t others = std::min<int64_t>(slots - 1, kBatchDistractors);
+  const std::string url = run.base + "/completion";
+  std::vector<json> reqs{cold_req};
+  const size_t T = g.prompt.size();
+  for (int64_t k = 1; k <= others; ++k) {
+    std::vector<int32_t> rotated(g.prompt.begin(), g.prompt.end());
+    if (T > 1) std::rotate(rotated.begin(), rotated.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(k) * (T / 2 + 1)) % T), rotated.end());
+    reqs.push_back({{"prompt", rotated},   {"n_predict", g.max_new_tokens}, {"return_tokens", true},
+                    {"cache_prompt", false}, {"temperature", 0},            {"ignore_eos", true}});
+  }
+  std::vector<json> answers(reqs.size());
+  std::vector<std::exception_ptr> errors(reqs.size());
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < reqs.size(); ++i)
+      threads.emplace_back([&, i] {
+        try {
+          answers[i] = net::post_json(url, reqs[i], answer_cap(run, g.max_new_tokens));
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    for (std::thread& t : threads) t.join();
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  const server_answer::Generated batched =
+      server_answer::llama_generation(answers[0], url, cold_req.contains("n_probs") ? cold_req["n_probs"].get<int>() : 0);
+  judge_against_cold(p, run, greedy, cold, batched, cat("batched (beside ", others, others == 1 ? " other request, " : " other requests, ", slots, " slots)"),
+                     cat("beside ", others, others == 1 ? " other request on " : " other requests on ", slots, " slots; batched equals solo"), limit);
   return p;
 }
 
@@ -882,8 +967,9 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
                           d.self_kld ? cat("; the engine's decode against its own prefill there: KLD ", *d.self_kld) : ""));
       }
     }
-    if (std::find(run.o.probes.begin(), run.o.probes.end(), "prefix-cache") != run.o.probes.end())
-      gen.probes.push_back(prefix_cache_probe(run, g, greedy, got, cold_req, run.o.rules.probe_kld));
+    const auto wanted = [&](const char* name) { return std::find(run.o.probes.begin(), run.o.probes.end(), name) != run.o.probes.end(); };
+    if (wanted("prefix-cache")) gen.probes.push_back(prefix_cache_probe(run, g, greedy, got, cold_req, run.o.rules.probe_kld));
+    if (wanted("batching")) gen.probes.push_back(batching_probe(run, g, greedy, got, cold_req, run.o.rules.probe_kld));
     for (const ProbeResult& p : gen.probes)
       if (p.verdict == "bad") bad.push_back(cat("probe ", p.name, ": ", p.reason));
     if (greedy)

@@ -74,8 +74,9 @@ struct ServerCompareOptions {
   // distribution at each generated step against our reference over the engine's own sequence.
   bool decode_path = true;
   int64_t decode_steps = -1;  // score at most this many generated steps per case (-1: every step)
-  // Serving probes run after each case's generation (docs/server.md "Serving probes"): "prefix-cache".
-  std::vector<std::string> probes = {"prefix-cache"};
+  // Serving probes run after each case's generation (docs/server.md "Serving probes"): "prefix-cache",
+  // "batching".
+  std::vector<std::string> probes = {"prefix-cache", "batching"};
   // Log-probs asked per position; 0: every id when the vocabulary has at most kServerAllIds ids (the
   // server's distribution is then complete, and renormalised over the real ids as ours is), else 40.
   int topk = 0;

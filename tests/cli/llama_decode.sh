@@ -1,6 +1,6 @@
 # compare --server judges a real llama-server where its bugs live: the decode path and the state
 # restored after rejected drafts (issue 41). The llama.cpp built with tests/llama/serving-state-bugs.patch
-# (scripts/build-llama-cpp.sh --dir build/llama.cpp-serving-bugs --patch ...) carries three deliberate
+# (scripts/build-llama-cpp.sh --dir build/llama.cpp-serving-bugs --patch ...) carries four deliberate
 # bugs, each off unless DEGEN_LLAMA_BUG names it, all invisible to teacher-forced prefill scoring:
 #  - no variable: the clean behaviour; good, the decode-path KLD at every generated step within the limit;
 #  - handoff (the conv window saved from a multi-token prompt one column early): bad, with the
@@ -9,7 +9,9 @@
 #    --spec-type draft-mtp: bad by greedy agreement (llama-server states no distribution for tokens
 #    accepted from drafts), and a sweep over spec=none,draft-mtp shows "spec: effect";
 #  - prefix (a context checkpoint restored without its recurrent state): bad by the prefix-cache probe,
-#    and good with --probes none.
+#    and good with --probes none;
+#  - batch (each sequence of a batch of several reads the next one's state): bad by the batching probe
+#    on a server with 2 slots, and the probe not applicable with 1.
 # One case (count, 48 greedy tokens) keeps it cheap. Skips without the build or the GGUF.
 source "$(dirname "$0")/lib.bash"
 
@@ -31,7 +33,8 @@ score() {  # BUG EXTRA_SERVER_ARGS... (the rest of compare's arguments after --)
 }
 
 t0=$(date +%s)
-expect_exit 0 score ""
+# The clean run with 2 slots (the batching probe runs the case beside one distractor).
+expect_exit 0 score "" -np 2
 expect_out "verdict: good (exit 0)"
 python3 - "$WORK/.json" <<'PY'
 import json, sys
@@ -58,9 +61,10 @@ grep -m1 "greedy agreement" "$WORK/out"
 python3 - "$WORK/.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))["cases"][0]["generation"]["probes"]
-assert [x["probe"] for x in p] == ["prefix-cache"] and p[0]["verdict"] == "good", p
-assert p[0]["cached_tokens"] > 0 and p[0]["max_kld"] <= p[0]["limit"], p
-print("clean: prefix-cache probe good, %d cached tokens, max KLD %.2e" % (p[0]["cached_tokens"], p[0]["max_kld"]))
+assert [x["probe"] for x in p] == ["prefix-cache", "batching"] and all(x["verdict"] == "good" for x in p), p
+assert p[0]["cached_tokens"] > 0 and p[1]["slots"] == 2 and all(x["max_kld"] <= x["limit"] for x in p), p
+print("clean: prefix-cache probe good, %d cached tokens, max KLD %.2e; batching probe good, max KLD %.2e" %
+      (p[0]["cached_tokens"], p[0]["max_kld"], p[1]["max_kld"]))
 PY
 expect_exit 1 score prefix
 expect_out "probe prefix-cache: warm (18 cached tokens) against cold: step 0 KLD over the limit"
@@ -69,6 +73,13 @@ grep -m1 "probe prefix-cache" "$WORK/out"
 expect_exit 0 env DEGEN_LLAMA_BUG=prefix "$BIN" compare --golden "$G" --model "$M" --case count --health-timeout 120 \
   --probes none --server-cmd "$(cmd)"
 expect_out "verdict: good (exit 0)"
+# batch (each sequence of a multi-sequence ubatch reads the next one's state): the batching probe,
+# the case beside a distractor on 2 slots against the case alone; with 1 slot it is not applicable.
+expect_exit 1 score batch -np 2
+expect_out "probe batching: batched (beside 1 other request, 2 slots) against solo: step 0 KLD over the limit"
+grep -m1 "probe batching" "$WORK/out"
+expect_exit 0 score batch
+expect_out "probe batching: not applicable (the server has 1 slot: concurrent requests queue, they are not batched"
 
 # The sweep over speculation names it (the bug selected by env(1) in the template: the command is exec'd).
 expect_exit 1 "$BIN" sweep --golden "$G" --model "$M" --case count --out "$WORK/sweep" --health-timeout 120 \

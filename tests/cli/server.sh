@@ -89,7 +89,8 @@ for mode in replay empty oov stoptype positive nan endless noprobs stepcount ste
   t0=$(date +%s)
   case "$mode" in
     replay)   expect_exit 0 score --server "http://127.0.0.1:$port"; expect_out "verdict: good (exit 0)"
-              expect_out "probe prefix-cache: not applicable (the server does not say what it reused (no timings.cache_n))" ;;
+              expect_out "probe prefix-cache: not applicable (the server does not say what it reused (no timings.cache_n))"
+              expect_out "probe batching: not applicable (the server does not say how many slots it has (http://127.0.0.1:$port/props: HTTP 404))" ;;
     warmdiff) expect_exit 1 score --server "http://127.0.0.1:$port"
               expect_out "probe prefix-cache: warm (17 cached tokens) leaves the cold answer at token 3" ;;
     cachebad) expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "timings.cache_n is not a count: \"17\"" ;;
