@@ -298,6 +298,35 @@ TEST_CASE("compare --dump: a tensor of the wrong dtype or shape is an input erro
     INFO("tokens '", tokens, "'");
     CHECK_THROWS_WITH_AS(j.judge(d), doctest::Contains(doctest::String(("metadata tokens '" + tokens + "'").c_str())), InputError);
   }
+  // Issue 41: the mode is prefill or decode; decode names the tokens of its first batch.
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> modes = {
+      {{{"mode", "zzz"}}, "metadata mode 'zzz', expected 'prefill' or 'decode'"},
+      {{{"mode", "decode"}}, "metadata mode 'decode' with prompt_tokens ''"},
+      {{{"mode", "decode"}, {"prompt_tokens", "0"}}, "metadata mode 'decode' with prompt_tokens '0'"},
+      {{{"mode", "decode"}, {"prompt_tokens", std::to_string(T + 1)}}, "expected 1 to " + std::to_string(T)},
+  };
+  for (const auto& [meta, says] : modes) {
+    const fs::path d = dir.path() / "mode";
+    fs::remove_all(d);
+    rewrite_dump(good, d / good.filename(), "", DType::f32, {}, meta);
+    INFO(says);
+    CHECK_THROWS_WITH_AS(j.judge(d), doctest::Contains(doctest::String(says.c_str())), InputError);
+  }
+  {
+    // A correct engine's values judged as decode mode (our reference decoding the prompt, then a
+    // token per forward): good, its figures in the decode columns (index 1), none in prefill's.
+    const fs::path d = dir.path() / "decode";
+    rewrite_dump(good, d / good.filename(), "", DType::f32, {}, {{"mode", "decode"}, {"prompt_tokens", "3"}});
+    const CompareResult r = j.judge(d);
+    INFO(reasons(r));
+    CHECK(r.exit_code == 0);
+    CHECK_FALSE(r.cases.at(0).logits[0].has_value());
+    REQUIRE(r.cases[0].logits[1].has_value());
+    CHECK(r.cases[0].logits[1]->pass);
+    REQUIRE_FALSE(r.cases[0].layers.empty());
+    CHECK(r.cases[0].layers[0].drift[1].has_value());
+    CHECK_FALSE(r.cases[0].layers[0].drift[0].has_value());
+  }
   // BF16 and F16 are read (docs/dump-format.md), and the right count is accepted.
   const fs::path d = dir.path() / "bf16";
   rewrite_dump(good, d / good.filename(), "l_out-2", DType::bf16, {T, H}, {{"tokens", std::to_string(T)}});

@@ -5,7 +5,15 @@
 // `degenbisect compare --dump DIR`.
 //
 //   llama-dump -m MODEL.gguf --golden DIR --out DIR [--case ID] [--names REGEX] [--threads N]
-//              [--cache-type f16|f32|bf16|q8_0] [--flash-attn auto|on|off]
+//              [--cache-type f16|f32|bf16|q8_0] [--flash-attn auto|on|off] [--decode]
+//
+// --decode: decode mode, the way a server runs a generation: the prompt in one batch, then each
+// token of the golden continuation as its own batch (teacher forced: the golden's tokens, not the
+// engine's), so that every position after the prompt is computed from the recurrent state and the
+// caches carried across llama_decode calls. Each name's rows of the calls are concatenated in position
+// order; a name whose per-token size differs between calls (attention scores over a growing cache, a
+// state) is left out and listed in the metadata's `decode_skipped`. The metadata says `mode: decode`
+// and `prompt_tokens`.
 //
 // A name the graph computes more than once (Kcur-N before and after RoPE) keeps its LAST value:
 // what the name holds when the graph is done with it. The KV cache type and flash attention are
@@ -14,6 +22,7 @@
 // Built by scripts/build-llama-cpp.sh inside llama.cpp's own tree (it links libllama and ggml and
 // uses the nlohmann/json that llama.cpp vendors); degenbisect itself does not link llama.cpp.
 // Exit codes: 0 written, 2 bad arguments, 1 anything else (model, golden or decode failure).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +32,7 @@
 #include <regex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,15 +48,18 @@ using json = nlohmann::json;
 struct Args {
   std::string model, golden, out, only_case;
   std::string names = R"(^[A-Za-z_.]+(-[0-9]+)?$)";  // the engine's own names, not "x (view)"
-  int threads = 4;
+  // The machine's cores, at most 4: more threads than cores spin against each other in ggml's
+  // barrier (decode mode's one-token calls took minutes per case at 4 threads on 2 cores).
+  int threads = static_cast<int>(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
   ggml_type cache_type = GGML_TYPE_F16;
   llama_flash_attn_type flash = LLAMA_FLASH_ATTN_TYPE_AUTO;
+  bool decode = false;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
   std::fprintf(stderr, "llama-dump: %s\nusage: llama-dump -m MODEL.gguf --golden DIR --out DIR "
                        "[--case ID] [--names REGEX] [--threads N] "
-                       "[--cache-type f16|f32|bf16|q8_0] [--flash-attn auto|on|off]\n", msg.c_str());
+                       "[--cache-type f16|f32|bf16|q8_0] [--flash-attn auto|on|off] [--decode]\n", msg.c_str());
   std::exit(2);
 }
 
@@ -63,6 +76,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--out") a.out = val();
     else if (k == "--case") a.only_case = val();
     else if (k == "--names") a.names = val();
+    else if (k == "--decode") a.decode = true;
     else if (k == "--threads") a.threads = std::atoi(val().c_str());
     else if (k == "--cache-type") {
       const std::string v = val();
@@ -80,7 +94,8 @@ Args parse(int argc, char** argv) {
     else if (k == "-h" || k == "--help") {
       std::printf("llama-dump: writes every named intermediate of llama.cpp over a golden record's tokens\n"
                   "usage: llama-dump -m MODEL.gguf --golden DIR --out DIR [--case ID] [--names REGEX] [--threads N]\n"
-                  "                  [--cache-type f16|f32|bf16|q8_0] [--flash-attn auto|on|off]\n"
+                  "                  [--cache-type f16|f32|bf16|q8_0] [--flash-attn auto|on|off] [--decode]\n"
+                  "--decode: the prompt in one batch, then each golden continuation token as its own batch\n"
                   "format: docs/dump-format.md; compared by `degenbisect compare --dump DIR`\n");
       std::exit(0);
     }
@@ -159,6 +174,36 @@ bool on_tensor(ggml_tensor* t, bool ask, void* user) {
   return true;
 }
 
+// Decode mode: append one llama_decode call's capture (`rows` positions) to `acc`. A name keeps its
+// rows only while every call gives it rows of one size, the token dimension leading.
+void append_rows(Capture& acc, std::map<std::string, int64_t>& acc_rows, std::map<std::string, bool>& skipped,
+                 Capture& call, int64_t rows) {
+  for (auto& [name, st] : call.tensors) {
+    if (skipped[name]) continue;
+    const int64_t n = static_cast<int64_t>(st.second.size());
+    auto it = acc.tensors.find(name);
+    if (it == acc.tensors.end()) {
+      // The first call that names it fixes its per-row shape: the token dimension leads (dropped
+      // from the shape when the call has one token).
+      std::vector<int64_t> per_row = st.first;
+      if (rows > 1) {
+        if (per_row.empty() || per_row.front() != rows) { skipped[name] = true; continue; }
+        per_row.erase(per_row.begin());
+      }
+      acc.tensors[name] = {per_row, std::move(st.second)};
+      acc_rows[name] = rows;
+      continue;
+    }
+    int64_t per = 1;
+    for (int64_t d : it->second.first) per *= d;
+    if (n != per * rows) { skipped[name] = true; continue; }
+    it->second.second.insert(it->second.second.end(), st.second.begin(), st.second.end());
+    acc_rows[name] += rows;
+  }
+  for (const auto& [name, k] : call.repeats) acc.repeats[name] = std::max(acc.repeats[name], k);
+  acc.skipped_noncontiguous = std::max(acc.skipped_noncontiguous, call.skipped_noncontiguous);
+}
+
 void write_dump(const std::string& path, const Capture& cap, const json& meta) {
   json h;
   h["__metadata__"] = meta;
@@ -216,31 +261,59 @@ int main(int argc, char** argv) {
                                    std::to_string(n_vocab) + " (a golden record of another model?)");
 
       Capture cap{std::regex(a.names), {}, {}, 0};
+      const int P = static_cast<int>(i32_tensor(g, "prompt", file).size());
+      const int first = a.decode ? std::max(P, 1) : T;  // the first call's tokens
       llama_context_params cp = llama_context_default_params();
       cp.n_ctx = static_cast<uint32_t>(T + 16);
-      cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(T);  // one graph: each name is seen once
+      cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(first);  // one graph per call: each name is seen once
       cp.n_seq_max = 1;
       cp.n_threads = cp.n_threads_batch = a.threads;
       cp.type_k = cp.type_v = a.cache_type;
       cp.flash_attn_type = a.flash;
       cp.cb_eval = on_tensor;
-      cp.cb_eval_user_data = &cap;
+      Capture call{std::regex(a.names), {}, {}, 0};
+      cp.cb_eval_user_data = a.decode ? &call : &cap;
       llama_context* ctx = llama_init_from_model(model, cp);
       if (!ctx) throw std::runtime_error("llama.cpp could not create a context of " + std::to_string(T) + " tokens");
-      llama_batch b = llama_batch_init(T, 0, 1);
-      for (int i = 0; i < T; i++) {
-        b.token[i] = toks[i];
-        b.pos[i] = i;
-        b.n_seq_id[i] = 1;
-        b.seq_id[i][0] = 0;
-        b.logits[i] = 1;
-      }
-      b.n_tokens = T;
-      const int rc = llama_decode(ctx, b);
-      if (rc != 0) throw std::runtime_error("llama_decode failed with " + std::to_string(rc) + " on case " + id);
       std::vector<float> logits(static_cast<size_t>(T) * n_vocab);
-      for (int i = 0; i < T; i++) std::memcpy(&logits[static_cast<size_t>(i) * n_vocab], llama_get_logits_ith(ctx, i),
-                                              sizeof(float) * n_vocab);
+      std::map<std::string, int64_t> acc_rows;
+      std::map<std::string, bool> skipped;
+      llama_batch b = llama_batch_init(first, 0, 1);
+      for (int p0 = 0; p0 < T;) {
+        const int n = p0 == 0 ? first : 1;
+        for (int i = 0; i < n; i++) {
+          b.token[i] = toks[p0 + i];
+          b.pos[i] = p0 + i;
+          b.n_seq_id[i] = 1;
+          b.seq_id[i][0] = 0;
+          b.logits[i] = 1;
+        }
+        b.n_tokens = n;
+        call.tensors.clear();
+        call.repeats.clear();
+        const int rc = llama_decode(ctx, b);
+        if (rc != 0)
+          throw std::runtime_error("llama_decode failed with " + std::to_string(rc) + " on case " + id + " at position " +
+                                   std::to_string(p0));
+        for (int i = 0; i < n; i++)
+          std::memcpy(&logits[static_cast<size_t>(p0 + i) * n_vocab], llama_get_logits_ith(ctx, i), sizeof(float) * n_vocab);
+        if (a.decode) append_rows(cap, acc_rows, skipped, call, n);
+        p0 += n;
+      }
+      json decode_skipped = json::array();
+      if (a.decode) {
+        // A name that some call did not give (or gave in another shape) has fewer than T rows: left out.
+        for (auto it = cap.tensors.begin(); it != cap.tensors.end();) {
+          if (acc_rows[it->first] != T) skipped[it->first] = true;
+          if (skipped[it->first]) it = cap.tensors.erase(it);
+          else {
+            it->second.first.insert(it->second.first.begin(), T);
+            ++it;
+          }
+        }
+        for (const auto& [name, sk] : skipped)
+          if (sk) decode_skipped.push_back(name);
+      }
       cap.tensors["logits"] = {{T, n_vocab}, std::move(logits)};
       llama_batch_free(b);
       llama_free(ctx);
@@ -251,9 +324,13 @@ int main(int argc, char** argv) {
                          {"tokens", std::to_string(T)}, {"model", a.model},
                          {"cache_type", ggml_type_name(a.cache_type)},
                          {"skipped_noncontiguous", std::to_string(cap.skipped_noncontiguous)},
-                         {"repeated_names", repeats.dump()}};
+                         {"repeated_names", repeats.dump()},
+                         {"mode", a.decode ? "decode" : "prefill"}, {"prompt_tokens", std::to_string(P)},
+                         {"decode_skipped", decode_skipped.dump()}};
       write_dump(a.out + "/" + id + ".safetensors", cap, meta);
-      std::fprintf(stderr, "llama-dump: %s: %d tokens, %zu tensors\n", id.c_str(), T, cap.tensors.size());
+      std::fprintf(stderr, "llama-dump: %s: %d tokens (%s), %zu tensors\n", id.c_str(), T,
+                   a.decode ? ("decode mode: " + std::to_string(P) + " in one batch, then one per batch").c_str() : "one batch",
+                   cap.tensors.size());
       written++;
     }
     llama_model_free(model);

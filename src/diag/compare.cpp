@@ -85,11 +85,12 @@ std::string logprob_offset_note(const CompareResult& r, int64_t V, const std::ve
   int n = 0;
   bool vocab = true;
   for (const CaseResult& c : r.cases) {
-    if (!c.logits[0] || !c.logits[0]->logprob_offset) continue;
-    const double v = *c.logits[0]->logprob_offset;
+    const std::optional<LogitsResult>& l = c.logits[0] ? c.logits[0] : c.logits[1];  // a decode-mode dump: [1]
+    if (!l || !l->logprob_offset) continue;
+    const double v = *l->logprob_offset;
     sum += v;
     worst = std::abs(v) > std::abs(worst) ? v : worst;
-    vocab = vocab && c.logits[0]->logprob_offset_vocab;
+    vocab = vocab && l->logprob_offset_vocab;
     ++n;
   }
   if (n == 0) return cat("log-probs: the ", who, " listed none of the record's top-K ids: no log-prob offset");
@@ -1124,7 +1125,9 @@ std::string format_compare(const CompareResult& r, bool per_case) {
       o += layer_table({&c}, "  ");
     }
     auto kld = [&](int m) { return c.logits[m] ? sci(c.logits[m]->mean_kld) + (c.logits[m]->pass ? "" : "!") : "-"; };
-    std::string top1 = c.logits[0] ? pct(c.logits[0]->summary.same_top_p.value) : "-";
+    std::string top1 = c.logits[0] ? pct(c.logits[0]->summary.same_top_p.value)
+                       : c.logits[1] ? pct(c.logits[1]->summary.same_top_p.value)  // a decode-mode dump
+                                     : "-";
     const GenerationResult& g = c.gen;
     std::string degen = g.degen.degenerate ? g.degen.rule.value_or("yes") : "no";
     if (g.golden_degen.degenerate) degen += cat(" (golden ", g.golden_degen.rule.value_or("yes"), ")");

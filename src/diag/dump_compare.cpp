@@ -134,6 +134,16 @@ DumpReader::DumpReader(const std::filesystem::path& file, const std::string& cas
   if (md.count("tokens") && decimal_count(meta("tokens")) != tokens)
     input_error(where, ": metadata tokens '", meta("tokens"), "'; the golden sequence of case '", case_id, "' has ", tokens,
                 " tokens (expected that count, in decimal digits)");
+  if (meta("mode") == "decode") {
+    mode_ = 1;
+    const std::optional<int64_t> pt = decimal_count(meta("prompt_tokens"));
+    if (!pt || *pt < 1 || *pt > tokens)
+      input_error(where, ": metadata mode 'decode' with prompt_tokens '", meta("prompt_tokens"), "'; expected 1 to ", tokens,
+                  " in decimal digits (the tokens of the first batch)");
+    prompt_tokens_ = *pt;
+  } else if (!meta("mode").empty() && meta("mode") != "prefill") {
+    input_error(where, ": metadata mode '", meta("mode"), "', expected 'prefill' or 'decode' (docs/dump-format.md)");
+  }
   // 2. Tensors: dtype and shape of every tensor this reader may be asked for, before any is read.
   auto check = [&](const std::string& name, std::optional<int64_t> cols) {
     const TensorView* t = f_->find(name);
@@ -200,23 +210,36 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-// The steps of one layer (or l_out of every layer) of a teacher-forced prefill run on our engine.
+// The steps of one layer (or l_out of every layer) of a teacher-forced run on our engine.
 struct StepCapture {
   std::map<std::pair<int, int>, std::vector<float>> t;  // (step, layer) -> [T, cols]
 };
 
-StepCapture traced_prefill(Engine& eng, const std::vector<int32_t>& seq, int layer) {
+// first_batch: the tokens of the first forward (the whole sequence: prefill; the prompt: decode
+// mode, then one forward per token, each step's rows appended in position order).
+StepCapture traced_run(Engine& eng, const std::vector<int32_t>& seq, int layer, int64_t first_batch) {
   StepCapture c;
+  std::map<std::pair<int, int>, std::vector<float>> call;
   Trace tr;
   tr.observer = [&](const TraceEvent& ev, Tensor& t, Backend& be) {
     if (ev.mtp) return;
     if (ev.layer == layer || ev.step == Step::l_out || ev.layer < 0)
-      c.t[{static_cast<int>(ev.step), ev.layer}] = be.to_host_f32(t);
+      call[{static_cast<int>(ev.step), ev.layer}] = be.to_host_f32(t);
   };
   SeqState st = eng.new_state();
   ForwardOptions fo;
   fo.logits = LogitsRows::none;
-  eng.forward({SeqInput{&st, seq}}, fo, &tr);
+  const int64_t T = static_cast<int64_t>(seq.size());
+  for (int64_t p0 = 0; p0 < T;) {
+    const int64_t n = p0 == 0 ? std::min(std::max<int64_t>(first_batch, 1), T) : 1;
+    call.clear();
+    eng.forward({SeqInput{&st, std::vector<int32_t>(seq.begin() + p0, seq.begin() + p0 + n)}}, fo, &tr);
+    for (auto& [k, v] : call) {
+      std::vector<float>& dst = c.t[k];
+      dst.insert(dst.end(), v.begin(), v.end());
+    }
+    p0 += n;
+  }
   return c;
 }
 
@@ -262,8 +285,9 @@ struct DumpRun {
 // known-good run's error at that step) + eps. Returns the reason line.
 std::string localise_step(DumpRun& run, const DumpReader& f, const std::vector<int32_t>& seq, int layer) {
   const char kind = run.cfg.layer_types[static_cast<size_t>(layer)] == LayerKind::full ? 'A' : 'G';
-  const StepCapture ref = traced_prefill(*run.ref, seq, layer);
-  const StepCapture good = traced_prefill(*run.floor, seq, layer);
+  const int64_t first = f.mode() == 1 ? f.prompt_tokens() : static_cast<int64_t>(seq.size());
+  const StepCapture ref = traced_run(*run.ref, seq, layer, first);
+  const StepCapture good = traced_run(*run.floor, seq, layer, first);
   const metrics::FloorRule& rule = run.o.rules.layer;
   std::string within;
   int compared = 0;
@@ -302,6 +326,8 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
     input_error("no dump for case '", g.id, "': expected ", file.string(), " (written by llama-dump or a hook script, ",
                 "docs/dump-format.md)");
   const DumpReader f(file, g.id, T, cfg);
+  const int m = f.mode();  // the record's mode these figures are judged as: 0 prefill, 1 decode
+  const int64_t first = m == 1 ? f.prompt_tokens() : T;
 
   CaseResult cr;
   cr.id = g.id;
@@ -313,16 +339,16 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
   std::vector<int32_t> next(static_cast<size_t>(T), -1);
   for (int64_t i = 0; i + 1 < T; ++i) next[static_cast<size_t>(i)] = seq[static_cast<size_t>(i + 1)];
   const std::optional<CaseFloors>& floors = g.floors[static_cast<int>(run.o.fclass)];
-  std::optional<double> kld_floor = floors ? floors->kld[0] : std::nullopt;
+  std::optional<double> kld_floor = floors ? floors->kld[m] : std::nullopt;
   if (run.o.measured_class) kld_floor = teacher_forced_kld(*run.floor, *run.floor_be, g, V, run.maskp);
   const std::vector<metrics::LogitPosition> pos = logit_positions(logits, T, V, g.topk, next, run.maskp);
-  cr.logits[0] = logits_result(pos, kld_floor, run.o.rules.kld, run.o.rules.fallback_kld);
-  set_logprob_offset(*cr.logits[0], logits, T, V, g.topk);  // what the engine would report as log-probs
+  cr.logits[m] = logits_result(pos, kld_floor, run.o.rules.kld, run.o.rules.fallback_kld);
+  set_logprob_offset(*cr.logits[m], logits, T, V, g.topk);  // what the engine would report as log-probs
   // Layers: the dump's drift against the known-good run's.
-  const StepCapture good = traced_prefill(*run.floor, seq, -2);
+  const StepCapture good = traced_run(*run.floor, seq, -2, first);
   const DumpRows emb = f.mapped(f.names().front(), -1);  // both tables start with the embedding
   if (!emb.v.empty() && !g.embed.empty())
-    cr.embed[0] = metrics::tensor_error(first_rows(emb.v, g.P, H), std::span<const float>(g.embed));
+    cr.embed[m] = metrics::tensor_error(first_rows(emb.v, g.P, H), std::span<const float>(g.embed));
   const DumpName l_out{'*', "l_out", Step::l_out, HeadOrder::same, 0, false, ""};
   cr.layers.resize(static_cast<size_t>(L));
   for (int l = 0; l < L; ++l) {
@@ -335,17 +361,17 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
     if (gl.empty() || !k) continue;
     if (d.v.empty()) input_error(file.string(), ": no 'l_out-", l, "' tensor (every layer's output is needed)");
     DEGEN_ASSERT(d.cols == H, "checked when opened");
-    row.drift[0] = metrics::tensor_error(first_rows(d.v, g.P, H), std::span<const float>(gl));
+    row.drift[m] = metrics::tensor_error(first_rows(d.v, g.P, H), std::span<const float>(gl));
     const double floor = metrics::tensor_error(first_rows(*k, g.P, H), std::span<const float>(gl)).rel_l2;
     const metrics::FloorRule& rule = run.o.rules.layer;
-    row.floor[0] = floor;
-    row.limit[0] = rule.k * floor + rule.eps;
-    row.floor_ratio[0] = metrics::floor_ratio(row.drift[0]->rel_l2, floor);
-    row.pass[0] = row.drift[0]->passes_nonfinite() && metrics::floor_pass(row.drift[0]->rel_l2, floor, rule);
-    if (!row.pass[0] && !cr.first_break) cr.first_break = std::make_pair(0, l);
+    row.floor[m] = floor;
+    row.limit[m] = rule.k * floor + rule.eps;
+    row.floor_ratio[m] = metrics::floor_ratio(row.drift[m]->rel_l2, floor);
+    row.pass[m] = row.drift[m]->passes_nonfinite() && metrics::floor_pass(row.drift[m]->rel_l2, floor, rule);
+    if (!row.pass[m] && !cr.first_break) cr.first_break = std::make_pair(m, l);
   }
   // Verdict.
-  if (cr.logits[0]->nonfinite > 0) cr.reasons.push_back(cat(cr.logits[0]->nonfinite, " positions with non-finite logits"));
+  if (cr.logits[m]->nonfinite > 0) cr.reasons.push_back(cat(cr.logits[m]->nonfinite, " positions with non-finite logits"));
   int64_t beyond = 0;
   double worst = 0;
   for (const metrics::LogitPosition& p : pos)
@@ -360,14 +386,14 @@ CaseResult dump_case(DumpRun& run, const GoldenCase& g, const std::filesystem::p
   if (cr.first_break) {
     const int l = cr.first_break->second;
     const LayerRow& row = cr.layers[static_cast<size_t>(l)];
-    cr.reasons.push_back(cat("first layer over its drift floor: ", l, " (", row.kind == 'A' ? "attention" : "Gated DeltaNet",
-                             "), rel_l2 ", row.drift[0]->rel_l2, " = ", *row.floor_ratio[0], " x the ",
+    cr.reasons.push_back(cat(m == 1 ? "decode mode: " : "", "first layer over its drift floor: ", l, " (", row.kind == 'A' ? "attention" : "Gated DeltaNet",
+                             "), rel_l2 ", row.drift[m]->rel_l2, " = ", *row.floor_ratio[m], " x the ",
                              run.class_name(), " known-good run's drift"));
     cr.reasons.push_back(localise_step(run, f, seq, l));
   }
-  if (!cr.logits[0]->pass)
-    cr.reasons.push_back(cat("mean KLD ", cr.logits[0]->mean_kld, " over its limit ", cr.logits[0]->limit,
-                             cr.logits[0]->floor ? " (k x the record's floor)" : " (fixed limit: no floors of this class)"));
+  if (!cr.logits[m]->pass)
+    cr.reasons.push_back(cat("mean KLD ", cr.logits[m]->mean_kld, " over its limit ", cr.logits[m]->limit,
+                             cr.logits[m]->floor ? " (k x the record's floor)" : " (fixed limit: no floors of this class)"));
   cr.verdict = cr.reasons.empty() ? metrics::Verdict::good : metrics::Verdict::bad;
   cr.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   return cr;

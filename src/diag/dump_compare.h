@@ -14,6 +14,11 @@
 //  - step: within the first layer over its floor, every mapped step of the engine (dump_names())
 //    against the same step of the reference over the same tokens, judged against the known-good
 //    run's error at that step: the first step over its floor is named.
+// A dump in decode mode (metadata `mode: decode`, llama-dump --decode: the prompt in one batch, then
+// one token per batch) is judged as the record's decode mode: its logits against the record's decode
+// KLD floor, and the known-good and reference runs decode the same way (prompt, then a token per
+// forward), so a bug in the state carried across calls shows in the layers and steps it enters. The
+// figures go to the decode columns (mode index 1).
 // Free-running generation is not in a dump; a server run gives it (issue: compare --server).
 #pragma once
 #include <cstdio>
@@ -85,6 +90,10 @@ class DumpReader {
 
   const std::filesystem::path& path() const;
   const std::vector<DumpName>& names() const { return *names_; }
+  // 0: prefill (one batch; the default), 1: decode (metadata mode "decode": the first
+  // prompt_tokens() in one batch, then one token per batch).
+  int mode() const { return mode_; }
+  int64_t prompt_tokens() const { return prompt_tokens_; }
   std::vector<float> logits() const;  // [T, V] fp32
   // The engine's tensor of entry `n` at `layer` (-1: a whole-model entry) in our layout (value heads
   // untiled, the query scaled); empty when the dump does not hold it.
@@ -96,6 +105,8 @@ class DumpReader {
   const ModelConfig& cfg_;
   const std::vector<DumpName>* names_ = nullptr;
   int64_t T_ = 0;
+  int mode_ = 0;
+  int64_t prompt_tokens_ = 0;
 };
 
 struct DumpCompareOptions {

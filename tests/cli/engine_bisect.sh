@@ -49,7 +49,7 @@ cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_CUDA=OFF 
   cmake --build "$B" -j2 --target llama-server >>"$WORK/build.log" 2>&1 || exit 125
 exec "$BIN" -q compare --golden "$SRC/golden/tiny-trained/smoke" --model "$SRC/models/tiny-trained" \\
   --case two-plus-two --no-generate --engine-class fp32 \\
-  --server-cmd "$B/bin/llama-server -m $GGUF --host 127.0.0.1 --port {port} -np 1 -t 2 --poll 0 -ctk f32 -ctv f32 -fa off"
+  --server-cmd "$B/bin/llama-server -m $GGUF --host 127.0.0.1 --port {port} -np 1 -t 1 --poll 0 -ctk f32 -ctv f32 -fa off"
 EOF
 chmod +x "$WORK/step.sh"
 g bisect start HEAD "$good" >/dev/null

@@ -11,7 +11,8 @@
 #  - prefix (a context checkpoint restored without its recurrent state): bad by the prefix-cache probe,
 #    and good with --probes none;
 #  - batch (each sequence of a batch of several reads the next one's state): bad by the batching probe
-#    on a server with 2 slots, and the probe not applicable with 1.
+#    on a server with 2 slots, and the probe not applicable with 1;
+#  - handoff under llama-dump --decode: compare --dump names layer 0's causal conv.
 # One case (count, 48 greedy tokens) keeps it cheap. Skips without the build or the GGUF.
 source "$(dirname "$0")/lib.bash"
 
@@ -25,7 +26,7 @@ SRV="${DEGEN_LLAMA_CPP_SERVING_BUGS:-$SRC/build/llama.cpp-serving-bugs}/build/bi
   exit 77
 }
 # --poll 0: see tests/cli/server.sh.
-cmd() { echo "$SRV -m $GGUF --host 127.0.0.1 --port {port} -t 2 --poll 0 -c 4096 -np 1 -ctk f32 -ctv f32 -fa off $*"; }
+cmd() { echo "$SRV -m $GGUF --host 127.0.0.1 --port {port} -t 1 --poll 0 -c 4096 -np 1 -ctk f32 -ctv f32 -fa off $*"; }
 score() {  # BUG EXTRA_SERVER_ARGS... (the rest of compare's arguments after --)
   local bug=$1; shift
   DEGEN_LLAMA_BUG=$bug "$BIN" compare --golden "$G" --model "$M" --case count --health-timeout 120 \
@@ -80,6 +81,31 @@ expect_out "probe batching: batched (beside 1 other request, 2 slots) against so
 grep -m1 "probe batching" "$WORK/out"
 expect_exit 0 score batch
 expect_out "probe batching: not applicable (the server has 1 slot: concurrent requests queue, they are not batched"
+
+# llama-dump --decode (the prompt in one batch, then a token per batch) localises handoff inside the
+# engine: compare --dump judges it as the record's decode mode and names layer 0's causal conv; the
+# prefill dump of the same build is good (the bug is confined to the decode path), as is the clean
+# decode dump.
+DUMP="$(dirname "$SRV")/llama-dump"
+if [ -x "$DUMP" ]; then
+  dump() {  # BUG OUT EXTRA...
+    local bug=$1 out=$2; shift 2
+    DEGEN_LLAMA_BUG=$bug "$DUMP" -m "$GGUF" --golden "$G" --out "$out" --case count --cache-type f32 --flash-attn off \
+      --threads 1 "$@" > "$WORK/dump.log" 2>&1 || { cat "$WORK/dump.log"; fail "llama-dump $bug $*"; }
+  }
+  judge() { "$BIN" compare --golden "$G" --model "$M" --case count --dump "$1"; }
+  dump "" "$WORK/d-clean" --decode
+  expect_exit 0 judge "$WORK/d-clean"
+  dump handoff "$WORK/d-prefill"
+  expect_exit 0 judge "$WORK/d-prefill"
+  dump handoff "$WORK/d-handoff" --decode
+  expect_exit 1 judge "$WORK/d-handoff"
+  expect_out "decode mode: first layer over its drift floor: 0 (Gated DeltaNet)"
+  expect_out "first step over its floor in layer 0: gdn_conv (the engine's 'conv_output_silu-0'"
+  grep -m1 "first step over its floor" "$WORK/out"
+else
+  echo "SKIP (part): no llama-dump beside $SRV (build it with --targets \"llama-server llama-dump\")"
+fi
 
 # The sweep over speculation names it (the bug selected by env(1) in the template: the command is exec'd).
 expect_exit 1 "$BIN" sweep --golden "$G" --model "$M" --case count --out "$WORK/sweep" --health-timeout 120 \

@@ -37,7 +37,7 @@ for t in bf16 q8_0; do
 done
 
 # f32 weights, f32 caches, exact attention: an fp32 path, judged against the fp32 class.
-expect_exit 0 "$bin/llama-dump" -m "$F32" --golden "$G" --out "$WORK/f32" --cache-type f32 --flash-attn off --threads 2
+expect_exit 0 "$bin/llama-dump" -m "$F32" --golden "$G" --out "$WORK/f32" --cache-type f32 --flash-attn off --threads 1
 expect_out "two-plus-two: 52 tokens"
 expect_exit 0 cmp_dump --dump "$WORK/f32" --engine-class fp32 --json "$WORK/f32.json"
 expect_out "verdict: good (exit 0): 7 cases, 7 good"
@@ -45,20 +45,20 @@ expect_out "limits: layers: drift against the drift of a known-good fp32 run"
 grep -q '"source": "dump"' "$WORK/f32.json" || fail "compare --dump JSON lacks source"
 
 # llama.cpp's defaults round attention to f16: caught, and named, against the fp32 class.
-expect_exit 0 "$bin/llama-dump" -m "$F32" --golden "$G" --out "$WORK/f32-default" --threads 2
+expect_exit 0 "$bin/llama-dump" -m "$F32" --golden "$G" --out "$WORK/f32-default" --threads 1
 expect_exit 1 cmp_dump --dump "$WORK/f32-default" --engine-class fp32
 expect_out "first layer over its drift floor: 3 (attention)"
 expect_out "first step over its floor in layer 3: attn_core (the engine's 'attn_pregate-3'"
 
 # bf16 weights against the bf16 class.
-expect_exit 0 "$bin/llama-dump" -m "$WORK/tiny-trained-bf16.gguf" --golden "$G" --out "$WORK/bf16" --threads 2
+expect_exit 0 "$bin/llama-dump" -m "$WORK/tiny-trained-bf16.gguf" --golden "$G" --out "$WORK/bf16" --threads 1
 expect_exit 0 cmp_dump --dump "$WORK/bf16" --engine-class bf16
 expect_out "7 good"
 
 # q8_0: too noisy for the bf16 class (the repeated-pattern case's KLD is ~2 x its limit); good
 # against the q8_0 class, whose known-good run (our engine at precision=q8_0) drifts as llama.cpp's
 # does layer by layer (floor_ratio 1.00 to 1.11).
-expect_exit 0 "$bin/llama-dump" -m "$WORK/tiny-trained-q8_0.gguf" --golden "$G" --out "$WORK/q8_0" --threads 2
+expect_exit 0 "$bin/llama-dump" -m "$WORK/tiny-trained-q8_0.gguf" --golden "$G" --out "$WORK/q8_0" --threads 1
 expect_exit 1 cmp_dump --dump "$WORK/q8_0" --engine-class bf16
 expect_out "repeated-pattern"
 expect_exit 0 cmp_dump --dump "$WORK/q8_0" --engine-class q8_0
@@ -99,7 +99,7 @@ expect_out "no manifest.json"
 # A llama.cpp with a deliberate Gated DeltaNet bug: bad, its layer and step named.
 if [ -x "$BUG/build/bin/llama-dump" ]; then
   expect_exit 0 "$BUG/build/bin/llama-dump" -m "$F32" --golden "$G" --out "$WORK/bug" --cache-type f32 --flash-attn off \
-    --threads 2
+    --threads 1
   expect_exit 1 cmp_dump --dump "$WORK/bug" --engine-class fp32
   expect_out "first layer over its drift floor: 0 (Gated DeltaNet)"
   expect_out "first step over its floor in layer 0: gdn_core (the engine's 'attn_output-0'"
@@ -150,7 +150,7 @@ PY
   for rec in "$WORK/tq35-golden" "$WORK/no-lse-pad"; do
     n=$((n + 1))
     out="$WORK/tq35-dump-$n"
-    expect_exit 0 "$bin/llama-dump" -m "$WORK/tq35.gguf" --golden "$rec" --out "$out" --cache-type f32 --flash-attn off --threads 2
+    expect_exit 0 "$bin/llama-dump" -m "$WORK/tq35.gguf" --golden "$rec" --out "$out" --cache-type f32 --flash-attn off --threads 1
     expect_exit 0 "$BIN" -q compare --golden "$rec" --model "$WORK/tq35" --dump "$out" --engine-class fp32 --json "$out.json"
     expect_out "verdict: good (exit 0): 7 cases, 7 good"
     grep -E "^log-probs:|^note: the record has no lse_pad" "$WORK/out" || true

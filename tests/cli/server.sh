@@ -153,7 +153,7 @@ start_llama() {  # PORT ARGS... : starts llama-server on the trained model's f32
   # below: 13.7 s alone, 62 s next to a busy llama-server; 27.6 s with --poll 0; 12.6 s alone).
   local port=$1; shift
   "$LLAMA/build/bin/llama-server" -m "$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf" --host 127.0.0.1 \
-    --port "$port" -t 2 --poll 0 -c 4096 -np 1 "$@" >"$WORK/llama-server-$port.log" 2>&1 &
+    --port "$port" -t 1 --poll 0 -c 4096 -np 1 "$@" >"$WORK/llama-server-$port.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 120); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
@@ -220,7 +220,7 @@ if [ -x "$LLAMA/build/bin/llama-quantize" ]; then
     "$LLAMA/build/bin/llama-quantize" "$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf" "$WORK/tt-$t.gguf" \
       "$(echo $t | tr a-z A-Z)" >"$WORK/quantize-$t.log" 2>&1 || { cat "$WORK/quantize-$t.log" >&2; fail "llama-quantize $t"; }
     expect_exit 0 "$BIN" -q compare --golden "$G" --model "$M" --engine-class "$t" --server-log "$WORK/srv-$t.log" \
-      --server-cmd "$LLAMA/build/bin/llama-server -m $WORK/tt-$t.gguf --host 127.0.0.1 --port {port} -t 2 --poll 0 -np 1"
+      --server-cmd "$LLAMA/build/bin/llama-server -m $WORK/tt-$t.gguf --host 127.0.0.1 --port {port} -t 1 --poll 0 -np 1"
     expect_out "verdict: good (exit 0): 7 cases, 7 good"
     echo "$t GGUF against the $t class:"; grep -E "^  (two-plus-two|out-of-domain|repeated-pattern) " "$WORK/out"
   done

@@ -100,7 +100,7 @@ GGUF="$SRC/models/tiny-trained-gguf/tiny-trained-f32.gguf"
 BUG="${DEGEN_LLAMA_CPP_GDN_BUG:-$SRC/build/llama.cpp-gdn-bug}/build/bin/llama-server"
 CLEAN="${DEGEN_LLAMA_CPP:-$SRC/build/llama.cpp}/build/bin/llama-server"
 # --poll 0: see tests/cli/server.sh (spinning llama-server threads slow each other on 2 cores).
-cmd() { echo "$1 -m $GGUF --host 127.0.0.1 --port {port} -t 2 --poll 0 -c 4096 -np 1 -ctk f32 -ctv f32 -fa {fa} --spec-type {spec}"; }
+cmd() { echo "$1 -m $GGUF --host 127.0.0.1 --port {port} -t 1 --poll 0 -c 4096 -np 1 -ctk f32 -ctv f32 -fa {fa} --spec-type {spec}"; }
 if [ ! -f "$GGUF" ]; then
   echo "note: no $GGUF (make gguf): the llama.cpp parts not run"
   exit 0
