@@ -750,14 +750,25 @@ void greedy_agreement(const ServerRun& run, const GoldenCase& g, GenerationResul
   }
 }
 
+// The per-step log-probs a llama free-running request asks for (n_probs; 0: none), which its answer
+// must then carry: the case's own request and the probes' repeats of it.
+int asked_n_probs(const ServerRun& run) { return run.o.decode_path ? run.topk : 0; }
+
+ProbeResult not_applicable(ProbeResult& p, std::string why) {
+  p.verdict = "not applicable";
+  p.reason = std::move(why);
+  return p;
+}
+
 // A probe's judgement (compare.h ProbeResult): the case's answer in another serving state (`other`,
 // described by `what`, e.g. "warm (18 cached tokens)") against its cold, solo answer: the same tokens
 // (greedy; a sampled case keeps its seed, its tokens may part where the distributions differ within
 // the limit) and, at every step both stated a distribution up to the first differing token, a
-// KLD(cold || other) within `limit`. `good_what` opens the reason of a good probe.
+// KLD(cold || other) within `limit`. `alone` names the cold answer in a reason ("cold", "solo");
+// `good_what` opens the reason of a good probe.
 void judge_against_cold(ProbeResult& p, const ServerRun& run, bool greedy, const server_answer::Generated& cold,
-                        const server_answer::Generated& other, const std::string& what, const std::string& good_what,
-                        double limit) {
+                        const server_answer::Generated& other, const std::string& what, const char* alone,
+                        const std::string& good_what, double limit) {
   const size_t n = std::min(other.tokens.size(), cold.tokens.size());
   for (size_t i = 0; i < n && !p.first_difference; ++i)
     if (other.tokens[i] != cold.tokens[i]) p.first_difference = static_cast<int64_t>(i);
@@ -772,7 +783,6 @@ void judge_against_cold(ProbeResult& p, const ServerRun& run, bool greedy, const
     if (!over && !(*k <= limit)) over = static_cast<int64_t>(i);
   }
   p.limit = limit;
-  const std::string alone = p.name == "batching" ? "solo" : "cold";
   if (over) {
     p.verdict = "bad";
     p.reason = cat(what, " against ", alone, ": step ", *over, " KLD over the limit ", limit, " (max ", *p.max_kld, ")",
@@ -795,9 +805,7 @@ ProbeResult prefix_cache_probe(const ServerRun& run, const GoldenCase& g, bool g
   ProbeResult p;
   p.name = "prefix-cache";
   if (run.o.api != "llama" || cold_req.is_null()) {
-    p.verdict = "not applicable";
-    p.reason = "the OpenAI-compatible API has no per-request prompt cache control";
-    return p;
+    return not_applicable(p, "the OpenAI-compatible API has no per-request prompt cache control");
   }
   const std::string url = run.base + "/completion";
   const json primer = {{"prompt", g.prompt}, {"n_predict", 1},        {"cache_prompt", true},
@@ -807,7 +815,7 @@ ProbeResult prefix_cache_probe(const ServerRun& run, const GoldenCase& g, bool g
   req["cache_prompt"] = true;
   const json answer = net::post_json(url, req, answer_cap(run, g.max_new_tokens));
   const server_answer::Generated warm =
-      server_answer::llama_generation(answer, url, req.contains("n_probs") ? req["n_probs"].get<int>() : 0);
+      server_answer::llama_generation(answer, url, asked_n_probs(run));
   if (answer.is_object() && answer.contains("timings") && answer["timings"].is_object() && answer["timings"].contains("cache_n")) {
     const json& c = answer["timings"]["cache_n"];
     if (!c.is_number_integer() || c.get<int64_t>() < 0)
@@ -815,11 +823,10 @@ ProbeResult prefix_cache_probe(const ServerRun& run, const GoldenCase& g, bool g
     p.cached = c.get<int64_t>();
   }
   if (!p.cached || *p.cached == 0) {
-    p.verdict = "not applicable";
-    p.reason = p.cached ? "the server reused no cached tokens (timings.cache_n 0)" : "the server does not say what it reused (no timings.cache_n)";
-    return p;
+    return not_applicable(p, p.cached ? "the server reused no cached tokens (timings.cache_n 0)"
+                                      : "the server does not say what it reused (no timings.cache_n)");
   }
-  judge_against_cold(p, run, greedy, cold, warm, cat("warm (", *p.cached, " cached tokens)"),
+  judge_against_cold(p, run, greedy, cold, warm, cat("warm (", *p.cached, " cached tokens)"), "cold",
                      cat(*p.cached, " cached tokens; warm equals cold"), limit);
   return p;
 }
@@ -836,22 +843,16 @@ ProbeResult batching_probe(const ServerRun& run, const GoldenCase& g, bool greed
   ProbeResult p;
   p.name = "batching";
   if (run.o.api != "llama" || cold_req.is_null()) {
-    p.verdict = "not applicable";
-    p.reason = "with --api openai the server's slots are not known (llama API: /props total_slots)";
-    return p;
+    return not_applicable(p, "with --api openai the server's slots are not known (llama API: /props total_slots)");
   }
   json props;
   try {
     props = net::get_json(run.base + "/props", run.o.http);
   } catch (const net::HttpStatusError& e) {
-    p.verdict = "not applicable";
-    p.reason = cat("the server does not say how many slots it has (", run.base, "/props: HTTP ", e.status(), ")");
-    return p;
+    return not_applicable(p, cat("the server does not say how many slots it has (", run.base, "/props: HTTP ", e.status(), ")"));
   }
   if (!props.is_object() || !props.contains("total_slots")) {
-    p.verdict = "not applicable";
-    p.reason = "the server does not say how many slots it has (no total_slots in /props)";
-    return p;
+    return not_applicable(p, "the server does not say how many slots it has (no total_slots in /props)");
   }
   const json& ts = props["total_slots"];
   if (!ts.is_number_integer() || ts.get<int64_t>() < 1)
@@ -859,9 +860,7 @@ ProbeResult batching_probe(const ServerRun& run, const GoldenCase& g, bool greed
   const int64_t slots = ts.get<int64_t>();
   p.slots = slots;
   if (slots < 2) {
-    p.verdict = "not applicable";
-    p.reason = "the server has 1 slot: concurrent requests queue, they are not batched (llama-server -np N)";
-    return p;
+    return not_applicable(p, "the server has 1 slot: concurrent requests queue, they are not batched (llama-server -np N)");
   }
   const int64_t others = std::min<int64_t>(slots - 1, kBatchDistractors);
   const std::string url = run.base + "/completion";
@@ -890,8 +889,9 @@ ProbeResult batching_probe(const ServerRun& run, const GoldenCase& g, bool greed
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
   const server_answer::Generated batched =
-      server_answer::llama_generation(answers[0], url, cold_req.contains("n_probs") ? cold_req["n_probs"].get<int>() : 0);
-  judge_against_cold(p, run, greedy, cold, batched, cat("batched (beside ", others, others == 1 ? " other request, " : " other requests, ", slots, " slots)"),
+      server_answer::llama_generation(answers[0], url, asked_n_probs(run));
+  judge_against_cold(p, run, greedy, cold, batched,
+                     cat("batched (beside ", others, others == 1 ? " other request, " : " other requests, ", slots, " slots)"), "solo",
                      cat("beside ", others, others == 1 ? " other request on " : " other requests on ", slots, " slots; batched equals solo"), limit);
   return p;
 }
@@ -927,7 +927,7 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
       req = {{"prompt", g.prompt},    {"n_predict", g.max_new_tokens}, {"return_tokens", true},
                   {"cache_prompt", false}, {"temperature", sp.temperature}, {"ignore_eos", g.ignore_stop}};
       if (run.o.decode_path) {
-        req["n_probs"] = run.topk;
+        req["n_probs"] = asked_n_probs(run);
         req["post_sampling_probs"] = false;  // the model's distribution, before the sampler's cuts
       }
       if (!greedy) {
@@ -938,8 +938,7 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
         req["presence_penalty"] = sp.presence_penalty;
         req["seed"] = sp.seed;
       }
-      got = server_answer::llama_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url,
-                                            run.o.decode_path ? run.topk : 0);
+      got = server_answer::llama_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url, asked_n_probs(run));
     }
     const std::string url = run.base + (run.o.api == "openai" ? "/v1/completions" : "/completion");
     gen.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
