@@ -38,13 +38,25 @@ template <> __device__ __forceinline__ e4m3 from_f32<e4m3>(float x) {
 // x rounded to bf16 and back (the "probabilities in bf16" of flash attention, materialised scores).
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+// The sum (max) over the warp's 32 lanes by a butterfly of full-mask shuffles; every lane gets it.
+// note: the CUDA emulator (tests/emu, not a GPU) computes the same butterfly, in the same order, at
+// one meeting point of the warp instead of five (::emu::warp_reduce): bit for bit the same values,
+// a fifth of its context switches.
 __device__ __forceinline__ float warp_sum(float v) {
+#ifdef DEGEN_CUDA_EMU_WARP_REDUCE
+  return ::emu::warp_reduce(v, ::emu::WarpReduce::sum, "warp_sum (__shfl_xor_sync butterfly)");
+#else
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+#endif
 }
 __device__ __forceinline__ float warp_max(float v) {
+#ifdef DEGEN_CUDA_EMU_WARP_REDUCE
+  return ::emu::warp_reduce(v, ::emu::WarpReduce::max, "warp_max (__shfl_xor_sync butterfly)");
+#else
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+#endif
 }
 
 // Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.

@@ -66,6 +66,14 @@ void sync_warp_exchange(const void* v, void* out, unsigned size, unsigned src_la
 // then each lane's `size` bytes at `mine` are copied, in lane order, to every lane's `all`
 // (32 * size bytes; null: receive nothing). __syncwarp and wmma::mma_sync are built on it.
 void sync_warp_gather(const void* mine, unsigned size, void* all, const char* op);
+// A warp reduction of one float per lane as kernels/common.cuh's warp_sum / warp_max compute it: the
+// butterfly of five full-mask __shfl_xor_sync (lane offsets 16, 8, 4, 2, 1), where at each step a
+// lane combines its own value with its partner's, own first (v + partner, fmaxf(v, partner)). Every
+// lane must arrive, as at a shuffle; the butterfly is then computed for all 32 lanes at one meeting
+// point, in the same order, so each lane gets the value the five shuffles would give it, bit for bit
+// (tests/emu/test_emu.cu), for one switch per lane instead of five.
+enum class WarpReduce : unsigned { sum, max };
+float warp_reduce(float v, WarpReduce kind, const char* op);
 // Fails the running launch with this message (the kernel runs on; the launch reports it).
 void kernel_error(const std::string& msg);
 
@@ -170,6 +178,8 @@ T shfl_xor(unsigned mask, T v, int lane_mask, const char* op) {
 #define gridDim (::emu::grid_dim())
 #define __syncthreads() ::emu::sync_block()
 #define __shfl_xor_sync(mask, v, lane) ::emu::shfl_xor((mask), (v), (lane), "__shfl_xor_sync")
+// kernels/common.cuh's warp_sum and warp_max use ::emu::warp_reduce where this is defined.
+#define DEGEN_CUDA_EMU_WARP_REDUCE 1
 // Every lane of the warp must arrive (full mask only, as the shuffles).
 #define __syncwarp(...) ::emu::sync_warp_gather(nullptr, 0, nullptr, "__syncwarp")
 

@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
@@ -485,8 +486,13 @@ struct Fiber {
 
 constexpr size_t kSmemAlign = 128;  // dynamic shared memory's alignment here
 
-// Fiber::xsrc of a lane at a warp gather (sync_warp_gather) rather than a shuffle.
+// Fiber::xsrc of a lane at a warp gather (sync_warp_gather) or a warp reduction (warp_reduce)
+// rather than a shuffle (whose xsrc is the source lane, or 0xffffffff for a mask not emulated).
 constexpr unsigned kGather = 0xfffffffeu;
+constexpr unsigned kReduceSum = 0xfffffffdu;
+constexpr unsigned kReduceMax = 0xfffffffcu;
+// The kind of warp operation an xsrc stands for: a shuffle (any lane or the unemulated mask) is 0.
+inline unsigned warp_kind(unsigned xsrc) { return xsrc >= kReduceMax && xsrc != 0xffffffffu ? xsrc : 0; }
 
 struct Run {
   const LaunchInfo* info;
@@ -653,8 +659,18 @@ void copy_value(void* dst, const void* src, unsigned size) {
 
 // Exchanges the values of warp lanes lo..hi (all waiting at one warp operation whose sizes and
 // sources were checked) and makes them runnable again.
-void exchange_and_release(unsigned lo, unsigned hi, unsigned size, bool gather) {
-  if (gather) {  // every lane receives every lane's bytes, in lane order
+void exchange_and_release(unsigned lo, unsigned hi, unsigned size, unsigned kind) {
+  if (kind == kReduceSum || kind == kReduceMax) {
+    // the butterfly of warp_sum / warp_max (cuda_emu.h warp_reduce): at offsets 16, 8, 4, 2, 1 every
+    // lane combines its value with lane (l ^ offset)'s, its own first
+    float v[32], w[32];
+    for (unsigned i = 0; i < 32; ++i) std::memcpy(&v[i], &g_fibers[lo + i].xin, sizeof(float));
+    for (unsigned o = 16; o > 0; o >>= 1) {
+      for (unsigned l = 0; l < 32; ++l) w[l] = kind == kReduceSum ? v[l] + v[l ^ o] : fmaxf(v[l], v[l ^ o]);
+      std::memcpy(v, w, sizeof v);
+    }
+    for (unsigned i = lo; i < hi; ++i) std::memcpy(g_fibers[i].xout, &v[i - lo], sizeof(float));
+  } else if (kind == kGather) {  // every lane receives every lane's bytes, in lane order
     for (unsigned i = lo; i < hi; ++i)
       if (g_fibers[i].xout)
         for (unsigned s = 0; s < 32; ++s)
@@ -675,13 +691,13 @@ bool release_complete_warp(unsigned w, unsigned n) {
   const Fiber& f0 = g_fibers[lo];
   const char* op = f0.xop;
   const unsigned size = f0.xsize;
-  const bool gather = f0.xsrc == kGather;
+  const unsigned kind = warp_kind(f0.xsrc);
   for (unsigned i = lo; i < hi; ++i) {
     const Fiber& f = g_fibers[i];
-    if (f.st != kWarpWait || f.xop != op || f.xsize != size || (f.xsrc == kGather) != gather || f.xsrc == 0xffffffffu)
+    if (f.st != kWarpWait || f.xop != op || f.xsize != size || warp_kind(f.xsrc) != kind || f.xsrc == 0xffffffffu)
       return false;
   }
-  exchange_and_release(lo, hi, size, gather);
+  exchange_and_release(lo, hi, size, kind);
   return true;
 }
 
@@ -706,11 +722,12 @@ int release_warp(Run& r, unsigned w, unsigned n) {
                      " exited or wait at __syncthreads while others shuffle (divergent full-mask shuffle)");
     return -1;
   }
-  const bool gather = g_fibers[lo].xsrc == kGather;
+  const unsigned kind = warp_kind(g_fibers[lo].xsrc);
+  const bool gather = kind == kGather;
   const char* op = g_fibers[lo].xop;
   for (unsigned i = lo; i < hi; ++i) {
     // note: the same call site passes the same literal; strcmp only where the pointers differ
-    if ((g_fibers[i].xsrc == kGather) != gather || (g_fibers[i].xop != op && std::strcmp(g_fibers[i].xop, op) != 0)) {
+    if (warp_kind(g_fibers[i].xsrc) != kind || (g_fibers[i].xop != op && std::strcmp(g_fibers[i].xop, op) != 0)) {
       set_error(r, std::string("lanes of warp ") + std::to_string(w) + " meet at different warp operations (" + op +
                        " and " + g_fibers[i].xop + ")");
       return -1;
@@ -723,12 +740,12 @@ int release_warp(Run& r, unsigned w, unsigned n) {
                           : std::string("lanes of one warp shuffle values of different sizes"));
       return -1;
     }
-    if (!gather && g_fibers[i].xsrc == 0xffffffffu) {
+    if (kind == 0 && g_fibers[i].xsrc == 0xffffffffu) {
       set_error(r, std::string(g_fibers[i].xop) + " with a mask other than 0xffffffff (not emulated)");
       return -1;
     }
   }
-  exchange_and_release(lo, hi, size, gather);
+  exchange_and_release(lo, hi, size, kind);
   return 1;
 }
 
@@ -828,6 +845,18 @@ void sync_warp_gather(const void* mine, unsigned size, void* all, const char* op
   }
   r->cur->xptr = mine;
   wait_at_warp(*r, all, size, kGather, op);
+}
+
+float warp_reduce(float v, WarpReduce kind, const char* op) {
+  Run* r = tl_run;
+  if (r->direct) {
+    set_error(*r, std::string(op) + " in a block after block 0 ran without one (data-dependent warp operation)");
+    return v;
+  }
+  float out = 0;
+  copy_value(&r->cur->xin, &v, sizeof v);
+  wait_at_warp(*r, &out, sizeof out, kind == WarpReduce::sum ? kReduceSum : kReduceMax, op);
+  return out;
 }
 
 void kernel_error(const std::string& msg) { set_error(*tl_run, msg); }

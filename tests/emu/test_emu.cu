@@ -12,8 +12,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <cstdio>
 
+#include "common.cuh"
 #include "cuda/device_counters.h"
 #include <string>
 #include <vector>
@@ -24,6 +28,25 @@ __global__ void warp_sums(const float* x, float* out) {
   float v = x[threadIdx.x];
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   out[threadIdx.x] = v;
+}
+
+// warp_sum / warp_max as the emulator computes them (one meeting point, ::emu::warp_reduce) against
+// the five shuffles they stand for, on the same values.
+__global__ void warp_reductions(const float* x, float* out) {
+  const float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+  float s = v, m = v;
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float* o4 = out + 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+  o4[0] = s;
+  o4[1] = degen::cuda::warp_sum(v);
+  o4[2] = m;
+  o4[3] = degen::cuda::warp_max(v);
+}
+
+__global__ void divergent_warp_sum(float* out) {
+  if (threadIdx.x % 32 >= 20) return;
+  out[threadIdx.x] = degen::cuda::warp_sum(1.0f);
 }
 
 __global__ void block_reverse(const int* x, int* out, int n) {
@@ -175,6 +198,43 @@ TEST_CASE("emu: a full-mask xor shuffle gives every lane the warp's sum") {
   CHECK(y[31] == 496.0f);
   CHECK(y[32] == 1520.0f);  // 32 + ... + 63
   CHECK(y[63] == 1520.0f);
+}
+
+TEST_CASE("emu: warp_sum and warp_max at one meeting point equal their five shuffles bit for bit") {
+  // values of mixed magnitude and sign, so that the order of the additions shows in the last bits;
+  // +0 and -0, an infinity and a NaN in the last warp
+  const int n = 4 * 64;
+  std::vector<float> x(n);
+  uint32_t s = 12345;
+  for (int i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    x[size_t(i)] = std::ldexp(float(int32_t(s >> 8) - (1 << 23)) / float(1 << 23), int(s % 40) - 20);
+  }
+  x[size_t(n - 64)] = 0.0f;
+  x[size_t(n - 63)] = -0.0f;
+  x[size_t(n - 40)] = INFINITY;
+  x[size_t(n - 2)] = NAN;
+  Buf dx(n * 4), dy(n * 16);
+  REQUIRE(cudaMemcpy(dx.p, x.data(), n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  for (bool rev : {false, true}) {
+    emu::set_reverse_order(rev);
+    warp_reductions<<<4, 64>>>(dx.as<float>(), dy.as<float>());
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    const auto y = down(dy.as<float>(), size_t(n) * 4);
+    int same = 0;
+    for (int i = 0; i < n; ++i) {
+      const float* r = &y[size_t(i) * 4];
+      same += std::memcmp(&r[0], &r[1], 4) == 0 && std::memcmp(&r[2], &r[3], 4) == 0;
+    }
+    CHECK(same == n);
+    CHECK(y[0] != y[4 * 32]);  // two warps, two sums
+  }
+  emu::set_reverse_order(false);
+  // every lane must arrive, as at the shuffles
+  Buf d(1024);
+  divergent_warp_sum<<<1, 64>>>(d.as<float>());
+  CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+  CHECK(cudaGetLastError() == cudaSuccess);
 }
 
 TEST_CASE("emu: __syncthreads orders shared memory, and without it the result depends on thread order") {
