@@ -704,3 +704,49 @@ TEST_CASE("report: input errors name the path") {
   CHECK(in.sweeps[0].rows.size() == 10);
   CHECK_FALSE(in.sweeps[0].warnings.empty());  // no sweep.json: the matrix is unknown
 }
+
+TEST_CASE("report: compare --server's decode path and serving probes reach every format") {
+  // The fixture's compare result with what compare --server adds to a case's generation
+  // (DecodePathResult / ProbeResult to_json): a per-step KLD crossing the limit at step 3.
+  json cmp = json::parse(read_file(fixture() / "compare.json"));
+  json& gen = cmp["cases"][0]["generation"];
+  gen["decode_path"] = {{"steps", 6}, {"stated", 6}, {"scored", 5}, {"kld", {1e-9, 2e-9, 3e-9, 0.25, 0.5, nullptr}},
+                        {"floor", {1e-10, 1e-10, 1e-10, 1e-10, 1e-10}}, {"peak_floor", 1e-10}, {"limit", 3.1e-9},
+                        {"mean_kld", 0.15}, {"max_kld", 0.5}, {"first_bad_step", 3}, {"prefill_kld", 2.5e-9},
+                        {"self_kld", 0.24}, {"floor_source", "fp64 reference"}, {"note", nullptr}, {"pass", false}};
+  gen["agreement"] = "beyond noise";
+  gen["probes"] = json::array(
+      {{{"probe", "prefix-cache"}, {"verdict", "bad"}, {"reason", "warm against cold: step 0 KLD over the limit"},
+        {"cached_tokens", 18}, {"slots", nullptr}, {"first_difference", 2}, {"max_kld", 0.04}, {"limit", 1e-5}},
+       {{"probe", "batching"}, {"verdict", "not applicable"}, {"reason", "the server has 1 slot"}, {"cached_tokens", nullptr},
+        {"slots", 1}, {"first_difference", nullptr}, {"max_kld", nullptr}, {"limit", nullptr}}});
+  test::TempDir dir("report-server");
+  write_file_atomic(dir / "server.json", cmp.dump());
+  const json doc = doc_of({dir / "server.json"});
+  const json& g = doc["compares"][0]["cases"][0]["generation"];
+  CHECK(g["decode_path"]["first_bad_step"] == 3);
+  CHECK(g["decode_path"]["kld"].size() == 6);
+  CHECK(g["decode_path"]["kld"][5].is_null());  // a step not scored stays unscored
+  CHECK(g["probes"].size() == 2);
+  CHECK(g["probes"][0]["cached_tokens"] == 18);
+  CHECK(g["agreement"] == "beyond noise");
+
+  const std::string md = render_markdown(doc);
+  CHECK(md.find("Decode path (the server's distribution") != std::string::npos);
+  CHECK(md.find("| 5 of 6 | 1.50e-01 | 5.00e-01 | 3.10e-09 | **3** | 2.50e-09 | 2.40e-01 | beyond noise |") != std::string::npos);
+  CHECK(md.find("| prefix-cache | **bad** | 2 | 4.00e-02 | 1.00e-05 | warm against cold: step 0 KLD over the limit; cached 18 tokens |") !=
+        std::string::npos);
+  CHECK(md.find("| batching | not applicable | - | - | - | the server has 1 slot |") != std::string::npos);
+
+  const std::string html = render_html(doc);
+  CHECK(html.find("Decode path, KLD per generated step: two-plus-two") != std::string::npos);
+  CHECK(html.find("first bad step (3)") != std::string::npos);
+  CHECK(html.find("step limit") != std::string::npos);
+  CHECK(html.find("<h3>Serving probes</h3>") != std::string::npos);
+  CHECK(html.find("v-not applicable") != std::string::npos);
+
+  // A result without them (our own engine) shows neither.
+  const std::string plain = render_markdown(doc_of({fixture() / "compare.json"}));
+  CHECK(plain.find("Decode path (") == std::string::npos);
+  CHECK(plain.find("Serving probes") == std::string::npos);
+}

@@ -30,7 +30,7 @@ section{background:#fff;border:1px solid #e2e4e8;border-radius:6px;padding:6px 1
 .summary p.bad{border-color:#c62828}.summary p.good{border-color:#2e7d32}
 code{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:.9em;background:#f0f1f3;padding:0 3px;border-radius:3px;overflow-wrap:anywhere}
 .v{display:inline-block;padding:0 7px;border-radius:10px;color:#fff;font-size:.85em;font-weight:600}
-.v-good{background:#2e7d32}.v-bad{background:#c62828}.v-model-intrinsic{background:#ef6c00}.v-untestable{background:#9e9e9e}.v-error{background:#6a1b9a}.v-none{background:#555}
+.v-good{background:#2e7d32}.v-bad{background:#c62828}.v-model-intrinsic{background:#ef6c00}.v-untestable{background:#9e9e9e}.v-error{background:#6a1b9a}.v-none{background:#555}.v-not{background:#9e9e9e}
 table{border-collapse:collapse;font-size:13px;margin:8px 0;max-width:100%}
 th,td{border:1px solid #dde;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f0f2f5}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -41,6 +41,7 @@ tr.culprit td{background:#fdecea;font-weight:600}tr.over td{background:#fff6f5}
 .sbs{display:grid;grid-template-columns:1fr 1fr;gap:12px;margin:6px 0 14px}
 .sbs .loop{outline:2px solid #c62828;background:#ffebee}.sbs .loop-label{color:#c62828;font-weight:normal;font-size:12px}
 .sbs pre{white-space:pre-wrap;word-break:break-word;background:#fafafa;border:1px solid #e0e0e0;padding:8px;margin:0;font-size:12.5px;max-height:360px;overflow:auto}
+.firstbad{color:#c62828;font-weight:700}
 mark{background:#ffe0b2;color:#7a2e00;border-bottom:2px solid #ef6c00}
 .note{color:#555;font-size:13px}.warn{color:#8a4b00}
 details{margin:6px 0}summary{cursor:pointer;font-weight:600}
@@ -397,6 +398,55 @@ std::string kld_plot(const json& k, const json& limit) {
   return p.render();
 }
 
+// compare --server: the KLD of the server's distribution at each generated step against the
+// reference over the same tokens, with the per-step limit and the first step over it.
+std::string decode_path_plot(const json& k) {
+  const json& d = k["generation"].value("decode_path", json());
+  if (!d.is_object() || !d["kld"].is_array() || d["kld"].empty()) return "";
+  const json& kld = d["kld"];
+  std::vector<double> x;
+  std::vector<std::optional<double>> y;
+  for (size_t i = 0; i < kld.size(); ++i) {
+    x.push_back(static_cast<double>(i));
+    y.push_back(as_num(kld[i]));
+  }
+  svg::Plot p(720, 240, cat("Decode path, KLD per generated step: ", s(k["id"])));
+  p.x_axis({0, std::max(1.0, static_cast<double>(kld.size() - 1)), false, true, "generated step (the server's own sequence)"});
+  std::vector<std::optional<double>> range = y;
+  if (auto l = as_num(d["limit"])) range.push_back(*l);
+  p.y_axis(svg::Plot::log_range(range, "KLD (nats, log)"));
+  if (auto l = as_num(d["limit"])) p.hrule(*l, svg::kGood, "5 3", "step limit");
+  if (d["first_bad_step"].is_number())
+    p.vrule(static_cast<double>(d["first_bad_step"].get<int64_t>()), svg::kBad, "",
+            cat("first bad step (", d["first_bad_step"].get<int64_t>(), ")"));
+  p.line(x, y, "#6a1b9a", 1.3, "", kld.size() <= 80 ? svg::Marker::circle : svg::Marker::none, "KLD (decode path)");
+  std::string o = p.render();
+  if (d["first_bad_step"].is_number())
+    o += "<p class=\"note\">First bad decode step " + h(opt_int_str(d["first_bad_step"])) + ": KLD over the limit " + h(num(d["limit"])) +
+         "; the server's own prefill of the same tokens there: " + h(num(d["prefill_kld"])) + " against the reference, its decode against that prefill: " +
+         h(num(d["self_kld"])) + ".</p>";
+  return o;
+}
+
+// compare --server: the serving probes of every case, one row per case and probe.
+std::string probes_html(const json& c) {
+  std::string rows;
+  for (const json& k : c["cases"])
+    for (const json& p : k["generation"].value("probes", json::array())) {
+      std::string detail = h(s(p["reason"]));
+      if (p["cached_tokens"].is_number() && s(p["reason"]).find("cached") == std::string::npos) detail += (detail.empty() ? "" : "; ") + h("cached " + p["cached_tokens"].dump() + " tokens");
+      if (p["slots"].is_number() && s(p["reason"]).find("slot") == std::string::npos) detail += (detail.empty() ? "" : "; ") + h(p["slots"].dump() + " slots");
+      rows += "<tr><td>" + code(s(k["id"])) + "</td><td>" + h(s(p["probe"])) + "</td><td>" + badge(s(p["verdict"])) + "</td><td class=\"n\">" +
+              h(opt_int_str(p["first_difference"])) + "</td><td class=\"n\">" + h(num(p["max_kld"])) + "</td><td class=\"n\">" +
+              h(num(p["limit"])) + "</td><td>" + detail + "</td></tr>";
+    }
+  if (rows.empty()) return "";
+  return "<h3>Serving probes</h3><table class=\"sortable\">" +
+         th_row({"case", "probe", "verdict", "first difference", "KLD max", "limit", "detail"}) + "<tbody>" + rows +
+         "</tbody></table><p class=\"note\">Each probe is a differential measurement on the server itself: the case warm "
+         "after a request sharing its prompt against cold (prefix-cache), beside other requests against alone (batching).</p>";
+}
+
 std::string text_pair(const json& k) {
   const json& g = k["generation"];
   std::string o = "<div class=\"sbs\">";
@@ -406,14 +456,23 @@ std::string text_pair(const json& k) {
     const size_t n = std::min<size_t>(t["common_prefix_bytes"].get<size_t>(), std::min(golden.size(), tested.size()));
     // Highlighted from the first difference (n); the loop, from its onset to the end, framed in red
     // and labelled with its period.
+    // The first bad decode step (compare --server), marked in the tested text where its token starts.
+    const json& dp = g.value("decode_path", json());
+    const json& bad_at = t.value("tested_first_bad_bytes", json());
     auto side = [&](const std::string& title, const std::string& text, const json& loop_at, const char* onset_key,
-                    const char* period_key) {
+                    const char* period_key, const json& first_bad_at = json()) {
       const size_t lb = loop_at.is_number_unsigned() ? std::min<size_t>(loop_at.get<size_t>(), text.size()) : text.size();
-      auto piece = [&](size_t a, size_t b) {  // [a, b) with the difference highlight
+      const size_t fb = first_bad_at.is_number_unsigned() ? first_bad_at.get<size_t>() : SIZE_MAX;
+      auto plain = [&](size_t a, size_t b) {  // [a, b) with the difference highlight
         std::string r;
         if (a < std::min(b, n)) r += h(text.substr(a, std::min(b, n) - a));
         if (std::max(a, n) < b) r += "<mark>" + h(text.substr(std::max(a, n), b - std::max(a, n))) + "</mark>";
         return r;
+      };
+      auto piece = [&](size_t a, size_t b) {  // and the first bad decode step's marker where it falls
+        if (fb < a || fb >= b) return plain(a, b);
+        return plain(a, fb) + "<span class=\"firstbad\" title=\"first bad decode step " + h(opt_int_str(dp.value("first_bad_step", json()))) +
+               "\">&#x25BC;</span>" + plain(fb, b);
       };
       std::string body = piece(0, lb);
       std::string label;
@@ -426,9 +485,11 @@ std::string text_pair(const json& k) {
              "</h4><pre>" + body + "</pre></div>";
     };
     o += side("golden (CPU reference)", golden, t.value("golden_loop_bytes", json()), "golden_loop_onset", "golden_tail_period") +
-         side("tested", tested, t.value("tested_loop_bytes", json()), "loop_onset", "tail_period") + "</div>";
+         side("tested", tested, t.value("tested_loop_bytes", json()), "loop_onset", "tail_period", bad_at) + "</div>";
     o += "<p class=\"note\">Highlighted: from the first character that differs; framed in red: the loop, from its onset "
-         "to the end. Text decoded with " + h(s(t["source"])) + ".</p>";
+         "to the end" +
+         std::string(bad_at.is_number() ? "; &#x25BC;: where the first bad decode step's token starts" : "") +
+         ". Text decoded with " + h(s(t["source"])) + ".</p>";
     return o;
   }
   // No tokenizer: the token ids, highlighted from the first divergence.
@@ -471,7 +532,7 @@ std::string cases_html(const json& c) {
   for (const json& k : c["cases"]) {
     const bool open = k["verdict"] == "bad" && plotted < 3;
     o += std::string("<details") + (open ? " open" : "") + "><summary>Case " + code(s(k["id"])) + " " + badge(s(k["verdict"])) + "</summary>";
-    if (plotted++ < kMaxKldPlots) o += kld_plot(k, k["kld_limit"]);
+    if (plotted++ < kMaxKldPlots) o += kld_plot(k, k["kld_limit"]) + decode_path_plot(k);
     const json& g = k["generation"];
     if (g["degenerate"].get<bool>() && g["reason"].is_string())
       o += "<p class=\"note\">Tested output: " + h(s(g["reason"])) + (g["cause"].is_string() ? " (" + h(s(g["cause"])) + ")" : "") + ".</p>";
@@ -503,7 +564,7 @@ std::string compare_html(const json& c, size_t idx) {
   if (c["first_break"].is_object())
     o += "<p>Prime suspect: layer " + h(c["first_break"]["layer"].dump()) + ", the first whose isolated error (golden input injected) breaks its rule (" +
          h(s(c["first_break"]["mode"])) + " mode). Later layers whose drift grows while their own error stays low are victims.</p>";
-  o += layer_plot(c) + layer_table(c) + "<h3>Cases</h3>" + cases_html(c) + config_html(c);
+  o += layer_plot(c) + layer_table(c) + "<h3>Cases</h3>" + cases_html(c) + probes_html(c) + config_html(c);
   return o + "</section>";
 }
 

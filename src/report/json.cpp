@@ -153,6 +153,45 @@ json compare_layers(const json& cases, json& first_break) {
   return out;
 }
 
+// compare --server's decode-path figures (DecodePathResult::to_json): the per-step KLD (null where a
+// step was not scored), its limit and the first step over it; null when the result has none.
+json decode_path_doc(const json& dp) {
+  if (!dp.is_object()) return nullptr;
+  json kld = json::array();
+  for (const json& v : array_or_empty(dp, "kld")) kld.push_back(num_or_null(as_num(v)));
+  return {{"steps", int_or_null(opt_int(dp, "steps"))},
+          {"stated", int_or_null(opt_int(dp, "stated"))},
+          {"scored", int_or_null(opt_int(dp, "scored"))},
+          {"kld", kld},
+          {"limit", num_or_null(opt_num(dp, "limit"))},
+          {"peak_floor", num_or_null(opt_num(dp, "peak_floor"))},
+          {"mean_kld", num_or_null(opt_num(dp, "mean_kld"))},
+          {"max_kld", num_or_null(opt_num(dp, "max_kld"))},
+          {"first_bad_step", int_or_null(opt_int(dp, "first_bad_step"))},
+          {"prefill_kld", num_or_null(opt_num(dp, "prefill_kld"))},
+          {"self_kld", num_or_null(opt_num(dp, "self_kld"))},
+          {"floor_source", str_or_null(dp, "floor_source")},
+          {"note", str_or_null(dp, "note")},
+          {"pass", dp.contains("pass") && dp["pass"].is_boolean() ? dp["pass"] : json(nullptr)}};
+}
+
+// compare --server's serving probes (ProbeResult::to_json), one object each.
+json probes_doc(const json& probes) {
+  json out = json::array();
+  for (const json& p : probes) {
+    if (!p.is_object()) continue;
+    out.push_back({{"probe", str_or_null(p, "probe")},
+                   {"verdict", str_or_null(p, "verdict")},
+                   {"reason", str_or_null(p, "reason")},
+                   {"cached_tokens", int_or_null(opt_int(p, "cached_tokens"))},
+                   {"slots", int_or_null(opt_int(p, "slots"))},
+                   {"first_difference", int_or_null(opt_int(p, "first_difference"))},
+                   {"max_kld", num_or_null(opt_num(p, "max_kld"))},
+                   {"limit", num_or_null(opt_num(p, "limit"))}});
+  }
+  return out;
+}
+
 json compare_case(const json& c, const Tokenizer* tok, const std::string& tok_source, const ReportOptions& opt) {
   json o;
   o["id"] = opt_str(c, "id", "?");
@@ -196,7 +235,11 @@ json compare_case(const json& c, const Tokenizer* tok, const std::string& tok_so
               {"golden_loop_onset", int_or_null(opt_int(gd, "loop_onset"))},
               {"golden_tail_period", int_or_null(opt_int(gd, "tail_period"))},
               {"cause", str_or_null(g, "cause")},
-              {"verdict", str_or_null(g, "verdict")}};
+              {"verdict", str_or_null(g, "verdict")},
+              {"agreement", str_or_null(g, "agreement")},
+              {"server_speculation", str_or_null(g, "server_speculation")},
+              {"decode_path", decode_path_doc(g.contains("decode_path") ? g["decode_path"] : json())},
+              {"probes", probes_doc(array_or_empty(g, "probes"))}};
   // The text: from the result itself when it carries it, else decoded with the model's tokenizer.
   json text = nullptr;
   std::string golden, tested, source;
@@ -225,6 +268,8 @@ json compare_case(const json& c, const Tokenizer* tok, const std::string& tok_so
       return at < shown.size() ? json(at) : json(nullptr);
     };
     text["tested_loop_bytes"] = loop_bytes(gen["tokens"], opt_int(d, "loop_onset"), tested);
+    text["tested_first_bad_bytes"] =
+        gen["decode_path"].is_object() ? loop_bytes(gen["tokens"], opt_int(gen["decode_path"], "first_bad_step"), tested) : json(nullptr);
     text["golden_loop_bytes"] = loop_bytes(gen["golden_tokens"], opt_int(gd, "loop_onset"), golden);
   }
   gen["text"] = text;

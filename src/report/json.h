@@ -52,10 +52,22 @@
 //                                            "tail_period", "tail_repeats", "seq_rep_4", "max_run",
 //                                            "degenerate", "rule", "reason", "golden_degenerate",
 //                                            "golden_rule", "golden_loop_onset", "cause", "verdict",
+//                                            "agreement" (compare --server's greedy agreement) | null,
+//                                            "server_speculation" (the server's own draft counts) | null,
+//                                            "decode_path": {"steps", "stated", "scored",
+//                                                 "kld": [per generated step, null: not scored],
+//                                                 "limit", "peak_floor", "mean_kld", "max_kld",
+//                                                 "first_bad_step", "prefill_kld", "self_kld",
+//                                                 "floor_source", "note", "pass"} | null,
+//                                            "probes": [{"probe", "verdict", "reason",
+//                                                 "cached_tokens", "slots", "first_difference",
+//                                                 "max_kld", "limit"}],
 //                                            "text": {"golden", "tested", "common_prefix_bytes",
 //                                                     "source", "tested_loop_bytes",
-//                                                     "golden_loop_bytes"} | null}}] }]
-//   (*_loop_bytes: byte offset in that text where its loop onset is, or null)
+//                                                     "golden_loop_bytes",
+//                                                     "tested_first_bad_bytes"} | null}}] }]
+//   (*_loop_bytes: byte offset in that text where its loop onset is, or null; tested_first_bad_bytes:
+//   where the first bad decode step's token starts, or null)
 // }
 #pragma once
 #include <filesystem>

@@ -206,6 +206,49 @@ std::string cases_md(const json& c, const Caps& caps) {
   return o + "\n";
 }
 
+// compare --server: each case's decode path (the engine's own per-step distributions against the
+// reference over its sequence) and the serving probes, one row per case and per probe.
+std::string serving_md(const json& c, const Caps& caps) {
+  const json& cases = c["cases"];
+  std::string dp, probes;
+  size_t dp_rows = 0, dp_all = 0, probe_rows = 0, probe_all = 0;
+  for (const json& k : cases) {
+    const json& g = k["generation"];
+    const json& d = g.value("decode_path", json());
+    if (d.is_object()) {
+      if (dp_rows++ < caps.cases) {
+        std::string first = d["first_bad_step"].is_number() ? "**" + opt_int_str(d["first_bad_step"]) + "**" : "-";
+        dp += row({md_code(s(k["id"])), cat(opt_int_str(d["scored"]), " of ", opt_int_str(d["steps"])), fmt_sci(as_num(d["mean_kld"])),
+                   fmt_sci(as_num(d["max_kld"])), fmt_sci(as_num(d["limit"])), first, fmt_sci(as_num(d["prefill_kld"])),
+                   fmt_sci(as_num(d["self_kld"])), md_escape(s(g.value("agreement", json())))});
+      }
+      ++dp_all;
+    }
+    for (const json& p : g.value("probes", json::array())) {
+      if (probe_rows++ < caps.cases) {
+        std::string detail = s(p["reason"]);
+        if (p["cached_tokens"].is_number() && s(p["reason"]).find("cached") == std::string::npos) detail += cat(detail.empty() ? "" : "; ", "cached ", p["cached_tokens"].dump(), " tokens");
+        if (p["slots"].is_number() && s(p["reason"]).find("slot") == std::string::npos) detail += cat(detail.empty() ? "" : "; ", p["slots"].dump(), " slots");
+        probes += row({md_code(s(k["id"])), md_escape(s(p["probe"])), verdict_cell(s(p["verdict"])), opt_int_str(p["first_difference"]),
+                       fmt_sci(as_num(p["max_kld"])), fmt_sci(as_num(p["limit"])), md_escape(utf8_truncate(detail, 200))});
+      }
+      ++probe_all;
+    }
+  }
+  std::string o;
+  if (dp_all > 0)
+    o += "Decode path (the server's distribution at each generated step against the reference over the same tokens; "
+         "prefill: the server's own prefill of those tokens at the first bad step; self: its decode against that prefill):\n\n" +
+         header({"case", "steps scored", "KLD mean", "KLD max", "step limit", "first bad step", "prefill KLD", "self KLD", "greedy agreement"},
+                "lrrrrrrrl") +
+         dp + cut_note(std::min(dp_rows, caps.cases), dp_all, "cases") + "\n";
+  if (probe_all > 0)
+    o += "Serving probes (each a differential measurement on the server itself):\n\n" +
+         header({"case", "probe", "verdict", "first difference", "KLD max", "limit", "detail"}, "lllrrrl") + probes +
+         cut_note(std::min(probe_rows, caps.cases), probe_all, "probe rows") + "\n";
+  return o;
+}
+
 std::string config_md(const json& c) {
   std::string o = "Configuration and model:\n\n" + header({"", ""});
   auto add = [&](const std::string& k, const std::string& v) { o += row({k, v}); };
@@ -227,7 +270,7 @@ std::string config_md(const json& c) {
 std::string compare_md(const json& c, const Caps& caps) {
   std::string o = cat("## Compare ", md_code(s(c["config"])), ": ", verdict_cell(s(c["verdict"])), "\n\n");
   if (c["verdict"] == "untestable") return o + cat("Untestable: ", md_escape(s(c["reason"])), "\n\n") + config_md(c);
-  return o + layers_md(c, caps) + cases_md(c, caps) + config_md(c);
+  return o + layers_md(c, caps) + cases_md(c, caps) + serving_md(c, caps) + config_md(c);
 }
 
 }  // namespace
