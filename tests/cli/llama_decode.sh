@@ -12,6 +12,9 @@
 #    and good with --probes none;
 #  - batch (each sequence of a batch of several reads the next one's state): bad by the batching probe
 #    on a server with 2 slots, and the probe not applicable with 1;
+#  - chunk (each later ubatch of a batch split into several runs from a zero state): chunked prefill
+#    is a server setting in llama-server 0.3.36 (-ub, no per-request switch), so its probe is a sweep
+#    over it: the clean build chunked by 8 is good; with the bug, "ub: effect";
 #  - handoff under llama-dump --decode: compare --dump names layer 0's causal conv.
 # One case (count, 48 greedy tokens) keeps it cheap. Skips without the build or the GGUF.
 source "$(dirname "$0")/lib.bash"
@@ -51,6 +54,17 @@ expect_out "decode path: step 1 (KLD"
 expect_out "while the prefill of the same tokens agrees"
 expect_out "greedy agreement: token 1 is"
 grep -m1 "decode path: step" "$WORK/out"
+# The reports show it: the decode-path row with the first bad step, the per-step plot, and the marker
+# where that step's token starts in the tested text.
+expect_exit 0 "$BIN" report "$WORK/handoff.json" --model "$M" --format md -o "$WORK/handoff.md"
+grep -q "first bad step" "$WORK/handoff.md" || fail "the Markdown report has no decode-path table"
+grep -Eq '^\| `count` \| [0-9]+ of [0-9]+ \| [^|]+ \| [^|]+ \| [^|]+ \| \*\*1\*\* \|' "$WORK/handoff.md" ||
+  fail "the Markdown report's decode-path row does not name step 1: $(grep -m1 ' of .* | \*\*' "$WORK/handoff.md")"
+expect_exit 0 "$BIN" report "$WORK/handoff.json" --model "$M" -o "$WORK/handoff.html"
+for s in "Decode path, KLD per generated step: count" "first bad step (1)" 'class="firstbad" title="first bad decode step 1"' \
+  "<h3>Serving probes</h3>"; do
+  grep -qF "$s" "$WORK/handoff.html" || fail "the HTML report lacks: $s"
+done
 
 expect_exit 1 score rollback --spec-type draft-mtp
 expect_out "greedy agreement: token 5 is"
@@ -106,6 +120,15 @@ if [ -x "$DUMP" ]; then
 else
   echo "SKIP (part): no llama-dump beside $SRV (build it with --targets \"llama-server llama-dump\")"
 fi
+
+# chunked prefill (the count case's 18-token prompt in ubatches of 8): the clean build is good chunked,
+# and a sweep over the ubatch size names the chunk bug.
+expect_exit 0 score "" -ub 8
+expect_out "verdict: good (exit 0)"
+expect_exit 1 "$BIN" sweep --golden "$G" --model "$M" --case count --out "$WORK/sweep-ub" --health-timeout 120 \
+  --server-cmd "env DEGEN_LLAMA_BUG=chunk $(cmd -ub {ub})" --axis ub=512,8
+expect_out "-> ub: effect"
+grep -m1 -- "-> ub:" "$WORK/out"
 
 # The sweep over speculation names it (the bug selected by env(1) in the template: the command is exec'd).
 expect_exit 1 "$BIN" sweep --golden "$G" --model "$M" --case count --out "$WORK/sweep" --health-timeout 120 \
