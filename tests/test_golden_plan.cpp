@@ -45,6 +45,23 @@ TEST_CASE("golden plan: passes by batch group and floor class") {
   CHECK(one.passes_forced == 3);
   CHECK(one.passes_floors == 0);
   CHECK(one.batch_groups == 3);
+  // compare --server's decode-path scoring, per case: the reference's prefill of T tokens, the floor
+  // engine's prefill of the prompt and G - 1 one-token steps (cases a, b: G 5; c: G 3)
+  CHECK(one.passes_decode_path == (2 + 4) + (2 + 4) + (2 + 2));
+  CHECK(one.seconds_decode_path == 0);  // no rates: no estimate
+  {
+    PlanAssumptions rated = as;
+    rated.memory_gbps = 1;
+    rated.gflops = 1e9;  // bound by the weight reads: the time is proportional to the read rate
+    const GoldenPlan a = plan_golden(dir.path(), model->config, model->checkpoint.get(), nullptr, s, o, rated, make_backend);
+    rated.memory_gbps = 2;
+    const GoldenPlan b = plan_golden(dir.path(), model->config, model->checkpoint.get(), nullptr, s, o, rated, make_backend);
+    CHECK(a.seconds_decode_path > 0);
+    CHECK(b.seconds_decode_path == doctest::Approx(a.seconds_decode_path / 2));
+    bool said = false;
+    for (const std::string& l : a.lines()) said |= l.find("scoring a server's decode path takes about") != std::string::npos;
+    CHECK(said);
+  }
   o.batch_all = true;
   REQUIRE(golden_batch_groups(s, o) == std::vector<std::pair<size_t, size_t>>{{0, 2}, {2, 3}});
   GoldenPlan all = plan_golden(dir.path(), model->config, model->checkpoint.get(), nullptr, s, o, as, make_backend);

@@ -201,7 +201,7 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
     if (opt.floor_classes != "fp32" && opt.bf16_floors.backend == BackendKind::cpu) ++classes;
     if (opt.floor_classes != "bf16") ++classes;
   }
-  std::vector<Pass> passes;
+  std::vector<Pass> passes, dp_passes;
   double record_bytes_max = 0, layers_max = 0;
   int64_t P_max = 0;
   struct Gen { int64_t Tp, G; };
@@ -217,6 +217,12 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
     P_max = std::max(P_max, P);
     passes.push_back({T, T, true, true});  // the teacher-forced prefill
     ++p.passes_forced;
+    // compare --server's decode-path scoring of this case (not part of the golden run): the
+    // reference's prefill over the engine's sequence (T tokens when it generates as many as the
+    // golden), and the floor class's engine decoding it as a server does: the prompt, then a token a call
+    dp_passes.push_back({T, T, false, true});
+    dp_passes.push_back({Tp, Tp, false, true});
+    for (int64_t i = 1; i < G; ++i) dp_passes.push_back({1, Tp + i, false, true});
     for (int cl = 0; cl < classes; ++cl) {
       if (P > 0) passes.push_back({P, P, false, true, true});
       for (int64_t i = 0; i < P; ++i) passes.push_back({1, i + 1, false, true, true});
@@ -344,6 +350,15 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
     (read >= compute ? p.seconds_read : p.seconds_compute) += std::max(read, compute);
     if (ps.floor) p.seconds_floors += std::max(read, compute);
   }
+  // compare --server's decode-path scoring: the same rates, the weights read from RAM when they fit
+  for (const Pass& ps : dp_passes) {
+    const double W = pass_bytes(ps);
+    double s = !p.fits_page_cache && p.storage_gbps > 0 ? W / (p.storage_gbps * kGB) : 0;
+    if (p.memory_gbps > 0) s = std::max(s, W / (p.memory_gbps * kGB));
+    if (p.gflops > 0) s = std::max(s, pass_flops(ps) / (p.gflops * 1e9));
+    p.seconds_decode_path += s;
+  }
+  p.passes_decode_path = static_cast<int64_t>(dp_passes.size());
   return p;
 }
 
@@ -380,6 +395,11 @@ std::vector<std::string> GoldenPlan::lines() const {
     o.push_back(cat("estimate: ", format_duration(seconds()), " (passes bound by reading ", format_duration(seconds_read),
                     ", by computing ", format_duration(seconds_compute), ")",
                     passes_floors > 0 ? cat("; the noise floors take ", format_duration(seconds_floors), " of it (--no-floors)") : ""));
+  if (passes_decode_path > 0 && (fits_page_cache || storage_gbps > 0) && (memory_gbps > 0 || gflops > 0))
+    o.push_back(cat("compare --server, later (not part of this run): scoring a server's decode path takes about ",
+                    format_duration(seconds_decode_path), " per run of this suite (", passes_decode_path,
+                    " passes: per case the reference's prefill over the server's sequence and the floor engine's decode of it; "
+                    "--decode-steps N bounds it, --no-decode-path skips it)"));
   if (refused())
     o.push_back(cat("REFUSED: needs ", format_bytes(peak_anon_bytes), " of memory, ", format_bytes(available_bytes),
                     " available: store fewer --positions or --layers, or split the suite"));

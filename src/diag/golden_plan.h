@@ -86,6 +86,10 @@ struct GoldenPlan {
   // time
   double seconds_read = 0, seconds_compute = 0;
   double seconds_floors = 0;  // of the two above, the noise floors' passes
+  // compare --server's decode-path scoring of this suite, later (not part of the golden run): per case
+  // the reference's prefill over the server's sequence and the floor engine's decode of it
+  int64_t passes_decode_path = 0;
+  double seconds_decode_path = 0;
   double seconds() const { return seconds_read + seconds_compute; }
   int64_t passes() const { return passes_gen + passes_forced + passes_floors + passes_digest; }
   bool refused() const { return peak_anon_bytes > available_bytes; }
