@@ -334,29 +334,32 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
   // ---- time
   // A pass takes the longer of its storage reads and its arithmetic (the next layer is read while
   // this one computes); seconds_read counts the passes bound by reading, seconds_compute the rest.
-  bool first = true;
-  for (const Pass& ps : passes) {
+  // (read, compute) seconds of a pass; from_storage: its weights come from storage, not RAM
+  auto pass_seconds = [&](const Pass& ps, bool from_storage) {
     const double W = pass_bytes(ps);
-    const bool from_storage = !p.fits_page_cache || first;
     const double read = from_storage && p.storage_gbps > 0 ? W / (p.storage_gbps * kGB) : 0;
-    first = false;
     double compute = 0;
     if (ps.compute) {
-      p.bytes_weights_total += W;
-      p.flops_total += pass_flops(ps);
       if (p.memory_gbps > 0) compute = std::max(compute, W / (p.memory_gbps * kGB));
       if (p.gflops > 0) compute = std::max(compute, pass_flops(ps) / (p.gflops * 1e9));
+    }
+    return std::pair{read, compute};
+  };
+  bool first = true;
+  for (const Pass& ps : passes) {
+    const auto [read, compute] = pass_seconds(ps, !p.fits_page_cache || first);
+    first = false;
+    if (ps.compute) {
+      p.bytes_weights_total += pass_bytes(ps);
+      p.flops_total += pass_flops(ps);
     }
     (read >= compute ? p.seconds_read : p.seconds_compute) += std::max(read, compute);
     if (ps.floor) p.seconds_floors += std::max(read, compute);
   }
   // compare --server's decode-path scoring: the same rates, the weights read from RAM when they fit
   for (const Pass& ps : dp_passes) {
-    const double W = pass_bytes(ps);
-    double s = !p.fits_page_cache && p.storage_gbps > 0 ? W / (p.storage_gbps * kGB) : 0;
-    if (p.memory_gbps > 0) s = std::max(s, W / (p.memory_gbps * kGB));
-    if (p.gflops > 0) s = std::max(s, pass_flops(ps) / (p.gflops * 1e9));
-    p.seconds_decode_path += s;
+    const auto [read, compute] = pass_seconds(ps, !p.fits_page_cache);
+    p.seconds_decode_path += std::max(read, compute);
   }
   p.passes_decode_path = static_cast<int64_t>(dp_passes.size());
   return p;

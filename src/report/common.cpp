@@ -80,4 +80,15 @@ std::vector<std::pair<bool, std::string>> split_code(std::string_view text) {
   return out;
 }
 
+std::string probe_detail(const nlohmann::json& p) {
+  const std::string reason = p.value("reason", nlohmann::json()).is_string() ? p["reason"].get<std::string>() : "";
+  std::string d = reason;
+  auto add = [&d](const std::string& part) { d += (d.empty() ? "" : "; ") + part; };
+  const nlohmann::json& cached = p.value("cached_tokens", nlohmann::json());
+  const nlohmann::json& slots = p.value("slots", nlohmann::json());
+  if (cached.is_number() && reason.find("cached") == std::string::npos) add("cached " + cached.dump() + " tokens");
+  if (slots.is_number() && reason.find("slot") == std::string::npos) add(slots.dump() + " slots");
+  return d;
+}
+
 }  // namespace degen::report

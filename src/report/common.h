@@ -26,6 +26,10 @@ std::string fmt_fixed(std::optional<double> v, int decimals);
 int verdict_rank(const std::string& verdict);
 std::string worst_verdict(const std::string& a, const std::string& b);
 
+// A serving probe's detail column (an entry of a case's generation.probes in the report document):
+// its reason, with what was cached or how many slots there were where the reason does not say it.
+std::string probe_detail(const nlohmann::json& probe);
+
 // Splits text at backticks: (false, plain), (true, code), ... An unpaired backtick is plain.
 std::vector<std::pair<bool, std::string>> split_code(std::string_view text);
 

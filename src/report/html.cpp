@@ -368,15 +368,20 @@ std::string layer_table(const json& c) {
   return o + "</tbody></table>";
 }
 
+// A per-index series of report numbers: x = 0, 1, ...; y = the value, nullopt where null.
+void index_series(const json& values, std::vector<double>& x, std::vector<std::optional<double>>& y) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    x.push_back(static_cast<double>(i));
+    y.push_back(as_num(values[i]));
+  }
+}
+
 std::string kld_plot(const json& k, const json& limit) {
   const json& kld = k["kld"];
   if (kld.empty()) return "";
   std::vector<double> x;
   std::vector<std::optional<double>> y;
-  for (size_t i = 0; i < kld.size(); ++i) {
-    x.push_back(static_cast<double>(i));
-    y.push_back(as_num(kld[i]));
-  }
+  index_series(kld, x, y);
   svg::Plot p(720, 260, cat("KLD per position: ", s(k["id"])));
   p.x_axis({0, std::max(1.0, static_cast<double>(kld.size() - 1)), false, true, "position (teacher-forced along the golden sequence)"});
   std::vector<std::optional<double>> range = y;
@@ -406,10 +411,7 @@ std::string decode_path_plot(const json& k) {
   const json& kld = d["kld"];
   std::vector<double> x;
   std::vector<std::optional<double>> y;
-  for (size_t i = 0; i < kld.size(); ++i) {
-    x.push_back(static_cast<double>(i));
-    y.push_back(as_num(kld[i]));
-  }
+  index_series(kld, x, y);
   svg::Plot p(720, 240, cat("Decode path, KLD per generated step: ", s(k["id"])));
   p.x_axis({0, std::max(1.0, static_cast<double>(kld.size() - 1)), false, true, "generated step (the server's own sequence)"});
   std::vector<std::optional<double>> range = y;
@@ -433,9 +435,7 @@ std::string probes_html(const json& c) {
   std::string rows;
   for (const json& k : c["cases"])
     for (const json& p : k["generation"].value("probes", json::array())) {
-      std::string detail = h(s(p["reason"]));
-      if (p["cached_tokens"].is_number() && s(p["reason"]).find("cached") == std::string::npos) detail += (detail.empty() ? "" : "; ") + h("cached " + p["cached_tokens"].dump() + " tokens");
-      if (p["slots"].is_number() && s(p["reason"]).find("slot") == std::string::npos) detail += (detail.empty() ? "" : "; ") + h(p["slots"].dump() + " slots");
+      const std::string detail = h(probe_detail(p));
       rows += "<tr><td>" + code(s(k["id"])) + "</td><td>" + h(s(p["probe"])) + "</td><td>" + badge(s(p["verdict"])) + "</td><td class=\"n\">" +
               h(opt_int_str(p["first_difference"])) + "</td><td class=\"n\">" + h(num(p["max_kld"])) + "</td><td class=\"n\">" +
               h(num(p["limit"])) + "</td><td>" + detail + "</td></tr>";

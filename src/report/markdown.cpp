@@ -226,11 +226,8 @@ std::string serving_md(const json& c, const Caps& caps) {
     }
     for (const json& p : g.value("probes", json::array())) {
       if (probe_rows++ < caps.cases) {
-        std::string detail = s(p["reason"]);
-        if (p["cached_tokens"].is_number() && s(p["reason"]).find("cached") == std::string::npos) detail += cat(detail.empty() ? "" : "; ", "cached ", p["cached_tokens"].dump(), " tokens");
-        if (p["slots"].is_number() && s(p["reason"]).find("slot") == std::string::npos) detail += cat(detail.empty() ? "" : "; ", p["slots"].dump(), " slots");
         probes += row({md_code(s(k["id"])), md_escape(s(p["probe"])), verdict_cell(s(p["verdict"])), opt_int_str(p["first_difference"]),
-                       fmt_sci(as_num(p["max_kld"])), fmt_sci(as_num(p["limit"])), md_escape(utf8_truncate(detail, 200))});
+                       fmt_sci(as_num(p["max_kld"])), fmt_sci(as_num(p["limit"])), md_escape(utf8_truncate(probe_detail(p), 200))});
       }
       ++probe_all;
     }
