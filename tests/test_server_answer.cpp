@@ -1,7 +1,9 @@
 // server_answer (server_compare.h): the answers of llama-server's native API, the OpenAI-compatible
-// one and vLLM's shapes read without a network, and the malformed ones refused (issue 40).
+// one, vLLM's shapes and SGLang's /generate (issue 42) read without a network, and the malformed ones
+// refused (issue 40).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "diag/server_compare.h"
@@ -94,4 +96,90 @@ TEST_CASE("server answers: a time-out outside 1 ms .. 1 day is refused before an
     CHECK_THROWS_WITH_AS(net::request("GET", "http://127.0.0.1:1/health", "", o), doctest::Contains("expected a duration"),
                          InputError);
   }
+}
+
+// Issue 42: SGLang's /generate. A sequence of 3 ids with a 3-id vocabulary; the model's distribution
+// after seq[0..i] is d_i. SGLang's input rows are shifted by one (entry j: the distribution that
+// predicted seq[j], entry 0 null), the last distribution comes as output_top_logprobs[0].
+TEST_CASE("server answers: SGLang's shifted input rows, null first entry and triples give the distribution after each prefix") {
+  const std::vector<int32_t> seq{2, 0, 1};
+  const std::string ok = R"({"text": "", "output_ids": [2], "meta_info": {"cached_tokens": 0,
+      "finish_reason": {"type": "length", "length": 1},
+      "input_token_logprobs": [[null, 2, null], [-1.5, 0, null], [-0.25, 1, "b"]],
+      "input_top_logprobs": [null, [[-0.5, 1, null], [-1.5, 0, null]], [[-0.25, 1, null], [-1.75, 2, null]]],
+      "output_token_logprobs": [[-0.125, 2, null]],
+      "output_top_logprobs": [[[-0.125, 2, null], [-2.5, 0, null]]]}})";
+  const auto tops = server_answer::sglang_sequence(body(ok), seq, kUrl);
+  REQUIRE(tops.size() == 3);
+  // after seq[0]: row 1 (the one that predicted seq[1] = 0); after seq[0..1]: row 2; after all: the output's
+  CHECK(tops[0] == server_answer::TopList{{1, -0.5}, {0, -1.5}});
+  CHECK(tops[1] == server_answer::TopList{{1, -0.25}, {2, -1.75}});
+  CHECK(tops[2] == server_answer::TopList{{2, -0.125}, {0, -2.5}});
+  const auto gen = server_answer::sglang_generation(body(ok), kUrl, true);
+  CHECK(gen.tokens == std::vector<int64_t>{2});
+  CHECK(gen.stop_reason == "length");
+  CHECK(gen.cached_tokens == 0);
+  REQUIRE(gen.steps.size() == 1);
+  CHECK(gen.steps[0].front() == std::pair<int64_t, double>{2, -0.125});
+  // a batch answer is a list; /detokenize's field is "text"
+  CHECK(server_answer::detokenized(body(R"({"text": "hi"})"), kUrl) == "hi");
+  CHECK(server_answer::served_models(body(R"({"object": "list", "data": [{"id": "a"}, {"id": "b"}]})"), kUrl) ==
+        std::vector<std::string>{"a", "b"});
+
+  auto refused = [&](const std::string& text, const char* what) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS((void)server_answer::sglang_sequence(body(text), seq, kUrl), doctest::Contains(what), InputError);
+  };
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = ok;
+    const size_t at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    return s.replace(at, from.size(), to);
+  };
+  refused(R"({"text": ""})", "under 'meta_info'");
+  refused(with("[-1.5, 0, null], [-0.25", "[-1.5, 0], [-0.25"), "expected a (logprob, token_id, text) triple");
+  refused(with("[-0.25, 1, \"b\"]", "[-0.25, 1, 7]"), "neither null nor a string");
+  refused(with("[-1.5, 0, null], [-0.25", "[-1.5, 5, null], [-0.25"), "is for token 5 but the request's input_ids[1] is 0");
+  // the rows not shifted (entry 0 a log-prob): refused, not read one row off
+  refused(with("[[null, 2, null]", "[[-0.7, 2, null]"), "states a log-prob");
+  // a row whose top-K states its own token at another log-prob than the token row: not the same position
+  refused(with("[[-0.5, 1, null], [-1.5, 0, null]]", "[[-0.5, 0, null], [-1.5, 1, null]]"), "not for the same position");
+  refused(with("[null, 2, null], [-1.5, 0, null], [-0.25, 1, \"b\"]]", "[null, 2, null]]"), "expected 3 meta_info.input_token_logprobs entries");
+  CHECK_THROWS_WITH_AS((void)server_answer::sglang_generation(body(with("\"output_ids\": [2]", "\"output_ids\": [1]")), kUrl),
+                       doctest::Contains("the log-probs are for other tokens"), InputError);
+  CHECK_THROWS_WITH_AS((void)server_answer::sglang_generation(body(with("\"cached_tokens\": 0", "\"cached_tokens\": -1")), kUrl),
+                       doctest::Contains("cached_tokens is not a count"), InputError);
+  CHECK_THROWS_AS((void)server_answer::sglang_generation(body(with("{\"type\": \"length\", \"length\": 1}",
+                                                                   "{\"type\": \"abort\", \"message\": \"out of memory\"}")), kUrl),
+                  UntestableError);
+}
+
+// SGLang's output log-probs are log(softmax((z - penalties) / T)); taken back with a complete listing.
+TEST_CASE("server answers: SGLang's temperature-scaled, penalised log-probs are taken back to the model's distribution exactly") {
+  const std::vector<double> z{1.0, -0.5, 2.0, 0.25};  // logits of a 4-id vocabulary
+  auto log_softmax = [](std::vector<double> x) {
+    double m = *std::max_element(x.begin(), x.end()), s = 0;
+    for (double v : x) s += std::exp(v - m);
+    for (double& v : x) v -= m + std::log(s);
+    return x;
+  };
+  const std::vector<double> model = log_softmax(z);
+  const double T = 0.7, presence = 1.5;
+  const std::vector<int64_t> before{2, 2};  // id 2 generated before this step
+  std::vector<double> served = z;
+  served[2] -= presence;
+  for (double& v : served) v /= T;
+  served = log_softmax(served);
+  server_answer::TopList listed;
+  for (int64_t i = 0; i < 4; ++i) listed.emplace_back(i, served[static_cast<size_t>(i)]);
+  const auto back = server_answer::sglang_model_step(listed, T, presence, 1.0, before, 4);
+  REQUIRE(back);
+  for (const auto& [id, lp] : *back) CHECK(lp == doctest::Approx(model[static_cast<size_t>(id)]).epsilon(1e-12));
+  // as they are when nothing was applied; refused where the normalisation or the logit's sign is unknown
+  CHECK(*server_answer::sglang_model_step(listed, 1.0, presence, 1.0, {}, 4) == listed);
+  CHECK_FALSE(server_answer::sglang_model_step(server_answer::TopList(listed.begin(), listed.begin() + 3), T, 0, 1, {}, 4));
+  CHECK_FALSE(server_answer::sglang_model_step(listed, 1.0, 0, 1.2, before, 4));
+  // mishandled (the temperature left in), the distribution is measurably another one
+  const auto left = server_answer::sglang_model_step(listed, 1.0, presence, 1.0, before, 4);
+  CHECK(std::abs(left->at(0).second - model[0]) > 0.05);
 }

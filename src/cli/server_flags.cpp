@@ -34,13 +34,20 @@ void ServerFlags::add(CLI::App* sub, const std::string& with) {
                   "With --server-cmd: seconds a started server may take to answer GET /health with 200 (default 120)")
       ->check(duration_seconds());
   sub->add_option("--api", api,
-                  "With " + with + ": the server's API: llama (llama-server's native /completion) or openai\n"
-                  "(/v1/completions: llama-server, vLLM, SGLang; docs/server.md)")
-      ->check(CLI::IsMember({"llama", "openai"}));
+                  "With " + with + ": the server's API: llama (llama-server's native /completion), openai\n"
+                  "(/v1/completions: llama-server, vLLM) or sglang (SGLang's native /generate; its /v1/completions\n"
+                  "keys log-probs by token text, which cannot be scored by id); docs/server.md")
+      ->check(CLI::IsMember({"llama", "openai", "sglang"}));
+  sub->add_option("--sglang-logprobs", sglang_logprobs,
+                  "With --api sglang: how the server states its output log-probs: scaled (SGLang's default: at the\n"
+                  "sampling temperature, taken back to the model's distribution here) or original (the server runs\n"
+                  "with SGLANG_RETURN_ORIGINAL_LOGPROB=1); a reading the server's answers contradict is an error (128)")
+      ->check(CLI::IsMember({"scaled", "original"}));
   sub->add_flag("--prompt-logprobs", prompt_logprobs,
                 "With --api openai: ask for prompt_logprobs (vLLM): one request per sequence instead of one per position");
   sub->add_option("--served-model", served_model,
-                  "With --api openai: the request's \"model\" (the name the server serves; vLLM checks it)");
+                  "With --api openai: the request's \"model\" (the name the server serves; checked against GET\n"
+                  "/v1/models, as vLLM checks it)");
   sub->add_option("--timeout", timeout, "With " + with + ": seconds per request before it counts as failed (default 60)")
       ->check(duration_seconds());
   sub->add_option("--attempts", attempts, "With " + with + ": attempts per request on a transport failure (default 3)")
@@ -70,6 +77,7 @@ ServerCompareOptions ServerFlags::options() const {
   o.api = api;
   o.prompt_logprobs = prompt_logprobs;
   o.served_model = served_model;
+  o.sglang_original_logprobs = sglang_logprobs == "original";
   const EngineClass ec = parse_engine_class(engine_class);
   o.fclass = ec.record_class;
   o.measured_class = ec.measured;

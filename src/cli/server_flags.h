@@ -10,7 +10,7 @@
 namespace degen::cli {
 
 struct ServerFlags {
-  std::string api = "llama", served_model;
+  std::string api = "llama", served_model, sglang_logprobs = "scaled";
   std::string engine_class = "fp32";  // registered by each command: its help differs (compare --dump too)
   double timeout = 60, health_timeout = 120;
   int attempts = 3, topk = 0;
@@ -18,7 +18,7 @@ struct ServerFlags {
   int64_t decode_steps = -1;
   std::vector<std::string> probes = {"prefix-cache", "batching"};
 
-  // --api, --prompt-logprobs, --served-model, --timeout, --attempts, --topk, --no-generate and
+  // --api, --prompt-logprobs, --served-model, --sglang-logprobs, --timeout, --attempts, --topk, --no-generate and
   // --health-timeout; `with` is the flag their help says they go with ("--server", "--server-cmd").
   void add(CLI::App* sub, const std::string& with);
   // api, prompt_logprobs, served_model, the engine class (a measured one runs our engine with

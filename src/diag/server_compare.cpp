@@ -42,6 +42,10 @@ struct ServerRun {
   mutable std::unique_ptr<Backend> ref_be, floor_be;
   mutable std::unique_ptr<Engine> ref_eng, floor_eng;
   mutable std::string floor_name;
+  // sglang: the server's teacher-forced distribution after the current case's prompt (its step-0
+  // check), and what POST /flush_cache answered where it did not empty the cache.
+  mutable std::optional<std::vector<std::pair<int64_t, double>>> prompt_end;
+  mutable std::string flush_note;
 };
 
 std::string excerpt_of(const json& j) { return json_excerpt(j, 200); }
@@ -209,6 +213,43 @@ std::vector<server_answer::TopList> step_lists(const json& entries, const std::v
   return out;
 }
 
+// SGLang's meta_info: the log-probs, finish_reason and cached_tokens of a /generate answer.
+const json& sglang_meta(const json& r, const std::string& url) {
+  const json& m = field(r, "meta_info", url, "SGLang's meta_info (log-probs, finish_reason, cached_tokens)");
+  if (!m.is_object()) input_error("malformed response from ", url, ": 'meta_info' is not an object: ", excerpt_of(m));
+  return m;
+}
+
+// One of SGLang's (logprob, token_id, text|null) triples (a JSON array of three) at `where`.
+std::pair<int64_t, double> sglang_triple(const json& e, const std::string& url, const std::string& where) {
+  if (!e.is_array() || e.size() != 3)
+    input_error("malformed response from ", url, ": ", where, " is ", excerpt_of(e),
+                ", expected a (logprob, token_id, text) triple as SGLang writes it");
+  if (!e.at(2).is_null() && !e.at(2).is_string())
+    input_error("malformed response from ", url, ": ", where, "'s third element (the token's text) is neither null nor a string: ",
+                excerpt_of(e.at(2)));
+  return {token_id(e.at(1), url), logprob_value(e.at(0), url)};
+}
+
+// One position's top-K as SGLang lists it: a list of triples, or null (none stated: an empty list).
+server_answer::TopList sglang_top(const json& e, const std::string& url, const std::string& where) {
+  if (e.is_null()) return {};
+  if (!e.is_array()) input_error("malformed response from ", url, ": ", where, " is not a list of triples: ", excerpt_of(e));
+  server_answer::TopList out;
+  for (size_t k = 0; k < e.size(); ++k) out.push_back(sglang_triple(e.at(k), url, cat(where, "[", k, "]")));
+  if (!out.empty()) check_mass(out, url);
+  return out;
+}
+
+// A list field of meta_info with exactly `n` entries.
+const json& sglang_list(const json& m, const char* key, size_t n, const std::string& url, const char* what) {
+  const json& l = field(m, key, url, what);
+  if (!l.is_array() || l.size() != n)
+    input_error("malformed response from ", url, ": expected ", n, " meta_info.", key, " entries (", what, "), got ",
+                l.is_array() ? std::to_string(l.size()) : excerpt_of(l));
+  return l;
+}
+
 }  // namespace
 
 namespace server_answer {
@@ -290,8 +331,128 @@ Generated openai_generation(const json& r, const std::string& url, bool with_ste
   return g;
 }
 
+std::vector<TopList> sglang_sequence(const json& r, const std::vector<int32_t>& seq, const std::string& url) {
+  // Entry j of the input rows is the distribution that predicted input_ids[j] (entry 0: none), so the
+  // distribution after seq[0..i] is input row i+1 and, after the whole sequence, output_top_logprobs[0]
+  // (SGLang: scheduler_components/logprob_result_processor.py, docs/server.md).
+  const json& m = sglang_meta(r, url);
+  const size_t T = seq.size();
+  const json& itl = sglang_list(m, "input_token_logprobs", T, url, "one per input id, logprob_start_len 0");
+  const json& itop = sglang_list(m, "input_top_logprobs", T, url, "one per input id, logprob_start_len 0");
+  std::vector<TopList> out;
+  for (size_t j = 0; j < T; ++j) {
+    const auto [id, lp] = sglang_triple(itl.at(j), url, cat("meta_info.input_token_logprobs[", j, "]"));
+    if (id != seq[j])
+      input_error("malformed response from ", url, ": meta_info.input_token_logprobs[", j, "] is for token ", id,
+                  " but the request's input_ids[", j, "] is ", seq[j], ": the rows are not the request's ids");
+    if (j == 0) {
+      if (!itl.at(0).at(0).is_null())
+        input_error("malformed response from ", url, ": meta_info.input_token_logprobs[0] states a log-prob (",
+                    excerpt_of(itl.at(0).at(0)), "); SGLang states none for the first id (nothing predicts it): the rows are ",
+                    "not laid out as SGLang's (entry j: the distribution that predicted input_ids[j])");
+      if (!itop.at(0).is_null() && !(itop.at(0).is_array() && itop.at(0).empty()))
+        input_error("malformed response from ", url, ": meta_info.input_top_logprobs[0] is not null; SGLang states none for the ",
+                    "first id: the rows are not laid out as SGLang's");
+      continue;
+    }
+    TopList top = sglang_top(itop.at(j), url, cat("meta_info.input_top_logprobs[", j, "]"));
+    if (top.empty()) input_error("malformed response from ", url, ": meta_info.input_top_logprobs[", j, "] is empty (top_logprobs_num asked)");
+    // The row's own token, where its top-K lists it, at the log-prob the token row states: else the
+    // two lists are not for the same position (a shift of one row shows here).
+    for (const auto& [tid, tlp] : top)
+      if (tid == id && std::isfinite(tlp) && std::isfinite(lp) && std::abs(tlp - lp) > 1e-4 * std::max(1.0, std::abs(lp)))
+        input_error("malformed response from ", url, ": meta_info.input_top_logprobs[", j, "] lists token ", id, " at ", tlp,
+                    " but input_token_logprobs[", j, "] states ", lp, ": the two lists are not for the same position");
+    out.push_back(std::move(top));
+  }
+  const json& otop = field(m, "output_top_logprobs", url, "the generated token's top-K (top_logprobs_num)");
+  if (!otop.is_array() || otop.empty())
+    input_error("malformed response from ", url, ": meta_info.output_top_logprobs is not a non-empty list (max_new_tokens 1)");
+  TopList last = sglang_top(otop.at(0), url, "meta_info.output_top_logprobs[0]");
+  if (last.empty()) input_error("malformed response from ", url, ": meta_info.output_top_logprobs[0] is empty (top_logprobs_num asked)");
+  out.push_back(std::move(last));
+  return out;
+}
+
+Generated sglang_generation(const json& r, const std::string& url, bool with_steps) {
+  Generated g;
+  const json& m = sglang_meta(r, url);
+  const json& otl = field(m, "output_token_logprobs", url, "the generated tokens (return_logprob)");
+  if (!otl.is_array()) input_error("malformed response from ", url, ": meta_info.output_token_logprobs is not a list");
+  for (size_t i = 0; i < otl.size(); ++i) g.tokens.push_back(sglang_triple(otl.at(i), url, cat("meta_info.output_token_logprobs[", i, "]")).first);
+  if (r.contains("output_ids") && !r.at("output_ids").is_null()) {
+    const json& ids = r.at("output_ids");
+    if (!ids.is_array() || ids.size() != g.tokens.size())
+      input_error("malformed response from ", url, ": output_ids holds ", ids.is_array() ? std::to_string(ids.size()) : excerpt_of(ids),
+                  " ids and meta_info.output_token_logprobs ", g.tokens.size());
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (token_id(ids.at(i), url) != g.tokens[i])
+        input_error("malformed response from ", url, ": output_ids[", i, "] is ", excerpt_of(ids.at(i)), " but meta_info.output_token_logprobs[",
+                    i, "] is for token ", g.tokens[i], ": the log-probs are for other tokens than the ones generated");
+  }
+  if (m.contains("finish_reason") && !m.at("finish_reason").is_null()) {
+    const json& f = m.at("finish_reason");
+    if (!f.is_object()) input_error("malformed response from ", url, ": meta_info.finish_reason is not an object: ", excerpt_of(f));
+    g.stop_reason = reason_field(f, "type", url);
+    if (g.stop_reason == "abort")
+      throw UntestableError(cat("the server at ", url, " aborted the request: ", excerpt_of(f.contains("message") ? f.at("message") : f)));
+  } else {
+    g.stop_reason = "?";
+  }
+  if (m.contains("cached_tokens") && !m.at("cached_tokens").is_null()) {
+    const json& c = m.at("cached_tokens");
+    if (!c.is_number_integer() || c.get<int64_t>() < 0)
+      input_error("malformed response from ", url, ": meta_info.cached_tokens is not a count: ", excerpt_of(c));
+    g.cached_tokens = c.get<int64_t>();
+  }
+  if (m.contains("spec_verify_ct") && m.at("spec_verify_ct").is_number_integer()) {
+    g.spec_stated = cat("the server ran ", m.at("spec_verify_ct").get<int64_t>(), " verify steps");
+    if (m.contains("spec_accept_length") && m.at("spec_accept_length").is_number())
+      g.spec_stated += cat(" (accept length ", m.at("spec_accept_length").get<double>(), ")");
+  }
+  if (with_steps) {
+    const json& otop = sglang_list(m, "output_top_logprobs", g.tokens.size(), url, "one per generated token, top_logprobs_num asked");
+    for (size_t i = 0; i < otop.size(); ++i) g.steps.push_back(sglang_top(otop.at(i), url, cat("meta_info.output_top_logprobs[", i, "]")));
+  }
+  return g;
+}
+
+std::optional<TopList> sglang_model_step(const TopList& listed, double temperature, double presence, double repetition,
+                                         const std::vector<int64_t>& before, int64_t vocab) {
+  const bool pres = presence != 0 && !before.empty();
+  if (temperature == 1 && !pres) return listed;
+  if (repetition != 1 && !before.empty()) return std::nullopt;
+  if (static_cast<int64_t>(listed.size()) < vocab) return std::nullopt;
+  TopList out = listed;
+  // log(softmax(z / T)) * T = z - const: the logits up to a constant (-inf stays -inf).
+  for (auto& e : out) e.second *= temperature;
+  if (pres)
+    for (auto& e : out)
+      if (std::find(before.begin(), before.end(), e.first) != before.end()) e.second += presence;
+  double mx = -std::numeric_limits<double>::infinity();
+  for (const auto& e : out) mx = std::max(mx, e.second);
+  if (!std::isfinite(mx)) return std::nullopt;
+  double sum = 0;
+  for (const auto& e : out) sum += std::exp(e.second - mx);
+  const double lse = mx + std::log(sum);
+  for (auto& e : out) e.second -= lse;
+  return out;
+}
+
+std::vector<std::string> served_models(const json& r, const std::string& url) {
+  const json& d = field(r, "data", url, "the served models (an OpenAI model list)");
+  if (!d.is_array()) input_error("malformed response from ", url, ": 'data' is not a list: ", excerpt_of(d));
+  std::vector<std::string> out;
+  for (const json& e : d) {
+    const json& id = field(e, "id", url, "a served model's name");
+    if (!id.is_string()) input_error("malformed response from ", url, ": a model id that is not a string: ", excerpt_of(id));
+    out.push_back(id.get<std::string>());
+  }
+  return out;
+}
+
 std::string detokenized(const json& r, const std::string& url) {
-  const char* key = r.is_object() && r.contains("prompt") && !r.contains("content") ? "prompt" : "content";
+  const char* key = !r.is_object() || r.contains("content") ? "content" : r.contains("prompt") ? "prompt" : r.contains("text") ? "text" : "content";
   const json& c = field(r, key, url, "the text of the ids");
   if (!c.is_string()) input_error("malformed response from ", url, ": '", key, "' is not a string: ", excerpt_of(c));
   return c.get<std::string>();
@@ -323,12 +484,13 @@ void check_vocabulary(const ServerRun& run, const std::vector<int32_t>& ids) {
   const std::string url = run.base + "/detokenize";
   json body = {{"tokens", ids}};
   if (!run.o.served_model.empty()) body["model"] = run.o.served_model;
+  if (run.o.api == "sglang") body["skip_special_tokens"] = false;  // SGLang skips them by default; our text has them
   json r;
   try {
     r = net::post_json(url, body, run.o.http);
   } catch (const net::HttpStatusError& e) {
     // The OpenAI-compatible API has no detokenizer of its own; llama-server and vLLM add one.
-    if (run.o.api == "openai" && (e.status() == 404 || e.status() == 405)) {
+    if (run.o.api != "llama" && (e.status() == 404 || e.status() == 405)) {
       run.vocab_note = "the server has no /detokenize: its vocabulary is checked by its ids only";
       return;
     }
@@ -378,8 +540,56 @@ json openai_request(const ServerRun& run, const std::vector<int32_t>& prompt, in
   return req;
 }
 
+// SGLang /generate's sampling_params for a case (only fields SGLang knows: 0.5.23 refuses others with
+// HTTP 400): greedy as temperature 0 (SGLang then samples with top_k 1 at temperature 1).
+json sglang_sampling(const SamplingParams& sp, bool greedy, int64_t max_new_tokens, bool ignore_eos) {
+  json p = {{"max_new_tokens", max_new_tokens}, {"temperature", greedy ? 0.0 : sp.temperature}, {"ignore_eos", ignore_eos}};
+  if (!greedy) {
+    p["top_p"] = sp.top_p;
+    p["top_k"] = sp.top_k > 0 ? sp.top_k : -1;  // SGLang: -1 is the whole vocabulary
+    p["min_p"] = sp.min_p;
+    p["repetition_penalty"] = sp.repetition_penalty;
+    p["presence_penalty"] = sp.presence_penalty;
+    p["sampling_seed"] = sp.seed;
+  }
+  return p;
+}
+
+// A /generate request: the ids as given (one list, or a list of lists for a batch), its log-probs
+// (the generated tokens' always: they carry the ids; top_logprobs_num K where asked).
+json sglang_request(const json& input_ids, const json& sampling, int top, int64_t logprob_start_len = -1) {
+  json r = {{"input_ids", input_ids},
+            {"sampling_params", sampling},
+            {"return_logprob", true},
+            {"logprob_start_len", logprob_start_len},
+            {"return_text_in_logprobs", false}};
+  if (top > 0) r["top_logprobs_num"] = top;
+  return r;
+}
+
+// SGLang: the teacher-forced top-K at every position of each of `seqs`, one request for all of them
+// (input_ids as a list of lists; the answer a list in the same order).
+std::vector<std::vector<TopList>> sglang_topk(const ServerRun& run, const std::vector<std::vector<int32_t>>& seqs) {
+  const std::string url = run.base + "/generate";
+  json ids = json::array();
+  int64_t positions = 0;
+  for (const auto& s : seqs) {
+    ids.push_back(s);
+    positions += static_cast<int64_t>(s.size());
+  }
+  const json req = sglang_request(ids, json{{"max_new_tokens", 1}, {"temperature", 0}, {"ignore_eos", true}}, run.topk, 0);
+  const json r = net::post_json(url, req, answer_cap(run, positions));
+  if (!r.is_array() || r.size() != seqs.size())
+    input_error("malformed response from ", url, ": a request of ", seqs.size(), " sequences (input_ids as a list of lists) answered with ",
+                r.is_array() ? cat(r.size(), " answers") : excerpt_of(r), ", expected a list of one answer per sequence");
+  std::vector<std::vector<TopList>> out;
+  for (size_t k = 0; k < seqs.size(); ++k) out.push_back(server_answer::sglang_sequence(r.at(k), seqs[k], url));
+  return out;
+}
+
 // The top-K at every position of `seq` (the distribution after seq[0..i]).
 std::vector<TopList> server_topk(const ServerRun& run, const std::vector<int32_t>& seq) {
+  if (run.o.api == "sglang") return sglang_topk(run, {seq}).at(0);
   const int64_t T = static_cast<int64_t>(seq.size());
   std::vector<TopList> out;
   if (run.o.api == "openai" && run.o.prompt_logprobs) {
@@ -422,10 +632,13 @@ void drop_out_of_vocabulary(TopList& top, const ServerRun& run, int64_t position
 // the reference's logits; it matters only when the server lists part of the vocabulary, as a
 // complete listing is renormalised over the real ids anyway); logprob_offset compares the server's
 // log-probs with the record's in the server's normalisation, where a constant offset would show.
-void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, double& coverage, std::vector<std::string>& bad) {
+void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, double& coverage, std::vector<std::string>& bad,
+                    const std::vector<TopList>* fetched) {
   const std::vector<int32_t> seq = g.sequence();
   const int64_t T = static_cast<int64_t>(seq.size());
-  const std::vector<TopList> tops = server_topk(run, seq);
+  const std::vector<TopList> tops = fetched ? *fetched : server_topk(run, seq);
+  run.prompt_end.reset();
+  if (!g.prompt.empty() && g.prompt.size() <= tops.size()) run.prompt_end = tops[g.prompt.size() - 1];
   std::vector<metrics::LogitPosition> pos;
   int64_t covered = 0, n_off = 0;
   double sum_off = 0;
@@ -503,6 +716,14 @@ void take_generated(const ServerRun& run, const server_answer::Generated& got, b
 
 // One request for the engine's own prefill distribution after `prefix` (its teacher-forced path).
 TopList server_position(const ServerRun& run, const std::vector<int32_t>& prefix) {
+  if (run.o.api == "sglang") {
+    const std::string url = run.base + "/generate";
+    const json req = sglang_request(prefix, json{{"max_new_tokens", 1}, {"temperature", 0}, {"ignore_eos", true}}, run.topk);
+    const server_answer::Generated a = server_answer::sglang_generation(net::post_json(url, req, answer_cap(run, 1)), url, true);
+    if (a.steps.empty() || a.steps[0].empty())
+      input_error("malformed response from ", url, ": no top-K for the generated token (top_logprobs_num ", run.topk, ")");
+    return a.steps[0];
+  }
   if (run.o.api == "openai") {
     const std::string url = run.base + "/v1/completions";
     return server_answer::openai_position(net::post_json(url, openai_request(run, prefix, 1, 0, run.topk), answer_cap(run, 1)), url);
@@ -896,6 +1117,132 @@ ProbeResult batching_probe(const ServerRun& run, const GoldenCase& g, bool greed
   return p;
 }
 
+// SGLang's output log-probs at each generated step taken back to the model's distribution
+// (server_answer::sglang_model_step): at the sampling temperature unless the server returns the
+// original ones, the presence penalty over the tokens generated before. A step that cannot be taken
+// back exactly is emptied (not scored), and `note` says why.
+void sglang_model_steps(const ServerRun& run, const SamplingParams& sp, bool greedy, server_answer::Generated& got, std::string& note) {
+  const double t = greedy || run.o.sglang_original_logprobs ? 1.0 : sp.temperature;
+  const double presence = greedy ? 0.0 : sp.presence_penalty, repetition = greedy ? 1.0 : sp.repetition_penalty;
+  int64_t dropped = 0;
+  std::vector<int64_t> before;
+  for (size_t i = 0; i < got.steps.size(); ++i) {
+    if (!got.steps[i].empty()) {
+      std::optional<TopList> m = server_answer::sglang_model_step(got.steps[i], t, presence, repetition, before, run.V);
+      if (m) {
+        got.steps[i] = std::move(*m);
+      } else {
+        got.steps[i].clear();
+        ++dropped;
+      }
+    }
+    if (i < got.tokens.size()) before.push_back(got.tokens[i]);
+  }
+  if (dropped > 0)
+    note = cat("SGLang's log-probs at ", dropped, " generated steps are after its ",
+               repetition != 1 ? "repetition penalty (which scales each logit by its sign: log-probs do not keep it)"
+                               : cat(t != 1 ? cat("temperature ", t) : std::string(), t != 1 && presence != 0 ? " and " : "",
+                                     presence != 0 ? "presence penalty" : "", " and list ", run.topk, " of ", run.V,
+                                     " ids, so their normalisation is unknown (--topk ", run.V,
+                                     ", or a server with SGLANG_RETURN_ORIGINAL_LOGPROB=1 and --sglang-logprobs original)"),
+               ": those steps are not scored");
+}
+
+// Step 0 of a sampled SGLang generation follows the prompt, whose distribution the server's
+// teacher-forced answer stated (raw: SGLang's input log-probs are never temperature-scaled). The
+// reading of the output log-probs that --sglang-logprobs declares must fit it; where it is far off and
+// the other reading fits a hundred times better, the server does not do what the option says:
+// InputError (128) naming it. (An engine that is merely wrong fits neither reading.)
+void sglang_check_temperature(const ServerRun& run, const SamplingParams& sp, bool greedy, const server_answer::Generated& got,
+                              const std::string& url) {
+  if (greedy || sp.temperature == 1 || !run.prompt_end || got.steps.empty() || got.steps[0].empty() ||
+      static_cast<int64_t>(got.steps[0].size()) < run.V)
+    return;
+  const bool original = run.o.sglang_original_logprobs;
+  const std::optional<TopList> declared = server_answer::sglang_model_step(got.steps[0], original ? 1.0 : sp.temperature, 0, 1, {}, run.V);
+  const std::optional<TopList> other = server_answer::sglang_model_step(got.steps[0], original ? sp.temperature : 1.0, 0, 1, {}, run.V);
+  if (!declared || !other) return;
+  const std::optional<double> kd = lists_kld(run, *run.prompt_end, *declared), ko = lists_kld(run, *run.prompt_end, *other);
+  if (!kd || !ko || !(*kd > run.o.rules.probe_kld) || !(*kd > 100 * *ko)) return;
+  input_error("malformed response from ", url, ": the output log-probs at step 0 are ",
+              original ? "taken at the sampling temperature " : "the model's own (not taken at the sampling temperature ",
+              original ? cat(sp.temperature) : cat(sp.temperature, ")"), ": read as ",
+              original ? "the model's own (--sglang-logprobs original)" : "temperature-scaled (SGLang's default)",
+              " they are KLD ", *kd, " from the server's own teacher-forced distribution after the prompt, read the other way ", *ko,
+              original ? ". The server scales them (SGLang's default): drop --sglang-logprobs original, or start it with "
+                         "SGLANG_RETURN_ORIGINAL_LOGPROB=1"
+                       : ". The server runs with SGLANG_RETURN_ORIGINAL_LOGPROB=1: pass --sglang-logprobs original");
+}
+
+// One SGLang generation request, its answer read and taken back to the model's distribution.
+server_answer::Generated sglang_generate(const ServerRun& run, const json& req, const SamplingParams& sp, bool greedy, int64_t budget,
+                                         std::string* note) {
+  const std::string url = run.base + "/generate";
+  server_answer::Generated got = server_answer::sglang_generation(net::post_json(url, req, answer_cap(run, budget)), url, run.o.decode_path);
+  std::string n;
+  sglang_model_steps(run, sp, greedy, got, n);
+  if (note) *note = n;
+  return got;
+}
+
+// SGLang's prefix-cache probe: the cold run came after POST /flush_cache; the case's prompt is sent
+// once (max_new_tokens 1), then the case again, warm; meta_info.cached_tokens says what was reused.
+ProbeResult sglang_prefix_probe(const ServerRun& run, const GoldenCase& g, bool greedy, const SamplingParams& sp,
+                                const server_answer::Generated& cold, const json& cold_req, double limit) {
+  ProbeResult p;
+  p.name = "prefix-cache";
+  if (cold.cached_tokens && *cold.cached_tokens > 0)
+    return not_applicable(p, cat("the cold run reused ", *cold.cached_tokens, " cached tokens itself",
+                                 run.flush_note.empty() ? "" : cat(" (", run.flush_note, ")")));
+  const std::string url = run.base + "/generate";
+  const json primer = {{"input_ids", g.prompt}, {"sampling_params", {{"max_new_tokens", 1}, {"temperature", 0}, {"ignore_eos", true}}}};
+  (void)net::post_json(url, primer, answer_cap(run, 1));
+  const server_answer::Generated warm = sglang_generate(run, cold_req, sp, greedy, g.max_new_tokens, nullptr);
+  p.cached = warm.cached_tokens;
+  if (!p.cached || *p.cached == 0)
+    return not_applicable(p, p.cached ? "the server reused no cached tokens (meta_info.cached_tokens 0; --disable-radix-cache?)"
+                                      : "the server does not say what it reused (no meta_info.cached_tokens)");
+  judge_against_cold(p, run, greedy, cold, warm, cat("warm (", *p.cached, " cached tokens)"), "cold",
+                     cat(*p.cached, " cached tokens; warm equals cold"), limit);
+  return p;
+}
+
+// SGLang's batching probe: one /generate whose input_ids hold the case and kBatchDistractors
+// distractors (the case's prompt rotated, generating as long as the case with stops ignored), which
+// SGLang's scheduler runs as one batch; judged against the case's solo run.
+ProbeResult sglang_batching_probe(const ServerRun& run, const GoldenCase& g, bool greedy, const SamplingParams& sp,
+                                  const server_answer::Generated& cold, const json& cold_req, double limit) {
+  ProbeResult p;
+  p.name = "batching";
+  const std::string url = run.base + "/generate";
+  json ids = json::array({g.prompt}), sampling = json::array({cold_req.at("sampling_params")});
+  json logprob = json::array({true}), top = json::array({run.o.decode_path ? run.topk : 0});
+  const size_t T = g.prompt.size();
+  for (int64_t k = 1; k <= kBatchDistractors; ++k) {
+    std::vector<int32_t> rotated(g.prompt.begin(), g.prompt.end());
+    if (T > 1) std::rotate(rotated.begin(), rotated.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(k) * (T / 2 + 1)) % T), rotated.end());
+    ids.push_back(rotated);
+    sampling.push_back({{"max_new_tokens", g.max_new_tokens}, {"temperature", 0}, {"ignore_eos", true}});
+    logprob.push_back(false);
+    top.push_back(0);
+  }
+  json req = cold_req;
+  req["input_ids"] = ids;
+  req["sampling_params"] = sampling;
+  req["return_logprob"] = logprob;
+  req["top_logprobs_num"] = top;
+  const json r = net::post_json(url, req, answer_cap(run, g.max_new_tokens * (kBatchDistractors + 1)));
+  if (!r.is_array() || r.size() != static_cast<size_t>(kBatchDistractors + 1))
+    input_error("malformed response from ", url, ": a request of ", kBatchDistractors + 1, " sequences answered with ",
+                r.is_array() ? cat(r.size(), " answers") : excerpt_of(r), ", expected one per sequence");
+  server_answer::Generated batched = server_answer::sglang_generation(r.at(0), url, run.o.decode_path);
+  std::string note;
+  sglang_model_steps(run, sp, greedy, batched, note);
+  judge_against_cold(p, run, greedy, cold, batched, cat("batched (one request of ", kBatchDistractors + 1, " sequences)"), "solo",
+                     cat("in one request beside ", kBatchDistractors, " other sequences; batched equals solo"), limit);
+  return p;
+}
+
 void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std::vector<std::string>& bad,
                   std::vector<std::string>& warn) {
   GenerationResult& gen = cr.gen;
@@ -905,9 +1252,28 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
     const SamplingParams sp = apply_run_config(base, g.sampling).sampling;
     const bool greedy = !(sp.temperature > 0);
     server_answer::Generated got;
-    json cold_req;  // llama: the free-running request, sent cold (cache_prompt false)
+    json cold_req;  // llama, sglang: the free-running request, sent cold (llama: cache_prompt false; sglang: after /flush_cache)
     const auto t0 = clock_type::now();
-    if (run.o.api == "openai") {
+    const auto wanted = [&](const char* name) { return std::find(run.o.probes.begin(), run.o.probes.end(), name) != run.o.probes.end(); };
+    if (run.o.api == "sglang") {
+      // The cold run: the teacher-forced request put this sequence in SGLang's radix cache.
+      if (wanted("prefix-cache")) {
+        run.flush_note.clear();
+        try {
+          (void)net::request("POST", run.base + "/flush_cache", "", run.o.http);
+        } catch (const net::HttpStatusError& e) {
+          run.flush_note = cat("POST ", run.base, "/flush_cache: HTTP ", e.status());
+        }
+      }
+      cold_req = sglang_request(g.prompt, sglang_sampling(sp, greedy, g.max_new_tokens, g.ignore_stop), run.o.decode_path ? run.topk : 0);
+      const std::string url = run.base + "/generate";
+      got = server_answer::sglang_generation(net::post_json(url, cold_req, answer_cap(run, g.max_new_tokens)), url, run.o.decode_path);
+      sglang_check_temperature(run, sp, greedy, got, url);
+      std::string note;
+      sglang_model_steps(run, sp, greedy, got, note);
+      if (!note.empty()) warn.push_back("decode path: " + note);
+      if (!got.spec_stated.empty()) gen.spec_stated = got.spec_stated;
+    } else if (run.o.api == "openai") {
       const std::string url = run.base + "/v1/completions";
       json req = openai_request(run, g.prompt, g.max_new_tokens, sp.temperature, run.o.decode_path ? run.topk : 1);
       req["ignore_eos"] = g.ignore_stop;
@@ -940,10 +1306,10 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
       }
       got = server_answer::llama_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url, asked_n_probs(run));
     }
-    const std::string url = run.base + (run.o.api == "openai" ? "/v1/completions" : "/completion");
+    const std::string url = run.base + (run.o.api == "openai" ? "/v1/completions" : run.o.api == "sglang" ? "/generate" : "/completion");
     gen.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
     take_generated(run, got, greedy, gen, bad, warn);
-    if (got.draft_n)
+    if (got.draft_n && gen.spec_stated.empty())
       gen.spec_stated = cat("the server drafted ", *got.draft_n, " tokens and accepted ", got.draft_accepted.value_or(0));
     // The decode path, and greedy agreement where the generation left the golden continuation.
     {
@@ -966,9 +1332,13 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
                           d.self_kld ? cat("; the engine's decode against its own prefill there: KLD ", *d.self_kld) : ""));
       }
     }
-    const auto wanted = [&](const char* name) { return std::find(run.o.probes.begin(), run.o.probes.end(), name) != run.o.probes.end(); };
-    if (wanted("prefix-cache")) gen.probes.push_back(prefix_cache_probe(run, g, greedy, got, cold_req, run.o.rules.probe_kld));
-    if (wanted("batching")) gen.probes.push_back(batching_probe(run, g, greedy, got, cold_req, run.o.rules.probe_kld));
+    if (run.o.api == "sglang") {
+      if (wanted("prefix-cache")) gen.probes.push_back(sglang_prefix_probe(run, g, greedy, sp, got, cold_req, run.o.rules.probe_kld));
+      if (wanted("batching")) gen.probes.push_back(sglang_batching_probe(run, g, greedy, sp, got, cold_req, run.o.rules.probe_kld));
+    } else {
+      if (wanted("prefix-cache")) gen.probes.push_back(prefix_cache_probe(run, g, greedy, got, cold_req, run.o.rules.probe_kld));
+      if (wanted("batching")) gen.probes.push_back(batching_probe(run, g, greedy, got, cold_req, run.o.rules.probe_kld));
+    }
     for (const ProbeResult& p : gen.probes)
       if (p.verdict == "bad") bad.push_back(cat("probe ", p.name, ": ", p.reason));
     if (greedy)
@@ -995,22 +1365,44 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
   degeneration_reasons(gen, bad, warn);
 }
 
+// --served-model against GET /v1/models: a name the server does not serve is an input error (vLLM
+// would refuse each request with 404 "The model ... does not exist"); a server without the list is
+// noted (the return value, for the limits line).
+std::string check_served_model(const ServerRun& run) {
+  const std::string url = run.base + "/v1/models";
+  json r;
+  try {
+    r = net::get_json(url, run.o.http);
+  } catch (const net::HttpStatusError& e) {
+    if (e.status() == 404 || e.status() == 405) return cat("; the server has no /v1/models: --served-model '", run.o.served_model, "' not checked");
+    throw;
+  }
+  const std::vector<std::string> names = server_answer::served_models(r, url);
+  if (std::find(names.begin(), names.end(), run.o.served_model) != names.end()) return "";
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "'" : ", '") + n.substr(0, 80) + "'";
+  input_error("the server at ", run.base, " does not serve '", run.o.served_model, "' (--served-model): GET /v1/models lists ",
+              names.empty() ? std::string("no model") : list);
+}
+
 }  // namespace
 
 CompareResult compare_server(const GoldenRecord& rec, const Model& model, const Tokenizer* tok,
                              const ServerCompareOptions& o, std::FILE* progress) {
   const auto t0 = clock_type::now();
-  if (o.api != "llama" && o.api != "openai")
-    input_error("compare --server: API '", o.api, "' is unknown; expected 'llama' (llama-server's /completion) or 'openai' ",
-                "(/v1/completions)");
+  if (o.api != "llama" && o.api != "openai" && o.api != "sglang")
+    input_error("compare --server: API '", o.api, "' is unknown; expected 'llama' (llama-server's /completion), 'openai' ",
+                "(/v1/completions) or 'sglang' (SGLang's /generate)");
   if (o.prompt_logprobs && o.api != "openai")
-    input_error("compare --server: --prompt-logprobs is a parameter of the OpenAI-compatible API (vLLM); with --api llama ",
-                "there is one request per position");
+    input_error("compare --server: --prompt-logprobs is a parameter of the OpenAI-compatible API (vLLM); with --api ", o.api,
+                o.api == "sglang" ? " there is one request per sequence already" : " there is one request per position");
+  if (o.sglang_original_logprobs && o.api != "sglang")
+    input_error("compare --server: --sglang-logprobs applies to --api sglang only");
   if (o.url.rfind("http://", 0) != 0 && o.url.rfind("https://", 0) != 0)
     input_error("compare --server: '", o.url, "' is not an http:// or https:// URL");
   const ModelConfig& cfg = model.config;
   const int topk = o.topk > 0 ? o.topk : cfg.vocab_size <= kServerAllIds ? static_cast<int>(cfg.vocab_size) : 40;
-  ServerRun run{rec, model, tok, o, cfg.vocab_size, topk, o.url, {}, {}, {}, std::nullopt, {}, {}, {}, {}, {}, {}};
+  ServerRun run{rec, model, tok, o, cfg.vocab_size, topk, o.url, {}, {}, {}, std::nullopt, {}, {}, {}, {}, {}, {}, std::nullopt, {}};
   while (!run.base.empty() && run.base.back() == '/') run.base.pop_back();
   if (tok) {
     run.mask = tok->padding_mask(cfg.vocab_size);
@@ -1041,15 +1433,28 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
                       : r.floors       ? cat("the record's ", r.floor_class, " KLD floor (k = 3)")
                                        : cat("the record's ", r.floor_class, " KLD floor is absent: fixed 1e-4 nats"),
                       "; no layer data through HTTP (compare --dump gives it)");
+  if (o.api == "openai" && !o.served_model.empty()) r.limits_note += check_served_model(run);
   const std::vector<size_t> selected = select_cases(rec, o.cases);
   bool checked_vocab = false;
-  for (size_t i : selected) {
-    const GoldenCase g = rec.load_case(i, false);
+  // SGLang takes several sequences per request: its cases go in groups of kSglangBatch, each group's
+  // teacher-forced answers fetched at once; the other APIs take a case at a time.
+  const size_t group = o.api == "sglang" ? kSglangBatch : 1;
+  for (size_t g0 = 0; g0 < selected.size(); g0 += group) {
+    std::vector<GoldenCase> cases;
+    for (size_t n = g0; n < std::min(selected.size(), g0 + group); ++n) cases.push_back(rec.load_case(selected[n], false));
     if (!checked_vocab) {
-      check_vocabulary(run, g.prompt);
+      check_vocabulary(run, cases.front().prompt);
       checked_vocab = true;
       if (!run.vocab_note.empty()) r.limits_note += "; " + run.vocab_note;
     }
+    std::vector<std::vector<TopList>> fetched;
+    if (o.api == "sglang") {
+      std::vector<std::vector<int32_t>> seqs;
+      for (const GoldenCase& c : cases) seqs.push_back(c.sequence());
+      fetched = sglang_topk(run, seqs);
+    }
+    for (size_t n = 0; n < cases.size(); ++n) {
+    const GoldenCase& g = cases[n];
     const auto c0 = clock_type::now();
     CaseResult cr;
     cr.id = g.id;
@@ -1057,7 +1462,7 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
     cr.positions = static_cast<int64_t>(g.prompt.size() + g.continuation.size());
     double coverage = 1;
     std::vector<std::string> bad, warn;
-    teacher_forced(run, g, cr, coverage, bad);
+    teacher_forced(run, g, cr, coverage, bad, fetched.empty() ? nullptr : &fetched[n]);
     if (cr.logits[0]->nonfinite > 0) bad.push_back(cat(cr.logits[0]->nonfinite, " positions with non-finite log-probs"));
     if (!cr.logits[0]->pass)
       bad.push_back(cat("teacher-forced mean KLD ", cr.logits[0]->mean_kld, " > ", cr.logits[0]->limit,
@@ -1077,6 +1482,7 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
       std::fprintf(progress, "compare: server case %s: %s (%.2f s)\n", cr.id.c_str(), metrics::verdict_name(cr.verdict),
                    cr.seconds);
     r.cases.push_back(std::move(cr));
+    }
   }
   r.limits_note += "\n" + logprob_offset_note(r, run.V, run.mask, "server");
   r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, o.fail_on_model_degeneration));

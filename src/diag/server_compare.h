@@ -19,13 +19,34 @@
 //    return_tokens; repetition metrics, loop onset, first divergence from the golden continuation,
 //    and model-or-engine (the golden continuation under the same sampling degenerates too?); the
 //    server's sampler is its own, so a sampled case diverges from the golden at once, as expected.
+// API "sglang" (SGLang's native POST /generate; docs/server.md "SGLang"): the golden ids as input_ids;
+//  - teacher-forced: one request per sequence, several sequences per request (input_ids as a list of
+//    lists, kSglangBatch at a time): logprob_start_len 0, max_new_tokens 1, temperature 0,
+//    top_logprobs_num K. meta_info's input rows are shifted by one against the ids: entry j is the
+//    distribution that predicted input_ids[j] (entry 0 null: nothing predicts the first token), so the
+//    distribution after seq[0..i] is input_top_logprobs[i+1], and after the whole sequence it is
+//    output_top_logprobs[0]. Each entry is a (logprob, token_id, text|null) triple; the ids of
+//    input_token_logprobs must be the request's, and a row's top-K must state the row's token at the
+//    log-prob input_token_logprobs states for it (else the rows are not SGLang's: 128);
+//  - free-running: the case's sampling, output_token_logprobs (the ids) and output_top_logprobs (the
+//    decode path). SGLang's output log-probs are taken after its penalties and at the sampling
+//    temperature (layers/sampler.py: log(softmax(logits / T))), the model's own only for greedy
+//    requests or with SGLANG_RETURN_ORIGINAL_LOGPROB=1 (sglang_original_logprobs). Where the listing
+//    covers the vocabulary the tool takes them back to the model's distribution exactly (T * lp, the
+//    presence penalty over the tokens generated before added back, renormalised); a top-K listing
+//    cannot be, and such steps are not scored (noted). Step 0 is checked against the server's own
+//    teacher-forced distribution after the prompt: a temperature reading that contradicts the server
+//    (it scales though told it does not, or the reverse) is InputError (128) naming the setting;
+//  - serving probes: prefix-cache through meta_info.cached_tokens (the cold run after POST /flush_cache),
+//    batching as one /generate whose input_ids hold the case and its distractors.
 // API "openai" (POST /v1/completions, llama-server's and vLLM's; SGLang's speaks it too): the same
 // measurements; the golden ids as a token-id prompt, "logprobs": K, "return_tokens_as_token_ids"; the
 // top-K read from llama-server's logprobs.content (ids) or the classic logprobs.top_logprobs with
 // "token_id:N" keys (text keys are refused: mapping text back to ids would re-tokenise). With
 // prompt_logprobs (vLLM) one request per sequence gives every position. Free-running ids come from
 // the generated tokens' log-probs. /detokenize checks the vocabulary where the server has one (a
-// 404 is noted in the limits line).
+// 404 is noted in the limits line). With a served model name (--served-model), GET /v1/models must
+// list it (InputError otherwise; a server without /v1/models is noted).
 // Errors: the server cannot be reached, times out or refuses (HTTP >= 400): UntestableError (125),
 // after bounded retries; a malformed answer (not JSON, missing fields, a log-prob out of range, an
 // answer longer than the request can take): InputError (128). Both name the URL and what was expected.
@@ -52,9 +73,17 @@ namespace degen {
 // model, ~1800 x its fp32 floor: measured with --topk 40 against llama-server).
 constexpr int kServerAllIds = 4096;
 
+// SGLang's teacher-forced requests carry this many sequences each (input_ids as a list of lists): a
+// few round trips per suite instead of one per case, with each answer (K ids at every position of
+// every sequence) kept to a few times one case's.
+constexpr size_t kSglangBatch = 4;
+
 struct ServerCompareOptions {
   std::string url;                    // base URL, e.g. http://127.0.0.1:8080
-  std::string api = "llama";            // llama | openai
+  std::string api = "llama";            // llama | openai | sglang
+  // sglang: the server runs with SGLANG_RETURN_ORIGINAL_LOGPROB=1, so its output log-probs are the
+  // model's own, not taken at the sampling temperature (SGLang's default)
+  bool sglang_original_logprobs = false;
   bool prompt_logprobs = false;         // openai: one request per sequence with prompt_logprobs (vLLM)
   std::string served_model;             // openai: the request's "model" (vLLM checks it; empty: not sent)
   FloorClass fclass = FloorClass::fp32;
@@ -112,6 +141,8 @@ struct Generated {
   // empty list: none stated there; llama-server states none for tokens accepted from drafts).
   std::vector<TopList> steps;
   std::optional<int64_t> draft_n, draft_accepted;  // the server's speculative-decoding counts, where stated
+  std::optional<int64_t> cached_tokens;            // SGLang: prompt tokens served from its radix cache
+  std::string spec_stated;                         // SGLang: its speculative-decoding figures, as a phrase
 };
 
 // llama-server /completion, one position (n_predict 1, n_probs K): completion_probabilities[0].top_logprobs.
@@ -130,8 +161,24 @@ std::vector<TopList> openai_prompt_logprobs(const nlohmann::json& answer, int64_
 // top-K at each generated step too (logprobs.content[i].top_logprobs, or logprobs.top_logprobs[i]),
 // one per generated token, or InputError naming the field.
 Generated openai_generation(const nlohmann::json& answer, const std::string& url, bool with_steps = false);
-// POST /detokenize: the text ("content"; vLLM's OpenAI server: "prompt").
+// SGLang /generate over `seq` with logprob_start_len 0 and max_new_tokens 1: the distribution after
+// each seq[0..i] (`seq.size()` lists), from the shifted input rows and output_top_logprobs[0].
+std::vector<TopList> sglang_sequence(const nlohmann::json& answer, const std::vector<int32_t>& seq, const std::string& url);
+// SGLang /generate, free-running: the generated ids (output_token_logprobs, checked against
+// output_ids where given), finish_reason's type, cached_tokens, the speculative figures; with_steps:
+// output_top_logprobs, one list per generated token (null: none stated there).
+Generated sglang_generation(const nlohmann::json& answer, const std::string& url, bool with_steps = false);
+// One step of SGLang's output log-probs taken back to the model's distribution: multiplied by
+// `temperature` (the temperature they were taken at; 1: as they are), the presence penalty added
+// back to the ids in `before` (the tokens generated before the step), renormalised. nullopt where
+// that cannot be done exactly: a listing of fewer than `vocab` ids (its normalisation is unknown), or
+// a repetition penalty with tokens before (it scales a logit by its sign, which log-probs do not keep).
+std::optional<TopList> sglang_model_step(const TopList& listed, double temperature, double presence_penalty,
+                                         double repetition_penalty, const std::vector<int64_t>& before, int64_t vocab);
+// POST /detokenize: the text ("content"; vLLM's OpenAI server: "prompt"; SGLang: "text").
 std::string detokenized(const nlohmann::json& answer, const std::string& url);
+// GET /v1/models: the served model names (data[].id).
+std::vector<std::string> served_models(const nlohmann::json& answer, const std::string& url);
 
 }  // namespace server_answer
 
