@@ -10,7 +10,10 @@ does not produce:
   - prompt_logprobs (vLLM's extra parameter): choices[0].prompt_logprobs, a list with one entry per
     prompt token, None first, then {"<id>": {"logprob", "rank", "decoded_token"}};
   - the classic completions logprobs: {"tokens", "token_logprobs", "top_logprobs": [{key: logprob}]},
-    keys "token_id:N" when the request asks return_tokens_as_token_ids.
+    keys "token_id:N" when the request asks return_tokens_as_token_ids, at every generated step (the
+    decode path), raw (vLLM's default --logprobs-mode raw_logprobs: before temperature and penalties);
+  - GET /v1/models lists the served name, "tiny-trained"; a request naming another model is answered
+    HTTP 404 {"error": {"message": "The model `x` does not exist.", ...}} as vLLM's _check_model does.
 MODE:
   vllm        the shapes above; /detokenize answers {"prompt": text} (vLLM's field name)
   nodetok     the same, but /detokenize is 404 (an OpenAI-compatible server without one)
@@ -44,7 +47,15 @@ def key(tok_id, text, as_ids):
     return "token_id:%d" % tok_id if as_ids and MODE != "text-keys" else text
 
 
+SERVED = "tiny-trained"
+
+
 class Handler(JsonHandler):
+    def do_GET(self):
+        if self.path == "/v1/models":
+            return self.send_json(200, {"object": "list", "data": [{"id": SERVED, "object": "model", "owned_by": "vllm"}]})
+        return self.send_json(404, {"detail": "Not Found"})
+
     def do_POST(self):
         req = self.read_json()
         if self.path == "/detokenize":
@@ -53,6 +64,9 @@ class Handler(JsonHandler):
             return self.send_json(200, {"prompt": upstream("/detokenize", {"tokens": req["tokens"]})["content"]})
         if self.path != "/v1/completions":
             return self.send_json(404, {"detail": "Not Found"})
+        if req.get("model") and req["model"] != SERVED:
+            return self.send_json(404, {"error": {"message": "The model `%s` does not exist." % req["model"],
+                                                  "type": "NotFoundError", "param": "model", "code": 404}})
         prompt, k = req["prompt"], int(req.get("logprobs") or 1)
         as_ids = bool(req.get("return_tokens_as_token_ids"))
         choice = {"index": 0, "text": ""}

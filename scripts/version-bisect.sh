@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Which published version of an engine broke the model? `git bisect run` over an engine's pip versions
+# (docs/server.md "Bisecting an engine's published versions"): each step installs one version (SGLang
+# and vLLM into a virtual environment of their own with pip; llama-cpp-python's vendored llama.cpp built
+# from its source distribution by scripts/build-llama-cpp.sh) and scores it with compare --server-cmd.
+#
+#   scripts/version-bisect.sh --engine ENGINE --work DIR (--good V --bad V | --each "V1 V2 ...") \
+#       [--versions "V1 V2 ..."] -- COMPARE-ARGS...
+#
+#   --engine    sglang | vllm | llama-cpp-python
+#   --work      a folder for the installs, the versions repository and the logs (kept: a rerun reuses
+#               what was installed)
+#   --good/--bad  bisect between these two versions (--versions lists the ones between; default: PyPI's
+#               list, from `pip index versions`). With --bad the older one, git looks for the first
+#               bad release; with --good the older one (a bug that a release fixed, as the seed's
+#               SGLang 0.5.9 -> 0.5.11), for the first good one (git bisect's terms old/new)
+#   --each      score every listed version in turn and print each step's exit code (no bisect)
+#   COMPARE-ARGS  degenbisect compare's arguments, with --server-cmd whose command starts with
+#               @ENGINE@: replaced by the version's server (sglang: VENV/bin/python -m
+#               sglang.launch_server; vllm: VENV/bin/vllm serve; llama-cpp-python: its llama-server)
+#
+# The steps follow git bisect run's convention, which is compare's: 0 good, 1 bad, 125 skip (a version
+# that does not install, does not build, or whose server does not start on the model is skipped),
+# 128 and above stop the bisect (an input error: the arguments are wrong for every version).
+# DEGENBISECT names the binary (default: build/degenbisect). Each install takes minutes (a llama.cpp
+# build: about 13 min on 2 cores; a pip install of SGLang or vLLM: several GB).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ENGINE="" WORK="" GOOD="" BAD="" EACH="" VERSIONS=""
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "version-bisect.sh: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --engine) ENGINE="${2:-}"; shift 2 ;;
+    --work) WORK="${2:-}"; shift 2 ;;
+    --good) GOOD="${2:-}"; shift 2 ;;
+    --bad) BAD="${2:-}"; shift 2 ;;
+    --each) EACH="${2:-}"; shift 2 ;;
+    --versions) VERSIONS="${2:-}"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    *) die "unknown argument '$1' (expected --engine, --work, --good, --bad, --each, --versions, --help, then -- and compare's arguments)" ;;
+  esac
+done
+case "$ENGINE" in sglang|vllm|llama-cpp-python) ;; *) die "--engine '$ENGINE': expected sglang, vllm or llama-cpp-python" ;; esac
+[ -n "$WORK" ] || die "--work DIR is required"
+[ $# -gt 0 ] || die "no compare arguments after --"
+printf '%s\n' "$@" | grep -q '@ENGINE@' || die "the compare arguments have no @ENGINE@ (the --server-cmd must start with it)"
+if [ -n "$EACH" ]; then
+  [ -z "$GOOD$BAD" ] || die "--each scores every version; --good/--bad bisect: one or the other"
+else
+  [ -n "$GOOD" ] && [ -n "$BAD" ] || die "--good V and --bad V are required (or --each \"V1 V2 ...\")"
+fi
+mkdir -p "$WORK"
+WORK="$(cd "$WORK" && pwd)"
+BIN="${DEGENBISECT:-$ROOT/build/degenbisect}"
+[ -x "$BIN" ] || die "no degenbisect at $BIN (make build, or DEGENBISECT=...)"
+
+# The step: one version, from the VERSION file of the current checkout or its argument.
+INVERT=0
+if [ -z "$EACH" ] && [ "$(printf '%s\n%s\n' "$GOOD" "$BAD" | sort -V | head -1)" = "$GOOD" ] && [ "$GOOD" != "$BAD" ]; then
+  INVERT=0  # good is older: the first bad release
+elif [ -z "$EACH" ]; then
+  INVERT=1  # bad is older: the first good release (a fix)
+fi
+STEP="$WORK/step.sh"
+{
+  echo '#!/usr/bin/env bash'
+  echo "# written by scripts/version-bisect.sh: install $ENGINE at a version and score it"
+  echo 'set -uo pipefail'
+  printf 'ENGINE=%q WORK=%q ROOT=%q BIN=%q INVERT=${INVERT:-0}\n' "$ENGINE" "$WORK" "$ROOT" "$BIN"
+  printf 'ARGS=('; printf '%q ' "$@"; printf ')\n'
+  cat <<'EOF'
+v="${1:-$(cat VERSION)}"
+log="$WORK/install-$v.log"
+case "$ENGINE" in
+  llama-cpp-python)
+    dir="$WORK/llama-cpp-$v"
+    # the pinned version is already built for the tests: reused
+    if [ "$(cat "$ROOT/build/llama.cpp/ENGINE" 2>/dev/null)" = "llama-cpp-python $v vendor/llama.cpp -O1" ] &&
+       [ -x "$ROOT/build/llama.cpp/build/bin/llama-server" ]; then dir="$ROOT/build/llama.cpp"
+    else
+      "$ROOT/scripts/build-llama-cpp.sh" --version "$v" --dir "$dir" --targets llama-server >"$log" 2>&1 ||
+        { echo "step $v: llama.cpp of llama-cpp-python $v did not build (see $log): skipped (125)"; exit 125; }
+    fi
+    server="$dir/build/bin/llama-server" ;;
+  sglang|vllm)
+    venv="$WORK/venv-$ENGINE-$v"
+    if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -m pip show "$ENGINE" 2>/dev/null | grep -qx "Version: $v"; then
+      { python3 -m venv "$venv" && "$venv/bin/python" -m pip install --quiet "$ENGINE==$v"; } >"$log" 2>&1 ||
+        { echo "step $v: pip could not install $ENGINE==$v (see $log): skipped (125)"; exit 125; }
+    fi
+    if [ "$ENGINE" = sglang ]; then server="$venv/bin/python -m sglang.launch_server"; else server="$venv/bin/vllm serve"; fi ;;
+esac
+args=()
+for a in "${ARGS[@]}"; do args+=("${a//@ENGINE@/$server}"); done
+"$BIN" compare "${args[@]}" --server-log "$WORK/server-$v.log" >"$WORK/compare-$v.txt" 2>&1
+rc=$?
+echo "step $v: exit $rc ($(grep -m1 -E '^verdict|error' "$WORK/compare-$v.txt" | cut -c1-160))"
+# Looking for the release that fixed a bug: git's "old" term is the broken versions (exit 1 there).
+if [ "$INVERT" = 1 ] && [ "$rc" -le 1 ]; then exit $((1 - rc)); fi
+exit $rc
+EOF
+} >"$STEP"
+chmod +x "$STEP"
+
+if [ -n "$EACH" ]; then
+  status=0
+  for v in $EACH; do
+    set +e; "$STEP" "$v"; rc=$?; set -e
+    [ "$rc" -le 1 ] || [ "$rc" = 125 ] || status=$rc
+  done
+  exit "$status"
+fi
+
+# The versions repository: one commit per version, oldest first, tagged v-VERSION.
+if [ -z "$VERSIONS" ]; then
+  VERSIONS=$(python3 -m pip index versions "$ENGINE" 2>/dev/null | sed -n 's/^Available versions: //p' | tr -d ',' |
+    tr ' ' '\n' | grep -E '^[0-9]+(\.[0-9]+)*$' | sort -V | tr '\n' ' ')
+  [ -n "$VERSIONS" ] || die "could not list $ENGINE's versions from PyPI (pip index versions); give --versions"
+fi
+OLD=$GOOD NEW=$BAD
+[ "$INVERT" = 0 ] || { OLD=$BAD NEW=$GOOD; }
+list=$(printf '%s\n' $VERSIONS | sort -V | awk -v o="$OLD" -v n="$NEW" '$0 == o {on = 1} on {print} $0 == n {exit}')
+printf '%s\n' $list | grep -qx "$OLD" && printf '%s\n' $list | grep -qx "$NEW" ||
+  die "--good $GOOD and --bad $BAD must both be in the version list: $VERSIONS"
+REPO="$WORK/versions"
+rm -rf "$REPO"
+git init -q "$REPO"
+for v in $list; do
+  echo "$v" >"$REPO/VERSION"
+  git -C "$REPO" add VERSION
+  git -C "$REPO" -c user.name=version-bisect -c user.email=none commit -q -m "$ENGINE $v"
+  git -C "$REPO" tag "v-$v"
+done
+echo "version-bisect.sh: $(printf '%s\n' $list | wc -l) versions of $ENGINE from $OLD to $NEW;" \
+  "$([ "$INVERT" = 1 ] && echo "looking for the first good one (broken: old, fixed: new)" || echo "looking for the first bad one")"
+cd "$REPO"
+if [ "$INVERT" = 1 ]; then
+  git bisect start --term-old=broken --term-new=fixed "v-$NEW" "v-$OLD"
+else
+  git bisect start "v-$NEW" "v-$OLD"
+fi
+git bisect run "$STEP"
+git bisect log | grep -E "^# (first|good|bad|broken|fixed|skip)" || true
+git bisect reset -q
