@@ -76,9 +76,11 @@ log="$WORK/install-$v.log"
 case "$ENGINE" in
   llama-cpp-python)
     dir="$WORK/llama-cpp-$v"
-    # the pinned version is already built for the tests: reused
-    if [ "$(cat "$ROOT/build/llama.cpp/ENGINE" 2>/dev/null)" = "llama-cpp-python $v vendor/llama.cpp -O1" ] &&
-       [ -x "$ROOT/build/llama.cpp/build/bin/llama-server" ]; then dir="$ROOT/build/llama.cpp"
+    # a finished build of this version without a patch is reused: the tests' own (the pinned version),
+    # or this folder's from an earlier run (whatever its optimisation level)
+    built() { case "$(cat "$1/ENGINE" 2>/dev/null)" in "llama-cpp-python $v vendor/llama.cpp"|"llama-cpp-python $v vendor/llama.cpp -O"?) [ -x "$1/build/bin/llama-server" ] ;; *) false ;; esac; }
+    if built "$ROOT/build/llama.cpp"; then dir="$ROOT/build/llama.cpp"
+    elif built "$dir"; then :
     else
       "$ROOT/scripts/build-llama-cpp.sh" --version "$v" --dir "$dir" --targets llama-server >"$log" 2>&1 ||
         { echo "step $v: llama.cpp of llama-cpp-python $v did not build (see $log): skipped (125)"; exit 125; }

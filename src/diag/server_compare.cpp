@@ -420,8 +420,8 @@ Generated sglang_generation(const json& r, const std::string& url, bool with_ste
 std::optional<TopList> sglang_model_step(const TopList& listed, double temperature, double presence, double repetition,
                                          const std::vector<int64_t>& before, int64_t vocab) {
   const bool pres = presence != 0 && !before.empty();
-  if (temperature == 1 && !pres) return listed;
   if (repetition != 1 && !before.empty()) return std::nullopt;
+  if (temperature == 1 && !pres) return listed;
   if (static_cast<int64_t>(listed.size()) < vocab) return std::nullopt;
   TopList out = listed;
   // log(softmax(z / T)) * T = z - const: the logits up to a constant (-inf stays -inf).
@@ -1256,8 +1256,9 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
     const auto t0 = clock_type::now();
     const auto wanted = [&](const char* name) { return std::find(run.o.probes.begin(), run.o.probes.end(), name) != run.o.probes.end(); };
     if (run.o.api == "sglang") {
-      // The cold run: the teacher-forced request put this sequence in SGLang's radix cache.
-      if (wanted("prefix-cache")) {
+      // The cold run, as llama's (cache_prompt false): the teacher-forced request put this sequence in
+      // SGLang's radix cache, which would serve the prompt; POST /flush_cache empties it first.
+      {
         run.flush_note.clear();
         try {
           (void)net::request("POST", run.base + "/flush_cache", "", run.o.http);

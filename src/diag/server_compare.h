@@ -37,7 +37,9 @@
 //    cannot be, and such steps are not scored (noted). Step 0 is checked against the server's own
 //    teacher-forced distribution after the prompt: a temperature reading that contradicts the server
 //    (it scales though told it does not, or the reverse) is InputError (128) naming the setting;
-//  - serving probes: prefix-cache through meta_info.cached_tokens (the cold run after POST /flush_cache),
+//  - the free-running run is cold: after POST /flush_cache (the teacher-forced requests filled the
+//    radix cache; a server that refuses the flush is noted by the prefix-cache probe);
+//  - serving probes: prefix-cache through meta_info.cached_tokens,
 //    batching as one /generate whose input_ids hold the case and its distractors.
 // API "openai" (POST /v1/completions, llama-server's and vLLM's; SGLang's speaks it too): the same
 // measurements; the golden ids as a token-id prompt, "logprobs": K, "return_tokens_as_token_ids"; the

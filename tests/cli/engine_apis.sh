@@ -38,7 +38,11 @@ curl -sf "http://127.0.0.1:$p1/health" >/dev/null || { cat "$WORK/llama-server.l
 start_proxy() {  # SCRIPT MODE -> $port (the environment passes through: SGLANG_RETURN_ORIGINAL_LOGPROB)
   local pf="$WORK/proxy-$1-$2"
   rm -f "$pf"
-  python3 "$SRC/tests/cli/$1" "$2" "$pf" "http://127.0.0.1:$p1" >"$pf.log" 2>&1 &
+  if [ "$1" = vllm_shape_proxy.py ]; then  # MODE UPSTREAM PORT_FILE; the SGLang adapter: MODE PORT_FILE UPSTREAM
+    python3 "$SRC/tests/cli/$1" "$2" "http://127.0.0.1:$p1" "$pf" >"$pf.log" 2>&1 &
+  else
+    python3 "$SRC/tests/cli/$1" "$2" "$pf" "http://127.0.0.1:$p1" >"$pf.log" 2>&1 &
+  fi
   pids+=($!)
   for _ in $(seq 1 50); do [ -s "$pf" ] && break; sleep 0.1; done
   [ -s "$pf" ] || { cat "$pf.log" >&2; fail "$1 $2 did not start"; }
@@ -46,9 +50,34 @@ start_proxy() {  # SCRIPT MODE -> $port (the environment passes through: SGLANG_
 }
 CASES=(--case two-plus-two --case story-sampled)
 score() { "$BIN" -q compare --golden "$G" --model "$M" --timeout 300 "$@"; }
-# The figures as printed: each case's row, its decode-path row (mean/max KLD, first bad step), the
-# greedy agreement; the API's name and the limits line left out.
-figures() { grep -E "^  (two-plus-two|story-sampled) |decode path|agreement" "$WORK/out" | sed 's/ *([0-9.]* s)//'; }
+# The figures as printed: each case's row (teacher-forced KLD, top-1, the generation's figures) and
+# its decode-path row (steps scored, mean/max KLD, limit). Equal to the printed digits, except the
+# sampled case's decode-path KLDs through SGLang's output log-probs: taken back from the temperature
+# (log_softmax(T x lp)) and the presence penalty (added back, renormalised), they carry the rounding of
+# that round trip (T x (x / T) is not x in floating point), which moves KLDs of ~5e-13 (the engines
+# agree to rounding) in their third digit; those are checked within 2 % (and 1e-13 absolute) of the
+# native figures instead.
+figures() { grep -E "^  (two-plus-two|story-sampled) |decode path" "$WORK/out" | sed 's/ *([0-9.]* s)//'; }
+same_figures() {  # NATIVE OTHER WHAT [sampled-tolerance]
+  python3 - "$1" "$2" "${4:-}" <<'PY' || { paste -d'\n' "$1" "$2"; fail "$3 give other figures than the native API"; }
+import re, sys
+a, b = open(sys.argv[1]).read().splitlines(), open(sys.argv[2]).read().splitlines()
+tol = sys.argv[3] == "tol"
+assert len(a) == len(b) and a, "not the same rows"
+case = None
+for x, y in zip(a, b):
+    if not x.startswith("      "):
+        case = x.split()[0]
+    if x == y:
+        continue
+    assert tol and case == "story-sampled" and "decode path" in x, "differs: %r / %r" % (x, y)
+    nx, ny = re.split(r"[0-9.]+e[-+][0-9]+", x), re.split(r"[0-9.]+e[-+][0-9]+", y)
+    assert nx == ny, "differs beyond its figures: %r / %r" % (x, y)
+    for u, v in zip(re.findall(r"[0-9.]+e[-+][0-9]+", x), re.findall(r"[0-9.]+e[-+][0-9]+", y)):
+        u, v = float(u), float(v)
+        assert abs(u - v) <= max(0.02 * abs(u), 1e-13), "%g against %g" % (u, v)
+PY
+}
 
 t0=$(date +%s)
 expect_exit 0 score --server "http://127.0.0.1:$p1" --api llama "${CASES[@]}" --probes none
@@ -67,7 +96,7 @@ expect_out "cached tokens; warm equals cold"
 expect_out "probe batching: good (in one request beside 3 other sequences; batched equals solo"
 grep -q '"config": "server http://127.0.0.1:'"$port"' (api sglang)"' "$WORK/sglang.json" || fail "JSON does not name the API"
 figures >"$WORK/sglang.txt"
-cmp -s "$WORK/native.txt" "$WORK/sglang.txt" || { paste -d'\n' "$WORK/native.txt" "$WORK/sglang.txt"; fail "SGLang's shapes give other figures than the native API"; }
+same_figures "$WORK/native.txt" "$WORK/sglang.txt" "SGLang's shapes" tol
 # Told that the server returns the model's own log-probs while it scales them: 128, naming the option.
 expect_exit 128 score --server "http://127.0.0.1:$port" --api sglang --case story-sampled --probes none --sglang-logprobs original
 expect_out "the output log-probs at step 0 are taken at the sampling temperature 0.7"
@@ -77,7 +106,7 @@ expect_out "drop --sglang-logprobs original"
 SGLANG_RETURN_ORIGINAL_LOGPROB=1 start_proxy sglang_shape_proxy.py sglang
 expect_exit 0 score --server "http://127.0.0.1:$port" --api sglang "${CASES[@]}" --probes none --sglang-logprobs original
 figures >"$WORK/original.txt"
-cmp -s "$WORK/native.txt" "$WORK/original.txt" || { paste -d'\n' "$WORK/native.txt" "$WORK/original.txt"; fail "original log-probs give other figures"; }
+same_figures "$WORK/native.txt" "$WORK/original.txt" "SGLang's original log-probs" tol
 expect_exit 128 score --server "http://127.0.0.1:$port" --api sglang --case story-sampled --probes none
 expect_out "pass --sglang-logprobs original"
 echo "sglang: native = SGLang-shaped figures ($(($(date +%s) - t0)) s)"
@@ -105,7 +134,7 @@ expect_out "--sglang-logprobs applies to --api sglang only"
 start_proxy vllm_shape_proxy.py vllm
 expect_exit 0 score --server "http://127.0.0.1:$port" --api openai --served-model tiny-trained "${CASES[@]}" --probes none
 figures >"$WORK/vllm.txt"
-cmp -s "$WORK/native.txt" "$WORK/vllm.txt" || { paste -d'\n' "$WORK/native.txt" "$WORK/vllm.txt"; fail "vLLM's shapes give other figures"; }
+same_figures "$WORK/native.txt" "$WORK/vllm.txt" "vLLM's shapes"
 expect_exit 128 score --server "http://127.0.0.1:$port" --api openai --served-model Qwen3.6-27B --case two-plus-two
 expect_out "does not serve 'Qwen3.6-27B' (--served-model): GET /v1/models lists 'tiny-trained'"
 echo "vllm: native = vLLM-shaped figures, decode path included"

@@ -165,19 +165,11 @@ def one(ids, sp, return_logprob, start, k_top):
     max_new = int(sp.get("max_new_tokens", 128))
     presence = float(sp.get("presence_penalty", 0.0))
     top_k = int(sp.get("top_k", -1))
-    gen = upstream("/completion", {
-        "prompt": ids, "n_predict": max_new, "n_probs": 1000000 if return_logprob else 0,
-        "temperature": 0 if greedy else temperature, "top_k": 0 if top_k < 0 else top_k,
-        "top_p": float(sp.get("top_p", 1.0)), "min_p": float(sp.get("min_p", 0.0)),
-        "repeat_penalty": float(sp.get("repetition_penalty", 1.0)), "presence_penalty": presence,
-        "seed": int(sp.get("sampling_seed", 42)), "ignore_eos": bool(sp.get("ignore_eos", False)),
-        "cache_prompt": cached > 0, "return_tokens": True, "post_sampling_probs": False})
-    out = gen["tokens"]
-    meta = {"id": "proxy", "prompt_tokens": L, "completion_tokens": len(out), "cached_tokens": cached,
-            "finish_reason": ({"type": "length", "length": len(out)} if gen.get("stop_type") == "limit"
-                              else {"type": "stop", "matched": out[-1] if out else None})}
+    # the input rows first, then the generation: the order of the tool's native requests (the
+    # distribution after each prefix, the whole sequence last), so that llama-server's cache holds
+    # the same tokens before each request and its figures are the native ones to the last bit
+    itl, itop = [], []
     if return_logprob:
-        itl, itop = [], []
         for j in range(S, L):
             if MODE == "noshift":
                 d = after(ids[:j + 1], True)
@@ -191,6 +183,20 @@ def one(ids, sp, return_logprob, start, k_top):
             d = after(ids[:j], True)
             itl.append(triple(d.get(ids[j]), ids[j] + (1 if MODE == "wrongids" and j == 2 else 0)))
             itop.append(top(d, k_top) if k_top else None)
+    gen = upstream("/completion", {
+        "prompt": ids, "n_predict": max_new, "n_probs": 1000000 if return_logprob else 0,
+        "temperature": 0 if greedy else temperature, "top_k": 0 if top_k < 0 else top_k,
+        "top_p": float(sp.get("top_p", 1.0)), "min_p": float(sp.get("min_p", 0.0)),
+        "repeat_penalty": float(sp.get("repetition_penalty", 1.0)), "presence_penalty": presence,
+        "seed": int(sp.get("sampling_seed", 42)), "ignore_eos": bool(sp.get("ignore_eos", False)),
+        # llama-server's own prompt cache as the tool's native requests use it (on for one-token
+        # requests, off for a generation), except where the radix emulation says the prompt is cached
+        "cache_prompt": cached > 0 or max_new == 1, "return_tokens": True, "post_sampling_probs": False})
+    out = gen["tokens"]
+    meta = {"id": "proxy", "prompt_tokens": L, "completion_tokens": len(out), "cached_tokens": cached,
+            "finish_reason": ({"type": "length", "length": len(out)} if gen.get("stop_type") == "limit"
+                              else {"type": "stop", "matched": out[-1] if out else None})}
+    if return_logprob:
         otl, otop = [], []
         for i, p in enumerate(gen["completion_probabilities"]):
             raw = full_listing(p["top_logprobs"])

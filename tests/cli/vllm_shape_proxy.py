@@ -82,7 +82,12 @@ class Handler(JsonHandler):
                                        "temperature": req.get("temperature", 1.0), "top_k": req.get("top_k", 40),
                                        "top_p": req.get("top_p", 1.0), "min_p": req.get("min_p", 0.0),
                                        "seed": req.get("seed", -1), "ignore_eos": bool(req.get("ignore_eos")),
-                                       "return_tokens": True, "post_sampling_probs": False})
+                                       "presence_penalty": req.get("presence_penalty", 0.0),
+                                       "repeat_penalty": req.get("repetition_penalty", 1.0),
+                                       "return_tokens": True, "post_sampling_probs": False,
+                                       # llama-server's prompt cache as the tool's native requests use it:
+                                       # on for one-token (teacher-forced) requests, off for a generation
+                                       "cache_prompt": int(req.get("max_tokens", 16)) == 1})
         probs = gen["completion_probabilities"]
         choice["text"] = gen["content"]
         choice["logprobs"] = {
