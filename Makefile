@@ -7,9 +7,14 @@
 #   make sanitize  the CPU build under ASan + UBSan (build-sanitize/), unit tests and bad-input CLI tests on it
 #   make fuzz    the parsers under libFuzzer (clang, ASan + UBSan, build-fuzz/), FUZZ_SECONDS per target (default 60)
 #   make clean   remove build outputs
-# Variables: BUILD (build folder, default build), JOBS (parallel jobs), CMAKE_FLAGS (e.g. -DDEGEN_CUDA=OFF).
+# Variables: BUILD (build folder, default build), JOBS (parallel jobs), TEST_JOBS (tests at once, default
+# JOBS + 1), CMAKE_FLAGS (e.g. -DDEGEN_CUDA=OFF).
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# One test more than cores: the tests that talk to servers wait on them (llama-server polls with
+# --poll 0, the adapters are Python), and a compile niced beside ctest -j2 on 2 cores got 10-20 % of
+# the CPU (2026-12-06): that much stood idle.
+TEST_JOBS ?= $(shell echo $$(( $(JOBS) + 1 )))
 CMAKE_FLAGS ?=
 BIN := $(BUILD)/degenbisect
 TINY_MODELS := tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next tiny-qwen35-tp3
@@ -38,7 +43,7 @@ build: configure
 COSTS := $(BUILD)/Testing/Temporary/CTestCostData.txt
 test: build gguf
 	@[ -f $(COSTS) ] || { mkdir -p $(dir $(COSTS)) && cp tests/ctest-costs.txt $(COSTS); }
-	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+	@cd $(BUILD) && ctest --output-on-failure -j$(TEST_JOBS)
 
 # The GGUF the llama.cpp tests load: llama.cpp's converter output, rebuilt byte for byte (SHA-256
 # checked) from models/tiny-trained and the layout tools/gguf_layout.py recorded. Without python3 the

@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "cli/session.h"
 #include "diag/model_eval.h"
+#include "engine/faults.h"
 #include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "util/error.h"
@@ -61,6 +62,9 @@ int run_eval(const EvalArgs& a) {
 
   nlohmann::json j = {{"tool", "degenbisect eval"}, {"model", a.model}, {"heldout", heldout_path.string()},
                       {"heldout_sha256", set.sha256}, {"golden", a.golden}};
+  // --fault names are checked before any evaluation (a misspelt one cost the whole reference run first)
+  for (const std::string& f : a.only_faults)
+    if (!find_fault(f)) input_error("--fault '", f, "' is not in the catalogue (degenbisect faults lists it)");
   int code = 0;
   EvalFigures tested, reference;
   const bool is_reference = config == RunConfig{};
