@@ -68,7 +68,7 @@ STEP="$WORK/step.sh"
   echo '#!/usr/bin/env bash'
   echo "# written by scripts/version-bisect.sh: install $ENGINE at a version and score it"
   echo 'set -uo pipefail'
-  printf 'ENGINE=%q WORK=%q ROOT=%q BIN=%q INVERT=${INVERT:-0}\n' "$ENGINE" "$WORK" "$ROOT" "$BIN"
+  printf 'ENGINE=%q WORK=%q ROOT=%q BIN=%q INVERT=%q\n' "$ENGINE" "$WORK" "$ROOT" "$BIN" "$INVERT"
   printf 'ARGS=('; printf '%q ' "$@"; printf ')\n'
   cat <<'EOF'
 v="${1:-$(cat VERSION)}"
@@ -145,4 +145,4 @@ else
 fi
 git bisect run "$STEP"
 git bisect log | grep -E "^# (first|good|bad|broken|fixed|skip)" || true
-git bisect reset -q
+git bisect reset

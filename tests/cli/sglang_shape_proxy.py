@@ -85,6 +85,10 @@ def launch(cmd):
 def stop(*_):
     if child is not None and child.poll() is None:
         child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
     os._exit(0)
 
 
