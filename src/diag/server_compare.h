@@ -41,7 +41,7 @@
 //    radix cache; a server that refuses the flush is noted by the prefix-cache probe);
 //  - serving probes: prefix-cache through meta_info.cached_tokens,
 //    batching as one /generate whose input_ids hold the case and its distractors.
-// API "openai" (POST /v1/completions, llama-server's and vLLM's; SGLang's speaks it too): the same
+// API "openai" (POST /v1/completions, llama-server's and vLLM's; SGLang's keys log-probs by text: refused): the same
 // measurements; the golden ids as a token-id prompt, "logprobs": K, "return_tokens_as_token_ids"; the
 // top-K read from llama-server's logprobs.content (ids) or the classic logprobs.top_logprobs with
 // "token_id:N" keys (text keys are refused: mapping text back to ids would re-tokenise). With

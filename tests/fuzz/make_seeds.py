@@ -256,6 +256,26 @@ def main():
     add("http_openai", "vllm-prompt-logprobs", b"\x01\x03" + json.dumps(vllm).encode())
     add("http_openai", "vllm-generation", b"\x02\x00" + json.dumps(vllm).encode())
     add("http_openai", "vllm-detokenize", b"\x03\x00" + json.dumps({"prompt": "What is 2 + 2?"}).encode())
+    # SGLang's /generate (issue 42; tests/cli/sglang_shape_proxy.py writes the same shapes): byte 0 4 the
+    # teacher-forced answer over 1 + byte 1 % 16 ids, each 1 + byte 1 % 3 (here 3 ids of 1: byte 1 = 18,
+    # and 3 ids of 3: byte 1 = 2), 5 a generation (with per-step lists when byte 1 >= 128), 6 /v1/models
+    def sg_seq(tok):
+        row = [[-0.25, tok, None], [-1.75, 0, None]]
+        return {"text": "", "output_ids": [tok], "meta_info": {
+            "id": "x", "prompt_tokens": 3, "completion_tokens": 1, "cached_tokens": 0,
+            "finish_reason": {"type": "length", "length": 1},
+            "input_token_logprobs": [[None, tok, None], [-0.25, tok, None], [-0.25, tok, None]],
+            "input_top_logprobs": [None, row, row], "output_token_logprobs": [[-0.25, tok, None]],
+            "output_top_logprobs": [row]}}
+    add("http_openai", "sglang-sequence", b"\x04\x12" + json.dumps(sg_seq(1)).encode())
+    add("http_openai", "sglang-sequence-3", b"\x04\x02" + json.dumps(sg_seq(3)).encode())
+    sg_gen = {"text": " 4.", "output_ids": [12, 5], "meta_info": {
+        "cached_tokens": 16, "finish_reason": {"type": "stop", "matched": 5}, "spec_verify_ct": 1, "spec_accept_length": 2.0,
+        "output_token_logprobs": [[-0.05, 12, None], [-0.4, 5, " ."]],
+        "output_top_logprobs": [[[-0.05, 12, None], [-3.2, 7, None]], None]}}
+    add("http_openai", "sglang-generation", b"\x05\x80" + json.dumps(sg_gen).encode())
+    add("http_openai", "sglang-generation-batch", b"\x05\x00" + json.dumps([sg_gen]).encode())
+    add("http_openai", "models", b"\x06\x00" + json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode())
 
     # golden_resume: the seed resume state (a golden-mini run with --batch all killed after its first
     # case), whole, without its generations, and without its finished case
