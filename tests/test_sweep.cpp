@@ -230,6 +230,14 @@ TEST_CASE("sweep: a server sweep's cells are free key=value parameters that fill
   const auto gc = g.cells();
   REQUIRE(gc.size() == 1);
   CHECK(gc[0].name == "fa=off,ctk=f16,ctv=f16");
+  // Any other value is literal text, commas and '=' included: a JSON flag value (issue 42's vLLM
+  // template), or a flag with '=' in it.
+  SweepMatrix lit = sweep_matrix_from_axes("", {"mode=a"}, true);
+  lit.axes[0].values = {"--speculative-config={\"method\":\"mtp\",\"num_speculative_tokens\":3}", "-o=x,y"};
+  const auto lc = lit.cells();
+  REQUIRE(lc.size() == 2);
+  CHECK(lc[0].params == std::vector<std::pair<std::string, std::string>>{{"mode", "--speculative-config={\"method\":\"mtp\",\"num_speculative_tokens\":3}"}});
+  CHECK(lc[1].params == std::vector<std::pair<std::string, std::string>>{{"mode", "-o=x,y"}});
   // The mistakes that would sweep nothing, or start a server nobody can reach, are named.
   CHECK_THROWS_WITH_AS(fill_server_command("srv -fa {fa} -ctk {ctk} -t {threads}", cells[0].params, 1),
                        doctest::Contains("no {port}"), InputError);

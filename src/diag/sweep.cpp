@@ -10,6 +10,7 @@
 #endif
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +33,22 @@ namespace degen {
 using nlohmann::json;
 
 namespace {
+
+// "k=v,k2=v2" whose every key is a parameter name (a letter or '_', then letters, digits, '_'): a group
+// value of a server sweep, setting several parameters at once.
+bool group_fragment(const std::string& value) {
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t end = std::min(value.find(',', start), value.size());
+    const std::string part = value.substr(start, end - start);
+    const size_t eq = part.find('=');
+    if (eq == std::string::npos || eq == 0 || !(std::isalpha(static_cast<unsigned char>(part[0])) || part[0] == '_')) return false;
+    for (size_t i = 0; i < eq; ++i)
+      if (!std::isalnum(static_cast<unsigned char>(part[i])) && part[i] != '_') return false;
+    start = end + 1;
+  }
+  return true;
+}
 
 std::string fragment(const std::string& axis, const std::string& value) {
   return value.find('=') == std::string::npos ? axis + "=" + value : value;
@@ -250,7 +267,15 @@ std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
     for (size_t a = 0; a < axes.size(); ++a) {
       const std::string& v = axes[a].values[pick[a]];
       try {
-        apply(c, fragment(axes[a].name, v));
+        if (params_only && !group_fragment(v)) {
+          // A server parameter's value is literal text (a JSON flag value holds ',' and '='), unless it
+          // is a group of key=value pairs whose keys are parameter names ("ctk=f16,ctv=f16").
+          auto it = std::find_if(c.params.begin(), c.params.end(), [&](const auto& p) { return p.first == axes[a].name; });
+          if (it != c.params.end()) it->second = v;
+          else c.params.emplace_back(axes[a].name, v);
+        } else {
+          apply(c, fragment(axes[a].name, v));
+        }
       } catch (const InputError& e) {
         input_error("sweep matrix '", name, "': axis '", axes[a].name, "' value '", v, "': ", e.what());
       }
