@@ -11,9 +11,10 @@
 #   --work      a folder for the installs, the versions repository and the logs (kept: a rerun reuses
 #               what was installed)
 #   --good/--bad  bisect between these two versions (--versions lists the ones between; default: PyPI's
-#               list, from `pip index versions`). With --bad the older one, git looks for the first
-#               bad release; with --good the older one (a bug that a release fixed, as the seed's
-#               SGLang 0.5.9 -> 0.5.11), for the first good one (git bisect's terms old/new)
+#               list, from `pip index versions`). With --good the older one (a regression), git
+#               looks for the first bad release; with --bad the older one (a bug that a release
+#               fixed, as the seed's SGLang 0.5.9 -> 0.5.11), for the first good one (git bisect's
+#               terms old/new, the step's 0 and 1 swapped)
 #   --each      score every listed version in turn and print each step's exit code (no bisect)
 #   COMPARE-ARGS  degenbisect compare's arguments, with --server-cmd whose command starts with
 #               @ENGINE@: replaced by the version's server (sglang: VENV/bin/python -m
@@ -27,7 +28,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 ENGINE="" WORK="" GOOD="" BAD="" EACH="" VERSIONS=""
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "version-bisect.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
