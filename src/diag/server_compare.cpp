@@ -1059,6 +1059,13 @@ ProbeResult prefix_cache_probe(const ServerRun& run, const GoldenCase& g, bool g
 // as the case with stops ignored, so that it is live through every step of the case. Not applicable
 // where the server has one slot or does not say (llama: /props total_slots), or with --api openai.
 constexpr int64_t kBatchDistractors = 3;
+// The k-th distractor of a prompt: the prompt rotated by k * (T / 2 + 1), another text of its length.
+std::vector<int32_t> distractor(const std::vector<int32_t>& prompt, int64_t k) {
+  std::vector<int32_t> rotated(prompt.begin(), prompt.end());
+  const size_t T = prompt.size();
+  if (T > 1) std::rotate(rotated.begin(), rotated.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(k) * (T / 2 + 1)) % T), rotated.end());
+  return rotated;
+}
 ProbeResult batching_probe(const ServerRun& run, const GoldenCase& g, bool greedy, const server_answer::Generated& cold,
                            const json& cold_req, double limit) {
   ProbeResult p;
@@ -1086,11 +1093,8 @@ ProbeResult batching_probe(const ServerRun& run, const GoldenCase& g, bool greed
   const int64_t others = std::min<int64_t>(slots - 1, kBatchDistractors);
   const std::string url = run.base + "/completion";
   std::vector<json> reqs{cold_req};
-  const size_t T = g.prompt.size();
   for (int64_t k = 1; k <= others; ++k) {
-    std::vector<int32_t> rotated(g.prompt.begin(), g.prompt.end());
-    if (T > 1) std::rotate(rotated.begin(), rotated.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(k) * (T / 2 + 1)) % T), rotated.end());
-    reqs.push_back({{"prompt", rotated},   {"n_predict", g.max_new_tokens}, {"return_tokens", true},
+    reqs.push_back({{"prompt", distractor(g.prompt, k)}, {"n_predict", g.max_new_tokens}, {"return_tokens", true},
                     {"cache_prompt", false}, {"temperature", 0},            {"ignore_eos", true}});
   }
   std::vector<json> answers(reqs.size());
@@ -1217,11 +1221,8 @@ ProbeResult sglang_batching_probe(const ServerRun& run, const GoldenCase& g, boo
   const std::string url = run.base + "/generate";
   json ids = json::array({g.prompt}), sampling = json::array({cold_req.at("sampling_params")});
   json logprob = json::array({true}), top = json::array({run.o.decode_path ? run.topk : 0});
-  const size_t T = g.prompt.size();
   for (int64_t k = 1; k <= kBatchDistractors; ++k) {
-    std::vector<int32_t> rotated(g.prompt.begin(), g.prompt.end());
-    if (T > 1) std::rotate(rotated.begin(), rotated.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(k) * (T / 2 + 1)) % T), rotated.end());
-    ids.push_back(rotated);
+    ids.push_back(distractor(g.prompt, k));
     sampling.push_back({{"max_new_tokens", g.max_new_tokens}, {"temperature", 0}, {"ignore_eos", true}});
     logprob.push_back(false);
     top.push_back(0);
