@@ -555,6 +555,10 @@ json sglang_sampling(const SamplingParams& sp, bool greedy, int64_t max_new_toke
   return p;
 }
 
+// The sampling of a one-token request (a teacher-forced sequence, a prefill, the prefix-cache primer):
+// greedy, stops ignored.
+json sglang_one_token() { return {{"max_new_tokens", 1}, {"temperature", 0}, {"ignore_eos", true}}; }
+
 // A /generate request: the ids as given (one list, or a list of lists for a batch), its log-probs
 // (the generated tokens' always: they carry the ids; top_logprobs_num K where asked).
 json sglang_request(const json& input_ids, const json& sampling, int top, int64_t logprob_start_len = -1) {
@@ -577,7 +581,7 @@ std::vector<std::vector<TopList>> sglang_topk(const ServerRun& run, const std::v
     ids.push_back(s);
     positions += static_cast<int64_t>(s.size());
   }
-  const json req = sglang_request(ids, json{{"max_new_tokens", 1}, {"temperature", 0}, {"ignore_eos", true}}, run.topk, 0);
+  const json req = sglang_request(ids, sglang_one_token(), run.topk, 0);
   const json r = net::post_json(url, req, answer_cap(run, positions));
   if (!r.is_array() || r.size() != seqs.size())
     input_error("malformed response from ", url, ": a request of ", seqs.size(), " sequences (input_ids as a list of lists) answered with ",
@@ -718,7 +722,7 @@ void take_generated(const ServerRun& run, const server_answer::Generated& got, b
 TopList server_position(const ServerRun& run, const std::vector<int32_t>& prefix) {
   if (run.o.api == "sglang") {
     const std::string url = run.base + "/generate";
-    const json req = sglang_request(prefix, json{{"max_new_tokens", 1}, {"temperature", 0}, {"ignore_eos", true}}, run.topk);
+    const json req = sglang_request(prefix, sglang_one_token(), run.topk);
     const server_answer::Generated a = server_answer::sglang_generation(net::post_json(url, req, answer_cap(run, 1)), url, true);
     if (a.steps.empty() || a.steps[0].empty())
       input_error("malformed response from ", url, ": no top-K for the generated token (top_logprobs_num ", run.topk, ")");
@@ -1179,13 +1183,11 @@ void sglang_check_temperature(const ServerRun& run, const SamplingParams& sp, bo
 }
 
 // One SGLang generation request, its answer read and taken back to the model's distribution.
-server_answer::Generated sglang_generate(const ServerRun& run, const json& req, const SamplingParams& sp, bool greedy, int64_t budget,
-                                         std::string* note) {
+server_answer::Generated sglang_generate(const ServerRun& run, const json& req, const SamplingParams& sp, bool greedy, int64_t budget) {
   const std::string url = run.base + "/generate";
   server_answer::Generated got = server_answer::sglang_generation(net::post_json(url, req, answer_cap(run, budget)), url, run.o.decode_path);
-  std::string n;
-  sglang_model_steps(run, sp, greedy, got, n);
-  if (note) *note = n;
+  std::string note;  // the case's own run says it
+  sglang_model_steps(run, sp, greedy, got, note);
   return got;
 }
 
@@ -1199,9 +1201,9 @@ ProbeResult sglang_prefix_probe(const ServerRun& run, const GoldenCase& g, bool 
     return not_applicable(p, cat("the cold run reused ", *cold.cached_tokens, " cached tokens itself",
                                  run.flush_note.empty() ? "" : cat(" (", run.flush_note, ")")));
   const std::string url = run.base + "/generate";
-  const json primer = {{"input_ids", g.prompt}, {"sampling_params", {{"max_new_tokens", 1}, {"temperature", 0}, {"ignore_eos", true}}}};
+  const json primer = {{"input_ids", g.prompt}, {"sampling_params", sglang_one_token()}};
   (void)net::post_json(url, primer, answer_cap(run, 1));
-  const server_answer::Generated warm = sglang_generate(run, cold_req, sp, greedy, g.max_new_tokens, nullptr);
+  const server_answer::Generated warm = sglang_generate(run, cold_req, sp, greedy, g.max_new_tokens);
   p.cached = warm.cached_tokens;
   if (!p.cached || *p.cached == 0)
     return not_applicable(p, p.cached ? "the server reused no cached tokens (meta_info.cached_tokens 0; --disable-radix-cache?)"
@@ -1259,13 +1261,11 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
     if (run.o.api == "sglang") {
       // The cold run, as llama's (cache_prompt false): the teacher-forced request put this sequence in
       // SGLang's radix cache, which would serve the prompt; POST /flush_cache empties it first.
-      {
-        run.flush_note.clear();
-        try {
-          (void)net::request("POST", run.base + "/flush_cache", "", run.o.http);
-        } catch (const net::HttpStatusError& e) {
-          run.flush_note = cat("POST ", run.base, "/flush_cache: HTTP ", e.status());
-        }
+      run.flush_note.clear();
+      try {
+        (void)net::request("POST", run.base + "/flush_cache", "", run.o.http);
+      } catch (const net::HttpStatusError& e) {
+        run.flush_note = cat("POST ", run.base, "/flush_cache: HTTP ", e.status());
       }
       cold_req = sglang_request(g.prompt, sglang_sampling(sp, greedy, g.max_new_tokens, g.ignore_stop), run.o.decode_path ? run.topk : 0);
       const std::string url = run.base + "/generate";

@@ -177,16 +177,20 @@ CellSummary eval_isolated(const std::function<CellSummary()>& eval) {
 
 // A params-only fragment "k=v,k2=v2" as key/value pairs (a value without '=' was made "axis=value"
 // by fragment()). Later keys replace earlier ones, keeping the first position.
+// One parameter: a later value of a key replaces the earlier one, keeping the first position.
+void set_param(std::vector<std::pair<std::string, std::string>>& params, const std::string& k, const std::string& v) {
+  auto it = std::find_if(params.begin(), params.end(), [&](const auto& p) { return p.first == k; });
+  if (it != params.end()) it->second = v;
+  else params.emplace_back(k, v);
+}
+
 void apply_params(std::vector<std::pair<std::string, std::string>>& params, const std::string& frag) {
   std::string cur;
   auto flush = [&]() {
     if (cur.empty()) return;
     auto eq = cur.find('=');
     if (eq == std::string::npos || eq == 0) input_error("'", cur, "': expected key=value");
-    std::string k = cur.substr(0, eq), v = cur.substr(eq + 1);
-    auto it = std::find_if(params.begin(), params.end(), [&](const auto& p) { return p.first == k; });
-    if (it != params.end()) it->second = v;
-    else params.emplace_back(k, v);
+    set_param(params, cur.substr(0, eq), cur.substr(eq + 1));
     cur.clear();
   };
   for (char ch : frag) {
@@ -270,9 +274,7 @@ std::vector<SweepMatrix::Cell> SweepMatrix::cells() const {
         if (params_only && !group_fragment(v)) {
           // A server parameter's value is literal text (a JSON flag value holds ',' and '='), unless it
           // is a group of key=value pairs whose keys are parameter names ("ctk=f16,ctv=f16").
-          auto it = std::find_if(c.params.begin(), c.params.end(), [&](const auto& p) { return p.first == axes[a].name; });
-          if (it != c.params.end()) it->second = v;
-          else c.params.emplace_back(axes[a].name, v);
+          set_param(c.params, axes[a].name, v);
         } else {
           apply(c, fragment(axes[a].name, v));
         }
