@@ -1,0 +1,33 @@
+// Noise-floor classes (floor_class.h).
+#include "diag/floor_class.h"
+
+namespace degen {
+
+const char* floor_class_name(FloorClass c) { return c == FloorClass::bf16 ? "bf16" : "fp32"; }
+
+FloorClass floor_class_for(const RunConfig& rc) {
+  if ((rc.backend != BackendKind::cpu && !rc.cuda_reference()) || rc.precision == Precision::bf16 ||
+      rc.precision == Precision::q8_0)
+    return FloorClass::bf16;
+  // Any other toggle that differs from its default (storage dtypes, attention algorithm, tensor
+  // parallelism on the CPU, CUDA-only keys of the GPU path) makes the path lower-precision than the
+  // reference. The reference on the GPU (backend=cuda,precision=ref) is fp32 whatever its matrix
+  // product, graphs or tensor parallelism (fp32 partial sums, summed in fp32).
+  RunConfig neutral = rc;
+  if (rc.cuda_reference()) {
+    neutral.backend = BackendKind::cpu;
+    neutral.precision_set = false;
+    neutral.gemm.reset();
+    neutral.graphs.reset();
+    neutral.tp = 1;
+  }
+  neutral.precision = Precision::ref;
+  neutral.gdn = RunConfig{}.gdn;
+  neutral.sampling = SamplingParams{};
+  neutral.batch = RunConfig{}.batch;
+  neutral.mtp = 0;
+  neutral.faults.clear();
+  return neutral.str() == RunConfig{}.str() ? FloorClass::fp32 : FloorClass::bf16;
+}
+
+}  // namespace degen
