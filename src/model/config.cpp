@@ -265,6 +265,80 @@ void validate(const ModelConfig& c, const Fields& f) {
   check_sizes(c, f);
 }
 
+// RoPE: rope_parameters first, then top-level keys, then the class default (HF v5 standardisation).
+// Sets rope_theta, partial_rotary_factor and rotary_dim (head_dim must be read).
+void read_rope(ModelConfig& c, const Fields& f, const json& lm, const std::string& prefix, const std::string& origin) {
+  double prf = f.number("partial_rotary_factor", 0.25);
+  c.rope_theta = f.number("rope_theta", 10000.0);
+  if (f.has("rope_parameters")) {
+    const json& rp = lm.at("rope_parameters");
+    Fields rf{rp, prefix + "rope_parameters.", origin};
+    if (!rp.is_object()) f.bad("rope_parameters", "an object", rp);
+    std::string type = rf.string("rope_type", "default");
+    if (type != "default")
+      input_error(origin, ": field '", prefix, "rope_parameters.rope_type': expected \"default\" "
+                  "(YaRN and other scalings are not supported), found \"", type, "\"");
+    prf = rf.number("partial_rotary_factor", prf);
+    c.rope_theta = rf.number("rope_theta", c.rope_theta);
+  }
+  if (f.has("rope_scaling")) {
+    const json& rs = lm.at("rope_scaling");
+    std::string type = rs.is_object() && rs.contains("rope_type") && rs["rope_type"].is_string()
+                           ? rs["rope_type"].get<std::string>()
+                           : (rs.is_object() && rs.contains("type") && rs["type"].is_string() ? rs["type"].get<std::string>() : "?");
+    if (type != "default")
+      input_error(origin, ": field '", prefix, "rope_scaling': expected null or rope_type \"default\" "
+                  "(YaRN and other scalings are not supported), found ", json_excerpt(rs));
+  }
+  c.partial_rotary_factor = prf;
+  c.rotary_dim = static_cast<int>(std::floor(c.head_dim * prf + 1e-9));
+}
+
+// Layer types: explicit list, else derived from full_attention_interval (layer i is full iff (i+1) % n == 0).
+void read_layer_types(ModelConfig& c, const Fields& f, const json& lm, const std::string& prefix,
+                      const std::string& origin) {
+  if (f.has("layer_types")) {
+    const json& lt = lm.at("layer_types");
+    if (!lt.is_array()) f.bad("layer_types", "a list of \"linear_attention\" / \"full_attention\"", lt);
+    if (static_cast<int>(lt.size()) != c.num_layers)
+      f.bad("layer_types", cat("a list of num_hidden_layers = ", c.num_layers, " entries"), json(lt.size()));
+    for (size_t i = 0; i < lt.size(); ++i) {
+      const json& e = lt[i];
+      if (e == "linear_attention") c.layer_types.push_back(LayerKind::linear);
+      else if (e == "full_attention") c.layer_types.push_back(LayerKind::full);
+      else input_error(origin, ": field '", prefix, "layer_types[", i,
+                       "]': expected \"linear_attention\" or \"full_attention\", found ", json_excerpt(e));
+    }
+  } else {
+    int interval = to_int(f, "full_attention_interval", 4, 1);
+    for (int i = 0; i < c.num_layers; ++i)
+      c.layer_types.push_back((i + 1) % interval == 0 ? LayerKind::full : LayerKind::linear);
+  }
+}
+
+// The FFN fields: dense, Qwen3-Next's MoE (with its dense layers) or Qwen3.5's all-MoE.
+void read_ffn(ModelConfig& c, const Fields& f, bool next, bool moe) {
+  if (next) {
+    c.intermediate_size = f.integer("intermediate_size", 5632, 0);
+    c.num_experts = to_int(f, "num_experts", 512, 0);
+    c.experts_per_tok = to_int(f, "num_experts_per_tok", 10, 0);
+    c.moe_intermediate_size = f.integer("moe_intermediate_size", 512, 0);
+    c.shared_expert_intermediate_size = f.integer("shared_expert_intermediate_size", 512, 0);
+    c.norm_topk_prob = f.boolean("norm_topk_prob", true);
+    c.decoder_sparse_step = to_int(f, "decoder_sparse_step", 1, 1);
+    for (int64_t l : f.int_list("mlp_only_layers")) c.mlp_only_layers.push_back(static_cast<int>(l));
+  } else if (moe) {
+    c.intermediate_size = f.integer("intermediate_size", 0, 0);  // unused by HF for qwen3_5_moe
+    c.num_experts = to_int(f, "num_experts", 256, 1);
+    c.experts_per_tok = to_int(f, "num_experts_per_tok", 8, 1);
+    c.moe_intermediate_size = f.integer("moe_intermediate_size", 512, 1);
+    c.shared_expert_intermediate_size = f.integer("shared_expert_intermediate_size", 512, 0);
+    c.norm_topk_prob = true;  // HF always renormalises for qwen3_5_moe (spec §4.8); the field is not read
+  } else {
+    c.intermediate_size = f.integer("intermediate_size", 12288, 1);
+  }
+}
+
 }  // namespace
 
 bool ModelConfig::is_moe_layer(int layer) const {
@@ -338,71 +412,9 @@ ModelConfig parse_model_config(const json& top, const std::string& origin) {
   c.n_v = to_int(f, "linear_num_value_heads", 32, 1);
   c.max_position_embeddings = f.integer("max_position_embeddings", 32768, 1);
 
-  // RoPE: rope_parameters first, then top-level keys, then the class default (HF v5 standardisation).
-  double prf = f.number("partial_rotary_factor", 0.25);
-  c.rope_theta = f.number("rope_theta", 10000.0);
-  if (f.has("rope_parameters")) {
-    const json& rp = lm->at("rope_parameters");
-    Fields rf{rp, prefix + "rope_parameters.", origin};
-    if (!rp.is_object()) f.bad("rope_parameters", "an object", rp);
-    std::string type = rf.string("rope_type", "default");
-    if (type != "default")
-      input_error(origin, ": field '", prefix, "rope_parameters.rope_type': expected \"default\" "
-                  "(YaRN and other scalings are not supported), found \"", type, "\"");
-    prf = rf.number("partial_rotary_factor", prf);
-    c.rope_theta = rf.number("rope_theta", c.rope_theta);
-  }
-  if (f.has("rope_scaling")) {
-    const json& rs = lm->at("rope_scaling");
-    std::string type = rs.is_object() && rs.contains("rope_type") && rs["rope_type"].is_string()
-                           ? rs["rope_type"].get<std::string>()
-                           : (rs.is_object() && rs.contains("type") && rs["type"].is_string() ? rs["type"].get<std::string>() : "?");
-    if (type != "default")
-      input_error(origin, ": field '", prefix, "rope_scaling': expected null or rope_type \"default\" "
-                  "(YaRN and other scalings are not supported), found ", json_excerpt(rs));
-  }
-  c.partial_rotary_factor = prf;
-  c.rotary_dim = static_cast<int>(std::floor(c.head_dim * prf + 1e-9));
-
-  // Layer types: explicit list, else derived from full_attention_interval (layer i is full iff (i+1) % n == 0).
-  if (f.has("layer_types")) {
-    const json& lt = lm->at("layer_types");
-    if (!lt.is_array()) f.bad("layer_types", "a list of \"linear_attention\" / \"full_attention\"", lt);
-    if (static_cast<int>(lt.size()) != c.num_layers)
-      f.bad("layer_types", cat("a list of num_hidden_layers = ", c.num_layers, " entries"), json(lt.size()));
-    for (size_t i = 0; i < lt.size(); ++i) {
-      const json& e = lt[i];
-      if (e == "linear_attention") c.layer_types.push_back(LayerKind::linear);
-      else if (e == "full_attention") c.layer_types.push_back(LayerKind::full);
-      else input_error(origin, ": field '", prefix, "layer_types[", i,
-                       "]': expected \"linear_attention\" or \"full_attention\", found ", json_excerpt(e));
-    }
-  } else {
-    int interval = to_int(f, "full_attention_interval", 4, 1);
-    for (int i = 0; i < c.num_layers; ++i)
-      c.layer_types.push_back((i + 1) % interval == 0 ? LayerKind::full : LayerKind::linear);
-  }
-
-  // FFN.
-  if (next) {
-    c.intermediate_size = f.integer("intermediate_size", 5632, 0);
-    c.num_experts = to_int(f, "num_experts", 512, 0);
-    c.experts_per_tok = to_int(f, "num_experts_per_tok", 10, 0);
-    c.moe_intermediate_size = f.integer("moe_intermediate_size", 512, 0);
-    c.shared_expert_intermediate_size = f.integer("shared_expert_intermediate_size", 512, 0);
-    c.norm_topk_prob = f.boolean("norm_topk_prob", true);
-    c.decoder_sparse_step = to_int(f, "decoder_sparse_step", 1, 1);
-    for (int64_t l : f.int_list("mlp_only_layers")) c.mlp_only_layers.push_back(static_cast<int>(l));
-  } else if (moe) {
-    c.intermediate_size = f.integer("intermediate_size", 0, 0);  // unused by HF for qwen3_5_moe
-    c.num_experts = to_int(f, "num_experts", 256, 1);
-    c.experts_per_tok = to_int(f, "num_experts_per_tok", 8, 1);
-    c.moe_intermediate_size = f.integer("moe_intermediate_size", 512, 1);
-    c.shared_expert_intermediate_size = f.integer("shared_expert_intermediate_size", 512, 0);
-    c.norm_topk_prob = true;  // HF always renormalises for qwen3_5_moe (spec §4.8); the field is not read
-  } else {
-    c.intermediate_size = f.integer("intermediate_size", 12288, 1);
-  }
+  read_rope(c, f, *lm, prefix, origin);
+  read_layer_types(c, f, *lm, prefix, origin);
+  read_ffn(c, f, next, moe);
 
   // tie_word_embeddings sits at the top level for the nested form (Qwen3_5Config), else with the LM fields.
   c.tie_word_embeddings = tf.has("tie_word_embeddings") ? tf.boolean("tie_word_embeddings", false)

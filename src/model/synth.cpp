@@ -69,8 +69,8 @@ json nest(const char* model_type, const char* text_type, const char* arch, json 
               {"torch_dtype", "bfloat16"}};
 }
 
-std::vector<SynthPreset> make_presets() {
-  std::vector<SynthPreset> p;
+// The tiny presets: the shipped test models, each exercising one checkpoint form.
+void add_tiny_presets(std::vector<SynthPreset>& p) {
   {  // dense Qwen3.5, nested config, tensors under model.language_model.
     json t = tiny_text_fields();
     p.push_back({"tiny-qwen35", "Qwen3.5 dense, GGGA x2, r = 2, MTP, nested text_config (~1.6M params)",
@@ -130,6 +130,10 @@ std::vector<SynthPreset> make_presets() {
     p.push_back({"tiny-qwen3next", "Qwen3-Next: fused interleaved in_proj_qkvz/in_proj_ba, MoE + one dense layer", t,
                  SynthOptions{}, false});
   }
+}
+
+// The bench model and the real-size shapes (config only unless --weights).
+void add_large_presets(std::vector<SynthPreset>& p) {
   {  // ~1B dense model for CPU benchmarks
     json t = tiny_text_fields();
     t["vocab_size"] = 32768;
@@ -194,6 +198,12 @@ std::vector<SynthPreset> make_presets() {
     p.push_back({"qwen35-35b-a3b", "Qwen3.5-35B-A3B shapes (config only unless --weights: 72 GB)",
                  nest("qwen3_5_moe", "qwen3_5_moe_text", "Qwen3_5MoeForConditionalGeneration", t), o, true});
   }
+}
+
+std::vector<SynthPreset> make_presets() {
+  std::vector<SynthPreset> p;
+  add_tiny_presets(p);
+  add_large_presets(p);
   return p;
 }
 
@@ -258,10 +268,11 @@ const SynthPreset& find_synth_preset(const std::string& name) {
   input_error("unknown preset '", name, "'; expected one of: ", names);
 }
 
-int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std::filesystem::path& out, std::FILE* progress) {
-  ModelConfig cfg = parse_model_config(config, "synth config");
-  std::filesystem::create_directories(out);
+namespace {
 
+// config.json, generation_config.json and tokenizer.json of a synthetic checkpoint.
+void write_synth_side_files(const json& config, const ModelConfig& cfg, const SynthOptions& opt,
+                            const std::filesystem::path& out) {
   // Tokenizer: the Qwen3.5 pre-tokenizer (with \p{M}) for the Qwen3.5 family, Qwen2's for Qwen3-Next.
   SynthTokenizerKind tk = cfg.arch == Arch::qwen3_next ? SynthTokenizerKind::qwen2 : SynthTokenizerKind::qwen35;
   int max_ids = static_cast<int>(std::min<int64_t>(cfg.vocab_size, 1000));
@@ -292,23 +303,19 @@ int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std:
   write_file_atomic(out / "config.json", cfg_out.dump(2) + "\n");
   write_file_atomic(out / "generation_config.json", gen.dump(2) + "\n");
   write_file_atomic(out / "tokenizer.json", tok_json);
-  if (!opt.weights) return 0;
+}
 
-  CheckpointLayout lay;
-  lay.experts_fused = opt.experts_fused && cfg.is_moe();
-  lay.mtp_layers = opt.mtp ? 1 : 0;
-  std::vector<WeightSpec> table = weight_table(cfg, lay);
+// Every tensor's declaration and value rule; the bytes are made while each shard is written, a
+// chunk at a time on every core, so a checkpoint larger than memory can be written.
+struct SynthItem {
+  TensorDecl decl;
+  ValueRule rule;
+  uint64_t key;
+};
 
-  // Every tensor's declaration and value rule; the bytes are made while each shard is written, a
-  // chunk at a time on every core, so a checkpoint larger than memory can be written.
-  struct Item {
-    TensorDecl decl;
-    ValueRule rule;
-    uint64_t key;
-  };
-  std::vector<Item> items;
-  int64_t params = 0;
-  uint64_t total = 0;  // bytes
+std::vector<SynthItem> synth_items(const std::vector<WeightSpec>& table, const ModelConfig& cfg, const SynthOptions& opt,
+                                   int64_t& params, uint64_t& total) {
+  std::vector<SynthItem> items;
   for (const auto& spec : table) {
     if (spec.need == Need::optional) continue;  // e.g. lm_head.weight of a tied model
     int64_t n = 1;
@@ -320,10 +327,16 @@ int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std:
     params += n;
     total += nbytes;
   }
-  // Shards: `shards` of them, each tensor in the part of the byte range its middle falls in (so every
-  // shard is about total / shards); or greedily up to shard_bytes; or one file.
+  return items;
+}
+
+// Shards: `shards` of them, each tensor in the part of the byte range its middle falls in (so every
+// shard is about total / shards); or greedily up to shard_bytes; or one file. The shard of each
+// item; nshards is set to the number of files.
+std::vector<size_t> assign_shards(const std::vector<SynthItem>& items, uint64_t total, const SynthOptions& opt,
+                                  size_t& nshards) {
   std::vector<size_t> shard_of(items.size(), 0);
-  size_t nshards = 1;
+  nshards = 1;
   if (opt.shards > 1) {
     uint64_t off = 0;
     for (size_t i = 0; i < items.size(); ++i) {
@@ -350,12 +363,55 @@ int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std:
       fill += b;
     }
   }
+  return shard_of;
+}
 
-  // Remove outputs of an earlier synth into the same folder that this one would not overwrite.
+// Removes outputs of an earlier synth into the same folder that this one would not overwrite.
+void remove_old_weights(const std::filesystem::path& out) {
   for (const auto& e : std::filesystem::directory_iterator(out)) {
     std::string fn = e.path().filename().string();
     if (ends_with(fn, ".safetensors") || fn == "model.safetensors.index.json") std::filesystem::remove(e.path());
   }
+}
+
+// One chunk of a tensor: elements [off / esize, (off + n) / esize) into buf, split over the cores.
+void fill_chunk(const SynthItem& it, uint64_t seed, unsigned threads, uint64_t off, uint8_t* buf, size_t n) {
+  const size_t es = dtype_size(it.decl.dtype);
+  const uint64_t e0 = off / es, ne = n / es;
+  auto work = [&](uint64_t a, uint64_t b) {
+    for (uint64_t i = a; i < b; ++i) {
+      const float v = static_cast<float>(value_at(it.rule, seed, it.key, e0 + i));
+      if (es == 4) std::memcpy(buf + 4 * i, &v, 4);
+      else { const uint16_t h = f32_to_bf16(v); std::memcpy(buf + 2 * i, &h, 2); }
+    }
+  };
+  const uint64_t parts = ne < (1u << 16) ? 1 : threads;
+  std::vector<std::thread> pool;
+  for (uint64_t k = 1; k < parts; ++k) pool.emplace_back(work, ne * k / parts, ne * (k + 1) / parts);
+  work(0, ne / parts);
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std::filesystem::path& out, std::FILE* progress) {
+  ModelConfig cfg = parse_model_config(config, "synth config");
+  std::filesystem::create_directories(out);
+
+  write_synth_side_files(config, cfg, opt, out);
+  if (!opt.weights) return 0;
+
+  CheckpointLayout lay;
+  lay.experts_fused = opt.experts_fused && cfg.is_moe();
+  lay.mtp_layers = opt.mtp ? 1 : 0;
+  std::vector<WeightSpec> table = weight_table(cfg, lay);
+
+  int64_t params = 0;
+  uint64_t total = 0;  // bytes
+  const std::vector<SynthItem> items = synth_items(table, cfg, opt, params, total);
+  size_t nshards = 1;
+  const std::vector<size_t> shard_of = assign_shards(items, total, opt, nshards);
+  remove_old_weights(out);
   auto shard_name = [&](size_t s) {
     if (nshards == 1) return std::string("model.safetensors");
     char fn[64];
@@ -367,29 +423,14 @@ int64_t synth_checkpoint(const json& config, const SynthOptions& opt, const std:
   uint64_t written = 0;
   for (size_t s = 0; s < nshards; ++s) {
     std::vector<TensorDecl> decls;
-    std::vector<const Item*> in;
+    std::vector<const SynthItem*> in;
     for (size_t i = 0; i < items.size(); ++i)
       if (shard_of[i] == s) {
         decls.push_back(items[i].decl);
         in.push_back(&items[i]);
       }
-    // One chunk of tensor t: elements [off / esize, (off + n) / esize), split over the cores.
     TensorFill fill = [&](size_t t, uint64_t off, uint8_t* buf, size_t n) {
-      const Item& it = *in[t];
-      const size_t es = dtype_size(it.decl.dtype);
-      const uint64_t e0 = off / es, ne = n / es;
-      auto work = [&](uint64_t a, uint64_t b) {
-        for (uint64_t i = a; i < b; ++i) {
-          const float v = static_cast<float>(value_at(it.rule, opt.seed, it.key, e0 + i));
-          if (es == 4) std::memcpy(buf + 4 * i, &v, 4);
-          else { const uint16_t h = f32_to_bf16(v); std::memcpy(buf + 2 * i, &h, 2); }
-        }
-      };
-      const uint64_t parts = ne < (1u << 16) ? 1 : threads;
-      std::vector<std::thread> pool;
-      for (uint64_t k = 1; k < parts; ++k) pool.emplace_back(work, ne * k / parts, ne * (k + 1) / parts);
-      work(0, ne / parts);
-      for (auto& th : pool) th.join();
+      fill_chunk(*in[t], opt.seed, threads, off, buf, n);
     };
     write_safetensors_streamed(out / shard_name(s), {{"format", "pt"}}, decls, fill);
     for (const TensorDecl& d : decls) written += d.nbytes;

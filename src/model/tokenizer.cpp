@@ -818,6 +818,150 @@ void check_decoder_and_post(const json& j, const std::string& origin) {
     if (j.contains(k) && !j[k].is_null())
       input_error(origin, ": \"", k, "\" is set (", short_json(j[k]), "); expected null");
 }
+
+// The BPE model's settings the tokenizer supports: type BPE, no dropout, no subword affixes.
+void check_bpe_model(const json& m, const std::string& origin) {
+  std::string type = m.value("type", "");
+  if (type != "BPE")
+    input_error(origin, ": model type is \"", type, "\"; expected \"BPE\" (byte-level BPE)");
+  if (m.contains("dropout") && !m["dropout"].is_null() && !(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0))
+    input_error(origin, ": BPE dropout is ", jstr(m["dropout"]), "; expected null (deterministic BPE)");
+  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (m.contains(k) && !is_null_or_empty_string(m[k]))
+      input_error(origin, ": BPE ", k, " is ", jstr(m[k]), "; expected null or \"\"");
+}
+
+using Impl = Tokenizer::Impl;
+using VocabEntries = std::vector<std::pair<int32_t, std::string>>;
+
+// model.vocab as (id, token) pairs; max_id is raised to the largest id.
+VocabEntries read_vocab(const json& m, const std::string& origin, int32_t& max_id) {
+  VocabEntries entries;
+  if (!m.contains("vocab") || !m["vocab"].is_object())
+    input_error(origin, ": model has no \"vocab\" object; expected {token: id}");
+  entries.reserve(m["vocab"].size());
+  for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
+    if (!it.value().is_number_integer())
+      input_error(origin, ": vocab entry \"", it.key(), "\" has id ", jstr(it.value()), "; expected an integer");
+    int64_t id = it.value().get<int64_t>();
+    if (id < 0 || id >= kMaxTokenId)
+      input_error(origin, ": vocab entry \"", it.key(), "\" has id ", id, "; expected 0 <= id < ", kMaxTokenId);
+    entries.emplace_back(static_cast<int32_t>(id), it.key());
+    max_id = std::max(max_id, static_cast<int32_t>(id));
+  }
+  return entries;
+}
+
+// The added tokens (ids may extend the vocabulary) into im.added; max_id is raised to the largest id.
+void read_added_tokens(const json& j, const std::string& origin, Impl& im, int32_t& max_id) {
+  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+    if (!j["added_tokens"].is_array()) input_error(origin, ": \"added_tokens\" is not an array");
+    for (const json& a : j["added_tokens"]) {
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
+          !a["content"].is_string())
+        input_error(origin, ": added token ", short_json(a), " lacks an integer \"id\" or a string \"content\"");
+      AddedToken t;
+      int64_t id = a["id"].get<int64_t>();
+      if (id < 0 || id >= kMaxTokenId)
+        input_error(origin, ": added token ", short_json(a), " has id ", id, "; expected 0 <= id < ", kMaxTokenId);
+      t.id = static_cast<int32_t>(id);
+      t.content = a["content"].get<std::string>();
+      if (t.content.empty()) input_error(origin, ": added token id ", id, " has empty content");
+      if (Tokenizer::find_invalid_utf8(t.content) != std::string::npos)
+        input_error(origin, ": added token id ", id, " is not valid UTF-8");
+      auto flag = [&](const char* k, bool def) {
+        if (!a.contains(k)) return def;
+        if (!a[k].is_boolean()) input_error(origin, ": added token id ", id, " field \"", k, "\" is not a boolean");
+        return a[k].get<bool>();
+      };
+      t.single_word = flag("single_word", false);
+      t.lstrip = flag("lstrip", false);
+      t.rstrip = flag("rstrip", false);
+      t.normalized = flag("normalized", !flag("special", false));
+      t.special = flag("special", false);
+      max_id = std::max(max_id, t.id);
+      im.added.push_back(std::move(t));
+    }
+  }
+}
+
+// The id tables (pieces, bytes, flags, token_to_id) of vocab_end ids from the vocabulary and the
+// added tokens, and the id of each of the 256 byte-level symbols.
+void fill_token_tables(Impl& im, VocabEntries& entries, int32_t vocab_end, const std::string& origin) {
+  im.pieces.assign(vocab_end, std::string());
+  im.bytes.assign(vocab_end, std::string());
+  im.flags.assign(vocab_end, 0);
+  im.token_to_id.reserve(entries.size() + im.added.size());
+  for (auto& [id, s] : entries) {
+    if (im.flags[id] & Impl::kDefined)
+      input_error(origin, ": vocab gives id ", id, " to both \"", im.pieces[id], "\" and \"", s,
+                  "\"; expected unique ids");
+    im.flags[id] = Impl::kDefined;
+    auto b = bytelevel_to_bytes(s);
+    im.bytes[id] = b ? *b : s;  // HF's ByteLevel decoder keeps a token with foreign symbols as is
+    im.token_to_id.emplace(s, id);
+    im.pieces[id] = std::move(s);
+  }
+  for (const AddedToken& t : im.added) {
+    if ((im.flags[t.id] & Impl::kAdded) && im.pieces[t.id] != t.content)
+      input_error(origin, ": added tokens give id ", t.id, " to both \"", im.pieces[t.id], "\" and \"",
+                  t.content, "\"");
+    im.flags[t.id] |= Impl::kDefined | Impl::kAdded | (t.special ? Impl::kSpecial : 0);
+    im.pieces[t.id] = t.content;
+    im.bytes[t.id] = t.content;
+    im.token_to_id[t.content] = t.id;  // added tokens shadow the vocabulary, as in HF
+  }
+  const auto& b2u = byte_to_unicode();
+  for (int b = 0; b < 256; ++b) {
+    std::string sym;
+    append_utf8(sym, b2u[b]);
+    auto it = im.token_to_id.find(sym);
+    if (it == im.token_to_id.end()) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      input_error(origin, ": vocab has no token for byte ", hex, " (\"", sym,
+                  "\"); expected all 256 byte-level symbols (no byte fallback or unk is supported)");
+    }
+    im.byte_id[b] = it->second;
+  }
+}
+
+// model.merges, as "a b" strings or ["a", "b"] pairs, into im.merges ranked in order.
+void read_merges(const json& m, const std::string& origin, Impl& im) {
+  if (!m.contains("merges") || !m["merges"].is_array())
+    input_error(origin, ": model has no \"merges\" array; expected [\"a b\", ...] or [[\"a\", \"b\"], ...]");
+  const json& merges = m["merges"];
+  im.merges.reserve(merges.size() * 2);
+  int32_t rank = 0;
+  for (const json& e : merges) {
+    std::string a, b;
+    if (e.is_string()) {
+      const std::string& s = e.get_ref<const std::string&>();
+      size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        input_error(origin, ": merges[", rank, "] is ", jstr(e), "; expected two tokens separated by one space");
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+      a = e[0].get<std::string>();
+      b = e[1].get<std::string>();
+    } else {
+      input_error(origin, ": merges[", rank, "] is ", short_json(e), "; expected \"a b\" or [\"a\", \"b\"]");
+    }
+    auto find = [&](const std::string& s) {
+      auto it = im.token_to_id.find(s);
+      if (it == im.token_to_id.end())
+        input_error(origin, ": merges[", rank, "] ", jstr(e), " names token \"", s,
+                    "\" which is not in the vocabulary");
+      return it->second;
+    };
+    int32_t ia = find(a), ib = find(b), inew = find(a + b);
+    im.merges[Impl::key(ia, ib)] = {rank, inew};  // a repeated pair keeps its last rank, as in HF
+    ++rank;
+  }
+  im.n_merges = merges.size();
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& text, const std::string& origin) {
@@ -837,133 +981,17 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& text, co
   Impl& im = *tok->impl_;
   try {
     const json& m = j["model"];
-    std::string type = m.value("type", "");
-    if (type != "BPE")
-      input_error(origin, ": model type is \"", type, "\"; expected \"BPE\" (byte-level BPE)");
-    if (m.contains("dropout") && !m["dropout"].is_null() && !(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0))
-      input_error(origin, ": BPE dropout is ", jstr(m["dropout"]), "; expected null (deterministic BPE)");
-    for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (m.contains(k) && !is_null_or_empty_string(m[k]))
-        input_error(origin, ": BPE ", k, " is ", jstr(m[k]), "; expected null or \"\"");
+    check_bpe_model(m, origin);
     im.ignore_merges = m.value("ignore_merges", false);
 
-    // vocab
-    if (!m.contains("vocab") || !m["vocab"].is_object())
-      input_error(origin, ": model has no \"vocab\" object; expected {token: id}");
     int32_t max_id = -1;
-    std::vector<std::pair<int32_t, std::string>> entries;
-    entries.reserve(m["vocab"].size());
-    for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
-      if (!it.value().is_number_integer())
-        input_error(origin, ": vocab entry \"", it.key(), "\" has id ", jstr(it.value()), "; expected an integer");
-      int64_t id = it.value().get<int64_t>();
-      if (id < 0 || id >= kMaxTokenId)
-        input_error(origin, ": vocab entry \"", it.key(), "\" has id ", id, "; expected 0 <= id < ", kMaxTokenId);
-      entries.emplace_back(static_cast<int32_t>(id), it.key());
-      max_id = std::max(max_id, static_cast<int32_t>(id));
-    }
-    // added tokens (ids may extend the vocabulary)
-    if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
-      if (!j["added_tokens"].is_array()) input_error(origin, ": \"added_tokens\" is not an array");
-      for (const json& a : j["added_tokens"]) {
-        if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
-            !a["content"].is_string())
-          input_error(origin, ": added token ", short_json(a), " lacks an integer \"id\" or a string \"content\"");
-        AddedToken t;
-        int64_t id = a["id"].get<int64_t>();
-        if (id < 0 || id >= kMaxTokenId)
-          input_error(origin, ": added token ", short_json(a), " has id ", id, "; expected 0 <= id < ", kMaxTokenId);
-        t.id = static_cast<int32_t>(id);
-        t.content = a["content"].get<std::string>();
-        if (t.content.empty()) input_error(origin, ": added token id ", id, " has empty content");
-        if (find_invalid_utf8(t.content) != std::string::npos)
-          input_error(origin, ": added token id ", id, " is not valid UTF-8");
-        auto flag = [&](const char* k, bool def) {
-          if (!a.contains(k)) return def;
-          if (!a[k].is_boolean()) input_error(origin, ": added token id ", id, " field \"", k, "\" is not a boolean");
-          return a[k].get<bool>();
-        };
-        t.single_word = flag("single_word", false);
-        t.lstrip = flag("lstrip", false);
-        t.rstrip = flag("rstrip", false);
-        t.normalized = flag("normalized", !flag("special", false));
-        t.special = flag("special", false);
-        max_id = std::max(max_id, t.id);
-        im.added.push_back(std::move(t));
-      }
-    }
+    VocabEntries entries = read_vocab(m, origin, max_id);
+    read_added_tokens(j, origin, im, max_id);
     if (max_id < 0) input_error(origin, ": empty vocabulary; expected at least the 256 byte tokens");
     tok->vocab_end_ = max_id + 1;
-    im.pieces.assign(tok->vocab_end_, std::string());
-    im.bytes.assign(tok->vocab_end_, std::string());
-    im.flags.assign(tok->vocab_end_, 0);
-    im.token_to_id.reserve(entries.size() + im.added.size());
-    for (auto& [id, s] : entries) {
-      if (im.flags[id] & Impl::kDefined)
-        input_error(origin, ": vocab gives id ", id, " to both \"", im.pieces[id], "\" and \"", s,
-                    "\"; expected unique ids");
-      im.flags[id] = Impl::kDefined;
-      auto b = bytelevel_to_bytes(s);
-      im.bytes[id] = b ? *b : s;  // HF's ByteLevel decoder keeps a token with foreign symbols as is
-      im.token_to_id.emplace(s, id);
-      im.pieces[id] = std::move(s);
-    }
-    for (const AddedToken& t : im.added) {
-      if ((im.flags[t.id] & Impl::kAdded) && im.pieces[t.id] != t.content)
-        input_error(origin, ": added tokens give id ", t.id, " to both \"", im.pieces[t.id], "\" and \"",
-                    t.content, "\"");
-      im.flags[t.id] |= Impl::kDefined | Impl::kAdded | (t.special ? Impl::kSpecial : 0);
-      im.pieces[t.id] = t.content;
-      im.bytes[t.id] = t.content;
-      im.token_to_id[t.content] = t.id;  // added tokens shadow the vocabulary, as in HF
-    }
-    const auto& b2u = byte_to_unicode();
-    for (int b = 0; b < 256; ++b) {
-      std::string sym;
-      append_utf8(sym, b2u[b]);
-      auto it = im.token_to_id.find(sym);
-      if (it == im.token_to_id.end()) {
-        char hex[8];
-        std::snprintf(hex, sizeof hex, "0x%02X", b);
-        input_error(origin, ": vocab has no token for byte ", hex, " (\"", sym,
-                    "\"); expected all 256 byte-level symbols (no byte fallback or unk is supported)");
-      }
-      im.byte_id[b] = it->second;
-    }
+    fill_token_tables(im, entries, tok->vocab_end_, origin);
 
-    // merges
-    if (!m.contains("merges") || !m["merges"].is_array())
-      input_error(origin, ": model has no \"merges\" array; expected [\"a b\", ...] or [[\"a\", \"b\"], ...]");
-    const json& merges = m["merges"];
-    im.merges.reserve(merges.size() * 2);
-    int32_t rank = 0;
-    for (const json& e : merges) {
-      std::string a, b;
-      if (e.is_string()) {
-        const std::string& s = e.get_ref<const std::string&>();
-        size_t sp = s.find(' ');
-        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-          input_error(origin, ": merges[", rank, "] is ", jstr(e), "; expected two tokens separated by one space");
-        a = s.substr(0, sp);
-        b = s.substr(sp + 1);
-      } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-        a = e[0].get<std::string>();
-        b = e[1].get<std::string>();
-      } else {
-        input_error(origin, ": merges[", rank, "] is ", short_json(e), "; expected \"a b\" or [\"a\", \"b\"]");
-      }
-      auto find = [&](const std::string& s) {
-        auto it = im.token_to_id.find(s);
-        if (it == im.token_to_id.end())
-          input_error(origin, ": merges[", rank, "] ", jstr(e), " names token \"", s,
-                      "\" which is not in the vocabulary");
-        return it->second;
-      };
-      int32_t ia = find(a), ib = find(b), inew = find(a + b);
-      im.merges[Impl::key(ia, ib)] = {rank, inew};  // a repeated pair keeps its last rank, as in HF
-      ++rank;
-    }
-    im.n_merges = merges.size();
+    read_merges(m, origin, im);
 
     im.nfc = check_normalizer(j.value("normalizer", json()), origin);
     if (!j.contains("pre_tokenizer"))
