@@ -274,10 +274,10 @@ TEST_CASE("golden: a record round-trips and says what it holds") {
   CHECK(rec.suite() == "smoke");
   CHECK(rec.num_layers() == 8);
   REQUIRE(rec.cases().size() == 2);
-  const nlohmann::json& m = rec.manifest();
-  CHECK(m["format"] == kGoldenFormat);
-  CHECK(m["settings"]["topk"] == 20);
-  CHECK(m["files"].size() == 2);
+  const Manifest& m = rec.manifest();
+  CHECK(m.format == kGoldenFormat);
+  CHECK(m.settings.topk == 20);
+  CHECK(m.files.size() == 2);
   // Floors: fp32 class always (fp64 on the CPU); bf16 class when the bf16 emulation exists, else
   // absent with the reason (never faked).
   CHECK(rec.floors_present(FloorClass::fp32));
@@ -288,13 +288,13 @@ TEST_CASE("golden: a record round-trips and says what it holds") {
     for (const auto& f : rec.cases()[0].floors[0]->iso[0]) CHECK((f.has_value() && *f > 1e-4 && *f < 0.1));
     CHECK(*rec.cases()[0].floors[0]->kld[0] > *rec.cases()[0].floors[1]->kld[0]);
   } else {
-    CHECK(m["noise_floors"]["status"] == "partial");
+    CHECK(m.noise_floors.status == "partial");
     CHECK(rec.floors_reason().find("bf16") != std::string::npos);
     CHECK_FALSE(rec.cases()[0].floors[0].has_value());
   }
   GoldenCase c = rec.load_case(0);
   const int64_t T = static_cast<int64_t>(c.sequence().size());
-  CHECK(c.prompt.size() == static_cast<size_t>(m["cases"][0]["prompt_tokens"].get<int64_t>()));
+  CHECK(c.prompt.size() == static_cast<size_t>(*m.cases[0].prompt_tokens));
   CHECK(c.P == T);  // positions=all
   CHECK(c.topk.K == 20);
   CHECK(c.topk.ids.size() == static_cast<size_t>(T * 20));
@@ -337,7 +337,7 @@ TEST_CASE("golden: layer and position options") {
   CHECK(c.topk.K == 5);
   CHECK(c.l_out[3].size() == 7 * 128);
   CHECK(c.l_out[1].empty());
-  CHECK(rec.manifest()["noise_floors"]["reason"] == "not measured (--no-floors)");
+  CHECK(rec.manifest().noise_floors.reason == "not measured (--no-floors)");
   // The partial record still compares: isolated errors only where a layer's input and output are stored.
   CompareResult r = run_compare(dir / "g", dir / "m");
   CHECK(r.exit_code == 0);
@@ -521,6 +521,38 @@ TEST_CASE("golden: the manifest's own checksum refuses an edited manifest, a rec
   CHECK(r.to_json()["manifest_checksum"] == "absent");
   CHECK(format_compare(r).find("has no checksum of its own") != std::string::npos);
   CHECK(run_compare(f.record, f.model).to_json()["manifest_checksum"] == "verified");
+}
+
+TEST_CASE("golden: the manifest is a type: it serialises back to what was read, older shapes and unknown fields included") {
+  Fixture& f = fixture();
+  test::TempDir dir("gc-manifest-type");
+  const nlohmann::json orig = nlohmann::json::parse(read_file(f.record / "manifest.json"));
+  const GoldenRecord rec = GoldenRecord::open(f.record);
+  // The typed manifest writes the JSON it was read from; the identity a sweep records is its dump's SHA-256.
+  CHECK(nlohmann::json(rec.manifest()) == orig);
+  CHECK(rec.identity() == sha256_hex(orig.dump()));
+  CHECK(manifest_identity(nlohmann::json(rec.manifest())) == rec.identity());
+  CHECK(rec.manifest().sealed_json() == orig);
+  CHECK(rec.manifest().model.name == f.model.filename().string());
+  CHECK_FALSE(rec.manifest().settings.fp64());
+  // A record of an older shape (no checksum, weights sample, digests, tool version) with a field
+  // this tool does not know: read, and written back as it was (absent stays absent, unknown kept).
+  nlohmann::json old = orig;
+  for (const char* k : {kManifestChecksumKey, "tool_version"}) old.erase(k);
+  old["model"].erase("weights_sample");
+  old["model"].erase("tensor_digests");
+  old["model"]["from_the_future"] = {1, 2};
+  old["cases"][0]["note"] = "kept";
+  old["later"] = true;
+  fs::copy(f.record, dir / "old", fs::copy_options::recursive);
+  write_file_atomic(dir / "old" / "manifest.json", old.dump(1) + "\n");
+  const GoldenRecord o = GoldenRecord::open(dir / "old");
+  CHECK_FALSE(o.manifest_checked());
+  CHECK(nlohmann::json(o.manifest()) == old);
+  CHECK(o.identity() == sha256_hex(old.dump()));
+  CHECK(o.weights_sample().empty());
+  CHECK(o.tensor_digests().empty());
+  CHECK_FALSE(o.manifest().tool_version.has_value());
 }
 
 // ---------------------------------------------------------------- compare
@@ -780,7 +812,7 @@ TEST_CASE("compare: the committed golden records under golden/ still match the s
     REQUIRE_MESSAGE(rec.model_fingerprint() == l.model->fingerprint,
                     "the synthesizer changed: golden/" << name << "/smoke no longer belongs to the shipped model");
     CHECK(rec.tokenizer_fingerprint() == l.tok->fingerprint());
-    CHECK(rec.manifest()["suite"]["sha256"] == load_suite(test::source_dir() / "cases" / "smoke.json").sha256);
+    CHECK(rec.manifest().suite.sha256 == load_suite(test::source_dir() / "cases" / "smoke.json").sha256);
     CompareOptions o;
     o.decode_mode = false;  // the prefill pass is the one that must reproduce the record
     CompareResult r = compare_golden(rec, *l.model, l.tok.get(), o, make_backend);

@@ -3,6 +3,12 @@
 // of one-at-a-time generation on the tiny model and is recorded; the resource meter reads /proc.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
+
 #include "backends/make_backend.h"
 #include "diag/cases.h"
 #include "diag/golden.h"
@@ -11,6 +17,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "model/tokenizer.h"
+#include "util/json_input.h"
 #include "util/resource_meter.h"
 
 using namespace degen;
@@ -81,6 +88,69 @@ TEST_CASE("golden plan: passes by batch group and floor class") {
   CHECK(plan_golden(dir.path(), model->config, model->checkpoint.get(), nullptr, s, o, as, make_backend).refused());
 }
 
+// What `f` writes to stderr (the writer's progress lines go there).
+std::string captured_stderr(const std::function<void()>& f, const fs::path& file) {
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ::dup2(fd, 2);
+  ::close(fd);
+  try {
+    f();
+  } catch (...) {
+    std::fflush(stderr);
+    ::dup2(saved, 2);
+    ::close(saved);
+    throw;
+  }
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  return read_file(file);
+}
+
+TEST_CASE("golden plan: the writer's progress counts the plan's passes (batch groups, both floor classes)") {
+  const SynthPreset& p = find_synth_preset("tiny-qwen35");
+  test::TempDir dir("plan-progress");
+  synth_checkpoint(p.config, p.options, dir / "m");
+  auto model = load_model(dir / "m");
+  const Suite s = suite3();
+  GoldenOptions o;
+  o.batch_all = true;  // two batch groups: {a, b} and {c}
+  o.positions = "2";
+  REQUIRE(golden_batch_groups(s, o).size() == 2);
+  PlanAssumptions as;
+  as.probe = false;
+  as.memory_gb = 100;
+  const GoldenPlan plan = plan_golden(dir / "m", model->config, model->checkpoint.get(), nullptr, s, o, as, make_backend);
+  const GoldenPasses gp = golden_passes(model->config, nullptr, s, o);
+  CHECK(gp.classes == 2);
+  CHECK(plan.passes_floors > 0);
+  CHECK(gp.total() == plan.passes());
+  CHECK(gp.of_cases() == plan.passes() - plan.passes_digest);
+  // the generation of a group is counted at its first case
+  CHECK(gp.cases[0].gen == 5);
+  CHECK(gp.cases[1].gen == 0);
+  CHECK(gp.cases[2].gen == 3);
+  // Each progress line's share of the work is the plan's passes of the cases done so far.
+  const std::string err = captured_stderr([&] { write_golden(*model, nullptr, s, dir / "rec", o, make_backend, stderr); },
+                                          dir / "stderr.txt");
+  std::vector<std::string> lines;
+  for (size_t at = 0; (at = err.find(" of the work)", at)) != std::string::npos; ++at) {
+    const size_t open = err.rfind('(', at);
+    lines.push_back(err.substr(open + 1, at - open - 1));
+  }
+  REQUIRE(lines.size() == s.cases.size());
+  int64_t done = 0;
+  for (size_t i = 0; i < s.cases.size(); ++i) {
+    done += gp.cases[i].total();
+    char want[32];
+    std::snprintf(want, sizeof want, "%.0f %%", 100.0 * double(done) / double(plan.passes() - plan.passes_digest));
+    CHECK(lines[i] == want);
+  }
+  CHECK(lines.back() == "100 %");
+}
+
 TEST_CASE("golden --batch all: the tiny model's record equals one-at-a-time generation's, and says how it was made") {
   const SynthPreset& p = find_synth_preset("tiny-qwen35");
   test::TempDir dir("batch");
@@ -94,11 +164,13 @@ TEST_CASE("golden --batch all: the tiny model's record equals one-at-a-time gene
   o.batch_all = true;
   write_golden(*model, tok.get(), s, dir / "all", o, make_backend);
   GoldenRecord a = GoldenRecord::open(dir / "one"), b = GoldenRecord::open(dir / "all");
-  CHECK_FALSE(a.manifest()["settings"].contains("batch"));
-  CHECK(b.manifest()["settings"]["batch"] == "all");
+  CHECK_FALSE(a.manifest().settings.batch.has_value());
+  CHECK(b.manifest().settings.batch == "all");
   for (size_t i = 0; i < s.cases.size(); ++i) {
     // the data files: same continuations, and the teacher-forced data made one case at a time in both
-    CHECK(a.manifest()["files"][a.cases()[i].file] == b.manifest()["files"][b.cases()[i].file]);
+    const Manifest::File& fa = a.manifest().files.at(a.cases()[i].file);
+    const Manifest::File& fb = b.manifest().files.at(b.cases()[i].file);
+    CHECK((fa.bytes == fb.bytes && fa.sha256 == fb.sha256));
   }
   CHECK_FALSE(fs::exists(dir / ".all.resume"));
   CHECK_FALSE(fs::exists(dir / ".all.partial"));

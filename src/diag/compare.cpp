@@ -382,7 +382,7 @@ void check_record(const GoldenRecord& rec, const Model& model, const Tokenizer* 
     r.tokenizer_mismatch = true;
   }
   if (rec.model_fingerprint() != model.fingerprint) {
-    const std::string made_for = rec.manifest().at("model").value("name", std::string("?"));
+    const std::string made_for = rec.manifest().model.name.value_or("?");
     if (!allow_model_mismatch)
       input_error("golden record ", rec.dir().string(), " was made for another model ('", made_for, "', fingerprint ",
                   rec.model_fingerprint().substr(0, 16), "...), not ", model.dir.string(), " (fingerprint ",
@@ -488,7 +488,7 @@ struct CompareRun {
   Engine& reference() {
     if (!ref_eng) {
       RunConfig rc;
-      rc.precision = rec.manifest().at("settings").value("precision", std::string("fp32")) == "fp64" ? Precision::fp64 : Precision::ref;
+      rc.precision = rec.manifest().settings.fp64() ? Precision::fp64 : Precision::ref;
       ref_be = factory(rc, cfg);
       ref_eng = std::make_unique<Engine>(cfg, model.weights, *ref_be, engine_options(rc));
     }

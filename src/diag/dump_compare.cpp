@@ -267,7 +267,7 @@ struct DumpRun {
           const BackendFactory& factory)
       : rec(r), model(m), cfg(m.config), o(opt) {
     RunConfig ref_rc, floor_rc;
-    const bool golden_fp64 = rec.manifest().at("settings").value("precision", std::string("fp32")) == "fp64";
+    const bool golden_fp64 = rec.manifest().settings.fp64();
     ref_rc.precision = golden_fp64 ? Precision::fp64 : Precision::ref;
     // The known-good run of each class, as the record's floors were made (golden.cpp GoldenRun).
     floor_rc.precision = o.fclass == FloorClass::bf16 ? Precision::bf16 : golden_fp64 ? Precision::ref : Precision::fp64;

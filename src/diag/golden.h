@@ -45,6 +45,10 @@
 // is a check against edits and corruption, not a signature: whoever edits on purpose can recompute
 // it. Records written before it (format_version 1 without the field) are still read, unverified:
 // GoldenRecord::manifest_checked() is false and compare prints a note.
+// The files of a record are written by write_golden (this header, golden.cpp) through the record
+// store (record_store.h); the manifest is the type Manifest (record_manifest.h); they are read by
+// GoldenRecord (golden_record.h). This header includes those, the teacher-forced driver
+// (forced_run.h) and the checkpoint digests (model/digests.h) for the files that use the writer with them.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -58,121 +62,21 @@
 
 #include "diag/cases.h"
 #include "diag/floor_class.h"
+#include "diag/forced_run.h"
+#include "diag/golden_record.h"
 #include "diag/metrics.h"
+#include "diag/record_manifest.h"
+#include "diag/record_store.h"
 #include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/run_config.h"
+#include "model/digests.h"
 #include "model/model.h"
 
 namespace degen {
 
 class Tokenizer;
-
-constexpr const char* kGoldenFormat = "degenbisect-golden";
-constexpr int kGoldenFormatVersion = 1;
-constexpr const char* kManifestChecksumKey = "manifest_sha256";
-
-// The manifest's own checksum (see above): SHA-256 hex of its canonical form without kManifestChecksumKey.
-std::string manifest_checksum(const nlohmann::json& manifest);
-
-// ---- teacher-forced runs (shared by golden and compare) ----
-
-// prefill: the whole sequence in one forward call (chunked GDN unless the config says otherwise);
-// decode: one token per call through the decode path (recurrent GDN, KV cache appends). A decode run
-// can start with a prefill of the first tokens (ForcedOptions::prefill_positions): the order
-// generation takes (the prompt in one call, then one token per call).
-enum class ForcedMode : uint8_t { prefill, decode };
-const char* forced_mode_name(ForcedMode m);
-
-// Golden layer inputs to inject (metrics.md §3): in[L] = the input of layer L over positions
-// [0, P) (row-major [P, H]): the embedding for L = 0, else the golden output of layer L-1; an empty
-// vector leaves layer L's input alone.
-struct LayerInputs {
-  int64_t positions = 0;  // P
-  int64_t hidden = 0;     // H
-  std::vector<std::vector<float>> in;  // [L] of [P * H] or empty
-};
-
-struct ForcedOptions {
-  ForcedMode mode = ForcedMode::prefill;
-  int64_t run_positions = -1;              // tokens to run (-1: all); injection needs <= inject->positions
-  int64_t capture_positions = 0;           // P: layer outputs kept for positions [0, P)
-  std::vector<bool> capture_layers;        // [L]; empty = none
-  const LayerInputs* inject = nullptr;     // golden inputs (isolated run), or null
-  bool logits = true;                      // keep the logits of every position
-  bool mtp = false;                        // prefill only: MTP draft logits for every position but the last
-  bool mtp_prenorm_hidden = false;         // fault mtp-prenorm-hidden: feed the MTP head l_out-(L-1), not the post-norm hidden
-  const std::vector<uint8_t>* vocab_mask = nullptr;
-  // decode only: the first N tokens in ONE forward call that keeps only its last logits row (as
-  // generate() prefills a prompt), then one token per call; logits then start at position N - 1
-  // (ForcedRun::logits_pos0). 0: every token through the decode path. No injection with it.
-  int64_t prefill_positions = 0;
-  // Confirmation by patching (localise.h): the output of layer patch_layer replaced by patch_out
-  // (row-major [P, H], the record's l_out) at positions [0, P); run_positions must not exceed P.
-  int patch_layer = -1;
-  const std::vector<float>* patch_out = nullptr;
-};
-
-struct ForcedRun {
-  int64_t T = 0;                          // positions run
-  int64_t P = 0;                          // positions captured
-  std::vector<float> logits;              // [T - logits_pos0, V] (padding ids -inf)
-  int64_t logits_pos0 = 0;                // position of the first logits row (prefill_positions - 1, else 0)
-  std::vector<float> embed;               // [P, H] the model's own embedding output
-  std::vector<std::vector<float>> l_out;  // [L] of [P, H] for captured layers (else empty)
-  std::vector<float> l_out_norm;          // [L, T] row L2 norms of every layer output
-  std::vector<float> mtp_logits;          // [T-1, V] when asked and the model has MTP
-  double seconds = 0;
-};
-
-// Runs `tokens` teacher-forced through `eng` from a fresh state.
-ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const ForcedOptions& opt);
-
-// Top-K of one logits row under the golden rules: log-softmax in fp64 over the real ids, K most likely
-// (descending, lowest id on ties), the log-sum-exp over the real ids (lse) and lse_pad = the
-// log-sum-exp over all V rows minus lse (meaningful only when the row's padding logits are really
-// there, not masked to -inf).
-struct TopK {
-  std::vector<int32_t> ids;
-  std::vector<float> logprobs;
-  double lse = 0;
-  double lse_pad = 0;  // >= 0; NaN when a padding logit is not finite
-};
-TopK topk_of_row(const float* logits, int64_t V, const std::vector<uint8_t>* mask, int k);
-
-// Top-K of `rows` logits rows [rows, V]. undefined_row >= 0: that row is not a distribution.
-struct TopKBlock {
-  int K = 0;
-  std::vector<int32_t> ids;      // [rows, K]
-  std::vector<float> logprobs;   // [rows, K]
-  std::vector<float> lse;        // [rows] over the real ids
-  std::vector<float> lse_pad;    // [rows] log-sum-exp over all V rows minus lse; empty in older records
-  int64_t undefined_row = -1;
-};
-TopKBlock topk_block(const std::vector<float>& logits, int64_t rows, int64_t V, const std::vector<uint8_t>* mask, int K);
-// From the record's normalisation to an engine's that normalises over all vocab_size rows, at `row`:
-// log p_engine(i) = topk_logprobs(i) + vocab_shift, vocab_shift = lse - lse_vocab = -lse_pad (<= 0;
-// exactly 0 when there are no padding rows). nullopt when the block has no (finite) lse_pad: an
-// older record.
-std::optional<double> vocab_shift(const TopKBlock& b, int64_t row);
-
-// The golden layer inputs of a record's data: in[0] = embed, in[L] = l_out[L-1].
-LayerInputs make_layer_inputs(const std::vector<float>& embed, const std::vector<std::vector<float>>& l_out, int64_t P,
-                              int64_t H);
-// Per-layer tensor errors of test against golden outputs (nullopt where either is absent, or, with
-// `inputs`, where the layer's input was not injected).
-std::vector<std::optional<metrics::TensorError>> layer_errors(const std::vector<std::vector<float>>& test,
-                                                              const std::vector<std::vector<float>>& golden,
-                                                              const LayerInputs* inputs);
-// metrics::compare_logits_topk for every row of test logits [rows, V] against a golden top-K block;
-// next[i] = the golden next token at row i (-1: none).
-std::vector<metrics::LogitPosition> logit_positions(const std::vector<float>& logits, int64_t rows, int64_t V,
-                                                    const TopKBlock& golden, const std::vector<int32_t>& next,
-                                                    const std::vector<uint8_t>* mask);
-double mean_kld(const std::vector<metrics::LogitPosition>& pos);
-
-// ---- writing ----
 
 struct GoldenOptions {
   Precision precision = Precision::ref;  // ref (fp32) or fp64
@@ -261,120 +165,7 @@ struct GoldenSummary {
 GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite& suite, const std::filesystem::path& out,
                            const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress = nullptr);
 
-// The resume state of an interrupted `golden --out out` run: the folders .NAME.partial (the finished
-// cases' data files) and .NAME.resume (resume.json: the key; <case id>.case.json: each finished
-// case's manifest entry; gen-<first case id>.json: a --batch all group's continuations) beside
-// `out`. Read as a run with `key` (the settings that make a resume valid) over `suite` would:
-// discarded when made with other settings, incomplete or `restart`; else checked whole (golden.cpp,
-// "resume state"): every file sealed with its own checksum and the key's, each entry bound to its
-// case, each data file to its entry, nothing else in either folder. InputError (128) naming the file
-// and what to remove otherwise; a damaged resume.json is rewritten with a warning. Made empty when
-// absent.
-struct GoldenResume {
-  std::filesystem::path partial, resume;
-  std::string key_sha;                                     // SHA-256 of the key
-  std::map<size_t, nlohmann::json> cases;                  // finished cases by suite index: their entries
-  std::map<size_t, std::vector<GenerateResult>> generations;  // --batch all: group's first case -> continuations
-};
-GoldenResume open_golden_resume(const std::filesystem::path& out, const nlohmann::json& key, const Suite& suite,
-                                const std::vector<std::pair<size_t, size_t>>& groups, int64_t vocab, bool restart,
-                                std::FILE* progress);
 
-// ---- reading ----
-
-// Noise floors of one case and class (metrics.md §1): isolated rel_l2 of the floor run per layer and
-// mode (nullopt where the layer is not stored), and its mean teacher-forced KLD.
-struct CaseFloors {
-  std::vector<std::optional<double>> iso[2];  // by ForcedMode
-  std::optional<double> kld[2];
-  std::optional<double> mtp_kld;
-};
-
-struct GoldenCase {
-  std::string id;
-  int index = 0;                    // position in the suite (the sampler's case index)
-  std::string input;                // prompt | raw | tokens
-  bool opened_think = false;
-  int max_new_tokens = 0;
-  bool ignore_stop = false;
-  std::string sampling;             // canonical sampling string the continuation was made with ("" greedy)
-  std::string stop_reason;
-  bool nonfinite_logits = false;    // the reference's own generation saw non-finite logits
-  std::string file;                 // data file name
-  std::optional<CaseFloors> floors[2];  // by FloorClass
-  // data (load_case)
-  std::vector<int32_t> prompt, continuation;
-  TopKBlock topk;                   // [T, K] per position of the sequence
-  TopKBlock mtp_topk;               // [T-1, K] MTP drafts (empty when the model has none)
-  int64_t P = 0;
-  std::vector<float> embed;                  // [P, H] or empty
-  std::vector<std::vector<float>> l_out;     // [L] of [P, H] or empty
-  std::vector<float> l_out_norm;             // [L, T]
-  std::vector<int32_t> sequence() const;     // prompt + continuation
-};
-
-class GoldenRecord {
- public:
-  // Reads manifest.json, checks the format version, the manifest's own checksum when it has one
-  // (InputError when its content was edited) and every data file against its size and SHA-256
-  // (InputError naming the file when it is missing, truncated or edited).
-  static GoldenRecord open(const std::filesystem::path& dir);
-
-  const std::filesystem::path& dir() const { return dir_; }
-  const nlohmann::json& manifest() const { return manifest_; }
-  // The manifest carried its checksum and it matched; false for records made before it (unverified).
-  bool manifest_checked() const { return manifest_checked_; }
-  const std::string& model_fingerprint() const { return model_fp_; }
-  const std::string& weights_sample() const { return weights_sample_; }  // "" in records without one
-  // Per-tensor digests (tensor_digests) of the recorded model; empty in records made before them.
-  const std::map<std::string, std::string>& tensor_digests() const { return tensor_digests_; }
-  const std::string& tokenizer_fingerprint() const { return tok_fp_; }
-  const std::string& suite() const { return suite_; }
-  int num_layers() const { return layers_; }
-  int64_t hidden() const { return hidden_; }
-  int64_t vocab() const { return vocab_; }
-  std::vector<bool> stored_layers() const { return stored_; }
-  // Floors of a class were measured (default: the bf16 floors of metrics.md §1), or why not.
-  bool floors_present(FloorClass c = FloorClass::bf16) const { return floors_[static_cast<int>(c)]; }
-  const std::string& floors_reason(FloorClass c = FloorClass::bf16) const { return floors_reason_[static_cast<int>(c)]; }
-  const std::vector<GoldenCase>& cases() const { return cases_; }  // metadata only
-  // The case with its data (reads and validates the safetensors file); with_layers = false skips the
-  // layer outputs (embed, l_out-L), the bulk of a large record.
-  GoldenCase load_case(size_t i, bool with_layers = true) const;
-
- private:
-  std::filesystem::path dir_;
-  nlohmann::json manifest_;
-  std::string model_fp_, tok_fp_, suite_, weights_sample_;
-  std::map<std::string, std::string> tensor_digests_;
-  std::string floors_reason_[2];
-  int layers_ = 0;
-  int64_t hidden_ = 0, vocab_ = 0;
-  std::vector<bool> stored_;
-  bool floors_[2] = {false, false};
-  bool manifest_checked_ = false;
-  std::vector<GoldenCase> cases_;
-};
-
-// The largest top-K log-prob a record may hold (GoldenRecord::load_case refuses more, and NaN):
-// the writer's log-probs are fp64 log-softmax values rounded to fp32, above 0 by at most the fp64
-// rounding of logit - lse (~1e-14 for |logits| < 1e3); 1e-4 is the bound metrics::
-// compare_logits_topk applies to what it is given, so every record the reader passes it accepts.
-constexpr float kMaxStoredLogprob = 1e-4f;
-
-// A cheap digest of the weight VALUES: SHA-256 over, for every tensor sorted by name, its name and
-// its first and last 64 bytes. The model fingerprint covers config and tensor headers only, so two
-// checkpoints of one architecture (another seed, a fine-tune, a modified copy) share it; this sample
-// tells them apart without reading the whole checkpoint (compare warns, it does not refuse).
-std::string weights_sample_digest(const Checkpoint& ckpt);
-
-// Every tensor's digest over ALL its bytes (name -> 16 hex digits): the sample above misses an edit
-// inside a tensor. A 64-bit hash of our own (64-bit words through a multiply-xorshift mix in four
-// lanes, then the length): it detects changes, it is not a cryptographic checksum. Tensors are
-// hashed in parallel; it reads the whole checkpoint once (bandwidth-bound: see README for the cost
-// on a 27B checkpoint).
-std::map<std::string, std::string> tensor_digests(const Checkpoint& ckpt);
-uint64_t content_hash64(const uint8_t* data, size_t n);
 
 // "all" | "none" | LIST -> [L] flags. InputError naming the option.
 std::vector<bool> parse_layer_list(const std::string& text, const ModelConfig& cfg);

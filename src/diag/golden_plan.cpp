@@ -143,132 +143,172 @@ std::string format_duration(double s) {
   return b;
 }
 
-GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkpoint* ckpt, const Tokenizer* tok,
-                       const Suite& suite, const GoldenOptions& opt, const PlanAssumptions& as,
-                       const BackendFactory& factory) {
-  GoldenPlan p;
-  p.model_name = dir.filename().string();
-  p.weights_present = ckpt != nullptr;
-  p.files = ckpt ? static_cast<int>(ckpt->files().size()) : 0;
-  const int L = cfg.num_layers;
-  const double H = double(cfg.hidden_size), V = double(cfg.vocab_size);
+int64_t GoldenPasses::Case::total() const { return gen + forced + floors; }
+int64_t GoldenPasses::gen() const {
+  int64_t n = 0;
+  for (const Case& c : cases) n += c.gen;
+  return n;
+}
+int64_t GoldenPasses::forced() const {
+  int64_t n = 0;
+  for (const Case& c : cases) n += c.forced;
+  return n;
+}
+int64_t GoldenPasses::floors() const {
+  int64_t n = 0;
+  for (const Case& c : cases) n += c.floors;
+  return n;
+}
+int64_t GoldenPasses::of_cases() const { return gen() + forced() + floors(); }
 
-  // ---- the weights by what a pass reads of them
-  CheckpointLayout lay;
-  if (ckpt) lay = detect_layout(cfg, *ckpt);
-  else lay.mtp_layers = cfg.mtp_num_layers;
-  int moe_layers = 0;
-  for (int l = 0; l < L; ++l) moe_layers += cfg.is_moe_layer(l) ? 1 : 0;
-  for (const WeightSpec& spec : weight_table(cfg, lay)) {
-    const TensorView* t = ckpt ? ckpt->find(spec.name) : nullptr;
-    if (!t && spec.need == Need::optional) continue;
-    int64_t n = 1;
-    for (int64_t d : spec.shape) n *= d;
-    const double b = t ? double(t->nbytes) : double(n) * 2;
-    p.params += n;
-    p.weight_bytes += b;
-    if (spec.kind == "embed") p.embed_bytes += b;
-    else if (spec.kind == "mtp") p.mtp_bytes += b;
-    else if (spec.name.find(".experts.") != std::string::npos) p.expert_bytes += b;
+GoldenPasses golden_passes(const ModelConfig& cfg, const Tokenizer* tok, const Suite& suite, const GoldenOptions& opt) {
+  GoldenPasses g;
+  const std::vector<bool> stored = parse_layer_list(opt.layers, cfg);
+  const int n_stored = g.n_stored = static_cast<int>(std::count(stored.begin(), stored.end(), true));
+  // the floor classes the run measures on the CPU (a bf16 class made on the GPU costs the CPU only its spot check)
+  if (opt.floors) {
+    if (opt.floor_classes != "fp32" && opt.bf16_floors.backend == BackendKind::cpu) ++g.classes;
+    if (opt.floor_classes != "bf16") ++g.classes;
   }
-  const double E = double(cfg.num_experts), k = double(cfg.experts_per_tok);
-  const double per_expert = moe_layers > 0 && E > 0 ? p.expert_bytes / (moe_layers * E) : 0;
-  const double bytes_per_param = p.params > 0 ? p.weight_bytes / double(p.params) : 2;
-  auto touched = [&](int64_t n) { return E > 0 ? E * (1 - std::pow(1 - k / E, double(n))) : 0.0; };
+  for (const Case& c0 : suite.cases) {
+    Case c = c0;
+    if (opt.gen_tokens) c.max_new_tokens = *opt.gen_tokens;
+    GoldenPasses::Case pc;
+    pc.Tp = static_cast<int64_t>(encode_case(c, tok, cfg).ids.size());
+    pc.G = c.max_new_tokens;
+    pc.T = pc.Tp + pc.G;
+    pc.P = n_stored == 0 ? 0 : golden_positions(opt.positions, pc.T, (n_stored + 1) * cfg.hidden_size * 4);
+    // per class: the isolated prefill and decode of the stored positions, the teacher-forced prefill and decode
+    pc.floors = g.classes * ((pc.P > 0 ? 1 : 0) + pc.P + 1 + pc.T);
+    g.cases.push_back(pc);
+  }
+  // generation: per batch group (one case, or with --batch all a run of cases with equal settings),
+  // a prefill of every prompt, then a decode step per further token for all of them together; counted
+  // at the group's first case, where the writer generates them
+  for (const auto& [b, e] : golden_batch_groups(suite, opt)) g.cases[b].gen = std::max<int64_t>(g.cases[b].G, 0);
+  return g;
+}
+
+namespace {
+
+// The weights by what a pass reads of them, and what a pass costs.
+struct WeightModel {
+  const ModelConfig& cfg;
+  GoldenPlan& p;
+  CheckpointLayout lay;
+  int moe_layers = 0;
+  double E = 0, k = 0, per_expert = 0, bytes_per_param = 2;
+
+  WeightModel(const ModelConfig& cfg_, const Checkpoint* ckpt, GoldenPlan& plan) : cfg(cfg_), p(plan) {
+    if (ckpt) lay = detect_layout(cfg, *ckpt);
+    else lay.mtp_layers = cfg.mtp_num_layers;
+    for (int l = 0; l < cfg.num_layers; ++l) moe_layers += cfg.is_moe_layer(l) ? 1 : 0;
+    for (const WeightSpec& spec : weight_table(cfg, lay)) {
+      const TensorView* t = ckpt ? ckpt->find(spec.name) : nullptr;
+      if (!t && spec.need == Need::optional) continue;
+      int64_t n = 1;
+      for (int64_t d : spec.shape) n *= d;
+      const double b = t ? double(t->nbytes) : double(n) * 2;
+      p.params += n;
+      p.weight_bytes += b;
+      if (spec.kind == "embed") p.embed_bytes += b;
+      else if (spec.kind == "mtp") p.mtp_bytes += b;
+      else if (spec.name.find(".experts.") != std::string::npos) p.expert_bytes += b;
+    }
+    E = double(cfg.num_experts);
+    k = double(cfg.experts_per_tok);
+    per_expert = moe_layers > 0 && E > 0 ? p.expert_bytes / (moe_layers * E) : 0;
+    bytes_per_param = p.params > 0 ? p.weight_bytes / double(p.params) : 2;
+  }
+  double touched(int64_t n) const { return E > 0 ? E * (1 - std::pow(1 - k / E, double(n))) : 0.0; }
   // weight bytes through the matmuls in a pass over n tokens
-  auto pass_bytes = [&](const Pass& ps) {
+  double bytes(const Pass& ps) const {
     if (!ps.compute) return p.weight_bytes;
     double b = p.weight_bytes - p.embed_bytes - p.expert_bytes - p.mtp_bytes;
     b += moe_layers * touched(ps.n) * per_expert;
     if (ps.mtp) b += p.mtp_bytes;  // (an MoE MTP layer counted whole: an upper bound)
     return b;
-  };
-  auto pass_flops = [&](const Pass& ps) {
+  }
+  double flops(const Pass& ps) const {
     if (!ps.compute) return 0.0;
-    const double active_bytes = pass_bytes(Pass{1, 1, ps.mtp, true});
+    const double active_bytes = bytes(Pass{1, 1, ps.mtp, true});
     double f = 2.0 * double(ps.n) * active_bytes / bytes_per_param;
     f += 4.0 * double(ps.n) * double(ps.ctx) * cfg.n_q * cfg.head_dim * cfg.num_full_layers();  // QK^T and AV
     f += 6.0 * double(ps.n) * cfg.n_v * double(cfg.d_k) * cfg.d_v * cfg.num_linear_layers();     // GDN state update and read
     return f;
-  };
-
-  // ---- the passes
-  const std::vector<bool> stored = parse_layer_list(opt.layers, cfg);
-  const int n_stored = static_cast<int>(std::count(stored.begin(), stored.end(), true));
-  // the floor classes the run measures on the CPU (a bf16 class made on the GPU costs the CPU only its spot check)
-  int classes = 0;
-  if (opt.floors) {
-    if (opt.floor_classes != "fp32" && opt.bf16_floors.backend == BackendKind::cpu) ++classes;
-    if (opt.floor_classes != "bf16") ++classes;
   }
-  std::vector<Pass> passes, dp_passes;
+};
+
+// The passes of the run (golden_passes) as the time model sees them, and compare --server's
+// decode-path scoring of the suite (dp: not part of the golden run).
+struct PassList {
+  std::vector<Pass> run, dp;
   double record_bytes_max = 0, layers_max = 0;
-  int64_t P_max = 0;
-  struct Gen { int64_t Tp, G; };
-  std::vector<Gen> gens;
-  for (const Case& c0 : suite.cases) {
-    Case c = c0;
-    if (opt.gen_tokens) c.max_new_tokens = *opt.gen_tokens;
-    const int64_t Tp = static_cast<int64_t>(encode_case(c, tok, cfg).ids.size());
-    const int64_t G = c.max_new_tokens, T = Tp + G;
-    gens.push_back({Tp, G});
+};
+
+PassList plan_passes(GoldenPlan& p, const ModelConfig& cfg, const GoldenPasses& gp, const Suite& suite,
+                     const GoldenOptions& opt) {
+  PassList pl;
+  const int n_stored = gp.n_stored;
+  const double H = double(cfg.hidden_size);
+  for (const GoldenPasses::Case& c : gp.cases) {
+    const int64_t Tp = c.Tp, G = c.G, T = c.T, P = c.P;
     p.max_T = std::max(p.max_T, T);
-    const int64_t P = n_stored == 0 ? 0 : golden_positions(opt.positions, T, (n_stored + 1) * int64_t(H) * 4);
-    P_max = std::max(P_max, P);
-    passes.push_back({T, T, true, true});  // the teacher-forced prefill
-    ++p.passes_forced;
+    pl.run.push_back({T, T, true, true});  // the teacher-forced prefill
     // compare --server's decode-path scoring of this case (not part of the golden run): the
     // reference's prefill over the engine's sequence (T tokens when it generates as many as the
     // golden), and the floor class's engine decoding it as a server does: the prompt, then a token a call
-    dp_passes.push_back({T, T, false, true});
-    dp_passes.push_back({Tp, Tp, false, true});
-    for (int64_t i = 1; i < G; ++i) dp_passes.push_back({1, Tp + i, false, true});
-    for (int cl = 0; cl < classes; ++cl) {
-      if (P > 0) passes.push_back({P, P, false, true, true});
-      for (int64_t i = 0; i < P; ++i) passes.push_back({1, i + 1, false, true, true});
-      passes.push_back({T, T, true, true, true});
-      for (int64_t i = 0; i < T; ++i) passes.push_back({1, i + 1, false, true, true});
-      p.passes_floors += (P > 0 ? 1 : 0) + P + 1 + T;
+    pl.dp.push_back({T, T, false, true});
+    pl.dp.push_back({Tp, Tp, false, true});
+    for (int64_t i = 1; i < G; ++i) pl.dp.push_back({1, Tp + i, false, true});
+    for (int cl = 0; cl < gp.classes; ++cl) {
+      if (P > 0) pl.run.push_back({P, P, false, true, true});
+      for (int64_t i = 0; i < P; ++i) pl.run.push_back({1, i + 1, false, true, true});
+      pl.run.push_back({T, T, true, true, true});
+      for (int64_t i = 0; i < T; ++i) pl.run.push_back({1, i + 1, false, true, true});
     }
     const double K = std::min(opt.topk, 1000);
-    const double rec = T * K * 12 + (T - 1) * K * 12 + (n_stored + 1) * double(P) * H * 4 + L * double(T) * 4;
-    record_bytes_max = std::max(record_bytes_max, rec);
-    layers_max = std::max(layers_max, 3.0 * (n_stored + 1) * double(P) * H * 4 + L * double(T) * 4);
+    const double rec = T * K * 12 + (T - 1) * K * 12 + (n_stored + 1) * double(P) * H * 4 + cfg.num_layers * double(T) * 4;
+    pl.record_bytes_max = std::max(pl.record_bytes_max, rec);
+    pl.layers_max = std::max(pl.layers_max, 3.0 * (n_stored + 1) * double(P) * H * 4 + cfg.num_layers * double(T) * 4);
   }
-  // generation: per batch group (one case, or with --batch all a run of cases with equal settings),
-  // a prefill of every prompt, then a decode step per further token for all of them together
   for (const auto& [b, e] : golden_batch_groups(suite, opt)) {
-    const int64_t G = gens[b].G;
+    const int64_t G = gp.cases[b].G;
     if (G <= 0) continue;
     int64_t tp = 0, tp_max = 0;
     for (size_t i = b; i < e; ++i) {
-      tp += gens[i].Tp;
-      tp_max = std::max(tp_max, gens[i].Tp);
+      tp += gp.cases[i].Tp;
+      tp_max = std::max(tp_max, gp.cases[i].Tp);
     }
-    passes.push_back({tp, tp_max, false, true});
-    for (int64_t i = 1; i < G; ++i) passes.push_back({static_cast<int64_t>(e - b), tp_max + i, false, true});
-    p.passes_gen += G;
+    pl.run.push_back({tp, tp_max, false, true});
+    for (int64_t i = 1; i < G; ++i) pl.run.push_back({static_cast<int64_t>(e - b), tp_max + i, false, true});
   }
-  passes.push_back({0, 0, false, false});  // the tensor digests of the manifest read every byte once
-  p.passes_digest = 1;
+  pl.run.push_back({0, 0, false, false});  // the tensor digests of the manifest read every byte once
+  p.passes_gen = gp.gen();
+  p.passes_forced = gp.forced();
+  p.passes_floors = gp.floors();
+  p.passes_digest = gp.digest;
   p.cases = static_cast<int>(suite.cases.size());
   p.batch_groups = static_cast<int>(golden_batch_groups(suite, opt).size());
+  return pl;
+}
 
-  // ---- memory
+void plan_memory(GoldenPlan& p, const ModelConfig& cfg, const WeightModel& wm, const GoldenPasses& gp, const PassList& pl,
+                 const Suite& suite, const GoldenOptions& opt, const PlanAssumptions& as) {
   const double e = opt.precision == Precision::fp64 ? 8 : 4;
-  const double T = double(p.max_T);
+  const double T = double(p.max_T), H = double(cfg.hidden_size), V = double(cfg.vocab_size);
   // B: the most sequences alive at once (the largest batch group); R: the most rows in one forward
   // (a case's teacher-forced prefill, or a group's prompts prefilled together)
   double B = 1, R = T;
   for (const auto& [b, e] : golden_batch_groups(suite, opt)) {
     B = std::max(B, double(e - b));
     double rows = 0;
-    for (size_t i = b; i < e; ++i) rows += double(gens[i].Tp);
+    for (size_t i = b; i < e; ++i) rows += double(gp.cases[i].Tp);
     R = std::max(R, rows);
   }
-  const double n_lin = cfg.num_linear_layers(), n_full = cfg.num_full_layers(), n_mtp = lay.mtp_layers;
+  const double n_lin = cfg.num_linear_layers(), n_full = cfg.num_full_layers(), n_mtp = wm.lay.mtp_layers;
   const double proj = std::max(2.0 * cfg.n_q * cfg.head_dim, double(cfg.d_conv() + cfg.d_val() + 2 * cfg.n_v));
-  const double I = cfg.is_moe() ? std::max<double>(cfg.shared_expert_intermediate_size, k * cfg.moe_intermediate_size)
+  const double I = cfg.is_moe() ? std::max<double>(cfg.shared_expert_intermediate_size, wm.k * cfg.moe_intermediate_size)
                                 : double(cfg.intermediate_size);
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   p.memory = {
@@ -277,8 +317,8 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
        cat("GDN state and conv windows of every linear layer, KV cache of T tokens; for ", B, B == 1 ? " sequence" : " sequences at once")},
       {"activations", R * (3 * H + 2 * proj + 3 * I) * e + R * T * cfg.n_q * e, cat("one forward over ", R, " rows")},
       {"logits", 2 * T * V * (8 + e), "T rows of V logits, record and floor runs, with the MTP head's"},
-      {"layers", layers_max, "stored layer outputs, captured, injected and compared"},
-      {"record", 2 * record_bytes_max, "a case's data file, written and checksummed"},
+      {"layers", pl.layers_max, "stored layer outputs, captured, injected and compared"},
+      {"record", 2 * pl.record_bytes_max, "a case's data file, written and checksummed"},
       {"tiles", threads * kTileBytes * (e / 4), "converted weight tiles"},
       {"base", kBaseBytes, "the program: libraries, CUDA runtime, tokenizer, thread stacks"},
   };
@@ -291,8 +331,10 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
     p.available_source = "this machine (MemAvailable, cgroup limit)";
   }
   p.fits_page_cache = p.weight_bytes + p.peak_anon_bytes <= p.available_bytes * 0.9;
+}
 
-  // ---- rates
+void plan_rates(GoldenPlan& p, const ModelConfig& cfg, const Checkpoint* ckpt, const GoldenOptions& opt,
+                const PlanAssumptions& as, const BackendFactory& factory) {
   if (as.storage_gbps) {
     p.storage_gbps = *as.storage_gbps;
     p.storage_source = "--storage-gbps";
@@ -323,6 +365,7 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
     probe_matmul(factory, cfg, opt.precision, bps, fl);
     p.memory_gbps = as.memory_gbps ? *as.memory_gbps : bps / kGB;
     p.gflops = as.gflops ? *as.gflops : fl / 1e9;
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
     const std::string m = cat("measured: the reference matmul on bf16 weights of this model's MLP shapes in RAM, ", threads, " threads");
     p.memory_source = as.memory_gbps ? "--memory-gbps" : m + ", 1 row";
     p.flops_source = as.gflops ? "--gflops" : m + ", 16 rows";
@@ -330,38 +373,56 @@ GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkp
   if (p.storage_gbps <= 0 && !p.fits_page_cache) {
     p.storage_source = ckpt ? "not measured (the probe could not read the checkpoint)" : "not measured (no weight files)";
   }
+}
 
-  // ---- time
-  // A pass takes the longer of its storage reads and its arithmetic (the next layer is read while
-  // this one computes); seconds_read counts the passes bound by reading, seconds_compute the rest.
+// A pass takes the longer of its storage reads and its arithmetic (the next layer is read while
+// this one computes); seconds_read counts the passes bound by reading, seconds_compute the rest.
+void plan_time(GoldenPlan& p, const WeightModel& wm, const PassList& pl) {
   // (read, compute) seconds of a pass; from_storage: its weights come from storage, not RAM
   auto pass_seconds = [&](const Pass& ps, bool from_storage) {
-    const double W = pass_bytes(ps);
+    const double W = wm.bytes(ps);
     const double read = from_storage && p.storage_gbps > 0 ? W / (p.storage_gbps * kGB) : 0;
     double compute = 0;
     if (ps.compute) {
       if (p.memory_gbps > 0) compute = std::max(compute, W / (p.memory_gbps * kGB));
-      if (p.gflops > 0) compute = std::max(compute, pass_flops(ps) / (p.gflops * 1e9));
+      if (p.gflops > 0) compute = std::max(compute, wm.flops(ps) / (p.gflops * 1e9));
     }
     return std::pair{read, compute};
   };
   bool first = true;
-  for (const Pass& ps : passes) {
+  for (const Pass& ps : pl.run) {
     const auto [read, compute] = pass_seconds(ps, !p.fits_page_cache || first);
     first = false;
     if (ps.compute) {
-      p.bytes_weights_total += pass_bytes(ps);
-      p.flops_total += pass_flops(ps);
+      p.bytes_weights_total += wm.bytes(ps);
+      p.flops_total += wm.flops(ps);
     }
     (read >= compute ? p.seconds_read : p.seconds_compute) += std::max(read, compute);
     if (ps.floor) p.seconds_floors += std::max(read, compute);
   }
   // compare --server's decode-path scoring: the same rates, the weights read from RAM when they fit
-  for (const Pass& ps : dp_passes) {
+  for (const Pass& ps : pl.dp) {
     const auto [read, compute] = pass_seconds(ps, !p.fits_page_cache);
     p.seconds_decode_path += std::max(read, compute);
   }
-  p.passes_decode_path = static_cast<int64_t>(dp_passes.size());
+  p.passes_decode_path = static_cast<int64_t>(pl.dp.size());
+}
+
+}  // namespace
+
+GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkpoint* ckpt, const Tokenizer* tok,
+                       const Suite& suite, const GoldenOptions& opt, const PlanAssumptions& as,
+                       const BackendFactory& factory) {
+  GoldenPlan p;
+  p.model_name = dir.filename().string();
+  p.weights_present = ckpt != nullptr;
+  p.files = ckpt ? static_cast<int>(ckpt->files().size()) : 0;
+  const WeightModel wm(cfg, ckpt, p);
+  const GoldenPasses gp = golden_passes(cfg, tok, suite, opt);
+  const PassList pl = plan_passes(p, cfg, gp, suite, opt);
+  plan_memory(p, cfg, wm, gp, pl, suite, opt, as);
+  plan_rates(p, cfg, ckpt, opt, as, factory);
+  plan_time(p, wm, pl);
   return p;
 }
 

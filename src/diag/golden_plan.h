@@ -96,6 +96,31 @@ struct GoldenPlan {
   std::vector<std::string> lines() const;  // the report `golden --plan` prints
 };
 
+// The passes over the weights of a golden run, by case: the one model of them that `golden --plan`
+// and the writer's progress ("N % of the work") both count. Per case of T = Tp + G tokens (prompt,
+// generation budget) and P stored positions: gen = G, the generation of its batch group counted at
+// the group's first case (one prefill of the prompts, then a decode step per further token for all of
+// them); forced = 1 (the teacher-forced prefill); floors = per noise-floor class run on the CPU, the
+// isolated prefill (when P > 0) and decode (P) of the stored positions and the teacher-forced prefill
+// (1) and decode (T). The run also reads every byte once for the tensor digests (digest).
+struct GoldenPasses {
+  struct Case {
+    int64_t Tp = 0, G = 0, T = 0, P = 0;
+    int64_t gen = 0, forced = 1, floors = 0;
+    int64_t total() const;
+  };
+  std::vector<Case> cases;  // by suite index
+  int classes = 0;          // noise-floor classes run on the CPU
+  int n_stored = 0;         // stored layers
+  int64_t digest = 1;
+  int64_t gen() const;
+  int64_t forced() const;
+  int64_t floors() const;
+  int64_t of_cases() const;  // gen + forced + floors: the writer's progress total
+  int64_t total() const { return of_cases() + digest; }  // GoldenPlan::passes()
+};
+GoldenPasses golden_passes(const ModelConfig& cfg, const Tokenizer* tok, const Suite& suite, const GoldenOptions& opt);
+
 // The plan of `golden` for the model folder `dir` (weights optional: a config-only folder is planned
 // from the config, bf16), the suite and options. `factory` makes the reference backend for the probe.
 GoldenPlan plan_golden(const std::filesystem::path& dir, const ModelConfig& cfg, const Checkpoint* ckpt,

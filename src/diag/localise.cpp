@@ -210,8 +210,7 @@ SharedLocalisation localise_shared(const GoldenRecord& rec, const Model& model, 
 
   // 3. The record's own reference on this checkpoint.
   RunConfig ref;
-  const json& settings = rec.manifest().value("settings", json::object());
-  if (settings.value("precision", std::string()) == "fp64") ref.precision = Precision::fp64;
+  if (rec.manifest().settings.fp64()) ref.precision = Precision::fp64;
   out.reference = ref.str();
   const CompareResult* ref_result = &out.tested;
   CompareResult ref_owned;
@@ -225,7 +224,7 @@ SharedLocalisation localise_shared(const GoldenRecord& rec, const Model& model, 
   out.reference_breaks = out.layer >= 0 ? breaks_at(*ref_result, out.layer) : ref_result->verdict == metrics::Verdict::bad;
   out.digests = !rec.tensor_digests().empty();
   out.changed_tensors = out.tested.changed_tensors;
-  const std::string tool = rec.manifest().value("tool_version", std::string("?"));
+  const std::string tool = rec.manifest().tool_version.value_or("?");
   if (*out.reference_breaks) {
     if (out.digests && !out.changed_tensors.empty()) {
       out.cause = "model";

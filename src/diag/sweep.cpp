@@ -469,7 +469,7 @@ json evaluation_identity(const GoldenRecord& rec, const Model& model, std::vecto
   cases.erase(std::unique(cases.begin(), cases.end()), cases.end());
   return {{"model", model.fingerprint},
           {"weights", weights_sample_digest(*model.checkpoint)},
-          {"golden", cat("sha256:", sha256_hex(rec.manifest().dump()))},
+          {"golden", cat("sha256:", rec.identity())},
           {"cases", cases.empty() ? json("all") : json(cases)},
           {"decode", decode_mode}};
 }
