@@ -9,6 +9,7 @@
 #include "model/shard.h"
 #include "util/error.h"
 #if DEGEN_WITH_CUDA
+#include "cuda/bench.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/nccl_comm.h"
@@ -96,6 +97,15 @@ std::vector<int> cuda_rank_devices(const RunConfig& rc) {
 }  // namespace
 
 void set_tp_devices(const std::vector<int>& devices) { tp_device_list() = devices; }
+
+int run_cuda_bench(const BenchArgs& a) {
+#if DEGEN_WITH_CUDA
+  return cuda::run_bench(a);
+#else
+  (void)a;
+  throw UntestableError("bench: this build has no CUDA backend (rebuild with nvcc and -DDEGEN_CUDA=ON)");
+#endif
+}
 
 std::unique_ptr<Backend> make_backend(const RunConfig& rc, const ModelConfig& cfg) {
   validate_run_config(rc, cfg);  // includes the tp split check (InputError naming the dimension)

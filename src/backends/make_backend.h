@@ -9,6 +9,7 @@
 
 #include "engine/backend.h"
 #include "engine/backend_factory.h"
+#include "engine/bench_args.h"
 #include "engine/run_config.h"
 #include "model/config.h"
 
@@ -18,5 +19,8 @@ std::unique_ptr<Backend> make_backend(const RunConfig& rc, const ModelConfig& cf
 // The CUDA devices of the ranks of backend=cuda,tp=N (the CLI's --devices); empty: N consecutive
 // devices from --device.
 void set_tp_devices(const std::vector<int>& devices);
+// `bench --backend cuda` (src/cuda/bench.cpp), here so that the CLI includes no CUDA header;
+// UntestableError (exit 125) in a build without the CUDA backend.
+int run_cuda_bench(const BenchArgs& a);
 
 }  // namespace degen

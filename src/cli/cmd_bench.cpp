@@ -22,13 +22,11 @@
 #include "cli/command.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/eigen.h"
-#if DEGEN_WITH_CUDA
-#include "cuda/bench.h"
-#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 #include "backends/make_backend.h"
+#include "engine/bench_args.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -128,27 +126,6 @@ double peak_rss_bytes() {
   return double(ru.ru_maxrss) * 1024.0;  // Linux: kilobytes
 }
 
-struct BenchArgs {
-  std::string backend = "cpu";
-  std::string model;
-  std::string preset;
-  std::string synthetic;  // cuda: a preset's config, weights generated on the device
-  std::string precision = "ref";
-  int prefill = 128;
-  int decode = 8;
-  int layers = 0;                 // cuda --synthetic: the first N decoder layers only
-  std::vector<int> batches{1, 16};  // cuda: batch sizes
-  int tp = 1;                     // > 1: tensor parallelism against tp=1 (bench_tp)
-  int mtp = 0;                    // cuda: > 0 also times greedy generation with this many MTP drafts
-  bool graphs = false;            // cuda: also decode with CUDA graphs
-  bool count = false;             // cuda on the emulator: count launches and bytes per decode step
-  bool ops = false;               // cuda: per-op cases
-  bool list = false;
-  std::string filter;
-  double peak_gbps = 0, peak_tflops = 0;
-  std::string config;             // cuda: the layers' toggles (attn=grouped, kv_dtype=fp8, gemm=cublas, ...)
-};
-
 // The benchmark prompt: n ids drawn with a fixed seed, the same for every measurement.
 std::vector<int32_t> bench_prompt(const ModelConfig& cfg, int n) {
   std::mt19937 rng(1234);
@@ -204,84 +181,34 @@ int bench_tp(const Model& model, const BenchArgs& a) {
   return 0;
 }
 
-int run_bench(const BenchArgs& a) {
-  if (a.tp > 1) {
-    if (a.model.empty()) input_error("bench --tp: give --model DIR (a shipped tiny model works: models/tiny-qwen35)");
-    auto model = load_model(a.model);
-    std::printf("model    %s: %s, %d layers, H %lld; tensor parallelism tp=%d against tp=1\n", a.model.c_str(),
-                arch_name(model->config.arch), model->config.num_layers,
-                static_cast<long long>(model->config.hidden_size), a.tp);
-    return bench_tp(*model, a);
-  }
-  if (a.backend == "cuda") {
-#if DEGEN_WITH_CUDA
-    if (!a.preset.empty()) input_error("bench --backend cuda: use --synthetic PRESET (weights made on the device)");
-    if (a.precision != "ref") input_error("bench --backend cuda: --precision is a CPU option");
-    cuda::BenchArgs c;
-    c.model = a.model;
-    c.synthetic = a.synthetic;
-    c.layers = a.layers;
-    c.prefill = a.prefill;
-    c.decode = a.decode;
-    c.batches = a.batches;
-    c.device = global_options().device;
-    c.mtp = a.mtp;
-    c.graphs = a.graphs;
-    c.count = a.count;
-    c.ops = a.ops;
-    c.list = a.list;
-    c.filter = a.filter;
-    c.peak_gbps = a.peak_gbps;
-    c.peak_tflops = a.peak_tflops;
-    c.config = a.config;
-    return cuda::run_bench(c);
-#else
-    throw UntestableError("bench: this build has no CUDA backend (rebuild with nvcc and -DDEGEN_CUDA=ON)");
-#endif
-  }
-  if (!a.synthetic.empty() || a.layers || a.mtp || a.graphs || a.count || a.ops || a.list || !a.filter.empty() ||
-      a.peak_gbps > 0 || a.peak_tflops > 0 || !a.config.empty())
-    input_error("bench: --synthetic, --layers, --mtp, --graphs, --count, --ops, --list, --filter, --peak-* and --config "
-                "are options of --backend cuda");
-  if (a.backend != "cpu") input_error("bench: --backend must be cpu or cuda, found '", a.backend, "'");
-  if (a.model.empty() == a.preset.empty()) input_error("bench: give exactly one of --model DIR or --preset NAME");
-  if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
-  CpuPrecision prec = CpuPrecision::ref;
-  if (a.precision == "fp64") prec = CpuPrecision::fp64;
-  else if (a.precision != "ref") input_error("bench: --precision must be ref or fp64, found '", a.precision, "'");
+// A preset written to a fresh temporary folder by a child `degenbisect synth`, so that its memory
+// does not count in our peak RSS. Returns the folder.
+fs::path write_preset(const std::string& preset_name) {
+  find_synth_preset(preset_name);  // InputError listing the names
+  const fs::path tmp = fs::temp_directory_path() / cat("degen-bench-", preset_name, "-", getpid());
+  // Run without a shell (argv as words): a quote in $TMPDIR or in our own path is just a character.
+  const std::string self = fs::read_symlink("/proc/self/exe").string(), out = tmp.string();
+  std::vector<char*> argv = {const_cast<char*>(self.c_str()), const_cast<char*>("synth"),
+                             const_cast<char*>("--preset"), const_cast<char*>(preset_name.c_str()),
+                             const_cast<char*>("--out"), const_cast<char*>(out.c_str()), nullptr};
+  std::fprintf(stderr, "bench: writing preset %s to %s ...\n", preset_name.c_str(), tmp.c_str());
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, 2, 1);  // the child's progress on our stderr, stdout stays ours
+  pid_t pid = -1;
+  int status = -1;
+  const int rc = posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc == 0)
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  if (rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    input_error("bench: could not write preset ", preset_name, " to ", out, rc != 0 ? cat(": ", std::strerror(rc)) : "");
+  return tmp;
+}
 
-  // A preset is written by a child `degenbisect synth`, so its memory does not count in our peak RSS.
-  fs::path dir = a.model, tmp;
-  if (!a.preset.empty()) {
-    find_synth_preset(a.preset);  // InputError listing the names
-    tmp = fs::temp_directory_path() / cat("degen-bench-", a.preset, "-", getpid());
-    // Run without a shell (argv as words): a quote in $TMPDIR or in our own path is just a character.
-    const std::string self = fs::read_symlink("/proc/self/exe").string(), out = tmp.string();
-    std::vector<char*> argv = {const_cast<char*>(self.c_str()), const_cast<char*>("synth"),
-                               const_cast<char*>("--preset"), const_cast<char*>(a.preset.c_str()),
-                               const_cast<char*>("--out"), const_cast<char*>(out.c_str()), nullptr};
-    std::fprintf(stderr, "bench: writing preset %s to %s ...\n", a.preset.c_str(), tmp.c_str());
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, 2, 1);  // the child's progress on our stderr, stdout stays ours
-    pid_t pid = -1;
-    int status = -1;
-    const int rc = posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc == 0)
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    if (rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      input_error("bench: could not write preset ", a.preset, " to ", out, rc != 0 ? cat(": ", std::strerror(rc)) : "");
-    dir = tmp;
-  }
-  struct Cleanup {
-    fs::path p;
-    ~Cleanup() {
-      std::error_code ec;
-      if (!p.empty()) fs::remove_all(p, ec);
-    }
-  } cleanup{tmp};
-
+// bench --backend cpu on the checkpoint in `dir`: the probes, one prefill, the decode steps, the
+// peak memory.
+int bench_cpu(const fs::path& dir, CpuPrecision prec, const BenchArgs& a) {
   auto model = load_model(dir);
   const ModelConfig& cfg = model->config;
   double params = 0, stored = 0;
@@ -352,6 +279,48 @@ int run_bench(const BenchArgs& a) {
               "(memory-mapped, counted in RSS once touched)\n",
               rss / 1e9, 100.0 * rss / fp32_bytes, fp32_bytes / 1e9, stored / 1e9);
   return 0;
+}
+
+int run_bench(const BenchArgs& a) {
+  if (a.tp > 1) {
+    if (a.model.empty()) input_error("bench --tp: give --model DIR (a shipped tiny model works: models/tiny-qwen35)");
+    auto model = load_model(a.model);
+    std::printf("model    %s: %s, %d layers, H %lld; tensor parallelism tp=%d against tp=1\n", a.model.c_str(),
+                arch_name(model->config.arch), model->config.num_layers,
+                static_cast<long long>(model->config.hidden_size), a.tp);
+    return bench_tp(*model, a);
+  }
+  if (a.backend == "cuda") {
+    BenchArgs c = a;
+    c.device = global_options().device;
+    return run_cuda_bench(c);  // src/cuda/bench.cpp, through the backends (exit 125 in a build without CUDA)
+  }
+  if (!a.synthetic.empty() || a.layers || a.mtp || a.graphs || a.count || a.ops || a.list || !a.filter.empty() ||
+      a.peak_gbps > 0 || a.peak_tflops > 0 || !a.config.empty())
+    input_error("bench: --synthetic, --layers, --mtp, --graphs, --count, --ops, --list, --filter, --peak-* and --config "
+                "are options of --backend cuda");
+  if (a.backend != "cpu") input_error("bench: --backend must be cpu or cuda, found '", a.backend, "'");
+  if (a.model.empty() == a.preset.empty()) input_error("bench: give exactly one of --model DIR or --preset NAME");
+  if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
+  CpuPrecision prec = CpuPrecision::ref;
+  if (a.precision == "fp64") prec = CpuPrecision::fp64;
+  else if (a.precision != "ref") input_error("bench: --precision must be ref or fp64, found '", a.precision, "'");
+
+  // A preset is written by a child `degenbisect synth`, so its memory does not count in our peak RSS.
+  fs::path dir = a.model, tmp;
+  if (!a.preset.empty()) {
+    tmp = write_preset(a.preset);
+    dir = tmp;
+  }
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!p.empty()) fs::remove_all(p, ec);
+    }
+  } cleanup{tmp};
+
+  return bench_cpu(dir, prec, a);
 }
 
 CommandRegistrar reg("bench", "Benchmark the CPU reference engine or the GPU path (tok/s, GEMM rate, GB/s vs copy bandwidth)",

@@ -19,10 +19,11 @@
 //            + the KV rows attention reads and appends), copies by direction, allocations and host
 //            synchronisations, and the calls that move the most bytes. Nothing is timed.
 //   ops      (--ops [--filter S] [--list]) one case per (op, shape, dtype) of the model's decode and
-//            prefill (cases_for below), each on its own: on the emulator its launches and the bytes
-//            it moved against its floor (inputs + weights + outputs once); on a GPU its best time of
-//            five, as GB/s against the copy bandwidth and TFLOP/s. So each kernel's distance to its
-//            limit is known, not only the whole model's.
+//            prefill (the op-case registry, cuda/op_cases.h, which the op tests check for correctness),
+//            each on its own: on the emulator its launches and the bytes it moved against its floor
+//            (inputs + weights + outputs once); on a GPU its best time of five, as GB/s against the
+//            copy bandwidth and TFLOP/s. So each kernel's distance to its limit is known, not only
+//            the whole model's.
 // note: decode feeds random token ids rather than the argmax of the logits (the step's cost does not
 // depend on the ids, and copying [B, V] logits to the host every step would be measured too).
 #include "cuda/bench.h"
@@ -40,6 +41,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/device_counters.h"
 #include "cuda/graphs.h"
+#include "cuda/op_cases.h"
 #include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -301,6 +303,87 @@ double small_weight_bytes(const ModelWeights& w) {
   return b;
 }
 
+// Each decoder layer's launches in a counted step (from its begin_layer to the next mark; the last
+// to the end of the step), by layer kind.
+void print_layer_launches(const ModelConfig& cfg, const std::vector<CudaBackend::LayerMark>& marks,
+                          const cuda::DeviceCounters& d) {
+  std::vector<int64_t> per_layer(static_cast<size_t>(cfg.num_layers), 0);
+  int64_t outside = 0;
+  for (size_t i = 0; i < marks.size(); ++i) {
+    const int64_t n = (i + 1 < marks.size() ? marks[i + 1].calls : d.calls()) - marks[i].calls;
+    if (marks[i].layer >= 0 && marks[i].layer < cfg.num_layers) per_layer[size_t(marks[i].layer)] += n;
+    else outside += n;
+  }
+  std::string kinds;
+  for (LayerKind kind : {LayerKind::linear, LayerKind::full}) {
+    int64_t lo = INT64_MAX, hi = 0, count = 0;
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      if (cfg.layer_types[size_t(l)] != kind) continue;
+      lo = std::min(lo, per_layer[size_t(l)]);
+      hi = std::max(hi, per_layer[size_t(l)]);
+      ++count;
+    }
+    if (!count) continue;
+    kinds += cat(kinds.empty() ? "" : ", ", kind == LayerKind::linear ? "GDN layers " : "attention layers ", lo,
+                 lo == hi ? "" : cat("-", hi), " (", count, count == 1 ? " layer)" : " layers)");
+  }
+  const int64_t most = per_layer.empty() ? 0 : *std::max_element(per_layer.begin(), per_layer.end());
+  std::printf("count    launches in each decoder layer: %s; at most %lld; outside the layers %lld (embedding, final "
+              "norm, LM head)\n",
+              kinds.c_str(), static_cast<long long>(most), static_cast<long long>(outside));
+}
+
+// The calls that moved the most bytes, and the most launched.
+void print_calls(const cuda::DeviceCounters& d, double floor_b) {
+  std::printf("count    %-44s %7s %14s %14s %10s\n", "calls by bytes moved", "calls", "read", "written", "of floor");
+  const size_t show = std::min<size_t>(d.by_name.size(), 16);
+  for (size_t i = 0; i < show; ++i) {
+    const cuda::CallTraffic& t = d.by_name[i];
+    std::printf("count    %-44s %7lld %14lld %14lld %9.1f%%\n", t.name.substr(0, 44).c_str(),
+                static_cast<long long>(t.calls), static_cast<long long>(t.bytes_read),
+                static_cast<long long>(t.bytes_written), 100.0 * double(t.bytes_read + t.bytes_written) / floor_b);
+  }
+  if (d.by_name.size() > show) std::printf("count    (%zu more call names)\n", d.by_name.size() - show);
+  std::vector<cuda::CallTraffic> by_calls = d.by_name;
+  std::sort(by_calls.begin(), by_calls.end(), [](const auto& x, const auto& y) { return x.calls > y.calls; });
+  std::printf("count    most launched:");
+  for (size_t i = 0; i < std::min<size_t>(by_calls.size(), 8); ++i)
+    std::printf("%s %s x%lld", i ? "," : "", by_calls[i].name.c_str(), static_cast<long long>(by_calls[i].calls));
+  std::printf("\n");
+}
+
+// --count, after the plain steps: the same step as the default runs it (graphs=on). `next_step`
+// fills `in` with the next step's tokens.
+void count_graph_step(Engine& eng, CudaBackend& be, const BenchArgs& a, std::vector<SeqInput>& in,
+                      const std::function<void()>& next_step) {
+  // The first step of a key is recorded, the second captured, the third replayed and counted. A
+  // replay's inputs go to the device in one copy per graph segment (StepGraphs), where the steps
+  // above, called op by op, copy each table apart. (bench's backend starts with graphs off: --config
+  // refuses graphs=.)
+  be.set_graphs(true);
+  cuda::DeviceCounters g;
+  for (int s = 0; s < 3; ++s) {
+    next_step();
+    if (s == 2) cuda::counters_start();
+    eng.forward(in);
+    if (s == 2) {
+      g = cuda::counters_read();
+      cuda::counters_stop();
+    }
+    be.sync();
+  }
+  const cuda::GraphStats gs = be.graph_stats();
+  be.set_graphs(false);
+  std::printf("count    graphs=on (the default), step %d replayed (%lld replayed, %lld captured, %lld recorded): graph "
+              "launches %lld, kernels %lld; copies host->device %lld (%lld bytes), device->host %lld; allocations "
+              "%lld, host synchronisations %lld\n",
+              a.decode + 3, static_cast<long long>(gs.replayed), static_cast<long long>(gs.captured),
+              static_cast<long long>(gs.recorded), static_cast<long long>(g.graph_launches),
+              static_cast<long long>(g.launches), static_cast<long long>(g.copies_h2d),
+              static_cast<long long>(g.bytes_h2d), static_cast<long long>(g.copies_d2h),
+              static_cast<long long>(g.allocs), static_cast<long long>(g.host_syncs));
+}
+
 // --count: `a.decode` decode steps at batch B after a prefill of `a.prefill`, each counted; the last
 // (the steady state) printed.
 void bench_count(Engine& eng, CudaBackend& be, const ModelConfig& cfg, const ModelWeights& weights, const BenchArgs& a,
@@ -352,31 +435,7 @@ void bench_count(Engine& eng, CudaBackend& be, const ModelConfig& cfg, const Mod
               static_cast<long long>(d.calls()), double(d.calls()) / cfg.num_layers, cfg.num_layers,
               static_cast<long long>(d.launches), static_cast<long long>(d.blas_calls),
               static_cast<long long>(d.graph_launches));
-  // each layer's calls: from its begin_layer to the next mark (the last: to the end of the step)
-  std::vector<int64_t> per_layer(static_cast<size_t>(cfg.num_layers), 0);
-  int64_t outside = 0;
-  for (size_t i = 0; i < marks.size(); ++i) {
-    const int64_t n = (i + 1 < marks.size() ? marks[i + 1].calls : d.calls()) - marks[i].calls;
-    if (marks[i].layer >= 0 && marks[i].layer < cfg.num_layers) per_layer[size_t(marks[i].layer)] += n;
-    else outside += n;
-  }
-  std::string kinds;
-  for (LayerKind kind : {LayerKind::linear, LayerKind::full}) {
-    int64_t lo = INT64_MAX, hi = 0, count = 0;
-    for (int l = 0; l < cfg.num_layers; ++l) {
-      if (cfg.layer_types[size_t(l)] != kind) continue;
-      lo = std::min(lo, per_layer[size_t(l)]);
-      hi = std::max(hi, per_layer[size_t(l)]);
-      ++count;
-    }
-    if (!count) continue;
-    kinds += cat(kinds.empty() ? "" : ", ", kind == LayerKind::linear ? "GDN layers " : "attention layers ", lo,
-                 lo == hi ? "" : cat("-", hi), " (", count, count == 1 ? " layer)" : " layers)");
-  }
-  const int64_t most = per_layer.empty() ? 0 : *std::max_element(per_layer.begin(), per_layer.end());
-  std::printf("count    launches in each decoder layer: %s; at most %lld; outside the layers %lld (embedding, final "
-              "norm, LM head)\n",
-              kinds.c_str(), static_cast<long long>(most), static_cast<long long>(outside));
+  print_layer_launches(cfg, marks, d);
   std::printf("count    device memory moved %.4f GB (read %.4f, written %.4f) against the floor %.4f GB (weights %.4f "
               "+ small weights %.4f + GDN and conv states %.4f + KV %.4f): %.3f x the floor\n",
               moved / 1e9, d.bytes_read / 1e9, d.bytes_written / 1e9, floor_b / 1e9, weights_b / 1e9, small_b / 1e9,
@@ -389,350 +448,55 @@ void bench_count(Engine& eng, CudaBackend& be, const ModelConfig& cfg, const Mod
               static_cast<long long>(d.pageable_copies), static_cast<long long>(d.memsets));
   std::printf("count    allocations %lld, frees %lld, host synchronisations %lld\n", static_cast<long long>(d.allocs),
               static_cast<long long>(d.frees), static_cast<long long>(d.host_syncs));
-  std::printf("count    %-44s %7s %14s %14s %10s\n", "calls by bytes moved", "calls", "read", "written", "of floor");
-  const size_t show = std::min<size_t>(d.by_name.size(), 16);
-  for (size_t i = 0; i < show; ++i) {
-    const cuda::CallTraffic& t = d.by_name[i];
-    std::printf("count    %-44s %7lld %14lld %14lld %9.1f%%\n", t.name.substr(0, 44).c_str(),
-                static_cast<long long>(t.calls), static_cast<long long>(t.bytes_read),
-                static_cast<long long>(t.bytes_written), 100.0 * double(t.bytes_read + t.bytes_written) / floor_b);
-  }
-  if (d.by_name.size() > show) std::printf("count    (%zu more call names)\n", d.by_name.size() - show);
-  std::vector<cuda::CallTraffic> by_calls = d.by_name;
-  std::sort(by_calls.begin(), by_calls.end(), [](const auto& x, const auto& y) { return x.calls > y.calls; });
-  std::printf("count    most launched:");
-  for (size_t i = 0; i < std::min<size_t>(by_calls.size(), 8); ++i)
-    std::printf("%s %s x%lld", i ? "," : "", by_calls[i].name.c_str(), static_cast<long long>(by_calls[i].calls));
-  std::printf("\n");
-  // The same step as the default runs it (graphs=on): the first step of a key is recorded, the
-  // second captured, the third replayed and counted. A replay's inputs go to the device in one copy
-  // per graph segment (StepGraphs), where the steps above, called op by op, copy each table apart.
-  // (bench's backend starts with graphs off: --config refuses graphs=.)
-  be.set_graphs(true);
-  cuda::DeviceCounters g;
-  for (int s = 0; s < 3; ++s) {
-    next_step();
-    if (s == 2) cuda::counters_start();
-    eng.forward(in);
-    if (s == 2) {
-      g = cuda::counters_read();
-      cuda::counters_stop();
-    }
-    be.sync();
-  }
-  const cuda::GraphStats gs = be.graph_stats();
-  be.set_graphs(false);
-  std::printf("count    graphs=on (the default), step %d replayed (%lld replayed, %lld captured, %lld recorded): graph "
-              "launches %lld, kernels %lld; copies host->device %lld (%lld bytes), device->host %lld; allocations "
-              "%lld, host synchronisations %lld\n",
-              a.decode + 3, static_cast<long long>(gs.replayed), static_cast<long long>(gs.captured),
-              static_cast<long long>(gs.recorded), static_cast<long long>(g.graph_launches),
-              static_cast<long long>(g.launches), static_cast<long long>(g.copies_h2d),
-              static_cast<long long>(g.bytes_h2d), static_cast<long long>(g.copies_d2h),
-              static_cast<long long>(g.allocs), static_cast<long long>(g.host_syncs));
+  print_calls(d, floor_b);
+  count_graph_step(eng, be, a, in, next_step);
 }
 
-// ---- per-op cases (--ops) ----
-struct OpCase {
-  std::string name;
-  double floor_bytes = 0;  // inputs, weights and outputs, each once
-  double flops = 0;
-  std::function<void()> run;
-};
+// ---- per-op cases (--ops): the op-case registry (cuda/op_cases.h) at the bench's size ----
 
-// The cases of a model: its first GDN layer's and first attention layer's weights, decode (one row)
-// and prefill (`prefill` rows) shapes. Inputs are random bf16, made once per case.
-std::vector<OpCase> cases_for(CudaBackend& be, const ModelConfig& cfg, const ModelWeights& w, int prefill, int ctx) {
-  std::vector<OpCase> out;
-  const LayerWeights* gdn = nullptr;
-  const LayerWeights* att = nullptr;
-  for (const LayerWeights& lw : w.layers) {
-    if (!gdn && lw.kind == LayerKind::linear && !lw.gdn.fused) gdn = &lw;
-    if (!att && lw.kind == LayerKind::full) att = &lw;
-  }
-  const int64_t H = cfg.hidden_size;
-  auto rnd = [&](std::vector<int64_t> shape, uint64_t key) {
-    Tensor t = be.device_tensor(std::move(shape), DType::bf16, "ops input", false);
-    cuda::fill_random_cuda(t.raw(), DType::bf16, t.numel(), 99, key, 0.0f, 1.0f, be.context()->stream());
-    return t;
-  };
-  const double b2 = 2.0;
-  auto add_matmul = [&](const std::string& what, const TensorView* wv, int64_t N) {
-    if (!wv) return;
-    auto x = std::make_shared<Tensor>(rnd({N, wv->shape[1]}, 1));
-    const double wb = double(wv->nbytes), io = b2 * double(N) * double(wv->shape[0] + wv->shape[1]);
-    out.push_back(OpCase{cat("matmul ", what, " [", N, " x ", wv->shape[1], "] x [", wv->shape[0], " x ", wv->shape[1],
-                             "]^T"),
-                         wb + io, 2.0 * double(N) * double(wv->numel()), [&be, x, wv] { be.matmul(*x, *wv); }});
-  };
-  // the projections of one decode row in one call (bf16 weights: 2 FLOPs per weight byte)
-  auto add_matmul_many = [&](const std::string& what, std::vector<const TensorView*> ws, uint64_t key) {
-    auto x = std::make_shared<Tensor>(rnd({1, H}, key));
-    double wb = 0, rows = 0;
-    for (const TensorView* v : ws) {
-      wb += double(v->nbytes);
-      rows += double(v->shape[0]);
-    }
-    out.push_back(OpCase{cat("matmul_many ", what, " [1 x ", H, "]"), wb + b2 * (H + rows), wb,
-                         [&be, x, ws] { be.matmul_many(*x, ws); }});
-  };
-  if (gdn) {
-    const GdnWeights& g = gdn->gdn;
-    add_matmul("gdn.in_proj_qkv", g.in_proj_qkv, 1);
-    add_matmul("gdn.out_proj", g.out_proj, 1);
-    add_matmul_many("gdn.in_proj qkv,z,b,a", {g.in_proj_qkv, g.in_proj_z, g.in_proj_b, g.in_proj_a}, 2);
-    // the decode layer's fused ops (Backend::norm_matmul_many, gdn_inputs, gated_norm_matmul): what
-    // each reads and writes once
-    {
-      std::vector<const TensorView*> ws{g.in_proj_qkv, g.in_proj_z, g.in_proj_b, g.in_proj_a};
-      auto h = std::make_shared<Tensor>(rnd({1, H}, 20));
-      const TensorView* nw = gdn->input_norm;
-      double wb = double(nw->nbytes), rows = 0;
-      for (const TensorView* v : ws) {
-        wb += double(v->nbytes);
-        rows += double(v->shape[0]);
-      }
-      out.push_back(OpCase{cat("norm_matmul_many input norm + gdn.in_proj [1 x ", H, "]"), wb + b2 * (H + rows),
-                           wb - double(nw->nbytes), [&be, h, ws, nw, c = cfg] {
-                             be.norm_matmul_many(*h, {nw, c.rms_norm_eps, NormKind::zero_centred}, ws);
-                           }});
-      const int64_t C = cfg.d_conv(), K = cfg.conv_kernel;
-      auto qkv = std::make_shared<Tensor>(rnd({1, C}, 21));
-      auto win = std::make_shared<Tensor>(rnd({K - 1, C}, 22));
-      auto ga = std::make_shared<Tensor>(rnd({1, cfg.n_v}, 23));
-      auto gb = std::make_shared<Tensor>(rnd({1, cfg.n_v}, 24));
-      const double io = b2 * double(C) * (1.0 + 2.0 * double(K - 1) + 1.0) + double(g.conv1d->nbytes) +
-                        b2 * 2.0 * double(cfg.n_v) + double(g.A_log->nbytes + g.dt_bias->nbytes) + 8.0 * double(cfg.n_v);
-      out.push_back(OpCase{cat("gdn_inputs conv + q/k norms + gates [1 x ", C, "]"), io, 0,
-                           [&be, qkv, win, ga, gb, g, c = cfg] {
-                             std::vector<Tensor*> windows{win.get()};
-                             be.gdn_inputs(*qkv, *g.conv1d, {SeqSpan{0, 1, 1}}, windows, *ga, *gb, *g.A_log, *g.dt_bias,
-                                           {c.n_k, c.d_k, c.n_v, c.d_v}, 1e-6, 1.0 / std::sqrt(double(c.d_k)));
-                           }});
-      const int64_t dval = cfg.d_val();
-      auto o = std::make_shared<Tensor>(rnd({1, dval}, 25));
-      auto z = std::make_shared<Tensor>(rnd({1, dval}, 26));
-      auto res = std::make_shared<Tensor>(rnd({1, H}, 27));
-      const double ob = double(g.out_proj->nbytes);
-      out.push_back(OpCase{cat("gated_norm_matmul gdn norm + out_proj + residual [1 x ", dval, "]"),
-                           ob + double(g.norm->nbytes) + b2 * (2.0 * double(dval) + 2.0 * double(H)), ob,
-                           [&be, o, z, res, g, c = cfg] {
-                             be.gated_norm_matmul(*o, *z, *g.norm, c.rms_norm_eps, *g.out_proj, res.get());
-                           }});
-    }
-    // the conv output's split with the q/k norms, one row
-    const int64_t C = cfg.d_conv();
-    auto conv = std::make_shared<Tensor>(rnd({1, C}, 3));
-    const ModelConfig c = cfg;
-    out.push_back(OpCase{cat("gdn_split_norm [1 x ", C, "]"), 2.0 * b2 * double(C), 0,
-                         [&be, conv, c] { be.gdn_split_norm(*conv, c.n_k, c.d_k, c.n_v, c.d_v, 1e-6, 0.1); }});
-    // the recurrent delta rule for one token: the state read and written once dominates
-    auto st = std::make_shared<Tensor>(be.zeros({cfg.n_v, cfg.d_k, cfg.d_v}, DType::f32));
-    auto q = std::make_shared<Tensor>(rnd({1, cfg.n_k, cfg.d_k}, 4));
-    auto k = std::make_shared<Tensor>(rnd({1, cfg.n_k, cfg.d_k}, 5));
-    auto v = std::make_shared<Tensor>(rnd({1, cfg.n_v, cfg.d_v}, 6));
-    auto gg = std::make_shared<Tensor>(be.zeros({1, cfg.n_v}, DType::f32));
-    auto beta = std::make_shared<Tensor>(rnd({1, cfg.n_v}, 7));
-    const double sb = double(st->nbytes());
-    out.push_back(OpCase{cat("gdn recurrent [1 token, state ", cfg.n_v, " x ", cfg.d_k, " x ", cfg.d_v, " fp32]"),
-                         2.0 * sb + double(q->nbytes() + k->nbytes() + 2 * v->nbytes()),
-                         4.0 * double(cfg.n_v) * double(cfg.d_k) * double(cfg.d_v),
-                         [&be, st, q, k, v, gg, beta] {
-                           std::vector<Tensor*> states{st.get()};
-                           be.gdn(*q, *k, *v, *gg, *beta, {SeqSpan{0, 1, 1}}, states, GdnAlgo::recurrent);
-                         }});
-    // the chunked delta rule over `prefill` rows from a fresh state, fp32 intermediates (chunked)
-    // or FLA's bf16 ones on tensor cores (fla). Floor: q, k, v, β, g read and o written once, the
-    // state read and written once. FLOPs: the products of the chunked form as full 64-row tiles
-    // (KKᵀ and QKᵀ, W and U, W h, Kᵀ V_new, Q h, A V_new)
-    const int64_t N = std::max(prefill, 1);
-    auto pq = std::make_shared<Tensor>(rnd({N, cfg.n_k, cfg.d_k}, 8));
-    auto pk = std::make_shared<Tensor>(rnd({N, cfg.n_k, cfg.d_k}, 9));
-    auto pv = std::make_shared<Tensor>(rnd({N, cfg.n_v, cfg.d_v}, 10));
-    auto pg = std::make_shared<Tensor>(be.zeros({N, cfg.n_v}, DType::f32));
-    auto pb = std::make_shared<Tensor>(rnd({N, cfg.n_v}, 11));
-    const double io_b = double(2 * pq->nbytes() + 2 * pv->nbytes() + pg->nbytes() + pb->nbytes());
-    const double Cc = 64, dk = double(cfg.d_k), dv = double(cfg.d_v);
-    const double fl = 2.0 * double(N) * double(cfg.n_v) * (2 * Cc * dk + Cc * (dk + dv) + 3 * dk * dv + Cc * dv);
-    for (GdnAlgo algo : {GdnAlgo::chunked, GdnAlgo::fla})
-      out.push_back(OpCase{cat("gdn prefill gdn=", gdn_algo_name(algo), " [", N, " rows, state ", cfg.n_v, " x ", cfg.d_k,
-                               " x ", cfg.d_v, " fp32]"),
-                           2.0 * sb + io_b, fl, [&be, st, pq, pk, pv, pg, pb, N, algo] {
-                             std::vector<Tensor*> states{st.get()};
-                             be.gdn(*pq, *pk, *pv, *pg, *pb, {SeqSpan{0, N, 0}}, states, algo);
-                           }});
-  }
-  const MlpWeights* mlp = nullptr;
-  for (const LayerWeights& lw : w.layers)
-    if (!lw.moe && lw.mlp.gate) { mlp = &lw.mlp; break; }
-  if (mlp) {
-    add_matmul("mlp.down", mlp->down, 1);
-    auto x = std::make_shared<Tensor>(rnd({1, H}, 8));
-    const double wb = double(mlp->gate->nbytes + mlp->up->nbytes);
-    out.push_back(OpCase{cat("matmul_swiglu mlp.gate,up [1 x ", H, "] -> ", mlp->gate->shape[0]),
-                         wb + b2 * double(H + mlp->gate->shape[0]), wb, [&be, x, mlp] { be.matmul_swiglu(*x, *mlp->gate, *mlp->up); }});
-    add_matmul("mlp.gate (prefill)", mlp->gate, prefill);
-    const TensorView* nw = w.layers.at(0).post_norm;
-    auto h = std::make_shared<Tensor>(rnd({1, H}, 28));
-    out.push_back(OpCase{cat("norm_matmul_swiglu post norm + mlp.gate,up [1 x ", H, "]"),
-                         wb + double(nw->nbytes) + b2 * double(H + mlp->gate->shape[0]), wb,
-                         [&be, h, nw, mlp, c = cfg] {
-                           be.norm_matmul_swiglu(*h, {nw, c.rms_norm_eps, NormKind::zero_centred}, *mlp->gate, *mlp->up);
-                         }});
-    const int64_t I = mlp->down->shape[1];
-    auto s = std::make_shared<Tensor>(rnd({1, I}, 29));
-    auto res = std::make_shared<Tensor>(rnd({1, H}, 30));
-    const double db = double(mlp->down->nbytes);
-    out.push_back(OpCase{cat("matmul_add mlp.down + residual [1 x ", I, "]"), db + b2 * double(I + 2 * H), db,
-                         [&be, s, res, mlp] { be.matmul_add(*s, *mlp->down, *res); }});
-  }
-  // the routed experts of the first MoE layer with the routing on the device (one row): the floor
-  // reads its k experts' three matrices
-  const LayerWeights* moe = nullptr;
-  for (const LayerWeights& lw : w.layers)
-    if (lw.moe) { moe = &lw; break; }
-  if (moe) {
-    const MoeWeights& m = moe->moe_w;
-    const int E = cfg.num_experts, k = cfg.experts_per_tok;
-    auto x = std::make_shared<Tensor>(rnd({1, H}, 31));
-    auto logits = std::make_shared<Tensor>(rnd({1, int64_t(E)}, 32));
-    const double eb = double(m.experts[0].gate->nbytes + m.experts[0].up->nbytes + m.experts[0].down->nbytes);
-    out.push_back(OpCase{cat("moe_experts_on_device top-", k, " of ", E, " [1 x ", H, "]"),
-                         double(k) * eb + b2 * double(2 * H + E), double(k) * eb, [&be, x, logits, ex = &m.experts, k] {
-                           if (!be.moe_experts_on_device(*x, *logits, *ex, k, true))
-                             throw std::logic_error("moe_experts_on_device: not on the device at one row");
-                         }});
-    if (m.shared_gate) {  // the shared expert's down projection, its sigmoid gate and the routed sum
-      const int64_t I = m.shared.down->shape[1];
-      auto s = std::make_shared<Tensor>(rnd({1, I}, 36));
-      auto gate = std::make_shared<Tensor>(rnd({1, 1}, 37));
-      auto routed = std::make_shared<Tensor>(rnd({1, H}, 38));
-      const double db = double(m.shared.down->nbytes);
-      out.push_back(OpCase{cat("matmul_gate_add moe shared down + gate + routed [1 x ", I, "]"),
-                           db + b2 * double(I + 1 + 2 * H), db, [&be, s, gate, routed, d = m.shared.down] {
-                             be.matmul_gate_add(*s, *d, *gate, *routed);
-                           }});
-    }
-  }
-  if (att) {
-    const AttnWeights& a = att->attn;
-    add_matmul_many("attn q,k,v", {a.q_proj, a.k_proj, a.v_proj}, 9);
-    {
-      const int64_t in = a.o_proj->shape[1];
-      auto y = std::make_shared<Tensor>(rnd({1, in}, 33));
-      auto gate = std::make_shared<Tensor>(rnd({1, in}, 34));
-      auto res = std::make_shared<Tensor>(rnd({1, H}, 35));
-      const double ob = double(a.o_proj->nbytes);
-      out.push_back(OpCase{cat("sigmoid_gate_matmul output gate + o_proj + residual [1 x ", in, "]"),
-                           ob + b2 * (2.0 * double(in) + 2.0 * double(H)), ob,
-                           [&be, y, gate, res, o_proj = a.o_proj] { be.sigmoid_gate_matmul(*y, *gate, *o_proj, res.get()); }});
-    }
-    // decode attention at context `ctx` under each algorithm: the cache filled by one prefill
-    // call, then one row (the KV append and the attention, as the op attention() does them)
-    const int64_t nq = cfg.n_q, nkv = cfg.n_kv, D = cfg.head_dim;
-    auto cache = std::make_shared<KvCache>();
-    {
-      const Tensor qp = rnd({ctx, nq, D}, 10), kp = rnd({ctx, nkv, D}, 11), vp = rnd({ctx, nkv, D}, 12);
-      be.attention(qp, kp, vp, {SeqSpan{0, ctx, 0}}, {cache.get()});
-    }
-    auto q = std::make_shared<Tensor>(rnd({1, nq, D}, 13));
-    auto k = std::make_shared<Tensor>(rnd({1, nkv, D}, 14));
-    auto v = std::make_shared<Tensor>(rnd({1, nkv, D}, 15));
-    const double kvb = b2 * 2.0 * double(ctx + 1) * double(nkv * D);
-    const int64_t c0 = ctx;
-    for (AttnAlgo algo : {AttnAlgo::naive, AttnAlgo::flash, AttnAlgo::splitkv, AttnAlgo::grouped})
-      out.push_back(OpCase{cat("attention decode attn=", attn_algo_name(algo), " [", nq, " heads x ", D, ", ", nkv,
-                               " KV, context ", ctx, "]"),
-                           kvb + b2 * 2.0 * double(nq * D), 4.0 * double(ctx) * double(nq * D),
-                           [&be, q, k, v, cache, c0, algo] {
-                             LayerNumerics n = be.numerics();
-                             n.attn = algo;
-                             be.begin_layer(n);
-                             cache->len = c0;  // the same row appended again each time
-                             be.attention(*q, *k, *v, {SeqSpan{0, 1, c0}}, {cache.get()});
-                           }});
-    // prefill attention of `prefill` rows from an empty cache under flash (on tensor cores where
-    // the head_dim allows, kernels/attention_flash.cu): the KV append and the attention. Floor: q
-    // and the output once, the new K/V rows read, stored in the cache and read back; FLOPs of the
-    // causal products (Q K^T and P V over ctx = 1 .. N keys)
-    {
-      const int64_t N = prefill;
-      auto qn = std::make_shared<Tensor>(rnd({N, nq, D}, 40));
-      auto kn = std::make_shared<Tensor>(rnd({N, nkv, D}, 41));
-      auto vn = std::make_shared<Tensor>(rnd({N, nkv, D}, 42));
-      auto pc = std::make_shared<KvCache>();
-      out.push_back(OpCase{cat("attention prefill attn=flash [", N, " rows x ", nq, " heads x ", D, ", ", nkv, " KV]"),
-                           b2 * (2.0 * double(N * nq * D) + 6.0 * double(N * nkv * D)),
-                           4.0 * double(nq * D) * double(N) * double(N + 1) / 2.0, [&be, qn, kn, vn, pc, N] {
-                             LayerNumerics n = be.numerics();
-                             n.attn = AttnAlgo::flash;
-                             be.begin_layer(n);
-                             pc->len = 0;  // the same rows prefilled again each time
-                             be.attention(*qn, *kn, *vn, {SeqSpan{0, N, 0}}, {pc.get()});
-                           }});
-    }
-  }
-  {
-    const TensorView* nw = w.layers.at(0).post_norm;
-    auto a = std::make_shared<Tensor>(rnd({1, H}, 16));
-    auto b = std::make_shared<Tensor>(rnd({1, H}, 17));
-    out.push_back(OpCase{cat("add_rmsnorm [1 x ", H, "]"), b2 * 4.0 * double(H) + double(nw->nbytes), 0,
-                         [&be, a, b, nw, c = cfg] { be.add_rmsnorm(*a, *b, *nw, c.rms_norm_eps, NormKind::zero_centred); }});
-    out.push_back(OpCase{cat("rmsnorm [", prefill, " x ", H, "]"), b2 * 2.0 * double(prefill) * double(H),
-                         0, [&be, x = std::make_shared<Tensor>(rnd({prefill, H}, 18)), nw, c = cfg] {
-                           be.rmsnorm(*x, *nw, c.rms_norm_eps, NormKind::zero_centred);
-                         }});
-  }
-  add_matmul("lm_head", w.lm_head, 1);
+// One case on its own: on the emulator its launches and the bytes it moved against its floor, on a
+// GPU its best time of five.
+void run_op_case(CudaBackend& be, const OpCase& c, bool counted, double bw) {
+  be.begin_layer(op_case_numerics());  // (a decode attention case leaves its algorithm set)
+  const OpRun run = c.prepare(be);
+  run();  // warm-up: weight uploads, first-use buffers
   be.sync();
-  return out;
+  if (counted) {
+    cuda::counters_start();
+    run();
+    const cuda::DeviceCounters d = cuda::counters_read();
+    cuda::counters_stop();
+    be.sync();
+    const double moved = double(d.bytes_read + d.bytes_written);
+    std::printf("%-72s %8lld %12.3f %12.3f %8.3f\n", c.name.substr(0, 72).c_str(),
+                static_cast<long long>(d.calls() + d.copies_d2d + d.copies_h2d + d.memsets), c.floor_bytes / 1e6,
+                moved / 1e6, moved / c.floor_bytes);
+    return;
+  }
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = clock_type::now();
+    run();
+    be.sync();
+    best = std::min(best, seconds_since(t0));
+  }
+  std::printf("%-72s %8s %12.3f %12.1f %7.1f%%   %.1f TFLOP/s, %.1f us\n", c.name.substr(0, 72).c_str(), "-",
+              c.floor_bytes / 1e6, c.floor_bytes / best / 1e9, 100.0 * c.floor_bytes / best / bw, c.flops / best / 1e12,
+              best * 1e6);
 }
 
 int run_ops(CudaBackend& be, const ModelConfig& cfg, const ModelWeights& w, const BenchArgs& a, double bw) {
-  LayerNumerics n;
-  n.layer = 0;
-  n.ssm_dtype = DType::f32;
-  n.conv_dtype = DType::bf16;
-  n.kv_dtype = DType::bf16;
-  be.begin_layer(n);
-  const int ctx = std::max(a.prefill, 1);
-  std::vector<OpCase> cases = cases_for(be, cfg, w, a.prefill, ctx);
+  const std::vector<OpCase> cases = op_cases(cfg, w, op_sizes_bench(a.prefill));
   const bool counted = cuda::counters_supported();
   if (!a.list)
     std::printf("%-72s %8s %12s %12s %8s\n", "op", "launches", "floor MB", counted ? "moved MB" : "GB/s",
                 counted ? "x floor" : "of copy");
   int shown = 0;
-  for (OpCase& c : cases) {
+  for (const OpCase& c : cases) {
     if (!a.filter.empty() && c.name.find(a.filter) == std::string::npos) continue;
     ++shown;
-    if (a.list) {
-      std::printf("%s\n", c.name.c_str());
-      continue;
-    }
-    c.run();  // warm-up: weight uploads, first-use buffers
-    be.sync();
-    if (counted) {
-      cuda::counters_start();
-      c.run();
-      const cuda::DeviceCounters d = cuda::counters_read();
-      cuda::counters_stop();
-      be.sync();
-      const double moved = double(d.bytes_read + d.bytes_written);
-      std::printf("%-72s %8lld %12.3f %12.3f %8.3f\n", c.name.substr(0, 72).c_str(),
-                  static_cast<long long>(d.calls() + d.copies_d2d + d.copies_h2d + d.memsets), c.floor_bytes / 1e6,
-                  moved / 1e6, moved / c.floor_bytes);
-    } else {
-      double best = 1e30;
-      for (int r = 0; r < 5; ++r) {
-        const auto t0 = clock_type::now();
-        c.run();
-        be.sync();
-        best = std::min(best, seconds_since(t0));
-      }
-      std::printf("%-72s %8s %12.3f %12.1f %7.1f%%   %.1f TFLOP/s, %.1f us\n", c.name.substr(0, 72).c_str(), "-",
-                  c.floor_bytes / 1e6, c.floor_bytes / best / 1e9, 100.0 * c.floor_bytes / best / bw,
-                  c.flops / best / 1e12, best * 1e6);
-    }
+    if (a.list) std::printf("%s\n", c.name.c_str());
+    else run_op_case(be, c, counted, bw);
   }
   if (shown == 0) input_error("bench --ops: no case matches --filter '", a.filter, "' (--list shows them)");
   if (!a.list)
@@ -767,6 +531,8 @@ void bench_mtp(Engine& eng, const BenchArgs& a, bool synthetic, const std::funct
 }  // namespace
 
 int run_bench(const BenchArgs& a) {
+  if (!a.preset.empty()) input_error("bench --backend cuda: use --synthetic PRESET (weights made on the device)");
+  if (a.precision != "ref") input_error("bench --backend cuda: --precision is a CPU option");
   if (a.model.empty() == a.synthetic.empty())
     input_error("bench --backend cuda: give exactly one of --model DIR or --synthetic PRESET");
   if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");

@@ -18,6 +18,7 @@
 #include "cpu/cpu_backend.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_counters.h"
+#include "cuda/op_cases.h"
 #include "attention.h"
 #include "matmul.h"
 #include "cuda_test_util.h"
@@ -437,26 +438,9 @@ TEST_CASE("cuda ops: MoE routing (fp32 softmax over all experts, top-k, renormal
 // same device, within the bf16 tolerance of the CPU emulation doing the same; three launches, no
 // copy to the host, no host synchronisation.
 TEST_CASE("cuda ops: the routed MoE experts on the device equal the host-routed experts bit for bit") {
-  // what the engine does with the routing on the host, on backend be
-  const auto on_host = [](Backend& be, const Tensor& x, const Tensor& logits, const std::vector<MlpWeights>& ex, int k,
-                          bool renorm) {
-    const MoeRouting route = be.moe_route(logits, k, renorm);
-    Tensor routed = be.zeros({x.rows(), x.cols()});
-    for (int e = 0; e < static_cast<int>(ex.size()); ++e) {
-      std::vector<int64_t> rows;
-      std::vector<double> w;
-      for (int64_t t = 0; t < x.rows(); ++t)
-        for (int i = 0; i < k; ++i)
-          if (route.experts[size_t(t * k + i)] == e) {
-            rows.push_back(t);
-            w.push_back(route.weights[size_t(t * k + i)]);
-          }
-      if (rows.empty()) continue;
-      const Tensor h = be.matmul_swiglu(be.gather_rows(x, rows), *ex[size_t(e)].gate, *ex[size_t(e)].up);
-      be.scatter_add_rows(routed, be.matmul(h, *ex[size_t(e)].down), rows, w);
-    }
-    return routed;
-  };
+  // what the engine does with the routing on the host, on backend be (the registry's reference for
+  // moe_experts_on_device, src/cuda/op_cases.h)
+  const auto on_host = cuda::moe_routed_on_host;
   // (N, H, I, E, k, on the device): one token; a batch; 8 rows of 8 experts of 64; Qwen3-Next's
   // 512 experts, top-10; every expert (k = E); 9 rows and an I that is no multiple of 8 (the host path)
   struct Shape { int64_t N, H, I; int E, k; bool device; };
