@@ -10,7 +10,7 @@
 #include "diag/bisect.h"
 #include "diag/evaluate.h"
 #include "engine/faults.h"
-#include "diag/golden.h"
+#include "diag/golden_record.h"
 #include "diag/localise.h"
 #include "diag/subop.h"
 #include "backends/make_backend.h"
@@ -108,6 +108,66 @@ std::string shared_paragraph(const SharedLocalisation& s, json& j) {
   return p;
 }
 
+// With the golden input injected at each culprit layer, the first operation over its noise floor
+// (subop.h); the reports go to j["subop"], the named operations to j["named_ops"].
+std::string layer_op_sentences(const BisectOutcome& o, const GoldenRecord& rec, const Model& model, json& j) {
+  std::string p;
+  std::vector<json> reports;
+  for (int l : o.culprit_layers) {
+    auto reps = subop_analysis(rec, model, o.minimal_bad, l, make_backend);
+    for (const auto& r : reps) reports.push_back(r.to_json());
+    if (auto op = named_op(reps)) {
+      const SubopRow* row = nullptr;
+      for (const auto& r : reps)
+        for (const auto& rr : r.rows)
+          if (!row && rr.step == *op && !rr.pass) row = &rr;
+      p += cat("With the golden input injected at layer ", l, ", the first operation over its noise floor is `",
+               *op, "-", l, "` (", step_words(*op), ")");
+      if (row) {
+        p += cat(": rel_l2 ", fmt(row->err.rel_l2));
+        if (row->floor) p += cat(" against a floor of ", fmt(*row->floor));
+        if (row->err.nonfinite) p += cat(", ", row->err.nonfinite, " non-finite values");
+      }
+      p += ". ";
+      j["named_ops"].push_back({{"layer", l}, {"op", *op}});
+    } else {
+      p += cat("At layer ", l, " no single operation breaks its floor with golden inputs in the first positions; ",
+               "the error shows only over longer runs. ");
+    }
+  }
+  j["subop"] = reports;
+  return p;
+}
+
+// The verdict for a bad configuration whose culprit toggles (and layers) the bisection found.
+std::string culprit_paragraph(const BisectOutcome& o, bool good_given, bool no_subop, const GoldenRecord& rec,
+                              const Model& model, json& j) {
+  std::string toggles;
+  for (const auto& t : o.culprit_toggles) toggles += (toggles.empty() ? "" : ", ") + t;
+  std::string para = cat("`", o.bad.str(), "` is bad against the golden record (", o.bad_summary.reason, "). ");
+  if (o.differing.size() > 1 || good_given)
+    para += cat("Of the ", o.differing.size(), " toggle(s) that differ from `", o.good.str(), "`, ",
+                o.culprit_toggles.size() == 1 ? "this one alone makes" : "these together make", " the run bad: ",
+                toggles, ". ");
+  if (o.layer_specific) {
+    std::string ls;
+    for (int l : o.culprit_layers) ls += (ls.empty() ? "" : ", ") + std::to_string(l);
+    para += cat("Applied only to layer", o.culprit_layers.size() > 1 ? "s " : " ", ls, " (`", o.minimal_bad.str(),
+                "`) it still does");
+    if (o.patch_fixes)
+      para += *o.patch_fixes ? cat("; the bad configuration with ", o.culprit_layers.size() > 1 ? "those layers" : "that layer",
+                                   " reset to the good toggles is good again (confirmed by patching). ")
+                             : "; but resetting that layer in the bad configuration does not make it good: other layers contribute too. ";
+    if (!no_subop) para += layer_op_sentences(o, rec, model, j);
+  } else if (!o.culprit_toggles.empty()) {
+    para += "It is not specific to layers (a model-level toggle such as MTP, sampling or precision). ";
+    para += mtp_op_sentence(o.minimal_summary, j);
+  }
+  para += o.bad_summary.verdict == "bad" ? "The golden run is not degenerate where this one fails, so this is an engine fault. " : "";
+  para += cat("(", o.evaluations, " evaluations", o.fresh_evaluations < o.evaluations ? cat(", ", o.evaluations - o.fresh_evaluations, " replayed") : "", ")");
+  return para;
+}
+
 int run_bisect(const BisectArgs& a) {
   if (a.golden.empty() || a.model.empty() || a.bad.empty())
     input_error("bisect: --golden DIR, --model DIR and --bad CONFIG are required");
@@ -173,54 +233,7 @@ int run_bisect(const BisectArgs& a) {
     code = static_cast<int>(ExitCode::bad);
   } else {
     code = static_cast<int>(ExitCode::bad);
-    std::string toggles;
-    for (const auto& t : o.culprit_toggles) toggles += (toggles.empty() ? "" : ", ") + t;
-    para = cat("`", o.bad.str(), "` is bad against the golden record (", o.bad_summary.reason, "). ");
-    if (o.differing.size() > 1 || good_given)
-      para += cat("Of the ", o.differing.size(), " toggle(s) that differ from `", o.good.str(), "`, ",
-                  o.culprit_toggles.size() == 1 ? "this one alone makes" : "these together make", " the run bad: ",
-                  toggles, ". ");
-    if (o.layer_specific) {
-      std::string ls;
-      for (int l : o.culprit_layers) ls += (ls.empty() ? "" : ", ") + std::to_string(l);
-      para += cat("Applied only to layer", o.culprit_layers.size() > 1 ? "s " : " ", ls, " (`", o.minimal_bad.str(),
-                  "`) it still does");
-      if (o.patch_fixes)
-        para += *o.patch_fixes ? cat("; the bad configuration with ", o.culprit_layers.size() > 1 ? "those layers" : "that layer",
-                                     " reset to the good toggles is good again (confirmed by patching). ")
-                               : "; but resetting that layer in the bad configuration does not make it good: other layers contribute too. ";
-      if (!a.no_subop) {
-        std::vector<json> reports;
-        for (int l : o.culprit_layers) {
-          auto reps = subop_analysis(rec, model, o.minimal_bad, l, make_backend);
-          for (const auto& r : reps) reports.push_back(r.to_json());
-          if (auto op = named_op(reps)) {
-            const SubopRow* row = nullptr;
-            for (const auto& r : reps)
-              for (const auto& rr : r.rows)
-                if (!row && rr.step == *op && !rr.pass) row = &rr;
-            para += cat("With the golden input injected at layer ", l, ", the first operation over its noise floor is `",
-                        *op, "-", l, "` (", step_words(*op), ")");
-            if (row) {
-              para += cat(": rel_l2 ", fmt(row->err.rel_l2));
-              if (row->floor) para += cat(" against a floor of ", fmt(*row->floor));
-              if (row->err.nonfinite) para += cat(", ", row->err.nonfinite, " non-finite values");
-            }
-            para += ". ";
-            j["named_ops"].push_back({{"layer", l}, {"op", *op}});
-          } else {
-            para += cat("At layer ", l, " no single operation breaks its floor with golden inputs in the first positions; ",
-                        "the error shows only over longer runs. ");
-          }
-        }
-        j["subop"] = reports;
-      }
-    } else if (!o.culprit_toggles.empty()) {
-      para += "It is not specific to layers (a model-level toggle such as MTP, sampling or precision). ";
-      para += mtp_op_sentence(o.minimal_summary, j);
-    }
-    para += o.bad_summary.verdict == "bad" ? "The golden run is not degenerate where this one fails, so this is an engine fault. " : "";
-    para += cat("(", o.evaluations, " evaluations", o.fresh_evaluations < o.evaluations ? cat(", ", o.evaluations - o.fresh_evaluations, " replayed") : "", ")");
+    para = culprit_paragraph(o, good_given, a.no_subop, rec, model, j);
   }
   j["verdict"] = para;
   j["exit_code"] = code;

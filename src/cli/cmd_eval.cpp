@@ -30,6 +30,55 @@ struct EvalArgs {
   bool faults = false, no_reference = false;
 };
 
+// The figures of the tested configuration that differ from the reference's by more than the
+// tolerance. A figure over n items cannot resolve less than one item (100/n points: 6.25 for 16 long
+// cases), so the tolerance is at least that; one item's flip is not a difference.
+std::vector<std::string> differences_beyond(const EvalFigures& tested, const EvalFigures& reference,
+                                            double tolerance_points) {
+  std::vector<std::string> beyond;
+  auto check = [&](const char* what, double t, double r, int64_t n) {
+    const double allowed = std::max(tolerance_points, n > 0 ? 100.0 / static_cast<double>(n) : 0.0);
+    if (std::fabs(100 * (t - r)) > allowed + 1e-9)
+      beyond.push_back(cat(what, " differs by ", std::lround(1000 * (t - r)) / 10.0, " points (allowed ",
+                           std::lround(100 * allowed) / 100.0, ")"));
+  };
+  check("task accuracy", tested.accuracy.accuracy(), reference.accuracy.accuracy(), tested.accuracy.n);
+  if (tested.long_cases && reference.long_cases)
+    check("long cases ok", tested.long_cases->ok_fraction(), reference.long_cases->ok_fraction(), tested.long_cases->n);
+  for (const MtpFigure& m : tested.mtp)
+    for (const MtpFigure& r : reference.mtp)
+      if (m.drafts == r.drafts && m.drafts == 1 && m.spec.accept_rate && r.spec.accept_rate)
+        check("MTP acceptance (1 draft)", *m.spec.accept_rate, *r.spec.accept_rate, m.spec.proposed);
+  return beyond;
+}
+
+// --faults: the fault table on the held-out questions and the golden record's long cases, printed
+// to `out` against the tested configuration's accuracy on the same questions; its rows as JSON.
+nlohmann::json print_fault_table(const EvalArgs& a, const RunConfig& config, const LoadedModel& lm, const HeldoutSet& set,
+                                 const GoldenRecord& rec, const EvalFigures& tested, std::FILE* progress, std::FILE* out) {
+  FaultTableOptions fo;
+  fo.base = config;
+  fo.questions = a.fault_questions;
+  fo.cases = a.cases;
+  fo.only = a.only_faults;
+  fo.max_new_tokens = a.max_new_tokens;
+  const std::vector<FaultRow> rows = fault_table(*lm.model, *lm.tok, set, rec, fo, make_backend, progress);
+  // the reference accuracy on the fault table's questions
+  AccuracyResult same;
+  const std::vector<HeldoutQuestion> fq = select_questions(set, a.fault_questions);
+  for (const QuestionResult& r : tested.accuracy.rows)
+    for (const HeldoutQuestion& q : fq)
+      if (q.id == r.id) {
+        ++same.n;
+        same.correct += r.correct;
+      }
+  const std::string t = format_fault_table(rows, same.accuracy());
+  std::fwrite(t.data(), 1, t.size(), out);
+  nlohmann::json fr = nlohmann::json::array();
+  for (const FaultRow& r : rows) fr.push_back(r.to_json());
+  return fr;
+}
+
 int run_eval(const EvalArgs& a) {
   if (a.model.empty()) input_error("eval: --model DIR is required");
   check_output_file(a.json, "eval --json");  // before the run, not after its verdict
@@ -88,50 +137,14 @@ int run_eval(const EvalArgs& a) {
     ro.config = RunConfig{};
     reference = evaluate_model(*lm.model, *lm.tok, qs, rec.get(), ro, make_backend, progress);
     j["reference"] = reference.to_json(true);
-    // A figure over n items cannot resolve less than one item (100/n points: 6.25 for 16 long
-    // cases), so the tolerance is at least that; one item's flip is not a difference.
-    auto check = [&](const char* what, double t, double r, int64_t n) {
-      const double allowed = std::max(a.tolerance_points, n > 0 ? 100.0 / static_cast<double>(n) : 0.0);
-      if (std::fabs(100 * (t - r)) > allowed + 1e-9)
-        beyond.push_back(cat(what, " differs by ", std::lround(1000 * (t - r)) / 10.0, " points (allowed ",
-                             std::lround(100 * allowed) / 100.0, ")"));
-    };
-    check("task accuracy", tested.accuracy.accuracy(), reference.accuracy.accuracy(), tested.accuracy.n);
-    if (tested.long_cases && reference.long_cases)
-      check("long cases ok", tested.long_cases->ok_fraction(), reference.long_cases->ok_fraction(), tested.long_cases->n);
-    for (const MtpFigure& m : tested.mtp)
-      for (const MtpFigure& r : reference.mtp)
-        if (m.drafts == r.drafts && m.drafts == 1 && m.spec.accept_rate && r.spec.accept_rate)
-          check("MTP acceptance (1 draft)", *m.spec.accept_rate, *r.spec.accept_rate, m.spec.proposed);
+    beyond = differences_beyond(tested, reference, a.tolerance_points);
   }
   std::string text = format_eval(tested, is_reference || a.no_reference ? nullptr : &reference);
   if (!is_reference && !a.no_reference)
     text += cat("reference (", reference.config, ") took ", std::lround(reference.seconds), " s\n");
   std::fwrite(text.data(), 1, text.size(), out);
 
-  if (a.faults) {
-    FaultTableOptions fo;
-    fo.base = config;
-    fo.questions = a.fault_questions;
-    fo.cases = a.cases;
-    fo.only = a.only_faults;
-    fo.max_new_tokens = a.max_new_tokens;
-    const std::vector<FaultRow> rows = fault_table(*lm.model, *lm.tok, set, *rec, fo, make_backend, progress);
-    // the reference accuracy on the fault table's questions
-    AccuracyResult same;
-    const std::vector<HeldoutQuestion> fq = select_questions(set, a.fault_questions);
-    for (const QuestionResult& r : tested.accuracy.rows)
-      for (const HeldoutQuestion& q : fq)
-        if (q.id == r.id) {
-          ++same.n;
-          same.correct += r.correct;
-        }
-    const std::string t = format_fault_table(rows, same.accuracy());
-    std::fwrite(t.data(), 1, t.size(), out);
-    nlohmann::json fr = nlohmann::json::array();
-    for (const FaultRow& r : rows) fr.push_back(r.to_json());
-    j["faults"] = fr;
-  }
+  if (a.faults) j["faults"] = print_fault_table(a, config, lm, set, *rec, tested, progress, out);
 
   if (!beyond.empty()) {
     code = static_cast<int>(ExitCode::bad);

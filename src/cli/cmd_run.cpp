@@ -62,6 +62,41 @@ struct RunArgs {
   int max_new_tokens = 64;
 };
 
+// Each case's prompt: not empty, every id in the vocabulary, within the model's context.
+void check_prompts(const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::string>& names,
+                   const ModelConfig& cfg) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) input_error("case '", names[i], "': the prompt encodes to no tokens");
+    for (int32_t id : prompts[i])
+      if (id >= cfg.vocab_size) input_error("case '", names[i], "': token id ", id, " >= vocab_size ", cfg.vocab_size);
+    if (cfg.max_position_embeddings > 0 && static_cast<int64_t>(prompts[i].size()) > cfg.max_position_embeddings)
+      input_error("case '", names[i], "': the prompt has ", prompts[i].size(), " tokens, more than the model's maximum "
+                  "context max_position_embeddings = ", cfg.max_position_embeddings);
+  }
+}
+
+// One case's output: its text (thinking part separated, with a tokenizer), its ids and speeds.
+void print_case(const std::string& name, size_t prompt_tokens, const GenerateResult& r, const Tokenizer* tok,
+                bool opened_think) {
+  std::printf("== case '%s' (%zu prompt tokens) ==\n", name.c_str(), prompt_tokens);
+  if (tok) {
+    std::vector<int32_t> shown = r.tokens;
+    if (r.reason == StopReason::stop_token && !shown.empty()) shown.pop_back();
+    ThinkingSplit s = split_thinking(tok->decode(shown), opened_think);
+    if (!s.thinking.empty() || s.closed || opened_think)
+      std::printf("[thinking]\n%s\n[answer]\n", s.thinking.c_str());
+    std::printf("%s\n", s.answer.c_str());
+  }
+  std::string ids;
+  for (size_t j = 0; j < r.tokens.size(); ++j) ids += (j ? "," : "") + std::to_string(r.tokens[j]);
+  std::printf("[ids] %s\n", ids.c_str());
+  const double dec_tok = r.tokens.size() > 1 ? double(r.tokens.size() - 1) : 0.0;
+  std::printf("-- %zu tokens (%s); prefill %zu tok in %.3f s (%.1f tok/s); decode %.1f tok/s\n", r.tokens.size(),
+              stop_reason_name(r.reason), prompt_tokens, r.prefill_seconds,
+              r.prefill_seconds > 0 ? prompt_tokens / r.prefill_seconds : 0.0,
+              r.decode_seconds > 0 ? dec_tok / r.decode_seconds : 0.0);
+}
+
 int run_run(const RunArgs& a) {
   if (a.model.empty()) input_error("run: --model DIR is required");
   const bool have_prompt = !a.prompts.empty(), have_tokens = !a.tokens.empty();
@@ -111,14 +146,7 @@ int run_run(const RunArgs& a) {
       names.push_back(cat("prompt ", i));
     }
   }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    if (prompts[i].empty()) input_error("case '", names[i], "': the prompt encodes to no tokens");
-    for (int32_t id : prompts[i])
-      if (id >= cfg.vocab_size) input_error("case '", names[i], "': token id ", id, " >= vocab_size ", cfg.vocab_size);
-    if (cfg.max_position_embeddings > 0 && static_cast<int64_t>(prompts[i].size()) > cfg.max_position_embeddings)
-      input_error("case '", names[i], "': the prompt has ", prompts[i].size(), " tokens, more than the model's maximum "
-                  "context max_position_embeddings = ", cfg.max_position_embeddings);
-  }
+  check_prompts(prompts, names, cfg);
 
   std::unique_ptr<Backend> be = make_backend(rc, cfg);
   Engine eng(cfg, model->weights, *be, engine_options(rc));
@@ -158,26 +186,7 @@ int run_run(const RunArgs& a) {
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  for (size_t i = 0; i < res.size(); ++i) {
-    const GenerateResult& r = res[i];
-    std::printf("== case '%s' (%zu prompt tokens) ==\n", names[i].c_str(), prompts[i].size());
-    if (tok) {
-      std::vector<int32_t> shown = r.tokens;
-      if (r.reason == StopReason::stop_token && !shown.empty()) shown.pop_back();
-      ThinkingSplit s = split_thinking(tok->decode(shown), opened_think);
-      if (!s.thinking.empty() || s.closed || opened_think)
-        std::printf("[thinking]\n%s\n[answer]\n", s.thinking.c_str());
-      std::printf("%s\n", s.answer.c_str());
-    }
-    std::string ids;
-    for (size_t j = 0; j < r.tokens.size(); ++j) ids += (j ? "," : "") + std::to_string(r.tokens[j]);
-    std::printf("[ids] %s\n", ids.c_str());
-    const double dec_tok = r.tokens.size() > 1 ? double(r.tokens.size() - 1) : 0.0;
-    std::printf("-- %zu tokens (%s); prefill %zu tok in %.3f s (%.1f tok/s); decode %.1f tok/s\n", r.tokens.size(),
-                stop_reason_name(r.reason), prompts[i].size(), r.prefill_seconds,
-                r.prefill_seconds > 0 ? prompts[i].size() / r.prefill_seconds : 0.0,
-                r.decode_seconds > 0 ? dec_tok / r.decode_seconds : 0.0);
-  }
+  for (size_t i = 0; i < res.size(); ++i) print_case(names[i], prompts[i].size(), res[i], tok.get(), opened_think);
   size_t generated = 0;
   for (const auto& r : res) generated += r.tokens.size();
   std::printf("total: %zu generated tokens in %.3f s (%.1f tok/s), backend %s, config %s\n", generated, total,
