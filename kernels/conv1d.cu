@@ -95,6 +95,9 @@ static __global__ void gdn_conv_inputs_kernel(const T* x, const Wt* w, int64_t K
   const int64_t c0 = qk ? h * dk : 2 * nk * dk + (h - 2 * nk) * dv, n = qk ? dk : dv, ld = qk ? nk * dk : nv * dv;
   T* dst = h < nk ? io.q + h * dk : qk ? io.k + (h - nk) * dk : io.v + (h - 2 * nk) * dv;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) conv_channel<T, Wt, W>(x, w, dst + i, ld, C, K, s, c0 + i, stuck);
+  if (io.conv)  // asked for the conv output too (an observed layer): each thread copies what it wrote
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      for (int64_t t = 0; t < s.rows; ++t) io.conv[(s.row0 + t) * C + c0 + i] = dst[(s.row0 + t) * ld + i];
   if (qk) {
     for (int64_t t = 0; t < s.rows; ++t) {
       T* row = dst + (s.row0 + t) * ld;

@@ -51,6 +51,7 @@ struct GdnConvInputs {
   int64_t nk = 0, dk = 0, nv = 0, dv = 0;
   float eps = 0.0f, q_scale = 1.0f;
   bool skip_l2norm = false;       // fault gdn-skip-l2norm
+  T* conv = nullptr;              // [N, C] or null: the conv output as well (a tap, Backend::TapSink)
 };
 template <typename T, typename Wt>
 void gdn_conv_inputs_cuda(const T* x, const Wt* w, int64_t K, const Conv1dSeq* seqs, int n_seq, DType window_dtype,

@@ -85,6 +85,9 @@ Backend::GdnInputs CudaBackend::do_gdn_inputs(const Tensor& qkv, const TensorVie
   r.g = device_tensor(a.shape, DType::f32, "gdn g");
   r.beta = device_tensor(a.shape, a.dtype, "gdn beta");
   const Tensor table = upload(words(cs.seqs), DType::i64, "conv1d sequences");
+  // An observed layer: the kernel writes its conv output as well (the step gdn_conv inside the op)
+  Tensor conv_tap;
+  if (taps_wanted()) conv_tap = device_tensor({N, qkv.cols()}, qkv.dtype, "gdn_conv tap");
   const Tensor& W = weight(conv_w);
   const Tensor& Al = weight(A_log, /*keep_dtype=*/true);
   const Tensor& dt = weight(dt_bias, /*keep_dtype=*/true);
@@ -113,11 +116,13 @@ Backend::GdnInputs CudaBackend::do_gdn_inputs(const Tensor& qkv, const TensorVie
     io.eps = static_cast<float>(eps);
     io.q_scale = static_cast<float>(q_scale);
     io.skip_l2norm = numerics_.has(Fault::gdn_skip_l2norm);
+    if (!conv_tap.empty()) io.conv = cuda::mptr<T>(conv_tap);
     cuda::gdn_conv_inputs_cuda<T, Wt>(cuda::cptr<T>(qkv), cuda::cptr<Wt>(W), K,
                                       static_cast<const cuda::Conv1dSeq*>(table.raw()),
                                       static_cast<int>(cs.seqs.size()), cs.window_dtype,
                                       numerics_.has(Fault::conv_window_stuck), io, context()->stream());
   });
+  if (!conv_tap.empty()) write_tap(TapRole::gdn_conv, conv_tap);
   return r;
 }
 

@@ -53,6 +53,8 @@ Backend::AttnCore CudaBackend::attn_inputs_attention(const Tensor& qg, const Ten
   DEGEN_ASSERT(spans.size() == caches.size(), "attention: one cache per sequence");
   const AttnPlan p = attention_plan(N, nq, nkv, D, spans, caches);
   AttnInputs in = attn_inputs_launch(qg, k, q_norm, k_norm, eps, kind, pos, rotary_dim, theta, nq, nkv, D, kv_store(p, v));
+  write_tap(TapRole::attn_q, in.q);  // an observed layer: the kernel's q and k rows (it writes both)
+  write_tap(TapRole::attn_k, in.k);
   return {attention_run(p, in.q), std::move(in.gate)};
 }
 

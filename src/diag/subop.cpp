@@ -4,6 +4,7 @@
 #include <map>
 
 #include "engine/engine.h"
+#include "engine/fused_ops.h"
 #include "engine/trace.h"
 #include "util/error.h"
 
@@ -51,6 +52,24 @@ Capture capture_layer(const Model& model, const RunConfig& rc, const BackendFact
   return cap;
 }
 
+// The fused op that computes the report's first break, and the steps of it before the break that the
+// tested run did not offer (kept inside its kernel) while the reference run did.
+void name_fused_op(SubopReport& rep, const Capture& ref, const Capture& tested, const ModelConfig& cfg) {
+  if (!rep.first_break) return;
+  std::optional<Step> step;
+  for (const StepInfo& si : trace_steps())
+    if (*rep.first_break == si.name) step = si.step;
+  const FusedOp* f = step ? fused_op_of(*step, cfg.layer_types[static_cast<size_t>(rep.layer)],
+                                        cfg.is_moe_layer(rep.layer))
+                          : nullptr;
+  if (!f) return;
+  rep.fused_op = fused_op_words(*f);
+  for (Step s : f->steps) {
+    if (s == *step) break;
+    if (ref.count(step_name(s)) && !tested.count(step_name(s))) rep.inside.push_back(step_name(s));
+  }
+}
+
 }  // namespace
 
 json SubopReport::to_json() const {
@@ -61,7 +80,8 @@ json SubopReport::to_json() const {
                   {"limit", metrics::json_number(r.limit)}, {"pass", r.pass}});
   return {{"layer", layer}, {"kind", std::string(1, kind)}, {"mode", forced_mode_name(mode)}, {"case", case_id},
           {"positions", positions}, {"floor_config", floor_config}, {"rows", rs},
-          {"first_break", first_break ? json(*first_break) : json(nullptr)}};
+          {"first_break", first_break ? json(*first_break) : json(nullptr)},
+          {"fused_op", fused_op ? json(*fused_op) : json(nullptr)}, {"inside_fused_op", inside}};
 }
 
 std::vector<SubopReport> subop_analysis(const GoldenRecord& rec, const Model& model, const RunConfig& tested, int layer,
@@ -133,6 +153,7 @@ std::vector<SubopReport> subop_analysis(const GoldenRecord& rec, const Model& mo
       if (!row.pass && !rep.first_break) rep.first_break = row.step;
       rep.rows.push_back(std::move(row));
     }
+    name_fused_op(rep, r, t, cfg);
     out.push_back(std::move(rep));
   }
   return out;

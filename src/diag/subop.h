@@ -12,7 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/golden.h"
+#include "diag/forced_run.h"
+#include "diag/golden_record.h"
 #include "diag/metrics.h"
 #include "engine/backend_factory.h"
 #include "engine/run_config.h"
@@ -36,6 +37,11 @@ struct SubopReport {
   int64_t positions = 0;
   std::vector<SubopRow> rows;                // forward order
   std::optional<std::string> first_break;    // step name of the first op over its limit
+  // The fused op of the engine's path that computes first_break (engine/fused_ops.h), in words, or
+  // nullopt where first_break is an op of its own; and the steps of that op the tested backend's
+  // kernel keeps inside (not written to the trace: the fault may be in any of them, in order).
+  std::optional<std::string> fused_op;
+  std::vector<std::string> inside;
   std::string floor_config;                  // the known-good run, or why there is no floor
   nlohmann::json to_json() const;
 };

@@ -25,18 +25,32 @@ Tensor Backend::matmul_swiglu(const Tensor& x, const TensorView& gate, const Ten
   return swiglu(matmul(x, gate), matmul(x, up));
 }
 
+void Backend::write_tap(TapRole role, const Tensor& t) {
+  if (tap_sink_) tap_sink_->got.emplace_back(role, clone(t));
+}
+
 std::vector<Tensor> Backend::norm_matmul_many(const Tensor& h, const PreNorm& pre,
                                               std::span<const TensorView* const> ws) {
-  return matmul_many(rmsnorm(h, *pre.w, pre.eps, pre.kind), ws);
+  const Tensor x = rmsnorm(h, *pre.w, pre.eps, pre.kind);
+  write_tap(TapRole::normed_input, x);
+  return matmul_many(x, ws);
 }
 
 Tensor Backend::norm_matmul_swiglu(const Tensor& h, const PreNorm& pre, const TensorView& gate, const TensorView& up) {
-  return matmul_swiglu(rmsnorm(h, *pre.w, pre.eps, pre.kind), gate, up);
+  const Tensor x = rmsnorm(h, *pre.w, pre.eps, pre.kind);
+  write_tap(TapRole::normed_input, x);
+  return matmul_swiglu(x, gate, up);
 }
 
-Tensor Backend::matmul_add(const Tensor& x, const TensorView& w, const Tensor& res) { return add(res, matmul(x, w)); }
+Tensor Backend::matmul_add(const Tensor& x, const TensorView& w, const Tensor& res) {
+  const Tensor p = matmul(x, w);
+  write_tap(TapRole::product, p);
+  return add(res, p);
+}
 Tensor Backend::matmul_gate_add(const Tensor& x, const TensorView& w, const Tensor& gate, const Tensor& res) {
-  return add(res, sigmoid_mul(matmul(x, w), gate));
+  const Tensor g = sigmoid_mul(matmul(x, w), gate);
+  write_tap(TapRole::gated, g);
+  return add(res, g);
 }
 
 Tensor Backend::gated_norm_matmul(const Tensor& x, const Tensor& z, const TensorView& norm_w, double eps,
@@ -45,11 +59,13 @@ Tensor Backend::gated_norm_matmul(const Tensor& x, const Tensor& z, const Tensor
   DEGEN_ASSERT(g > 0 && in % g == 0 && z.shape == x.shape, "gated_norm_matmul: rows of ", in, " in groups of ", g,
                ", z ", shape_str(z.shape));
   const Tensor y = gated_rmsnorm(x.reshape({N * in / g, g}), z.reshape({N * in / g, g}), norm_w, eps).reshape({N, in});
+  write_tap(TapRole::gated, y);
   return res ? matmul_add(y, w, *res) : matmul(y, w);
 }
 
 Tensor Backend::sigmoid_gate_matmul(const Tensor& x, const Tensor& gate, const TensorView& w, const Tensor* res) {
   const Tensor y = sigmoid_mul(x, gate);
+  write_tap(TapRole::gated, y);
   return res ? matmul_add(y, w, *res) : matmul(y, w);
 }
 
@@ -97,6 +113,8 @@ Backend::AttnCore Backend::attn_inputs_attention(const Tensor& qg, const Tensor&
                                                   const std::vector<SeqSpan>& spans,
                                                   const std::vector<KvCache*>& caches) {
   AttnInputs in = attn_inputs(qg, k, q_norm, k_norm, eps, kind, pos, rotary_dim, theta, nq, nkv, D);
+  write_tap(TapRole::attn_q, in.q);
+  write_tap(TapRole::attn_k, in.k);
   return {attention(in.q, in.k, v, spans, caches), std::move(in.gate)};
 }
 
@@ -157,6 +175,7 @@ Backend::GdnInputs Backend::do_gdn_inputs(const Tensor& qkv, const TensorView& c
                                           const TensorView& A_log, const TensorView& dt_bias, const GdnHeads& h,
                                           double eps, double q_scale) {
   const Tensor conv = conv1d_causal(qkv, conv_w, spans, windows);
+  write_tap(TapRole::gdn_conv, conv);
   GdnQkv s = gdn_split_norm(conv, h.nk, h.dk, h.nv, h.dv, eps, q_scale);
   GdnInputs r{std::move(s.q), std::move(s.k), std::move(s.v), {}, {}};
   gdn_gates(a, b, A_log, dt_bias, r.g, r.beta);

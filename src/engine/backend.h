@@ -292,6 +292,23 @@ class Backend {
                              std::span<const uint8_t> banned, std::span<const int32_t> prompt_ids,
                              std::span<const int32_t> generated_ids, uint32_t case_index, uint32_t position);
 
+  // ---- taps: the steps inside a fused op (observation, engine.cpp "Observe what runs") ----
+  // While the engine observes a layer it hands the backend a TapSink before each fused op. The op
+  // writes to it the values it computes on the way (the normed input of a product, attention's q
+  // and k after RoPE, the GDN conv output, the gated input of an output projection, a product
+  // before its residual add), when it computes them, without changing what it computes: the
+  // observed run is the run that is not observed. A backend whose kernel keeps such a value in
+  // registers writes nothing; the step is then internal to the fused op, and localisation names
+  // the op and its steps (engine/fused_ops.h). The default compositions below write every role.
+  enum class TapRole : uint8_t { normed_input, attn_q, attn_k, gdn_conv, gated, product };
+  struct TapSink {
+    std::vector<std::pair<TapRole, Tensor>> got;  // in the order the op computed them
+  };
+  void set_tap_sink(TapSink* sink) { tap_sink_ = sink; }
+  bool taps_wanted() const { return tap_sink_ != nullptr; }
+  // A copy of t into the sink under `role`, when a sink is set (for backends and their kernels).
+  void write_tap(TapRole role, const Tensor& t);
+
   // ---- CUDA graphs for decode steps (graphs=on; see src/cuda/graphs.h) ----
   // The engine brackets a decode step with these when graphs() is true. `key` names everything the
   // step's launches depend on besides the host inputs its ops upload (toggles, batch shape, cache
@@ -323,6 +340,7 @@ class Backend {
 
  private:
   std::shared_ptr<TpGroup> tp_group_;
+  TapSink* tap_sink_ = nullptr;
 };
 
 // A KV cache keeps the dtype it was made with: a state used with other toggles is an input error

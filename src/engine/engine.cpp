@@ -66,8 +66,8 @@ void Engine::init() {
   check_faults(opt_.run, full_cfg_);
   for (const FaultSpec& fs : opt_.run.faults) {
     const FaultInfo* info = find_fault(fs.name);  // check_faults: every name is in the catalogue
-    if (info->pass) faults_.emplace_back(*info->pass, fs);
-    if (info->id == FaultId::tp_skip_last_allreduce) skip_last_allreduce_ = true;
+    if (info->applied == FaultApplied::op_flag) faults_.emplace_back(info->id, fs);
+    if (info->id == Fault::tp_skip_last_allreduce) skip_last_allreduce_ = true;
   }
   if (cfg_.arch == Arch::qwen3_next) {  // this rank's key groups (the whole model at tp = 1)
     qkvz_rows_ = gdn_qkvz_rows(cfg_);
@@ -157,9 +157,47 @@ static NormKind decoder_norm_kind(const LayerNumerics& n) {
   return n.has(Fault::norm_no_plus_one) ? NormKind::plain : NormKind::zero_centred;
 }
 
-// Whether a trace observes (and may replace) the activations inside the layers: then the engine
-// computes every step on its own, in tap order, and fuses nothing across a tap.
+// Whether a trace observes the activations inside the layers. The engine has one path: an observed
+// run computes with the same ops as a run that is not observed. The steps at an op's boundary are
+// offered as they are (the observer may replace them); the steps inside a fused op are written by
+// the op when asked (Backend::TapSink) and offered read-only after it (offer_taps).
 static bool observes_layers(const Trace* tr) { return tr && tr->on() && !tr->logits_only; }
+
+// The backend's tap sink for one fused op of an observed layer (none when the layer is not observed).
+class TapScope {
+ public:
+  TapScope(Backend& be, const Trace* tr) : be_(be) {
+    if (observes_layers(tr)) be_.set_tap_sink(&sink);
+  }
+  ~TapScope() { be_.set_tap_sink(nullptr); }
+  TapScope(const TapScope&) = delete;
+  TapScope& operator=(const TapScope&) = delete;
+  Backend::TapSink sink;
+
+ private:
+  Backend& be_;
+};
+
+bool Engine::tap_replaced(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp) {
+  const uint8_t* before = t.storage.get();
+  tap(tr, s, layer, t, b, mtp);
+  return t.storage.get() != before;
+}
+
+void Engine::offer_taps(Trace* tr, Backend::TapSink& sink, std::initializer_list<std::pair<Backend::TapRole, Step>> roles,
+                        int l, const Batch& b, bool mtp, const char* op) {
+  be_.set_tap_sink(nullptr);
+  for (auto& [role, t] : sink.got)
+    for (const auto& [r, step] : roles) {
+      if (r != role) continue;
+      const uint8_t* before = t.storage.get();
+      tap(tr, step, l, t, b, mtp);
+      if (t.storage.get() != before)
+        input_error("trace observer replaced ", mtp ? "mtp." : "", trace_name(step, l), ", a step inside the fused op ", op,
+                    ": it can be read there, not replaced (replace the op's input or output)");
+    }
+  sink.got.clear();
+}
 
 void Engine::tap(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp) {
   if (!tr || !tr->on()) return;
@@ -180,12 +218,19 @@ void Engine::observe(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bo
 }
 
 Tensor& Engine::normed(Normed& in) {
-  if (in.x.empty()) in.x = be_.rmsnorm(*in.h, *in.pre.w, in.pre.eps, in.pre.kind);
+  if (in.x.empty()) {
+    in.x = be_.rmsnorm(*in.h, *in.pre.w, in.pre.eps, in.pre.kind);
+    if (in.tr) tap(in.tr, in.step, in.layer, in.x, *in.b, in.mtp);  // the op's output: a boundary
+  }
   return in.x;
 }
 
 std::vector<Tensor> Engine::project(Normed& in, std::span<const TensorView* const> ws) {
-  return in.x.empty() ? be_.norm_matmul_many(*in.h, in.pre, ws) : be_.matmul_many(in.x, ws);
+  if (!in.x.empty()) return be_.matmul_many(in.x, ws);
+  TapScope ts(be_, in.tr);
+  std::vector<Tensor> p = be_.norm_matmul_many(*in.h, in.pre, ws);
+  if (in.tr) offer_taps(in.tr, ts.sink, {{Backend::TapRole::normed_input, in.step}}, in.layer, *in.b, in.mtp, "norm_matmul_many");
+  return p;
 }
 
 Tensor Engine::out_proj(const Tensor& y, const TensorView& w, const Tensor* residual) {
@@ -216,16 +261,16 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, Normed& in_x, Batch
     k = be_.rmsnorm(k, *aw.k_norm, cfg_.rms_norm_eps, zc).reshape({N, nkv, D});
     be_.rope_partial(q, b.pos, rotary, cfg_.rope_theta);
     be_.rope_partial(k, b.pos, rotary, cfg_.rope_theta);
-  } else if (!observes_layers(tr)) {  // the split and 3-6 in one op, 7-8 in another
+  } else {  // the split and 3-6 in one op, 7-8 in another (the steps inside them: tapped)
+    tap(tr, Step::attn_v, l, v, b, mtp);
+    TapScope ts(be_, tr);
     Backend::AttnCore c = be_.attn_inputs_attention(qg, qkv_p[1], v, *aw.q_norm, *aw.k_norm, cfg_.rms_norm_eps, zc,
                                                     b.pos, rotary, cfg_.rope_theta, nq, nkv, D, b.spans, caches);
-    return be_.sigmoid_gate_matmul(c.out, c.gate, *aw.o_proj, residual);
-  } else {  // the split, 3. QK-norm and 4. partial RoPE in one op (Backend::attn_inputs)
-    Backend::AttnInputs in = be_.attn_inputs(qg, qkv_p[1], *aw.q_norm, *aw.k_norm, cfg_.rms_norm_eps, zc, b.pos, rotary,
-                                             cfg_.rope_theta, nq, nkv, D);
-    q = std::move(in.q);
-    gate = std::move(in.gate);
-    k = std::move(in.k);
+    offer_taps(tr, ts.sink, {{Backend::TapRole::attn_q, Step::attn_q}, {Backend::TapRole::attn_k, Step::attn_k}}, l, b,
+               mtp, "attn_inputs_attention");
+    tap(tr, Step::attn_gate, l, c.gate, b, mtp);
+    tap(tr, Step::attn_core, l, c.out, b, mtp);
+    return gated_o_proj(l, aw, c.out, c.gate, b, tr, mtp, residual);
   }
   tap(tr, Step::attn_q, l, q, b, mtp);
   tap(tr, Step::attn_gate, l, gate, b, mtp);
@@ -234,11 +279,18 @@ Tensor Engine::attention_mixer(int l, const AttnWeights& aw, Normed& in_x, Batch
   // 5-6. KV cache append + causal GQA attention
   Tensor a = be_.attention(q, k, v, b.spans, caches);
   tap(tr, Step::attn_core, l, a, b, mtp);
-  // 7. sigmoid output gate, 8. o_proj (in one op without an observer: Backend::sigmoid_gate_matmul)
-  if (!observes_layers(tr)) return be_.sigmoid_gate_matmul(a, gate, *aw.o_proj, residual);
-  a = be_.sigmoid_mul(a, gate);
-  tap(tr, Step::attn_gated, l, a, b, mtp);
-  return out_proj(a, *aw.o_proj, residual);
+  return gated_o_proj(l, aw, a, gate, b, tr, mtp, residual);
+}
+
+// 7. sigmoid output gate, 8. o_proj, with `residual` the residual add: one op
+// (Backend::sigmoid_gate_matmul), whose steps inside are tapped when the layer is observed.
+Tensor Engine::gated_o_proj(int l, const AttnWeights& aw, const Tensor& a, const Tensor& gate, Batch& b, Trace* tr,
+                            bool mtp, const Tensor* residual) {
+  TapScope ts(be_, tr);
+  Tensor out = be_.sigmoid_gate_matmul(a, gate, *aw.o_proj, residual);
+  offer_taps(tr, ts.sink, {{Backend::TapRole::gated, Step::attn_gated}, {Backend::TapRole::product, Step::mixer_out}}, l,
+             b, mtp, "sigmoid_gate_matmul");
+  return out;
 }
 
 // ---- §4.7 Gated DeltaNet ----
@@ -274,43 +326,29 @@ Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, Normed& in, Batch& b, Trac
     windows.push_back(&s->gdn[l].conv);
     states.push_back(&s->gdn[l].S);
   }
+  // 3. split, L2 norm (q also scaled by d_k^-1/2; head expansion j -> j / r happens in gdn(),
+  // §4.7.3), 4. gates (§4.7.4): 2-4 in one op (Backend::gdn_inputs), which writes its conv output
+  // when the layer is observed
   const double q_scale = 1.0 / std::sqrt(double(dk));
-  Tensor q, k, v, g, beta;
-  if (observes_layers(tr)) {
-    Tensor conv = be_.conv1d_causal(qkv, *gw.conv1d, b.spans, windows);
-    tap(tr, Step::gdn_conv, l, conv, b);
-    // 3. split, L2 norm (q also scaled by d_k^-1/2); head expansion j -> j / r happens in gdn() (§4.7.3)
-    Backend::GdnQkv split = be_.gdn_split_norm(conv, nk, dk, nv, dv, 1e-6, q_scale);
-    q = std::move(split.q);
-    k = std::move(split.k);
-    v = std::move(split.v);
-    tap(tr, Step::gdn_q, l, q, b);
-    tap(tr, Step::gdn_k, l, k, b);
-    // 4. gates (§4.7.4)
-    be_.gdn_gates(aa, bb, *gw.A_log, *gw.dt_bias, g, beta);
-    tap(tr, Step::gdn_g, l, g, b);
-    tap(tr, Step::gdn_beta, l, beta, b);
-  } else {  // 2-4 in one op (Backend::gdn_inputs)
-    Backend::GdnInputs in = be_.gdn_inputs(qkv, *gw.conv1d, b.spans, windows, aa, bb, *gw.A_log, *gw.dt_bias,
-                                           {nk, dk, nv, dv}, 1e-6, q_scale);
-    q = std::move(in.q);
-    k = std::move(in.k);
-    v = std::move(in.v);
-    g = std::move(in.g);
-    beta = std::move(in.beta);
-  }
+  TapScope ts(be_, tr);
+  Backend::GdnInputs gi = be_.gdn_inputs(qkv, *gw.conv1d, b.spans, windows, aa, bb, *gw.A_log, *gw.dt_bias,
+                                         {nk, dk, nv, dv}, 1e-6, q_scale);
+  offer_taps(tr, ts.sink, {{Backend::TapRole::gdn_conv, Step::gdn_conv}}, l, b, false, "gdn_inputs");
+  tap(tr, Step::gdn_q, l, gi.q, b);
+  tap(tr, Step::gdn_k, l, gi.k, b);
+  tap(tr, Step::gdn_g, l, gi.g, b);
+  tap(tr, Step::gdn_beta, l, gi.beta, b);
   // 5. the gated delta rule (§4.7.5 / §4.7.6)
   const GdnAlgo algo = b.one_token ? GdnAlgo::recurrent : Scoped<GdnAlgo>{opt_.gdn, opt_.run.gdn.overrides}.at(l, &cfg_);
-  Tensor o = be_.gdn(q, k, v, g, beta, b.spans, states, algo);
+  Tensor o = be_.gdn(gi.q, gi.k, gi.v, gi.g, gi.beta, b.spans, states, algo);
   tap(tr, Step::gdn_core, l, o, b);
-  // 6. gated RMSNorm per value head (plain weight), out_proj (§4.7.7; in one op without an
-  // observer: Backend::gated_norm_matmul)
-  if (!observes_layers(tr))
-    return be_.gated_norm_matmul(o.reshape({N, dval}), z, *gw.norm, cfg_.rms_norm_eps, *gw.out_proj, residual);
-  Tensor y = be_.gated_rmsnorm(o.reshape({N * nv, dv}), z.reshape({N * nv, dv}), *gw.norm, cfg_.rms_norm_eps)
-                 .reshape({N, dval});
-  tap(tr, Step::gdn_norm, l, y, b);
-  return out_proj(y, *gw.out_proj, residual);
+  // 6. gated RMSNorm per value head (plain weight), out_proj (§4.7.7), in one op
+  // (Backend::gated_norm_matmul), whose steps inside are tapped when the layer is observed
+  TapScope tn(be_, tr);
+  Tensor out = be_.gated_norm_matmul(o.reshape({N, dval}), z, *gw.norm, cfg_.rms_norm_eps, *gw.out_proj, residual);
+  offer_taps(tr, tn.sink, {{Backend::TapRole::gated, Step::gdn_norm}, {Backend::TapRole::product, Step::mixer_out}}, l,
+             b, false, "gated_norm_matmul");
+  return out;
 }
 
 // ---- §4.8 dense MLP ----
@@ -318,10 +356,23 @@ Tensor Engine::mlp(const MlpWeights& mw, const Tensor& x) {
   return be_.matmul(be_.matmul_swiglu(x, *mw.gate, *mw.up), *mw.down);
 }
 
+// With its norm (when `in` left it, Backend::norm_matmul_swiglu) and the residual add after it
+// (Backend::matmul_add): the steps inside those ops are tapped when the layer is observed.
 Tensor Engine::mlp(const MlpWeights& mw, Normed& in, const Tensor* residual) {
-  Tensor s = in.x.empty() ? be_.norm_matmul_swiglu(*in.h, in.pre, *mw.gate, *mw.up)
-                          : be_.matmul_swiglu(in.x, *mw.gate, *mw.up);
-  return out_proj(s, *mw.down, residual);
+  Tensor s;
+  if (in.x.empty()) {
+    TapScope ts(be_, in.tr);
+    s = be_.norm_matmul_swiglu(*in.h, in.pre, *mw.gate, *mw.up);
+    if (in.tr)
+      offer_taps(in.tr, ts.sink, {{Backend::TapRole::normed_input, in.step}}, in.layer, *in.b, in.mtp, "norm_matmul_swiglu");
+  } else {
+    s = be_.matmul_swiglu(in.x, *mw.gate, *mw.up);
+  }
+  TapScope ts(be_, in.tr);
+  Tensor out = out_proj(s, *mw.down, residual);
+  if (in.tr && residual)
+    offer_taps(in.tr, ts.sink, {{Backend::TapRole::product, Step::ffn_out}}, in.layer, *in.b, in.mtp, "matmul_add");
+  return out;
 }
 
 // ---- §4.8 dense MLP or sparse MoE block ----
@@ -344,19 +395,17 @@ Tensor Engine::ffn(int l, const LayerWeights& lw, const Tensor& x, Batch& b, Tra
   const bool renormalise = cfg_.norm_topk_prob && !n.has(Fault::moe_no_renorm);
   // 2-5 without the routing leaving the device where the backend can (no observer: a traced run
   // computes them step by step, below)
-  std::optional<Tensor> on_device;
-  if (!observes_layers(tr)) on_device = be_.moe_experts_on_device(x, logits, m.experts, cfg_.experts_per_tok, renormalise);
+  std::optional<Tensor> on_device = be_.moe_experts_on_device(x, logits, m.experts, cfg_.experts_per_tok, renormalise);
   Tensor routed = on_device ? std::move(*on_device) : routed_on_host(m, x, logits, b, renormalise);
   tap(tr, Step::moe_routed, l, routed, b, mtp);
-  // 6. shared expert with its scalar sigmoid gate, 7. routed + shared (without an observer the down
-  // projection, the gate and the sum in one op: Backend::matmul_gate_add)
+  // 6. shared expert with its scalar sigmoid gate, 7. routed + shared: the down projection, the
+  // gate and the sum in one op (Backend::matmul_gate_add), which writes the gated expert when asked
   if (!m.shared_gate) return routed;
-  if (!observes_layers(tr))
-    return be_.matmul_gate_add(be_.matmul_swiglu(x, *m.shared.gate, *m.shared.up), *m.shared.down, shared_gate, routed);
-  Tensor shared = be_.sigmoid_mul(mlp(m.shared, x), shared_gate);
-  tap(tr, Step::moe_shared, l, shared, b, mtp);
-  // 7. routed + shared
-  return be_.add(routed, shared);
+  TapScope ts(be_, tr);
+  Tensor out =
+      be_.matmul_gate_add(be_.matmul_swiglu(x, *m.shared.gate, *m.shared.up), *m.shared.down, shared_gate, routed);
+  offer_taps(tr, ts.sink, {{Backend::TapRole::gated, Step::moe_shared}}, l, b, mtp, "matmul_gate_add");
+  return out;
 }
 
 // §4.8 steps 2-5 with the routing on the host, which drives the experts.
@@ -411,32 +460,32 @@ Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* t
   be_.begin_layer(n);
   const NormKind zc = decoder_norm_kind(n);
   const double eps = cfg_.rms_norm_eps;
-  // Without an observer, each norm is left to the product that reads it, and without tensor
-  // parallelism (whose all-reduce comes between an output projection and its residual add) each
-  // residual add is done by the output projection before it: the same values in fewer ops.
-  const bool observed = observes_layers(tr), fold = !observed && !comm_;
-  tap(tr, Step::l_in, l, h, b, mtp);
-  Normed in{std::move(x_in), &h, {lw.input_norm, eps, zc}};
-  if (observed) tap(tr, Step::attn_norm, l, normed(in), b, mtp);
+  // Each norm is left to the product that reads it, and without tensor parallelism (whose
+  // all-reduce comes between an output projection and its residual add) each residual add is done
+  // by the output projection before it: the same values in fewer ops, observed or not.
+  const bool observed = observes_layers(tr), fold = !comm_;
+  Trace* otr = observed ? tr : nullptr;  // the norms' observer (Normed)
+  // A replaced input reaches the norm after it: one computed with the old rows is dropped.
+  if (tap_replaced(tr, Step::l_in, l, h, b, mtp)) x_in = Tensor{};
+  Normed in{std::move(x_in), &h, {lw.input_norm, eps, zc}, otr, Step::attn_norm, l, &b, mtp};
+  if (observed && !in.x.empty()) tap(tr, Step::attn_norm, l, in.x, b, mtp);  // made by the layer before
   const Tensor* res = fold ? &h : nullptr;
   Tensor m = lw.kind == LayerKind::full ? attention_mixer(l, lw.attn, in, b, tr, mtp, n, res)
                                         : gdn_mixer(l, lw.gdn, in, b, tr, n, res);
   Tensor u;
-  Normed post{{}, &u, {lw.post_norm, eps, zc}};
+  Normed post{{}, &u, {lw.post_norm, eps, zc}, otr, Step::ffn_norm, l, &b, mtp};
   if (fold) {
     u = std::move(m);  // h + o_proj / out_proj
+    tap(tr, Step::h_mid, l, u, b, mtp);
   } else {
     m = reduce(m, n.has(Fault::tp_gdn_no_allreduce));  // tp > 1: o_proj / out_proj partial sums
     tap(tr, Step::mixer_out, l, m, b, mtp);
-    if (observed) {  // an observer may replace u before the norm reads it
-      u = be_.add(h, m);
-      tap(tr, Step::h_mid, l, u, b, mtp);
-      normed(post);
-    } else {  // the same values in one op (Backend::add_rmsnorm)
-      std::tie(u, post.x) = be_.add_rmsnorm(h, m, *lw.post_norm, eps, zc);
-    }
+    std::tie(u, post.x) = be_.add_rmsnorm(h, m, *lw.post_norm, eps, zc);  // both in one op
+    if (tap_replaced(tr, Step::h_mid, l, u, b, mtp))
+      post.x = Tensor{};  // normed(post) norms the replacement (and offers it)
+    else if (observed)
+      tap(tr, Step::ffn_norm, l, post.x, b, mtp);
   }
-  if (observed) tap(tr, Step::ffn_norm, l, post.x, b, mtp);
   if (fold && !lw.moe) {  // u + down(swiglu(norm(u))): the dense MLP with its norm and residual add
     Tensor out = mlp(lw.mlp, post, &u);
     tap(tr, Step::l_out, l, out, b, mtp);
@@ -449,12 +498,12 @@ Tensor Engine::layer(int l, const LayerWeights& lw, Tensor h, Batch& b, Trace* t
   if (n.has(Fault::tp_moe_double_allreduce)) f = reduce(f);  // fault: once more (SGLang PR #20110)
   tap(tr, Step::ffn_out, l, f, b, mtp);
   Tensor out;
-  if (next && !observed) {
+  if (next) {
     std::tie(out, next->x) = be_.add_rmsnorm(u, f, *next->w, eps, next->kind);
   } else {
     out = be_.add(u, f);
   }
-  tap(tr, Step::l_out, l, out, b, mtp);
+  if (tap_replaced(tr, Step::l_out, l, out, b, mtp) && next) next->x = Tensor{};  // the next norm reads the replacement
   return out;
 }
 
@@ -506,7 +555,7 @@ ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const Fo
   // Without an observer, a layer whose last residual add is not the down projection's (MoE, tp > 1)
   // computes the norm after it with it: the next layer's input norm (with that layer's norm kind),
   // or the final norm after the last layer. Otherwise the next layer's first product norms its input.
-  const bool fuse = !observes_layers(tr);
+  const bool fuse = true;  // one path: observed or not (see Engine::layer)
   Tensor x_next;
   for (int l = 0; l < cfg_.num_layers; ++l) {
     prefetch_layer(l + 1);  // read ahead while this layer computes

@@ -142,11 +142,27 @@ class Engine {
     Tensor x;
     const Tensor* h = nullptr;
     Backend::PreNorm pre;
+    // An observed layer: the trace step the norm's output is (attn_norm, ffn_norm), offered where
+    // it is computed (tr null: not observed)
+    Trace* tr = nullptr;
+    Step step = Step::attn_norm;
+    int layer = 0;
+    const Batch* b = nullptr;
+    bool mtp = false;
   };
   Tensor& normed(Normed& in);  // computes x if it was left
   std::vector<Tensor> project(Normed& in, std::span<const TensorView* const> ws);
   // An output projection; `residual`: plus the residual (Backend::matmul_add), the layer's sum.
   Tensor out_proj(const Tensor& y, const TensorView& w, const Tensor* residual);
+  // tap(), then whether the observer replaced t (the ops that already read the old rows must not be used).
+  bool tap_replaced(Trace* tr, Step s, int layer, Tensor& t, const Batch& b, bool mtp);
+  // The steps a fused op wrote to its tap sink (Backend::TapSink), offered under their trace steps,
+  // read-only: a replacement is an InputError naming `op` (the backend op).
+  void offer_taps(Trace* tr, Backend::TapSink& sink, std::initializer_list<std::pair<Backend::TapRole, Step>> roles,
+                  int l, const Batch& b, bool mtp, const char* op);
+  // 7-8 of the gated attention: the sigmoid output gate and o_proj (+ residual) in one op.
+  Tensor gated_o_proj(int l, const AttnWeights& aw, const Tensor& a, const Tensor& gate, Batch& b, Trace* tr, bool mtp,
+                      const Tensor* residual);
   // The mixers return o_proj / out_proj's output, or with `residual` the residual sum after it.
   Tensor attention_mixer(int l, const AttnWeights& aw, Normed& in, Batch& b, Trace* tr, bool mtp,
                          const LayerNumerics& n, const Tensor* residual);
