@@ -284,12 +284,12 @@ void Builder::moe(const MoeWeights& m) {
 }
 
 // The attention layer: its q/k/v products of one row, the output gate with o_proj and the residual;
-// decode attention at context `ctx` under each algorithm (the cache filled by one prefill call, then
-// one row: the KV append and the attention, as the op attention() does them); prefill attention of
-// `rows` rows from an empty cache under flash (on tensor cores where the head_dim allows,
-// kernels/attention_flash.cu): the KV append and the attention. Prefill floor: q and the output once,
-// the new K/V rows read, stored in the cache and read back; FLOPs of the causal products (Q Kᵀ and
-// P V over ctx = 1 .. N keys).
+// decode attention at context `ctx` under each algorithm and cache dtype (the cache filled by one
+// prefill call, then one row: the KV append and the attention, as the op attention() does them);
+// prefill attention of `rows` rows from an empty cache under flash (on tensor cores where the
+// head_dim allows, kernels/attention_flash.cu): the KV append and the attention. Prefill floor: q and
+// the output once, the new K/V rows read, stored in the cache and read back; FLOPs of the causal
+// products (Q Kᵀ and P V over ctx = 1 .. N keys).
 void Builder::attention(const AttnWeights& a) {
   const int64_t H = cfg.hidden_size;
   matmul_many("attn q,k,v", {a.q_proj, a.k_proj, a.v_proj});
@@ -311,19 +311,25 @@ void Builder::attention(const AttnWeights& a) {
     cache.len = len;
     return one("out", be.attention(q, k, v, {SeqSpan{0, rows, len}}, {&cache}));
   };
-  const double kvb = kB2 * 2.0 * double(ctx + 1) * double(nkv * D);
-  for (AttnAlgo algo : {AttnAlgo::naive, AttnAlgo::flash, AttnAlgo::splitkv, AttnAlgo::grouped})
-    add(cat("attention decode attn=", attn_algo_name(algo), " [", nq, " heads x ", D, ", ", nkv, " KV, context ", ctx,
-            "]"),
-        kvb + kB2 * 2.0 * double(nq * D), 4.0 * double(ctx) * double(nq * D),
-        [=](Backend& be) -> OpRun {
-          auto cache = std::make_shared<KvCache>();
-          be.attention(act(be, {ctx, nq, D}, 1.0, 10), act(be, {ctx, nkv, D}, 1.0, 11), act(be, {ctx, nkv, D}, 1.0, 12),
-                       {SeqSpan{0, ctx, 0}}, {cache.get()});
-          const Tensor q = act(be, {1, nq, D}, 1.0, 13), k = act(be, {1, nkv, D}, 1.0, 14);
-          const Tensor v = act(be, {1, nkv, D}, 1.0, 15);
-          return [&be, q, k, v, cache, ctx, algo, call] { return call(be, algo, q, k, v, *cache, ctx, 1); };
-        });
+  // decode under each algorithm with a bf16 and an fp8 cache (kv_dtype=fp8; the fp32 reference of the
+  // tests keeps its fp32 cache)
+  for (DType kv : {DType::bf16, DType::f8_e4m3}) {
+    const double kvb = double(dtype_size(kv)) * 2.0 * double(ctx + 1) * double(nkv * D);
+    for (AttnAlgo algo : {AttnAlgo::naive, AttnAlgo::flash, AttnAlgo::splitkv, AttnAlgo::grouped})
+      add(cat("attention decode attn=", attn_algo_name(algo), " [", nq, " heads x ", D, ", ", nkv,
+              kv == DType::bf16 ? " KV" : " fp8 KV", ", context ", ctx, "]"),
+          kvb + kB2 * 2.0 * double(nq * D), 4.0 * double(ctx) * double(nq * D), [=](Backend& be) -> OpRun {
+            LayerNumerics n = be.numerics();
+            if (n.kv_dtype != DType::f32) n.kv_dtype = kv;
+            be.begin_layer(n);
+            auto cache = std::make_shared<KvCache>();
+            be.attention(act(be, {ctx, nq, D}, 1.0, 10), act(be, {ctx, nkv, D}, 1.0, 11),
+                         act(be, {ctx, nkv, D}, 1.0, 12), {SeqSpan{0, ctx, 0}}, {cache.get()});
+            const Tensor q = act(be, {1, nq, D}, 1.0, 13), k = act(be, {1, nkv, D}, 1.0, 14);
+            const Tensor v = act(be, {1, nkv, D}, 1.0, 15);
+            return [&be, q, k, v, cache, ctx, algo, call] { return call(be, algo, q, k, v, *cache, ctx, 1); };
+          });
+  }
   const int64_t N = sz.rows;
   add(cat("attention prefill attn=flash [", N, " rows x ", nq, " heads x ", D, ", ", nkv, " KV]"),
       kB2 * (2.0 * double(N * nq * D) + 6.0 * double(N * nkv * D)),

@@ -60,7 +60,7 @@ int check_cases(SynthModel& m, const std::vector<std::string>& ops) {
       CHECK_MESSAGE(bad == 0, g[i].what << ": " << bad << " non-finite values in the CUDA output");
       CHECK(count_nonfinite(ev) == 0);
       const double limit = limit_of(g[i].tol), ne = nmse(gv, ev);
-      report_op(c.name.substr(0, c.name.find(" [")) + " " + g[i].what, shape_str(g[i].t.shape), ne, nmse(gv, rv),
+      report_op(c.name + " " + g[i].what, shape_str(g[i].t.shape), ne, nmse(gv, rv),
                 bf16_exact_fraction(gv, ev), limit, bad == 0 && ne <= limit);
       CHECK_MESSAGE(ne <= limit, g[i].what << " " << shape_str(g[i].t.shape) << ": NMSE vs cpu:bf16 " << ne << " > "
                                            << limit);
