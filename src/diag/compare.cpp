@@ -11,9 +11,11 @@
 #include <set>
 #include <span>
 
+#include "diag/cases.h"
 #include "engine/generate.h"
 #include "engine/spec_decode.h"
 #include "model/chat_template.h"
+#include "model/digests.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
 

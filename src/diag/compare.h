@@ -31,7 +31,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/golden.h"
+#include "diag/floor_class.h"
+#include "diag/forced_run.h"
+#include "diag/golden_record.h"
 #include "diag/metrics.h"
 #include "engine/backend_factory.h"
 #include "engine/run_config.h"

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "diag/cases.h"
 #include "diag/compare.h"
 #include "engine/faults.h"
 #include "engine/engine.h"

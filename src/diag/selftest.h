@@ -10,7 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/golden.h"
+#include "diag/cases.h"
+#include "diag/golden_record.h"
 #include "engine/backend_factory.h"
 #include "model/model.h"
 

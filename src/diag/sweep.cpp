@@ -20,7 +20,9 @@
 #include <set>
 #include <sstream>
 
-#include "diag/golden.h"
+#include "diag/golden_record.h"
+#include "model/digests.h"
+#include "model/model.h"
 #include "model/safetensors.h"
 #include "util/error.h"
 #include "util/file_lock.h"
