@@ -1,34 +1,24 @@
-// Golden records: teacher-forced runs with capture and injection, the writer and the verified reader
-// (see golden.h for the record layout).
+// The writer of golden records (golden.h for the record layout): write_golden runs every case of the
+// suite (generation, the teacher-forced prefill, the noise floors; the CPU spot checks of a GPU
+// reference in golden_spot_check.cpp), builds the Manifest and hands the files to the record store.
 #include "diag/golden.h"
-#include "diag/golden_run.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fcntl.h>
-#include <signal.h>
 #include <cmath>
-#include <numeric>
-#include <set>
-#include <span>
-#include <thread>
-#include <unistd.h>
+#include <cstdio>
+#include <map>
 
 #include "build_config.h"
 #include "diag/compare.h"
 #include "diag/golden_plan.h"
+#include "diag/golden_run.h"
 #include "diag/metrics.h"
 #include "engine/generate.h"
 #include "model/chat_template.h"
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
-#include "util/file_lock.h"
-#include "util/json_input.h"
 #include "util/sha256.h"
 
 namespace degen {
