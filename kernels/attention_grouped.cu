@@ -69,6 +69,86 @@ __device__ __forceinline__ GrpBlock grp_block(const AttnArgs& a, int64_t item) {
   return b;
 }
 
+// Scores of a tile's n keys (rows of `krow0`, `stride` apart) for the block's nh heads, whose
+// queries are in q_buf [nh][D]: a warp per key, its lanes over the head dimension in 8-element
+// chunks, each head's dot product summed over the warp and scaled into p_tile[h][key].
+template <typename KV>
+__device__ __forceinline__ void grp_tile_scores(const KV* K, int64_t stride, int64_t t0, int n, const float* buf, int nh,
+                                                int D, int warp, int lane, int chunks, float scale,
+                                                float (*p_tile)[kGroupedTile]) {
+  for (int u = warp; u < n; u += kGrpWarps) {
+    const KV* krow = K + (t0 + u) * stride;
+    float d[kGroupedHeads];
+#pragma unroll
+    for (int h = 0; h < kGroupedHeads; ++h) d[h] = 0.0f;
+    for (int ch = lane; ch < chunks; ch += 32) {
+      float kf[8];
+      load8(krow + ch * 8, kf);
+#pragma unroll
+      for (int h = 0; h < kGroupedHeads; ++h) {
+        if (h >= nh) break;
+        const float* q = buf + h * D + ch * 8;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) d[h] += q[i] * kf[i];
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < kGroupedHeads; ++h) {
+      if (h >= nh) break;
+      const float s = warp_sum(d[h]);
+      if (lane == 0) p_tile[h][u] = s * scale;
+    }
+  }
+}
+
+// Online softmax of a tile: warp w owns heads w, w + kGrpWarps, ...; lane u holds key u. The
+// scores in p_tile become probabilities; each head's running max and sum (m_run, l_run: the
+// warp's heads) move on, and its correction of the earlier tiles goes to corr_sh[h].
+__device__ __forceinline__ void grp_tile_softmax(float (*p_tile)[kGroupedTile], int n, int nh, int warp, int lane,
+                                                 float (&m_run)[kGrpHeadsPerWarp], float (&l_run)[kGrpHeadsPerWarp],
+                                                 float* corr_sh) {
+#pragma unroll
+  for (int i = 0; i < kGrpHeadsPerWarp; ++i) {
+    const int h = warp + i * kGrpWarps;
+    if (h >= nh) break;
+    const float s = lane < n ? p_tile[h][lane] : -INFINITY;
+    const float mt = fmaxf(m_run[i], warp_max(s));
+    const float p = lane < n ? expf(s - mt) : 0.0f;
+    const float corr = expf(m_run[i] - mt);  // 0 on the first tile (m = -inf)
+    l_run[i] = l_run[i] * corr + warp_sum(p);
+    m_run[i] = mt;
+    p_tile[h][lane] = p;
+    if (lane == 0) corr_sh[h] = corr;
+  }
+}
+
+// P·V of a tile with fp32 probabilities: the thread's 8 output dims of every head (acc), first
+// corrected by corr_sh, then given the keys kl, kl + lanes, ... (value rows from `vcol`, the
+// thread's 8 columns of the tile's first row, `stride` apart).
+template <typename KV>
+__device__ __forceinline__ void grp_tile_pv(const KV* V, int64_t stride, int64_t t0, int n, int c, int kl, int lanes, int nh,
+                                            const float (*p_tile)[kGroupedTile], const float* corr_sh,
+                                            float (&acc)[kGroupedHeads][8]) {
+#pragma unroll
+  for (int h = 0; h < kGroupedHeads; ++h) {
+    if (h >= nh) break;
+    const float corr = corr_sh[h];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[h][i] *= corr;
+  }
+  for (int u = kl; u < n; u += lanes) {
+    float vf[8];
+    load8(V + (t0 + u) * stride + c * 8, vf);
+#pragma unroll
+    for (int h = 0; h < kGroupedHeads; ++h) {
+      if (h >= nh) break;
+      const float p = p_tile[h][u];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[h][i] += p * vf[i];
+    }
+  }
+}
+
 template <typename KV, typename A>
 static __global__ void __launch_bounds__(kGrpThreads)
     attention_grouped_kernel(AttnArgs a, int sms, int64_t max_parts, float* part, float* lse, unsigned* tickets) {
@@ -105,67 +185,11 @@ static __global__ void __launch_bounds__(kGrpThreads)
 
   for (int64_t t0 = u0; t0 < u1; t0 += kGroupedTile) {
     const int n = static_cast<int>(u1 - t0 < kGroupedTile ? u1 - t0 : int64_t(kGroupedTile));
-    // scores of the tile's keys for the block's heads
-    for (int u = warp; u < n; u += kGrpWarps) {
-      const KV* krow = K + (t0 + u) * stride;
-      float d[kGroupedHeads];
-#pragma unroll
-      for (int h = 0; h < kGroupedHeads; ++h) d[h] = 0.0f;
-      for (int ch = lane; ch < chunks; ch += 32) {
-        float kf[8];
-        load8(krow + ch * 8, kf);
-#pragma unroll
-        for (int h = 0; h < kGroupedHeads; ++h) {
-          if (h >= nh) break;
-          const float* q = buf + h * D + ch * 8;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) d[h] += q[i] * kf[i];
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < kGroupedHeads; ++h) {
-        if (h >= nh) break;
-        const float s = warp_sum(d[h]);
-        if (lane == 0) p_tile[h][u] = s * a.scale;
-      }
-    }
+    grp_tile_scores(K, stride, t0, n, buf, nh, D, warp, lane, chunks, a.scale, p_tile);
     __syncthreads();
-    // online softmax: warp w owns heads w, w + kGrpWarps, ...; lane u holds key u
-#pragma unroll
-    for (int i = 0; i < kGrpHeadsPerWarp; ++i) {
-      const int h = warp + i * kGrpWarps;
-      if (h >= nh) break;
-      const float s = lane < n ? p_tile[h][lane] : -INFINITY;
-      const float mt = fmaxf(m_run[i], warp_max(s));
-      const float p = lane < n ? expf(s - mt) : 0.0f;
-      const float corr = expf(m_run[i] - mt);  // 0 on the first tile (m = -inf)
-      l_run[i] = l_run[i] * corr + warp_sum(p);
-      m_run[i] = mt;
-      p_tile[h][lane] = p;
-      if (lane == 0) corr_sh[h] = corr;
-    }
+    grp_tile_softmax(p_tile, n, nh, warp, lane, m_run, l_run, corr_sh);
     __syncthreads();
-    // P·V with fp32 probabilities
-    if (pv) {
-#pragma unroll
-      for (int h = 0; h < kGroupedHeads; ++h) {
-        if (h >= nh) break;
-        const float corr = corr_sh[h];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[h][i] *= corr;
-      }
-      for (int u = kl; u < n; u += lanes) {
-        float vf[8];
-        load8(V + (t0 + u) * stride + c * 8, vf);
-#pragma unroll
-        for (int h = 0; h < kGroupedHeads; ++h) {
-          if (h >= nh) break;
-          const float p = p_tile[h][u];
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[h][i] += p * vf[i];
-        }
-      }
-    }
+    if (pv) grp_tile_pv(V, stride, t0, n, c, kl, lanes, nh, p_tile, corr_sh, acc);
     __syncthreads();  // p_tile is rewritten by the next tile
   }
 
