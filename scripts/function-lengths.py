@@ -105,8 +105,9 @@ NOT_A_NAME = {"__launch_bounds__", "__attribute__", "__declspec", "alignas", "de
 CTOR_INIT = re.compile(r"\)\s*(?:noexcept\s*)?(?<!:):(?!:)")
 # the end of a function's signature: its parameter list, qualifiers, a trailing return type
 FUNC_END = re.compile(r"\)\s*(?:(?:const|volatile|noexcept|override|final|mutable|&&?)\s*)*(?:(?:->|requires)[^;{}]*)?$")
-# the end of a lambda's head: [captures](parameters) mutable -> T, the parameters optional
-LAMBDA_END = re.compile(r"\[[^\[\]]*\]\s*(?:\((?:[^()]|\([^()]*\))*\))?\s*(?:(?:mutable|constexpr|noexcept)\s*)*(?:->[^;{}]*)?$")
+# the end of a lambda's head: [captures](parameters) mutable -> T, the parameters optional; the
+# captures follow '=', '(' or ',' (or begin the head), so `T arr[2]{...}` is no lambda
+LAMBDA_END = re.compile(r"(?:^|[=(,]\s*)\[[^\[\]]*\]\s*(?:\((?:[^()]|\([^()]*\))*\))?\s*(?:(?:mutable|constexpr|noexcept)\s*)*(?:->[^;{}]*)?$")
 # a line that is only a macro's invocation, `DEGEN_INSTANTIATE(float)`: a declaration of its own
 MACRO_LINE = re.compile(r"\s*[A-Z][A-Z0-9_]*\s*\(.*\)\s*")
 # template arguments, one level of nesting: <int, std::pair<int, int>>
