@@ -141,7 +141,7 @@ TEST_CASE("compare --dump: each catalogue fault of a prefill is named at its lay
   const ModelConfig& c = j.model->config;
   int named = 0;
   for (const FaultInfo& f : fault_catalogue()) {
-    if (!f.pass || f.needs_tp || f.needs_mtp || f.magnitude_dependent || (f.inert_on && f.inert_on(c))) continue;
+    if (f.applied != FaultApplied::op_flag || f.needs_tp || f.needs_mtp || f.magnitude_dependent || (f.inert_on && f.inert_on(c))) continue;
     if (f.site == FaultSite::moe_layer || f.site == FaultSite::model) continue;
     const int layer = f.site == FaultSite::full_layer ? 3 : 4;  // layers 3 and 7 attention; 4 the GDN after one
     test::TempDir dir("dump-fault");
@@ -149,7 +149,7 @@ TEST_CASE("compare --dump: each catalogue fault of a prefill is named at its lay
     const CompareResult r = j.judge(dir.path());
     INFO(f.name, "\n", reasons(r));
     const std::string op = f.op;
-    if (f.id == FaultId::conv_window_stuck || f.id == FaultId::kv_off_by_one) {
+    if (f.id == Fault::conv_window_stuck || f.id == Fault::kv_off_by_one) {
       CHECK(r.exit_code == 0);  // one-token calls only: a prefill dump cannot see them
       continue;
     }

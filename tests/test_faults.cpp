@@ -17,8 +17,9 @@ using namespace degen::test;
 
 namespace {
 
-// Faults that are not a Fault of the forward pass: MTP speculative decoding (engine/spec_decode) and
-// the model-level tensor-parallel one (the engine's layer loop; tests/test_tp.cpp).
+// Faults applied in the engine's own steps (FaultApplied::engine_step), not as an op flag of the
+// forward pass: MTP speculative decoding (engine/spec_decode) and the model-level tensor-parallel one
+// (the engine's layer loop; tests/test_tp.cpp).
 const std::set<std::string> kNotForwardPass = {"mtp-no-rollback", "mtp-prenorm-hidden", "tp-skip-last-allreduce"};
 
 struct Injection {
@@ -65,17 +66,23 @@ TEST_CASE("faults: the catalogue and the forward pass name the same faults") {
     bool op_is_a_step = false;
     for (const StepInfo& s : trace_steps()) op_is_a_step = op_is_a_step || std::string(s.name) == f.op;
     CHECK(op_is_a_step);
-    CHECK(fault_from_name(f.name).has_value() == (kNotForwardPass.count(f.name) == 0));
+    CHECK((f.applied == FaultApplied::op_flag) == (kNotForwardPass.count(f.name) == 0));
+    CHECK(fault_from_name(f.name) == f.id);
+    CHECK(&fault_info(f.id) == &f);  // one row per Fault, in its order
   }
+  CHECK(fault_catalogue().size() == static_cast<size_t>(Fault::count));
   for (size_t i = 0; i < static_cast<size_t>(Fault::count); ++i) {
     const Fault f = static_cast<Fault>(i);
     CAPTURE(fault_name(f));
     CHECK(catalogue.count(fault_name(f)) == 1);
     CHECK(fault_from_name(fault_name(f)) == f);
   }
+  CHECK(std::string(fault_name(Fault::count)) == "?");
+  CHECK_FALSE(fault_from_name("no-such-fault"));
   std::set<std::string> injected;
   for (const Injection& in : kInjections) injected.insert(in.fault);
-  CHECK(injected.size() == static_cast<size_t>(Fault::count));  // the next test covers every one
+  // the next test covers every fault of the forward pass
+  CHECK(injected.size() + kNotForwardPass.size() == static_cast<size_t>(Fault::count));
 }
 
 TEST_CASE("faults: each fault breaks its op and leaves the layers before its scope bit-identical") {

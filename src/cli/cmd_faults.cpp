@@ -22,7 +22,7 @@ int run_faults(bool json_out) {
                    {"op", f.op},
                    {"description", f.description},
                    {"source", f.source},
-                   {"forward_pass", f.pass.has_value()}});
+                   {"forward_pass", f.applied == FaultApplied::op_flag}});
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }

@@ -36,99 +36,97 @@ const char* inert_moe_no_renorm(const ModelConfig& c) {
 
 const std::vector<FaultInfo>& fault_catalogue() {
   static const std::vector<FaultInfo> c = {
-      {FaultId::rope_interleaved, "rope-interleaved", FaultSite::full_layer, "attn_q",
+      {Fault::rope_interleaved, "rope-interleaved", FaultSite::full_layer, "attn_q",
        "RoPE pairs dims (2i, 2i+1) (GPT-J) instead of rotate-half (i, i+R/2)",
        "spec model.md §4.5, §8 item 7: the NeoX pairing inside the first R dims is the right one",
-       false, Fault::rope_interleaved, false, false, nullptr},
-      {FaultId::rope_all_dims, "rope-all-dims", FaultSite::full_layer, "attn_q",
+       false, FaultApplied::op_flag, false, false, nullptr},
+      {Fault::rope_all_dims, "rope-all-dims", FaultSite::full_layer, "attn_q",
        "RoPE rotates all head_dim dims instead of the first R = head_dim * partial_rotary_factor",
        "spec §8 item 7: HF v5's default-RoPE init falls back to partial_rotary_factor 1.0 when the key is missing",
-       false, Fault::rope_all_dims, false, false, inert_rope_all_dims},
-      {FaultId::norm_no_plus_one, "norm-no-plus-one", FaultSite::any_layer, "attn_norm",
+       false, FaultApplied::op_flag, false, false, inert_rope_all_dims},
+      {Fault::norm_no_plus_one, "norm-no-plus-one", FaultSite::any_layer, "attn_norm",
        "zero-centred RMSNorm applied with weight w instead of (1 + w)",
        "spec §8 item 5: mlx-lm's +1 shift when sanitising HF checkpoints (ml-explore/mlx-lm PR #990, #1456)",
-       false, Fault::norm_no_plus_one, false, false, nullptr},
-      {FaultId::gdn_norm_plus_one, "gdn-norm-plus-one", FaultSite::linear_layer, "gdn_norm",
+       false, FaultApplied::op_flag, false, false, nullptr},
+      {Fault::gdn_norm_plus_one, "gdn-norm-plus-one", FaultSite::linear_layer, "gdn_norm",
        "GDN gated norm applied with (1 + w) although its weight is plain",
        "spec §8 item 5 (the reverse convention mix-up; mlx-lm 'norm-double-shift bugfix')",
-       false, Fault::gdn_norm_plus_one, false, false, nullptr},
-      {FaultId::qgate_split, "qgate-split", FaultSite::full_layer, "attn_q",
+       false, FaultApplied::op_flag, false, false, nullptr},
+      {Fault::qgate_split, "qgate-split", FaultSite::full_layer, "attn_q",
        "q_proj output split as all queries then all gates, instead of per head [q_h | g_h]",
        "spec §8 item 6: q_proj interleaves query and gate per head",
-       false, Fault::qgate_split, false, false, inert_qgate_split},
-      {FaultId::gdn_read_before_decay, "gdn-read-before-decay", FaultSite::linear_layer, "gdn_core",
+       false, FaultApplied::op_flag, false, false, inert_qgate_split},
+      {Fault::gdn_read_before_decay, "gdn-read-before-decay", FaultSite::linear_layer, "gdn_core",
        "delta-rule error read from the state before it is decayed",
        "spec §8 item 4: cumulus blog 'Day-0 Support for the Qwen3.5 Family'",
-       false, Fault::gdn_read_before_decay, false, false, nullptr},
-      {FaultId::gdn_skip_l2norm, "gdn-skip-l2norm", FaultSite::linear_layer, "gdn_q",
+       false, FaultApplied::op_flag, false, false, nullptr},
+      {Fault::gdn_skip_l2norm, "gdn-skip-l2norm", FaultSite::linear_layer, "gdn_q",
        "q/k L2 normalisation skipped before the recurrence",
        "spec §4.7.3 (use_qk_l2norm_in_kernel=True in HF and FLA)",
-       false, Fault::gdn_skip_l2norm, false, false, nullptr},
-      {FaultId::gdn_head_mod, "gdn-head-mod", FaultSite::linear_layer, "gdn_core",
+       false, FaultApplied::op_flag, false, false, nullptr},
+      {Fault::gdn_head_mod, "gdn-head-mod", FaultSite::linear_layer, "gdn_core",
        "value head j reads key head j mod n_k instead of floor(j / r)",
        "spec §8 item 6: with r = 3 (Qwen3.6-27B) a tiled mapping is silently wrong",
-       false, Fault::gdn_head_mod, false, false, inert_head_mod},
-      {FaultId::gdn_out_fp16, "gdn-out-fp16", FaultSite::linear_layer, "gdn_core",
+       false, FaultApplied::op_flag, false, false, inert_head_mod},
+      {Fault::gdn_out_fp16, "gdn-out-fp16", FaultSite::linear_layer, "gdn_core",
        "GDN readout o = S^T q stored in fp16: overflows to inf, then NaN after the gated norm",
        "spec §8 item 2: vllm-project/vllm #54308 (fused_sigmoid_gating_delta_rule_update wrote o in fp16)",
-       true, Fault::gdn_out_fp16, false, false, nullptr},
-      {FaultId::conv_window_stuck, "conv-window-stuck", FaultSite::linear_layer, "gdn_conv",
+       true, FaultApplied::op_flag, false, false, nullptr},
+      {Fault::conv_window_stuck, "conv-window-stuck", FaultSite::linear_layer, "gdn_conv",
        "conv window not advanced in decode: every step convolves with the prefill's last rows",
        "spec §5.1-5.2 (decode window update); state-handling bugs of §8 items 9-10",
-       false, Fault::conv_window_stuck, false, false, nullptr},
-      {FaultId::alog_no_exp, "alog-no-exp", FaultSite::linear_layer, "gdn_g",
+       false, FaultApplied::op_flag, false, false, nullptr},
+      {Fault::alog_no_exp, "alog-no-exp", FaultSite::linear_layer, "gdn_g",
        "decay computed from A_log directly (g = -A_log * softplus(a + dt_bias)) instead of -exp(A_log)",
        "spec §8 item 3: A_log dtype/handling pitfalls (HF: 'without the .float() ... A might be -inf')",
-       false, Fault::alog_no_exp, false, false, nullptr},
-      {FaultId::kv_off_by_one, "kv-off-by-one", FaultSite::full_layer, "attn_core",
+       false, FaultApplied::op_flag, false, false, nullptr},
+      {Fault::kv_off_by_one, "kv-off-by-one", FaultSite::full_layer, "attn_core",
        "KV cache row written one position off in decode (the new key lands at pos + 1)",
        "DESIGN.md §7: KV cache written one position off",
-       false, Fault::kv_off_by_one, false, false, nullptr},
-      {FaultId::moe_no_renorm, "moe-no-renorm", FaultSite::moe_layer, "moe_routed",
+       false, FaultApplied::op_flag, false, false, nullptr},
+      {Fault::moe_no_renorm, "moe-no-renorm", FaultSite::moe_layer, "moe_routed",
        "top-k routing weights not renormalised to sum 1 (norm_topk_prob ignored)",
        "spec §4.8: Qwen3.5-MoE always renormalises; Qwen3-Next iff norm_topk_prob",
-       false, Fault::moe_no_renorm, false, false, inert_moe_no_renorm},
-      {FaultId::mtp_prenorm_hidden, "mtp-prenorm-hidden", FaultSite::model, "mtp_in",
+       false, FaultApplied::op_flag, false, false, inert_moe_no_renorm},
+      {Fault::mtp_prenorm_hidden, "mtp-prenorm-hidden", FaultSite::model, "mtp_in",
        "MTP head fed the pre-final-norm hidden state instead of the post-norm one",
        "spec §8 item 8: ggml-org/llama.cpp PR #24025, ModelTC/LightLLM PR #1402",
-       false, std::nullopt, false, true, nullptr},
-      {FaultId::mtp_no_rollback, "mtp-no-rollback", FaultSite::model, "gdn_core",
+       false, FaultApplied::engine_step, false, true, nullptr},
+      {Fault::mtp_no_rollback, "mtp-no-rollback", FaultSite::model, "gdn_core",
        "GDN state and conv window not rolled back after rejected MTP drafts",
        "spec §8 item 9, §5.4: vllm-project/tpu-inference PR #3057, ml-explore/mlx-lm PR #990",
-       false, std::nullopt, false, true, nullptr},
-      {FaultId::tp_skip_last_allreduce, "tp-skip-last-allreduce", FaultSite::model, "ffn_out",
+       false, FaultApplied::engine_step, false, true, nullptr},
+      {Fault::tp_skip_last_allreduce, "tp-skip-last-allreduce", FaultSite::model, "ffn_out",
        "tp > 1: the last decoder layer's MLP/MoE all-reduce is skipped (each rank keeps its partial sum)",
        "spec §8 item 13: sgl-project/sglang #19393 / PR #19411 (deferred all-reduce fusion with no next layer; "
        "garbled Qwen3.5-27B output at TP = 2)",
-       false, std::nullopt, true, false, nullptr},
-      {FaultId::tp_gdn_no_allreduce, "tp-gdn-no-allreduce", FaultSite::linear_layer, "mixer_out",
+       false, FaultApplied::engine_step, true, false, nullptr},
+      {Fault::tp_gdn_no_allreduce, "tp-gdn-no-allreduce", FaultSite::linear_layer, "mixer_out",
        "tp > 1: the GDN out_proj partial sums are not all-reduced (row-parallel out_proj with reduce_results off)",
        "sgl-project/sglang PR #14811 (Mamba/linear-attention out_proj built with reduce_results=False: garbage at TP > 1)",
-       false, Fault::tp_gdn_no_allreduce, true, false, nullptr},
-      {FaultId::tp_moe_double_allreduce, "tp-moe-double-allreduce", FaultSite::moe_layer, "ffn_out",
+       false, FaultApplied::op_flag, true, false, nullptr},
+      {Fault::tp_moe_double_allreduce, "tp-moe-double-allreduce", FaultSite::moe_layer, "ffn_out",
        "tp > 1: the MoE block output is all-reduced twice, which multiplies it by tp",
        "sgl-project/sglang PR #20110 (Qwen3.5 MoE all-reduced by the block and again by the fused next-layer "
        "all-reduce: gibberish at TP 4/8)",
-       false, Fault::tp_moe_double_allreduce, true, false, nullptr},
+       false, FaultApplied::op_flag, true, false, nullptr},
   };
   return c;
 }
 
-const FaultInfo& fault_info(FaultId id) {
-  const FaultInfo& f = fault_catalogue()[static_cast<size_t>(id)];
-  if (f.id != id) throw std::logic_error("fault_catalogue: entries out of FaultId order");
+const FaultInfo& fault_info(Fault id) {
+  const FaultInfo& f = fault_catalogue().at(static_cast<size_t>(id));
+  if (f.id != id) throw std::logic_error("fault_catalogue: entries out of Fault order");
   return f;
 }
 
 const char* fault_name(Fault f) {
-  for (const FaultInfo& i : fault_catalogue())
-    if (i.pass == f) return i.name;
-  return "?";
+  return f < Fault::count ? fault_info(f).name : "?";
 }
 
 std::optional<Fault> fault_from_name(std::string_view name) {
   for (const FaultInfo& i : fault_catalogue())
-    if (name == i.name) return i.pass;
+    if (name == i.name) return i.id;
   return std::nullopt;
 }
 

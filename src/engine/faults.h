@@ -2,10 +2,10 @@
 // shipped for this model family. A fault is a deviation of ONE op of the forward pass (not a second
 // model), selected with the toggle `fault=NAME[@layers]` and honoured by every backend. It is the
 // ground truth of the test suite: inject fault X at layer L, the tool must name X's op at L.
-// One table (fault_catalogue) holds each fault's typed id, name, site, first corrupted op, the
-// op flag the backends honour (for faults of the forward pass), whether it needs tp > 1, and the rule
-// saying when it cannot change a model; everything else (fault_name, fault_from_name, check_faults,
-// `degenbisect faults`, selftest) reads it.
+// One table (fault_catalogue), one row per fault, holds its typed id (Fault), name, site, first
+// corrupted op, where it is applied (an op flag of the forward pass, or the engine's own steps),
+// whether it needs tp > 1, and the rule saying when it cannot change a model; everything else
+// (fault_name, fault_from_name, check_faults, `degenbisect faults`, selftest) reads it.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -19,53 +19,42 @@ namespace degen {
 
 struct RunConfig;
 
-// The faults of the catalogue (src/engine/faults.cpp) that live in the forward pass, each a deviation
-// of one op (DESIGN.md §7). The engine decides per layer which are active (LayerNumerics::faults).
-// It implements the ones that change the layer's data flow through the ops' own parameters; the
-// backend ops read the others from LayerNumerics, and a CUDA kernel mirrors them with the same flag.
-// (mtp-no-rollback and mtp-prenorm-hidden live in engine/spec_decode; tp-skip-last-allreduce, a
-// model-level fault, in the engine's layer loop.)
+// Every fault of the catalogue (src/engine/faults.cpp), in its order; FaultInfo::applied says where
+// each is implemented. Those of the forward pass (FaultApplied::op_flag) are each a deviation of one
+// op (DESIGN.md §7): the engine decides per layer which are active (LayerNumerics::faults, a bit per
+// Fault) and implements the ones that change the layer's data flow through the ops' own parameters;
+// the backend ops read the others from LayerNumerics, and a CUDA kernel mirrors them with the same
+// flag (a bool argument: no kernel sees these numbers). The others (FaultApplied::engine_step) are
+// faults of the engine's own steps: mtp-no-rollback and mtp-prenorm-hidden in engine/spec_decode,
+// tp-skip-last-allreduce in the engine's layer loop.
 enum class Fault : uint8_t {
-  rope_interleaved,       // op rope_partial: pairs (2i, 2i+1) instead of (i, i + R/2)
-  rope_all_dims,          // engine: rope_partial with rotary_dim = head_dim
-  norm_no_plus_one,       // engine: the layer's zero-centred norms with NormKind::plain
-  gdn_norm_plus_one,      // op gated_rmsnorm: weight (1 + w)
-  qgate_split,            // engine: q_proj output split as [all queries | all gates]
-  gdn_read_before_decay,  // op gdn: error read from the state before the decay
-  gdn_skip_l2norm,        // op l2norm: x * scale, not normalised
-  gdn_head_mod,           // op gdn: value head j reads key head j mod n_k
-  gdn_out_fp16,           // op gdn: o rounded to fp16 (inf beyond 65504)
-  conv_window_stuck,      // op conv1d_causal: window not advanced by one-token calls
-  alog_no_exp,            // op gdn_gates: g = -A_log * softplus(.)
-  kv_off_by_one,          // op attention: one-token calls write their K/V row at pos + 1
-  moe_no_renorm,          // engine: moe_route without renormalisation
-  tp_gdn_no_allreduce,    // engine (tp > 1): the GDN out_proj partial sums are not all-reduced
+  rope_interleaved,         // op rope_partial: pairs (2i, 2i+1) instead of (i, i + R/2)
+  rope_all_dims,            // engine: rope_partial with rotary_dim = head_dim
+  norm_no_plus_one,         // engine: the layer's zero-centred norms with NormKind::plain
+  gdn_norm_plus_one,        // op gated_rmsnorm: weight (1 + w)
+  qgate_split,              // engine: q_proj output split as [all queries | all gates]
+  gdn_read_before_decay,    // op gdn: error read from the state before the decay
+  gdn_skip_l2norm,          // op l2norm: x * scale, not normalised
+  gdn_head_mod,             // op gdn: value head j reads key head j mod n_k
+  gdn_out_fp16,             // op gdn: o rounded to fp16 (inf beyond 65504)
+  conv_window_stuck,        // op conv1d_causal: window not advanced by one-token calls
+  alog_no_exp,              // op gdn_gates: g = -A_log * softplus(.)
+  kv_off_by_one,            // op attention: one-token calls write their K/V row at pos + 1
+  moe_no_renorm,            // engine: moe_route without renormalisation
+  mtp_prenorm_hidden,       // engine step (spec_decode): the MTP head fed the pre-norm hidden state
+  mtp_no_rollback,          // engine step (spec_decode): no state rollback after rejected drafts
+  tp_skip_last_allreduce,   // engine step (tp > 1): the last layer's FFN all-reduce skipped
+  tp_gdn_no_allreduce,      // engine (tp > 1): the GDN out_proj partial sums are not all-reduced
   tp_moe_double_allreduce,  // engine (tp > 1): the MoE block output is all-reduced twice (x tp)
   count
 };
 const char* fault_name(Fault f);                          // the catalogue name, "rope-interleaved"
-std::optional<Fault> fault_from_name(std::string_view name);  // nullopt: not a forward-pass fault
+std::optional<Fault> fault_from_name(std::string_view name);  // nullopt: not in the catalogue
 
-// Every fault of the catalogue, in its order.
-enum class FaultId : uint8_t {
-  rope_interleaved,
-  rope_all_dims,
-  norm_no_plus_one,
-  gdn_norm_plus_one,
-  qgate_split,
-  gdn_read_before_decay,
-  gdn_skip_l2norm,
-  gdn_head_mod,
-  gdn_out_fp16,
-  conv_window_stuck,
-  alog_no_exp,
-  kv_off_by_one,
-  moe_no_renorm,
-  mtp_prenorm_hidden,
-  mtp_no_rollback,
-  tp_skip_last_allreduce,
-  tp_gdn_no_allreduce,
-  tp_moe_double_allreduce,
+// Where a fault is applied.
+enum class FaultApplied : uint8_t {
+  op_flag,      // an op flag of the forward pass (LayerNumerics::faults), per layer
+  engine_step,  // the engine's own steps (MTP drafting and rollback, the last tensor-parallel all-reduce)
 };
 
 // Where a fault can apply.
@@ -79,7 +68,7 @@ enum class FaultSite : uint8_t {
 const char* fault_site_name(FaultSite s);
 
 struct FaultInfo {
-  FaultId id;
+  Fault id;
   const char* name;         // toggle value: fault=NAME
   FaultSite site;
   const char* op;           // the trace step (src/engine/trace.h) whose output it corrupts first
@@ -89,9 +78,9 @@ struct FaultInfo {
   // of the GDN readout needs |o| > 65504); selftest reports it as skipped, not failed, where the
   // injected run stays good.
   bool magnitude_dependent = false;
-  // Its deviation as an op flag of the forward pass (LayerNumerics::faults), or none: a fault of
-  // the engine's own steps (the MTP drafting and rollback, the last tensor-parallel all-reduce).
-  std::optional<Fault> pass = std::nullopt;
+  // Where it is applied: an op flag of the forward pass (its bit in LayerNumerics::faults), or the
+  // engine's own steps (the MTP drafting and rollback, the last tensor-parallel all-reduce).
+  FaultApplied applied = FaultApplied::op_flag;
   bool needs_tp = false;    // a fault of the tensor-parallel all-reduces: untestable at tp = 1
   bool needs_mtp = false;   // a fault of MTP drafting: shows only with mtp > 0
   // Why the fault cannot change this model (e.g. gdn-head-mod where n_v = n_k), or nullptr.
@@ -100,7 +89,7 @@ struct FaultInfo {
 
 const std::vector<FaultInfo>& fault_catalogue();
 const FaultInfo* find_fault(const std::string& name);  // nullptr when unknown
-const FaultInfo& fault_info(FaultId id);
+const FaultInfo& fault_info(Fault id);
 
 // Whether decoder layer l (or the MTP layer, mtp = true) can host a fault of this site.
 bool fault_site_hosts(FaultSite site, const ModelConfig& cfg, int l, bool mtp);

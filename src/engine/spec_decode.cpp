@@ -13,8 +13,8 @@ namespace degen {
 MtpOptions mtp_options(const RunConfig& rc, const ModelConfig& cfg) {
   MtpOptions o;
   o.draft_tokens = rc.mtp;
-  o.no_rollback = rc.has_fault(fault_info(FaultId::mtp_no_rollback).name, -1, &cfg);
-  o.prenorm_hidden = rc.has_fault(fault_info(FaultId::mtp_prenorm_hidden).name, -1, &cfg);
+  o.no_rollback = rc.has_fault(fault_info(Fault::mtp_no_rollback).name, -1, &cfg);
+  o.prenorm_hidden = rc.has_fault(fault_info(Fault::mtp_prenorm_hidden).name, -1, &cfg);
   return o;
 }
 

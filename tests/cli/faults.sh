@@ -3,7 +3,7 @@
 # cannot host it is an input error naming the layer kind (128), tp-skip-last-allreduce is
 # untestable without tensor parallelism (125).
 source "$(dirname "$0")/lib.bash"
-names=$(grep -oE '^ +\{FaultId::[a-z0-9_]+, "[a-z0-9-]+", FaultSite::' "$SRC/src/engine/faults.cpp" | grep -oE '"[a-z0-9-]+"' | tr -d '"')
+names=$(grep -oE '^ +\{Fault::[a-z0-9_]+, "[a-z0-9-]+", FaultSite::' "$SRC/src/engine/faults.cpp" | grep -oE '"[a-z0-9-]+"' | tr -d '"')
 n=$(echo "$names" | wc -l)
 [ "$n" -ge 16 ] || fail "found only $n catalogue names in src/engine/faults.cpp"
 expect_exit 0 "$BIN" faults
