@@ -1,6 +1,8 @@
 // RunConfig: parsing, canonical printing, layer scopes, validation errors (DESIGN.md §5).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/faults.h"
@@ -129,4 +131,91 @@ TEST_CASE("run_config: every catalogue fault parses, has an op, a description an
     CHECK(std::string(f.source).size() > 5);
   }
   CHECK(fault_catalogue().size() >= 15);
+}
+
+namespace {
+// Every toggle at a value other than its default.
+const char* kEveryToggle =
+    "backend=cuda,precision=ref,attn=flash,gdn=recurrent@linear,ssm_dtype=bf16,ssm_dtype=fp16@3,conv_dtype=bf16,"
+    "kv_dtype=fp8@full,mtp=2,graphs=on,gemm=cublas,tp=2,batch=all,temp=0.5,top_p=0.9,top_k=5,min_p=0.1,rep_pen=1.1,"
+    "presence_pen=-0.5,seed=7,fault=rope-interleaved@3,fault=kv-off-by-one";
+
+std::vector<std::string> printed_keys(const RunConfig& rc) {
+  std::vector<std::string> keys;
+  std::string s = rc.str();
+  for (size_t a = 0; a < s.size();) {
+    size_t comma = s.find(',', a);
+    if (comma == std::string::npos) comma = s.size();
+    const std::string item = s.substr(a, comma - a);
+    keys.push_back(item.substr(0, item.find('=')));
+    a = comma + 1;
+  }
+  return keys;
+}
+}  // namespace
+
+TEST_CASE("toggles: the registry covers every key print() emits, in its order") {
+  const RunConfig rc = parse_run_config(kEveryToggle);
+  std::vector<std::string> registry;
+  for (const Toggle& t : toggles()) registry.push_back(t.key);
+  std::vector<std::string> printed = printed_keys(rc);
+  for (const std::string& k : printed) {
+    CAPTURE(k);
+    CHECK(find_toggle(k) != nullptr);
+  }
+  printed.erase(std::unique(printed.begin(), printed.end()), printed.end());  // scoped entries repeat a key
+  CHECK(printed == registry);  // every toggle printed once it differs, in the registry's order
+  CHECK(find_toggle("colour") == nullptr);
+}
+
+TEST_CASE("toggles: parse(print(x)) == x") {
+  for (const char* text : {"", "precision=bf16,attn=flash", "backend=cuda,precision=ref,tp=2,gemm=simple,graphs=off",
+                           "ssm_dtype=fp32,conv_dtype=bf16@0-2,kv_dtype=fp8@3+7,gdn=fla@linear",
+                           "temp=0.7,top_p=0.95,top_k=20,seed=18446744073709551615", kEveryToggle}) {
+    CAPTURE(text);
+    const RunConfig x = parse_run_config(text);
+    const RunConfig y = parse_run_config(x.str());
+    CHECK(y.str() == x.str());
+    CHECK(y.precision_set == x.precision_set);
+    CHECK(y.ssm_dtype_set == x.ssm_dtype_set);
+    CHECK(y.conv_dtype_set == x.conv_dtype_set);
+    CHECK(y.sampling.seed == x.sampling.seed);
+    CHECK(y.faults.size() == x.faults.size());
+    // every toggle's whole value (what bisection compares) survives the round trip
+    for (const Toggle& t : toggles())
+      if (t.fragment) CHECK(t.fragment(y) == t.fragment(x));
+  }
+}
+
+TEST_CASE("toggles: flags for the floor class and for bench") {
+  const RunConfig rc = parse_run_config(kEveryToggle);
+  // bench sets mtp, graphs, tp and batch itself and takes no sampling; precision=ref is printed on
+  // backend=cuda only, which bench takes
+  const RunConfig bench_rest = without_toggles(rc, [](const Toggle& t) { return t.bench; });
+  CHECK(bench_rest.str() == "mtp=2,graphs=on,tp=2,batch=all,temp=0.5,top_p=0.9,top_k=5,min_p=0.1,"
+                            "rep_pen=1.1,presence_pen=-0.5,seed=7");
+  // on the GPU reference, backend, gemm, graphs and tp are precision-neutral too
+  const RunConfig neutral = without_toggles(rc, [&](const Toggle& t) { return t.floor_neutral(rc); });
+  CHECK(neutral.str() == "attn=flash,ssm_dtype=bf16,ssm_dtype=fp16@3,conv_dtype=bf16,kv_dtype=fp8@full");
+  const RunConfig cpu = parse_run_config("tp=2,gdn=recurrent,attn=flash");
+  CHECK(without_toggles(cpu, [&](const Toggle& t) { return t.floor_neutral(cpu); }).str() == "attn=flash,tp=2");
+  CHECK(toggle_scopable("gdn"));
+  CHECK_FALSE(toggle_scopable("tp"));
+  CHECK(toggle_scopable("fault:rope-interleaved"));
+}
+
+TEST_CASE("toggles: one precision vocabulary, the older spelling still taken") {
+  CHECK(precision_from_word("ref") == Precision::ref);
+  CHECK(precision_from_word("fp64") == Precision::fp64);
+  CHECK(precision_from_word("q8_0") == Precision::q8_0);
+  CHECK(std::string(precision_word(Precision::bf16)) == "bf16");
+  CHECK_FALSE(precision_from_word("fp32"));  // not a word of --config precision=
+  std::string note;
+  CHECK(precision_from_word("ref", &note) == Precision::ref);
+  CHECK(note.empty());
+  CHECK(precision_from_word("fp32", &note) == precision_from_word("ref"));  // golden's older spelling
+  CHECK(note == "--precision fp32 is now spelled ref (the words of --config precision=)");
+  CHECK_FALSE(precision_from_word("fp16", &note));
+  for (const char* w : {"ref", "fp64", "bf16", "q8_0"})  // the same words as the toggle's
+    CHECK(parse_run_config(std::string("precision=") + w).precision == *precision_from_word(w));
 }

@@ -302,9 +302,10 @@ int run_bench(const BenchArgs& a) {
   if (a.backend != "cpu") input_error("bench: --backend must be cpu or cuda, found '", a.backend, "'");
   if (a.model.empty() == a.preset.empty()) input_error("bench: give exactly one of --model DIR or --preset NAME");
   if (a.prefill < 1 || a.decode < 1) input_error("bench: --prefill and --decode must be >= 1");
-  CpuPrecision prec = CpuPrecision::ref;
-  if (a.precision == "fp64") prec = CpuPrecision::fp64;
-  else if (a.precision != "ref") input_error("bench: --precision must be ref or fp64, found '", a.precision, "'");
+  const std::optional<Precision> word = precision_from_word(a.precision);  // the words of --config precision=
+  if (!word || (*word != Precision::ref && *word != Precision::fp64))
+    input_error("bench: --precision must be ref or fp64, found '", a.precision, "'");
+  CpuPrecision prec = *word == Precision::fp64 ? CpuPrecision::fp64 : CpuPrecision::ref;
 
   // A preset is written by a child `degenbisect synth`, so its memory does not count in our peak RSS.
   fs::path dir = a.model, tmp;

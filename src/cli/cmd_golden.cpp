@@ -23,7 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 
 struct GoldenArgs {
-  std::string model, cases, out, precision = "fp32", layers = "all", positions = "auto", batch = "1";
+  std::string model, cases, out, layers = "all", positions = "auto", batch = "1";
+  std::optional<std::string> precision;  // unset: ref
   std::string config, verify_layers = "all", floors_config, floor_classes = "both";
   int verify_positions = 4;
   int gen_tokens = -1;
@@ -63,9 +64,12 @@ int run_golden(const GoldenArgs& a) {
     input_error("golden: --model, --cases and --out are required (--out not with --plan)");
   if (!a.plan) check_output_folder(a.out, "golden --out");
   GoldenOptions o;
-  if (a.precision == "fp32" || a.precision == "ref") o.precision = Precision::ref;
-  else if (a.precision == "fp64") o.precision = Precision::fp64;
-  else input_error("golden: --precision ", a.precision, ": expected fp32 or fp64");
+  std::string note;  // the words of --config precision=; golden's older fp32 still taken, with a note
+  const std::optional<Precision> prec = a.precision ? precision_from_word(*a.precision, &note) : Precision::ref;
+  if (!prec || (*prec != Precision::ref && *prec != Precision::fp64))
+    input_error("golden: --precision ", *a.precision, ": expected ref or fp64");
+  if (!note.empty()) std::fprintf(stderr, "golden: note: %s\n", note.c_str());
+  o.precision = *prec;
   if (a.gen_tokens >= 0) o.gen_tokens = a.gen_tokens;
   else if (a.gen_tokens != -1) input_error("golden: --gen-tokens must be >= 0, found ", a.gen_tokens);
   o.layers = a.layers;
@@ -134,7 +138,7 @@ CommandRegistrar reg("golden", "Record what the reference does on a prompt suite
   sub->add_option("--cases", a->cases, "Prompt suite (cases/*.json)");
   sub->add_option("--out", a->out, "Record folder to write (e.g. golden/tiny-qwen35/smoke)");
   sub->add_option("--gen-tokens", a->gen_tokens, "Generation budget for every case (default: each case's max_new_tokens)");
-  sub->add_option("--precision", a->precision, "Reference precision: fp32 (default) or fp64");
+  sub->add_option("--precision", a->precision, "Reference precision, as --config precision=: ref (default) or fp64");
   sub->add_option("--layers", a->layers, "Layer outputs to store: all (default), none, or a list such as 0,3,5-7");
   sub->add_option("--positions", a->positions,
                   "Positions whose layer outputs are stored: auto (all while a case stays under 64 MiB, else the "
@@ -191,7 +195,7 @@ CommandRegistrar reg("golden", "Record what the reference does on a prompt suite
   return [a, sub] {
     a->argv = "degenbisect golden --model " + a->model + " --cases " + a->cases + " --out " + a->out;
     if (a->gen_tokens >= 0) a->argv += " --gen-tokens " + std::to_string(a->gen_tokens);
-    if (a->precision != "fp32") a->argv += " --precision " + a->precision;
+    if (a->precision && *a->precision != "fp32") a->argv += " --precision " + *a->precision;
     if (a->layers != "all") a->argv += " --layers " + a->layers;
     if (a->positions != "auto") a->argv += " --positions " + a->positions;
     if (a->topk != 20) a->argv += " --topk " + std::to_string(a->topk);

@@ -34,73 +34,6 @@ std::string trim(const std::string& s) {
   return s.substr(a, b - a + 1);
 }
 
-int parse_int(const std::string& key, const std::string& v, int lo, int hi) {
-  int x = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || p != v.data() + v.size() || x < lo || x > hi)
-    input_error("config: ", key, "=", v, ": expected an integer in [", lo, ", ", hi, "]");
-  return x;
-}
-
-double parse_num(const std::string& key, const std::string& v, double lo, double hi) {
-  double x = 0;
-  std::istringstream is(v);
-  is >> x;
-  if (v.empty() || !is.eof() || is.fail() || !(x >= lo && x <= hi))
-    input_error("config: ", key, "=", v, ": expected a number in [", lo, ", ", hi, "]");
-  return x;
-}
-
-uint64_t parse_u64(const std::string& key, const std::string& v) {
-  uint64_t x = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || p != v.data() + v.size() || v.empty())
-    input_error("config: ", key, "=", v, ": expected a non-negative integer");
-  return x;
-}
-
-template <typename E>
-E parse_enum(const std::string& key, const std::string& v, const std::vector<std::pair<const char*, E>>& table) {
-  std::string allowed;
-  for (const auto& [n, e] : table) {
-    if (v == n) return e;
-    allowed += (allowed.empty() ? "" : ", ") + std::string(n);
-  }
-  input_error("config: ", key, "=", v, ": unknown value; expected one of ", allowed);
-}
-
-const std::vector<std::pair<const char*, AttnAlgo>> kAttn = {
-    {"naive", AttnAlgo::naive}, {"flash", AttnAlgo::flash}, {"splitkv", AttnAlgo::splitkv},
-    {"grouped", AttnAlgo::grouped}};
-const std::vector<std::pair<const char*, GdnAlgo>> kGdn = {{"chunked", GdnAlgo::chunked}, {"recurrent", GdnAlgo::recurrent}, {"fla", GdnAlgo::fla}};
-const std::vector<std::pair<const char*, DType>> kSsm = {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}};
-const std::vector<std::pair<const char*, DType>> kConv = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
-const std::vector<std::pair<const char*, DType>> kKv = {{"bf16", DType::bf16}, {"fp8", DType::f8_e4m3}};
-const std::vector<std::pair<const char*, BackendKind>> kBackend = {{"cpu", BackendKind::cpu}, {"cuda", BackendKind::cuda}};
-const std::vector<std::pair<const char*, Precision>> kPrecision = {
-    {"ref", Precision::ref}, {"fp64", Precision::fp64}, {"bf16", Precision::bf16}, {"q8_0", Precision::q8_0}};
-
-template <typename E>
-const char* enum_name(E e, const std::vector<std::pair<const char*, E>>& table) {
-  for (const auto& [n, v] : table)
-    if (v == e) return n;
-  return "?";
-}
-
-template <typename T>
-void scoped_str(std::vector<std::string>& out, const char* key, const Scoped<T>& s, const T& def, bool force_base,
-                const std::vector<std::pair<const char*, T>>& table) {
-  if (force_base || !(s.base == def)) out.push_back(cat(key, "=", enum_name(s.base, table)));
-  for (const auto& e : s.overrides) out.push_back(cat(key, "=", enum_name(e.value, table), e.scope.str()));
-}
-
-std::string num_str(double v) {
-  std::ostringstream os;
-  os.precision(10);
-  os << v;
-  return os.str();
-}
-
 }  // namespace
 
 // ---- LayerScope ----
@@ -172,32 +105,6 @@ std::vector<int> LayerScope::layers(int n, const ModelConfig* cfg) const {
 
 // ---- RunConfig ----
 
-const std::vector<ToggleInfo>& toggle_table() {
-  static const std::vector<ToggleInfo> t = {
-      {"backend", "cpu|cuda", "where the path runs", false},
-      {"precision", "ref|fp64|bf16|q8_0", "cpu: golden fp32, fp64, GPU storage emulation, or ggml Q8_0 weights; cuda: ref = the fp32 reference on the GPU", false},
-      {"attn", "naive|flash|splitkv|grouped", "attention algorithm", true},
-      {"gdn", "chunked|recurrent|fla", "GDN prefill algorithm (fla: chunked with flash-linear-attention's bf16 storage points; tensor cores on cuda)", true},
-      {"ssm_dtype", "fp32|bf16|fp16", "recurrent state storage (default: the checkpoint's mamba_ssm_dtype, else fp32)", true},
-      {"conv_dtype", "fp32|bf16", "conv window storage", true},
-      {"kv_dtype", "bf16|fp8", "KV cache storage", true},
-      {"mtp", "0..4", "MTP draft tokens per step (0 = off)", false},
-      {"graphs", "on|off", "CUDA graphs for decode steps (cuda only; default on at tp=1 on the bf16 path)", false},
-      {"gemm", "auto|cublas|simple", "matrix products (cuda only; auto: a matrix-vector kernel up to 8 rows, cuBLAS above)", false},
-      {"tp", "1..64", "tensor-parallel ranks", false},
-      {"batch", "1|all", "prompts one at a time or batched", false},
-      {"temp", ">=0", "sampling temperature (0 = greedy)", false},
-      {"top_p", "(0,1]", "nucleus sampling", false},
-      {"top_k", ">=0", "top-k sampling (0 = off)", false},
-      {"min_p", "[0,1]", "min-p sampling", false},
-      {"rep_pen", ">0", "repetition penalty (multiplicative, as HF)", false},
-      {"presence_pen", "any", "presence penalty (additive, as OpenAI)", false},
-      {"seed", ">=0", "sampling seed", false},
-      {"fault", "name", "inject a known bug class (see `degenbisect faults`)", true},
-  };
-  return t;
-}
-
 RunConfig apply_run_config(RunConfig rc, const std::string& text) {
   std::string t = trim(text);
   if (t.empty() || t == "default") return rc;
@@ -218,16 +125,14 @@ RunConfig apply_run_config(RunConfig rc, const std::string& text) {
       scope = LayerScope::parse(val.substr(at + 1), key);
       val = val.substr(0, at);
     }
-    const ToggleInfo* info = nullptr;
-    for (const auto& ti : toggle_table())
-      if (key == ti.key) info = &ti;
-    if (!info) {
+    const Toggle* toggle = find_toggle(key);
+    if (!toggle) {
       std::string keys;
-      for (const auto& ti : toggle_table()) keys += (keys.empty() ? "" : ", ") + std::string(ti.key);
+      for (const Toggle& ti : toggles()) keys += (keys.empty() ? "" : ", ") + std::string(ti.key);
       input_error("config: unknown key '", key, "'; expected one of ", keys);
     }
-    if (scope && !info->scoped) input_error("config: ", key, " cannot be scoped to layers ('@' in '", item, "')");
-    if (key != "fault") {
+    if (scope && !toggle->scoped()) input_error("config: ", key, " cannot be scoped to layers ('@' in '", item, "')");
+    if (!toggle->repeats) {
       std::vector<std::string>& given = seen[key];
       const std::string sc = scope ? scope->str() : "";
       const bool clash = std::find(given.begin(), given.end(), sc) != given.end();
@@ -237,46 +142,7 @@ RunConfig apply_run_config(RunConfig rc, const std::string& text) {
                     "attn=flash,attn=naive@3)");
       given.push_back(sc);
     }
-    auto set_scoped = [&](auto& field, auto value) {
-      if (scope) field.overrides.push_back({value, *scope});
-      else { field.base = value; field.overrides.clear(); }
-    };
-    if (key == "backend") rc.backend = parse_enum(key, val, kBackend);
-    else if (key == "precision") { rc.precision = parse_enum(key, val, kPrecision); rc.precision_set = true; }
-    else if (key == "attn") set_scoped(rc.attn, parse_enum(key, val, kAttn));
-    else if (key == "gdn") set_scoped(rc.gdn, parse_enum(key, val, kGdn));
-    else if (key == "ssm_dtype") { set_scoped(rc.ssm_dtype, parse_enum(key, val, kSsm)); if (!scope) rc.ssm_dtype_set = true; }
-    else if (key == "conv_dtype") { set_scoped(rc.conv_dtype, parse_enum(key, val, kConv)); if (!scope) rc.conv_dtype_set = true; }
-    else if (key == "kv_dtype") set_scoped(rc.kv_dtype, parse_enum(key, val, kKv));
-    else if (key == "mtp") rc.mtp = parse_int(key, val, 0, 4);
-    else if (key == "graphs") rc.graphs = parse_enum<bool>(key, val, {{"on", true}, {"off", false}});
-    else if (key == "gemm") {
-      if (val != "auto" && val != "cublas" && val != "simple")
-        input_error("config: gemm=", val, ": unknown value; expected one of auto, cublas, simple");
-      rc.gemm = val;
-    }
-    else if (key == "tp") rc.tp = parse_int(key, val, 1, 64);
-    else if (key == "batch") rc.batch = parse_enum<BatchMode>(key, val, {{"1", BatchMode::one}, {"all", BatchMode::all}});
-    else if (key == "temp") rc.sampling.temperature = parse_num(key, val, 0, 100);
-    else if (key == "top_p") {
-      rc.sampling.top_p = parse_num(key, val, 0, 1);
-      if (rc.sampling.top_p <= 0) input_error("config: top_p=", val, ": expected a number in (0, 1]");
-    } else if (key == "top_k") rc.sampling.top_k = parse_int(key, val, 0, 1 << 30);
-    else if (key == "min_p") rc.sampling.min_p = parse_num(key, val, 0, 1);
-    else if (key == "rep_pen") {
-      rc.sampling.repetition_penalty = parse_num(key, val, 0, 100);
-      if (rc.sampling.repetition_penalty <= 0) input_error("config: rep_pen=", val, ": expected a number > 0");
-    } else if (key == "presence_pen") rc.sampling.presence_penalty = parse_num(key, val, -100, 100);
-    else if (key == "seed") rc.sampling.seed = parse_u64(key, val);
-    else if (key == "fault") {
-      const auto& known = known_fault_names();
-      if (std::find(known.begin(), known.end(), val) == known.end()) {
-        std::string names;
-        for (const auto& n : known) names += (names.empty() ? "" : ", ") + n;
-        input_error("config: unknown fault '", val, "'; expected one of ", names);
-      }
-      rc.faults.push_back({val, scope.value_or(LayerScope{})});
-    }
+    toggle->parse(rc, val, scope ? &*scope : nullptr);
   }
   return rc;
 }
@@ -284,30 +150,8 @@ RunConfig apply_run_config(RunConfig rc, const std::string& text) {
 RunConfig parse_run_config(const std::string& text) { return apply_run_config(RunConfig{}, text); }
 
 std::string RunConfig::str() const {
-  const RunConfig d;
   std::vector<std::string> out;
-  if (backend != d.backend) out.push_back(cat("backend=", enum_name(backend, kBackend)));
-  if (precision != d.precision || cuda_reference()) out.push_back(cat("precision=", enum_name(precision, kPrecision)));
-  scoped_str(out, "attn", attn, d.attn.base, false, kAttn);
-  scoped_str(out, "gdn", gdn, d.gdn.base, false, kGdn);
-  scoped_str(out, "ssm_dtype", ssm_dtype, d.ssm_dtype.base, ssm_dtype_set, kSsm);
-  scoped_str(out, "conv_dtype", conv_dtype, d.conv_dtype.base, conv_dtype_set, kConv);
-  scoped_str(out, "kv_dtype", kv_dtype, d.kv_dtype.base, false, kKv);
-  if (mtp != d.mtp) out.push_back(cat("mtp=", mtp));
-  if (graphs) out.push_back(cat("graphs=", *graphs ? "on" : "off"));
-  if (gemm) out.push_back(cat("gemm=", *gemm));
-  if (tp != d.tp) out.push_back(cat("tp=", tp));
-  if (batch != d.batch) out.push_back("batch=all");
-  const SamplingParams& s = sampling;
-  const SamplingParams& ds = d.sampling;
-  if (s.temperature != ds.temperature) out.push_back("temp=" + num_str(s.temperature));
-  if (s.top_p != ds.top_p) out.push_back("top_p=" + num_str(s.top_p));
-  if (s.top_k != ds.top_k) out.push_back(cat("top_k=", s.top_k));
-  if (s.min_p != ds.min_p) out.push_back("min_p=" + num_str(s.min_p));
-  if (s.repetition_penalty != ds.repetition_penalty) out.push_back("rep_pen=" + num_str(s.repetition_penalty));
-  if (s.presence_penalty != ds.presence_penalty) out.push_back("presence_pen=" + num_str(s.presence_penalty));
-  if (s.seed != ds.seed) out.push_back(cat("seed=", s.seed));
-  for (const auto& f : faults) out.push_back("fault=" + f.name + f.scope.str());
+  for (const Toggle& t : toggles()) t.print(*this, out);
   if (out.empty()) return "default";
   std::string r;
   for (size_t i = 0; i < out.size(); ++i) r += (i ? "," : "") + out[i];
@@ -365,20 +209,15 @@ std::string RunConfig::untestable_reason(bool cuda_built) const {
 }
 
 void validate_run_config(const RunConfig& rc, const ModelConfig& cfg) {
-  auto check_scope = [&](const char* key, const LayerScope& s) {
-    for (const auto& r : s.ranges)
-      if (r.b >= cfg.num_layers)
-        input_error("config: ", key, s.str(), ": layer ", r.b, " is outside the model (layers 0..", cfg.num_layers - 1, ")");
-  };
-  for (const auto& e : rc.attn.overrides) check_scope("attn", e.scope);
-  for (const auto& e : rc.gdn.overrides) check_scope("gdn", e.scope);
-  for (const auto& e : rc.ssm_dtype.overrides) check_scope("ssm_dtype", e.scope);
-  for (const auto& e : rc.conv_dtype.overrides) check_scope("conv_dtype", e.scope);
-  for (const auto& e : rc.kv_dtype.overrides) check_scope("kv_dtype", e.scope);
-  for (const auto& f : rc.faults) check_scope("fault", f.scope);
-  check_tp_split(cfg, rc.tp);
-  if (rc.sampling.top_k > cfg.vocab_size)
-    input_error("config: top_k=", rc.sampling.top_k, " exceeds the vocabulary (", cfg.vocab_size, ")");
+  for (const Toggle& t : toggles()) {  // the layer scopes first, every toggle's
+    if (!t.scopes) continue;
+    for (const LayerScope* s : t.scopes(rc))
+      for (const auto& r : s->ranges)
+        if (r.b >= cfg.num_layers)
+          input_error("config: ", t.key, s->str(), ": layer ", r.b, " is outside the model (layers 0..", cfg.num_layers - 1, ")");
+  }
+  for (const Toggle& t : toggles())
+    if (t.validate) t.validate(rc, cfg);
 }
 
 }  // namespace degen
@@ -388,43 +227,6 @@ void validate_run_config(const RunConfig& rc, const ModelConfig& cfg) {
 namespace degen {
 
 namespace {
-
-template <typename T>
-std::string scoped_full(const char* key, const Scoped<T>& s, const std::vector<std::pair<const char*, T>>& table,
-                        bool set = true) {
-  std::vector<std::string> out;
-  if (set) out.push_back(cat(key, "=", enum_name(s.base, table)));
-  else out.push_back(cat(key, "=auto"));
-  for (const auto& e : s.overrides) out.push_back(cat(key, "=", enum_name(e.value, table), e.scope.str()));
-  std::string r;
-  for (size_t i = 0; i < out.size(); ++i) r += (i ? "," : "") + out[i];
-  return r;
-}
-
-// Every toggle key's full fragment (defaults included), for comparing two configs key by key.
-std::map<std::string, std::string> key_fragments(const RunConfig& rc) {
-  std::map<std::string, std::string> m;
-  m["backend"] = enum_name(rc.backend, kBackend);
-  m["precision"] = rc.backend == BackendKind::cuda && !rc.cuda_reference() ? "gpu" : enum_name(rc.precision, kPrecision);
-  m["attn"] = scoped_full("attn", rc.attn, kAttn);
-  m["gdn"] = scoped_full("gdn", rc.gdn, kGdn);
-  m["ssm_dtype"] = scoped_full("ssm_dtype", rc.ssm_dtype, kSsm, rc.ssm_dtype_set);
-  m["conv_dtype"] = scoped_full("conv_dtype", rc.conv_dtype, kConv, rc.conv_dtype_set);
-  m["kv_dtype"] = scoped_full("kv_dtype", rc.kv_dtype, kKv);
-  m["mtp"] = std::to_string(rc.mtp);
-  m["graphs"] = rc.graphs ? (*rc.graphs ? "on" : "off") : "unset";
-  m["gemm"] = rc.gemm.value_or("unset");
-  m["tp"] = std::to_string(rc.tp);
-  m["batch"] = rc.batch == BatchMode::all ? "all" : "1";
-  m["temp"] = num_str(rc.sampling.temperature);
-  m["top_p"] = num_str(rc.sampling.top_p);
-  m["top_k"] = std::to_string(rc.sampling.top_k);
-  m["min_p"] = num_str(rc.sampling.min_p);
-  m["rep_pen"] = num_str(rc.sampling.repetition_penalty);
-  m["presence_pen"] = num_str(rc.sampling.presence_penalty);
-  m["seed"] = std::to_string(rc.sampling.seed);
-  return m;
-}
 
 bool fault_present(const RunConfig& rc, const FaultSpec& f) {
   for (const auto& g : rc.faults)
@@ -439,64 +241,73 @@ std::vector<int> kind_layers(const ModelConfig& cfg, LayerKind k) {
   return out;
 }
 
-template <typename T>
-void mix_scoped(Scoped<T>& dst, const Scoped<T>& src_good, const Scoped<T>& src_bad, const std::vector<int>& layers,
-                const ModelConfig& cfg, T (*good_at)(const Scoped<T>&, int, const ModelConfig&),
-                T (*bad_at)(const Scoped<T>&, int, const ModelConfig&)) {
-  std::vector<std::pair<T, std::vector<int>>> groups;
-  for (int l : layers) {
-    T gb = good_at(src_good, l, cfg), bb = bad_at(src_bad, l, cfg);
-    if (gb == bb) continue;
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == bb; });
-    if (it == groups.end()) groups.push_back({bb, {l}});
-    else it->second.push_back(l);
-  }
-  for (auto& [v, ls] : groups) dst.overrides.push_back({v, LayerScope::of_layers(ls)});
-}
-
 }  // namespace
 
 bool toggle_scopable(const std::string& key) {
   if (key.rfind("fault:", 0) == 0) return true;
-  for (const auto& t : toggle_table())
-    if (key == t.key) return t.scoped;
-  return false;
+  const Toggle* t = find_toggle(key);
+  return t && t->scoped();
 }
 
-std::vector<int> toggle_layers(const std::string& key, const ModelConfig& cfg) {
-  if (key == "attn" || key == "kv_dtype") return kind_layers(cfg, LayerKind::full);
-  if (key == "gdn" || key == "ssm_dtype" || key == "conv_dtype") return kind_layers(cfg, LayerKind::linear);
-  if (key.rfind("fault:", 0) == 0) {
-    const FaultInfo* f = find_fault(key.substr(6));
-    if (!f) return {};
-    switch (f->site) {
-      case FaultSite::full_layer: return kind_layers(cfg, LayerKind::full);
-      case FaultSite::linear_layer: return kind_layers(cfg, LayerKind::linear);
-      case FaultSite::any_layer: {
-        std::vector<int> all(static_cast<size_t>(cfg.num_layers));
-        for (int l = 0; l < cfg.num_layers; ++l) all[static_cast<size_t>(l)] = l;
-        return all;
-      }
-      case FaultSite::moe_layer: {
-        std::vector<int> out;
-        for (int l = 0; l < cfg.num_layers; ++l)
-          if (cfg.is_moe_layer(l)) out.push_back(l);
-        return out;
-      }
-      case FaultSite::model: return {};
+namespace {
+
+// The layers fault NAME can act on (its catalogue site); none for a model-level or unknown fault.
+std::vector<int> fault_layers(const std::string& name, const ModelConfig& cfg) {
+  const FaultInfo* f = find_fault(name);
+  if (!f) return {};
+  switch (f->site) {
+    case FaultSite::full_layer: return kind_layers(cfg, LayerKind::full);
+    case FaultSite::linear_layer: return kind_layers(cfg, LayerKind::linear);
+    case FaultSite::any_layer: {
+      std::vector<int> all(static_cast<size_t>(cfg.num_layers));
+      for (int l = 0; l < cfg.num_layers; ++l) all[static_cast<size_t>(l)] = l;
+      return all;
     }
+    case FaultSite::moe_layer: {
+      std::vector<int> out;
+      for (int l = 0; l < cfg.num_layers; ++l)
+        if (cfg.is_moe_layer(l)) out.push_back(l);
+      return out;
+    }
+    case FaultSite::model: return {};
+  }
+  return {};
+}
+
+// `r` takes bad's faults NAME that good lacks: on `where` only when `layers` is given (a
+// model-level fault, which has no layers, whole).
+void mix_fault(RunConfig& r, const RunConfig& good, const RunConfig& bad, const std::string& name,
+               const std::vector<int>* layers, const std::vector<int>& where, const ModelConfig& cfg) {
+  for (const auto& f : bad.faults) {
+    if (f.name != name || fault_present(good, f)) continue;
+    if (!layers) { r.faults.push_back(f); continue; }
+    std::vector<int> sel;
+    for (int l : where)
+      if (f.scope.contains(l, &cfg)) sel.push_back(l);
+    if (!sel.empty()) r.faults.push_back({name, LayerScope::of_layers(sel)});
+    else if (fault_layers(name, cfg).empty()) r.faults.push_back(f);  // model-level: not scopable
+  }
+}
+
+}  // namespace
+
+std::vector<int> toggle_layers(const std::string& key, const ModelConfig& cfg) {
+  if (key.rfind("fault:", 0) == 0) return fault_layers(key.substr(6), cfg);
+  const Toggle* t = find_toggle(key);
+  if (!t) return {};
+  switch (t->site) {
+    case ToggleSite::full_layers: return kind_layers(cfg, LayerKind::full);
+    case ToggleSite::linear_layers: return kind_layers(cfg, LayerKind::linear);
+    case ToggleSite::none:
+    case ToggleSite::per_fault: return {};
   }
   return {};
 }
 
 std::vector<std::string> differing_toggles(const RunConfig& good, const RunConfig& bad) {
   std::vector<std::string> out;
-  auto g = key_fragments(good), b = key_fragments(bad);
-  for (const auto& t : toggle_table()) {
-    std::string k = t.key;
-    if (k == "fault") continue;
-    if (g[k] != b[k]) out.push_back(k);
-  }
+  for (const Toggle& t : toggles())
+    if (t.fragment && t.fragment(good) != t.fragment(bad)) out.push_back(t.key);
   for (const auto& f : bad.faults)
     if (!fault_present(good, f)) out.push_back("fault:" + f.name);
   return out;
@@ -505,9 +316,6 @@ std::vector<std::string> differing_toggles(const RunConfig& good, const RunConfi
 RunConfig mix_configs(const RunConfig& good, const RunConfig& bad, const std::vector<std::string>& keys,
                       const std::vector<int>* layers, const ModelConfig& cfg) {
   RunConfig r = good;
-  auto at_attn = +[](const Scoped<AttnAlgo>& s, int l, const ModelConfig& c) { return s.at(l, &c); };
-  auto at_gdn = +[](const Scoped<GdnAlgo>& s, int l, const ModelConfig& c) { return s.at(l, &c); };
-  auto at_dt = +[](const Scoped<DType>& s, int l, const ModelConfig& c) { return s.at(l, &c); };
   for (const std::string& k : keys) {
     std::vector<int> where;
     if (layers) {
@@ -515,54 +323,14 @@ RunConfig mix_configs(const RunConfig& good, const RunConfig& bad, const std::ve
       for (int l : *layers)
         if (std::find(ok.begin(), ok.end(), l) != ok.end()) where.push_back(l);
     }
-    bool scoped = layers && toggle_scopable(k);
-    if (k == "backend") r.backend = bad.backend;
-    else if (k == "precision") { r.precision = bad.precision; r.precision_set = bad.precision_set; }
-    else if (k == "attn") { if (scoped) mix_scoped(r.attn, good.attn, bad.attn, where, cfg, at_attn, at_attn); else r.attn = bad.attn; }
-    else if (k == "gdn") { if (scoped) mix_scoped(r.gdn, good.gdn, bad.gdn, where, cfg, at_gdn, at_gdn); else r.gdn = bad.gdn; }
-    else if (k == "kv_dtype") { if (scoped) mix_scoped(r.kv_dtype, good.kv_dtype, bad.kv_dtype, where, cfg, at_dt, at_dt); else r.kv_dtype = bad.kv_dtype; }
-    else if (k == "ssm_dtype") {
-      if (!scoped) { r.ssm_dtype = bad.ssm_dtype; r.ssm_dtype_set = bad.ssm_dtype_set; continue; }
-      std::map<DType, std::vector<int>> by_value;  // one scoped entry per value: "ssm_dtype=bf16@0-2+5"
-      for (int l : where) {
-        DType gv = good.ssm_dtype_at(l, cfg), bv = bad.ssm_dtype_at(l, cfg);
-        if (gv != bv) by_value[bv].push_back(l);
-      }
-      for (auto& [v, ls] : by_value) r.ssm_dtype.overrides.push_back({v, LayerScope::of_layers(ls)});
-    } else if (k == "conv_dtype") {
-      if (!scoped) { r.conv_dtype = bad.conv_dtype; r.conv_dtype_set = bad.conv_dtype_set; continue; }
-      std::map<DType, std::vector<int>> by_value;
-      for (int l : where) {
-        DType gv = good.conv_dtype_at(l, &cfg), bv = bad.conv_dtype_at(l, &cfg);
-        if (gv != bv) by_value[bv].push_back(l);
-      }
-      for (auto& [v, ls] : by_value) r.conv_dtype.overrides.push_back({v, LayerScope::of_layers(ls)});
-    } else if (k == "mtp") r.mtp = bad.mtp;
-    else if (k == "graphs") r.graphs = bad.graphs;
-    else if (k == "gemm") r.gemm = bad.gemm;
-    else if (k == "tp") r.tp = bad.tp;
-    else if (k == "batch") r.batch = bad.batch;
-    else if (k == "temp") r.sampling.temperature = bad.sampling.temperature;
-    else if (k == "top_p") r.sampling.top_p = bad.sampling.top_p;
-    else if (k == "top_k") r.sampling.top_k = bad.sampling.top_k;
-    else if (k == "min_p") r.sampling.min_p = bad.sampling.min_p;
-    else if (k == "rep_pen") r.sampling.repetition_penalty = bad.sampling.repetition_penalty;
-    else if (k == "presence_pen") r.sampling.presence_penalty = bad.sampling.presence_penalty;
-    else if (k == "seed") r.sampling.seed = bad.sampling.seed;
-    else if (k.rfind("fault:", 0) == 0) {
-      std::string name = k.substr(6);
-      for (const auto& f : bad.faults) {
-        if (f.name != name || fault_present(good, f)) continue;
-        if (!layers) { r.faults.push_back(f); continue; }
-        std::vector<int> sel;
-        for (int l : where)
-          if (f.scope.contains(l, &cfg)) sel.push_back(l);
-        if (!sel.empty()) r.faults.push_back({name, LayerScope::of_layers(sel)});
-        else if (toggle_layers(k, cfg).empty()) r.faults.push_back(f);  // model-level: not scopable
-      }
-    } else {
-      throw std::logic_error("mix_configs: unknown toggle key " + k);
+    if (k.rfind("fault:", 0) == 0) {
+      mix_fault(r, good, bad, k.substr(6), layers, where, cfg);
+      continue;
     }
+    const Toggle* t = find_toggle(k);
+    if (!t || !t->fragment) throw std::logic_error("mix_configs: unknown toggle key " + k);
+    if (layers && t->mix_layers) t->mix_layers(r, good, bad, where, cfg);
+    else t->take(r, bad);
   }
   return r;
 }

@@ -11,6 +11,7 @@
 
 #include "engine/backend.h"
 #include "engine/sampler.h"
+#include "engine/toggles.h"
 #include "model/config.h"
 #include "util/dtype.h"
 
@@ -111,9 +112,8 @@ RunConfig apply_run_config(RunConfig base, const std::string& text);
 // Checks scopes against the model (layer indices in range) and model-dependent values.
 void validate_run_config(const RunConfig& rc, const ModelConfig& cfg);
 
-// The keys in canonical order, with their allowed values, for --help and error messages.
-struct ToggleInfo { const char* key; const char* values; const char* meaning; bool scoped; };
-const std::vector<ToggleInfo>& toggle_table();
+// The toggles themselves (keys in canonical order, values, help, how each parses, prints and mixes):
+// the registry of engine/toggles.h.
 
 // The known fault names (defined with the fault catalogue, src/engine/faults.cpp). Used by the parser.
 const std::vector<std::string>& known_fault_names();
@@ -126,7 +126,7 @@ namespace degen {
 
 // Whether a toggle key can be restricted to layers.
 bool toggle_scopable(const std::string& key);
-// The toggles on which `good` and `bad` differ: keys of toggle_table() in order, then "fault:NAME"
+// The toggles on which `good` and `bad` differ: keys of toggles() in order, then "fault:NAME"
 // for each fault of `bad` that `good` lacks (with the same scope).
 std::vector<std::string> differing_toggles(const RunConfig& good, const RunConfig& bad);
 // `good` with the toggles `keys` taken from `bad`. With `layers`, scopable toggles and faults take
