@@ -539,18 +539,7 @@ int run_bench(const BenchArgs& a) {
   // --config: the layers' toggles and gemm; the keys bench sets with its own options are refused
   const RunConfig rc = parse_run_config(a.config);
   {
-    RunConfig rest = rc;
-    const RunConfig def;
-    rest.backend = def.backend;
-    rest.attn = def.attn;
-    rest.gdn = def.gdn;
-    rest.ssm_dtype = def.ssm_dtype;
-    rest.ssm_dtype_set = def.ssm_dtype_set;
-    rest.conv_dtype = def.conv_dtype;
-    rest.conv_dtype_set = def.conv_dtype_set;
-    rest.kv_dtype = def.kv_dtype;
-    rest.gemm = def.gemm;
-    rest.faults = def.faults;
+    const RunConfig rest = without_toggles(rc, [](const Toggle& t) { return t.bench; });  // the registry's bench flag
     if (rest.str() != "default")
       input_error("bench --config: ", rest.str(), " cannot be given here; expected the layers' toggles (attn, gdn, ",
                   "ssm_dtype, conv_dtype, kv_dtype, fault) and gemm (--graphs, --mtp, --tp and --batch are bench's own)");

@@ -11,22 +11,10 @@ FloorClass floor_class_for(const RunConfig& rc) {
     return FloorClass::bf16;
   // Any other toggle that differs from its default (storage dtypes, attention algorithm, tensor
   // parallelism on the CPU, CUDA-only keys of the GPU path) makes the path lower-precision than the
-  // reference. The reference on the GPU (backend=cuda,precision=ref) is fp32 whatever its matrix
-  // product, graphs or tensor parallelism (fp32 partial sums, summed in fp32).
-  RunConfig neutral = rc;
-  if (rc.cuda_reference()) {
-    neutral.backend = BackendKind::cpu;
-    neutral.precision_set = false;
-    neutral.gemm.reset();
-    neutral.graphs.reset();
-    neutral.tp = 1;
-  }
-  neutral.precision = Precision::ref;
-  neutral.gdn = RunConfig{}.gdn;
-  neutral.sampling = SamplingParams{};
-  neutral.batch = RunConfig{}.batch;
-  neutral.mtp = 0;
-  neutral.faults.clear();
+  // reference, unless the registry marks it precision-neutral (Toggle::floor: gdn, sampling, batch,
+  // mtp, faults; and the reference on the GPU, backend=cuda,precision=ref, is fp32 whatever its
+  // matrix product, graphs or tensor parallelism: fp32 partial sums, summed in fp32).
+  const RunConfig neutral = without_toggles(rc, [&](const Toggle& t) { return t.floor_neutral(rc); });
   return neutral.str() == RunConfig{}.str() ? FloorClass::fp32 : FloorClass::bf16;
 }
 
