@@ -256,6 +256,7 @@ json CaseResult::to_json() const {
                                        : json(nullptr);
   j["mtp"] = mtp ? logits_json(*mtp) : json(nullptr);
   j["mtp_forced"] = mtp_forced ? mtp_forced->to_json() : json(nullptr);
+  if (observation) j["observation"] = observation->to_json();
   j["generation"] = {{"tokens", gen.tokens},
                      {"stop_reason", gen.stop_reason},
                      {"degeneration", gen.degen.to_json()},
@@ -459,6 +460,7 @@ struct CompareRun {
   std::unique_ptr<Backend> be;
   std::unique_ptr<Engine> eng;
   MtpOptions mtp;
+  bool observation_check = true;  // the next case runs the observed-equals-unobserved check
   std::vector<uint8_t> mask;
   const std::vector<uint8_t>* maskp = nullptr;
   std::vector<int32_t> stops, ws_ids;
@@ -920,6 +922,7 @@ void case_verdict(const CompareRun& run, const GoldenCase& g, bool nonfinite, Ge
     if (cr.first_break) break;
   }
   forced_reasons(cr, gen, bad);
+  if (cr.observation && !cr.observation->equal()) bad.push_back(cr.observation->reason());
   free_running_figures(run, g, cr, nonfinite, gen, bad, warn);
   cr.verdict = !bad.empty() ? Verdict::bad : gen.verdict == Verdict::model_intrinsic ? Verdict::model_intrinsic : Verdict::good;
   cr.reasons = bad;
@@ -949,6 +952,10 @@ CaseResult compare_case(CompareRun& run, size_t index, GenerationResult& gen, bo
   }
   forced_and_isolated(run, g, seq, next, cr);
   mtp_forced_check(run, g, seq, cr);
+  if (run.observation_check) {  // once per run: a prefill observed and not (observation.h)
+    run.observation_check = false;
+    cr.observation = check_observation(*run.eng, seq, run.maskp, g.id);
+  }
   generation_consistency(run, g, seq, next, cr, gen);
   case_verdict(run, g, nonfinite, gen, cr);
   cr.seconds = std::chrono::duration<double>(clock::now() - c0).count() + gen.seconds;

@@ -35,6 +35,7 @@
 #include "diag/forced_run.h"
 #include "diag/golden_record.h"
 #include "diag/metrics.h"
+#include "diag/observation.h"
 #include "engine/backend_factory.h"
 #include "engine/run_config.h"
 #include "model/model.h"
@@ -219,6 +220,8 @@ struct CaseResult {
   std::optional<LogitsResult> logits[2];
   std::optional<LogitsResult> mtp;
   std::optional<MtpForcedResult> mtp_forced;  // mtp > 0 on a model with MTP weights
+  // The first case of a run: its logits observed and not, bit for bit (diag/observation.h).
+  std::optional<ObservationCheck> observation;
   GenerationResult gen;
   metrics::Verdict verdict = metrics::Verdict::good;
   std::vector<std::string> reasons;   // why bad / warnings, in words

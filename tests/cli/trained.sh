@@ -10,8 +10,15 @@ BUG=conv-window-stuck@linear
 
 # 1. The reference reproduces its own records.
 for s in smoke chunk-boundaries; do
-  expect_exit 0 "$BIN" -q compare --golden "$G/$s" --model "$M" --no-decode
+  expect_exit 0 "$BIN" -q compare --golden "$G/$s" --model "$M" --no-decode --json "$WORK/$s.json"
 done
+# ... and observing its layers changes nothing (diag/observation.h: the first case prefilled observed
+# and not, every logit bit-equal, every layer step offered)
+python3 - "$WORK/smoke.json" <<'PY' || fail "the observed run's logits differ from the unobserved run's"
+import json, sys
+o = json.load(open(sys.argv[1]))["cases"][0]["observation"]
+assert o["equal"] and o["differing"] == 0 and o["values"] > 0 and o["steps_observed"] > 0, o
+PY
 expect_exit 0 "$BIN" -q compare --golden "$G/long-decode" --model "$M" --no-decode --case story-fox --case greedy-story
 expect_out "verdict: "
 

@@ -22,8 +22,15 @@ if [ "$PART" != toggles ]; then
   for m in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
     expect_exit 0 "$BIN" synth --preset "$m" --out "$WORK/$m"
     expect_exit 0 "$BIN" -q compare --golden "$SRC/golden/$m/smoke" --model "$WORK/$m" --config backend=cuda \
-      --case repeated-pattern --case sampled-story
+      --case repeated-pattern --case sampled-story --json "$WORK/$m.json"
     expect_out "verdict: good"
+    # observing the layers changes nothing on the CUDA path either (diag/observation.h): the first
+    # case prefilled observed and not, every logit bit-equal, every layer step offered
+    python3 - "$WORK/$m.json" <<'PY' || fail "$m: the observed run's logits differ from the unobserved run's"
+import json, sys
+o = json.load(open(sys.argv[1]))["cases"][0]["observation"]
+assert o["equal"] and o["differing"] == 0 and o["values"] > 0 and o["steps_observed"] > 0, o
+PY
   done
   if [ "$PART" = models ]; then
     echo "ok: the shipped models on backend=cuda (CUDA emulator)"
