@@ -34,6 +34,7 @@ struct Injection {
 const Injection kInjections[] = {
     {"rope-interleaved", "tiny-qwen35", 7, "p"},
     {"rope-all-dims", "tiny-qwen35", 7, "p"},
+    {"rope-freq-head-dim", "tiny-qwen35", 7, "p"},
     {"norm-no-plus-one", "tiny-qwen35", 2, "p"},
     {"gdn-norm-plus-one", "tiny-qwen35", 1, "p"},
     {"qgate-split", "tiny-qwen35", 7, "p"},

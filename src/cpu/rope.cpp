@@ -22,7 +22,8 @@ void CpuBackend::rope_partial(Tensor& x0, const std::vector<int64_t>& pos, int r
   DEGEN_ASSERT(static_cast<int64_t>(pos.size()) == N, "rope_partial: ", pos.size(), " positions for ", N, " rows");
   DEGEN_ASSERT(rotary_dim % 2 == 0 && rotary_dim <= D, "rotary_dim ", rotary_dim, " for head dim ", D);
   const int m = rotary_dim / 2;
-  const std::vector<float> inv_freq = rope_inv_freq(rotary_dim, theta);
+  const std::vector<float> inv_freq =  // fault rope-freq-head-dim: the exponent counts head_dim
+      rope_inv_freq(rotary_dim, theta, numerics_.has(Fault::rope_freq_head_dim) ? static_cast<int>(D) : 0);
   cpu::dispatch(x.dtype, [&](auto zero) {
     using T = decltype(zero);
     T* p = x.data<T>();

@@ -15,7 +15,8 @@ void CudaBackend::rope_partial(Tensor& x, const std::vector<int64_t>& pos, int r
   DEGEN_ASSERT(static_cast<int64_t>(pos.size()) == N, "rope_partial: ", pos.size(), " positions for ", N, " rows");
   DEGEN_ASSERT(rotary_dim % 2 == 0 && rotary_dim <= D, "rotary_dim ", rotary_dim, " for head dim ", D);
   Tensor p = upload(pos, DType::i64, "rope positions");
-  Tensor f = upload(rope_inv_freq(rotary_dim, theta), DType::f32, "rope frequencies");
+  Tensor f = upload(rope_inv_freq(rotary_dim, theta, numerics_.has(Fault::rope_freq_head_dim) ? static_cast<int>(D) : 0),
+                    DType::f32, "rope frequencies");  // (fault rope-freq-head-dim: the exponent counts head_dim)
   cuda::with_act(x.dtype, "rope_partial", [&](auto a) {
     using T = decltype(a);
     cuda::rope_partial_cuda<T>(cuda::mptr<T>(x), p.data<int64_t>(), f.data<float>(), N, heads, D, rotary_dim,
@@ -72,7 +73,8 @@ Backend::AttnInputs CudaBackend::attn_inputs_launch(const Tensor& qg, const Tens
   DEGEN_ASSERT(static_cast<int64_t>(pos.size()) == N, "attn_inputs: ", pos.size(), " positions for ", N, " rows");
   DEGEN_ASSERT(rotary_dim % 2 == 0 && rotary_dim <= D, "rotary_dim ", rotary_dim, " for head dim ", D);
   Tensor p = upload(pos, DType::i64, "rope positions");
-  Tensor f = upload(rope_inv_freq(rotary_dim, theta), DType::f32, "rope frequencies");
+  Tensor f = upload(rope_inv_freq(rotary_dim, theta, numerics_.has(Fault::rope_freq_head_dim) ? static_cast<int>(D) : 0),
+                    DType::f32, "rope frequencies");  // (fault rope-freq-head-dim: the exponent counts head_dim)
   AttnInputs r;
   r.q = device_tensor({N, nq, D}, qg.dtype, "rmsnorm");
   r.gate = device_tensor({N, nq * D}, qg.dtype, "slice_cols");

@@ -7,10 +7,11 @@
 
 namespace degen {
 
-std::vector<float> Backend::rope_inv_freq(int rotary_dim, double theta) {
+std::vector<float> Backend::rope_inv_freq(int rotary_dim, double theta, int freq_dim) {
+  const float den = static_cast<float>(freq_dim > 0 ? freq_dim : rotary_dim);
   std::vector<float> inv_freq(static_cast<size_t>(rotary_dim / 2));
   for (int i = 0; i < rotary_dim / 2; ++i)
-    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / den);
   return inv_freq;
 }
 

@@ -210,7 +210,8 @@ class Backend {
   // numerics(): fault rope_interleaved.
   virtual void rope_partial(Tensor& x, const std::vector<int64_t>& pos, int rotary_dim, double theta) = 0;
   // ω_i = 1 / θ^(2i / R), i < R / 2, in fp32 (HF's inv_freq): every backend's RoPE rotates by these.
-  static std::vector<float> rope_inv_freq(int rotary_dim, double theta);
+  // freq_dim: the dims the exponent counts (rotary_dim; head_dim under fault rope_freq_head_dim).
+  static std::vector<float> rope_inv_freq(int rotary_dim, double theta, int freq_dim = 0);
   // The gated attention's inputs from its projections (spec §4.4 steps 1-4): qg [N, nq * 2D] (per
   // head [query | gate]) and k [N, nkv * D] -> q = rope(rmsnorm(query)) [N, nq, D], gate [N, nq * D],
   // k = rope(rmsnorm(k)) [N, nkv, D], with `kind` norms and rotate-half RoPE on `rotary_dim` dims.

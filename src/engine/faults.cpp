@@ -25,7 +25,7 @@ namespace {
 // When a fault cannot change a model (untestable there, not silently clean).
 const char* inert_head_mod(const ModelConfig& c) { return c.n_v == c.n_k ? "n_v = n_k, so j mod n_k = j / r" : nullptr; }
 const char* inert_qgate_split(const ModelConfig& c) { return c.n_q == 1 ? "one query head: both splits are the same" : nullptr; }
-const char* inert_rope_all_dims(const ModelConfig& c) {
+const char* inert_rope_all_dims(const ModelConfig& c) {  // (also rope-freq-head-dim's: R = head_dim)
   return c.rotary_dim == c.head_dim ? "RoPE already rotates every dim" : nullptr;
 }
 const char* inert_moe_no_renorm(const ModelConfig& c) {
@@ -43,6 +43,12 @@ const std::vector<FaultInfo>& fault_catalogue() {
       {Fault::rope_all_dims, "rope-all-dims", FaultSite::full_layer, "attn_q",
        "RoPE rotates all head_dim dims instead of the first R = head_dim * partial_rotary_factor",
        "spec §8 item 7: HF v5's default-RoPE init falls back to partial_rotary_factor 1.0 when the key is missing",
+       false, FaultApplied::op_flag, false, false, inert_rope_all_dims},
+      {Fault::rope_freq_head_dim, "rope-freq-head-dim", FaultSite::full_layer, "attn_q",
+       "RoPE rotates the first R dims, but with the frequencies of head_dim: 1/theta^(2i/head_dim), i < R/2, "
+       "instead of 1/theta^(2i/R) (slower rotation: positions blur with context)",
+       "pie #602 (real-bugs.md row 29: head_dim used for the frequencies of a partial rotary embedding; loops "
+       "with context)",
        false, FaultApplied::op_flag, false, false, inert_rope_all_dims},
       {Fault::norm_no_plus_one, "norm-no-plus-one", FaultSite::any_layer, "attn_norm",
        "zero-centred RMSNorm applied with weight w instead of (1 + w)",

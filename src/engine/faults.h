@@ -30,6 +30,7 @@ struct RunConfig;
 enum class Fault : uint8_t {
   rope_interleaved,         // op rope_partial: pairs (2i, 2i+1) instead of (i, i + R/2)
   rope_all_dims,            // engine: rope_partial with rotary_dim = head_dim
+  rope_freq_head_dim,       // op rope_partial: frequencies 1/θ^(2i/head_dim) on the first R dims
   norm_no_plus_one,         // engine: the layer's zero-centred norms with NormKind::plain
   gdn_norm_plus_one,        // op gated_rmsnorm: weight (1 + w)
   qgate_split,              // engine: q_proj output split as [all queries | all gates]
