@@ -63,6 +63,21 @@ std::string mtp_op_sentence(const CellSummary& s, json& j) {
              "hidden state and the draft logits (`mtp_in`: the MTP head's input and fc, then its layer). ");
 }
 
+// Where the named op is a step of a fused op of the engine's path (engine/fused_ops.h): that op and
+// its steps, and those the tested backend's kernel kept inside (the fault may be in any of them).
+std::string fused_op_sentence(const std::vector<SubopReport>& reps, const std::string& op) {
+  for (const auto& r : reps) {
+    if (r.first_break != op || !r.fused_op) continue;
+    std::string inside;
+    for (const std::string& s : r.inside) inside += cat(inside.empty() ? "" : ", ", "`", s, "`");
+    return cat("It is computed inside the fused op ", *r.fused_op,
+               inside.empty() ? std::string(". ")
+                              : cat("; the tested backend's kernel keeps ", inside,
+                                    " inside, so the fault may be there, in that order. "));
+  }
+  return "";
+}
+
 // The verdict's sentences for a fault with no toggle to bisect (localise.h), and its JSON.
 std::string shared_paragraph(const SharedLocalisation& s, json& j) {
   j["localisation"] = s.to_json();
@@ -101,7 +116,7 @@ std::string shared_paragraph(const SharedLocalisation& s, json& j) {
                "): with the golden input injected, every operation before it computes what the record's model computed. ");
     else
       p += cat("With the golden input injected at layer ", s.layer, ", the first operation over its noise floor is `", name,
-               "` (", step_words(*s.op), "). ");
+               "` (", step_words(*s.op), "). ", fused_op_sentence(s.subop, *s.op));
   } else if (!s.subop.empty()) {
     p += "No single operation of that layer breaks its floor against the reference on this checkpoint. ";
   }
@@ -129,7 +144,15 @@ std::string layer_op_sentences(const BisectOutcome& o, const GoldenRecord& rec, 
         if (row->err.nonfinite) p += cat(", ", row->err.nonfinite, " non-finite values");
       }
       p += ". ";
-      j["named_ops"].push_back({{"layer", l}, {"op", *op}});
+      p += fused_op_sentence(reps, *op);
+      json named = {{"layer", l}, {"op", *op}};
+      for (const auto& r : reps)
+        if (r.first_break == *op && r.fused_op) {
+          named["fused_op"] = *r.fused_op;
+          named["inside_fused_op"] = r.inside;
+          break;
+        }
+      j["named_ops"].push_back(named);
     } else {
       p += cat("At layer ", l, " no single operation breaks its floor with golden inputs in the first positions; ",
                "the error shows only over longer runs. ");
