@@ -231,6 +231,14 @@ for name in tiny-qwen35 tiny-qwen35-r3 tiny-qwen35-moe tiny-qwen3next; do
   expect_exit 0 "$BIN" compare --golden "$SRC/golden/$name/smoke" --model "$WORK/shipped/$name" --no-decode
   expect_out "verdict: "
 done
+# A record made by an earlier writer (tests/fixtures/records: golden/tiny-qwen35/smoke as committed
+# before scripts/regen-golden.sh, without manifest_sha256, tensor_digests and lse_pad) still opens
+# and compares as it did: good, with the note that its manifest has no checksum of its own.
+old="$SRC/tests/fixtures/records/tiny-qwen35-smoke-pre-checksum"
+expect_exit 0 "$BIN" compare --golden "$old" --model "$WORK/shipped/tiny-qwen35" --no-decode --case two-plus-two \
+  --case repeated-pattern
+expect_out "verdict: good (exit 0)"
+expect_out "note: the record's manifest.json has no checksum of its own"
 # A bf16 configuration with two harmless toggles (make demo's bisect patch confirmation): generation
 # is checked against teacher forcing taken in its own order, so bf16 rounding of another order does
 # not make it bad (it did: 'free-running logits differ ... 4.65e-03 > 3.86e-03' on repeated-pattern).
