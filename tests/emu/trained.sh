@@ -9,8 +9,14 @@ G=$SRC/golden/tiny-trained
 # recall-after-story (146 tokens) runs on the CPU path in cli:trained, and prompts across GDN chunks
 # on backend=cuda in cuda-emu:compare-shipped-models (repeated-pattern, 91 tokens)
 expect_exit 0 "$BIN" -q compare --golden "$G/smoke" --model "$M" --config backend=cuda \
-  --case two-plus-two --case story-sampled
+  --case two-plus-two --case story-sampled --json "$WORK/compare.json"
 expect_out "verdict: good"
+# observing the layers changes nothing on the CUDA path (diag/observation.h): bit-equal logits
+python3 - "$WORK/compare.json" <<'PY' || fail "the observed run's logits differ from the unobserved run's"
+import json, sys
+o = json.load(open(sys.argv[1]))["cases"][0]["observation"]
+assert o["equal"] and o["differing"] == 0 and o["values"] > 0 and o["steps_observed"] > 0, o
+PY
 expect_exit 0 "$BIN" -q eval --model "$M" --config backend=cuda --limit 8 --mtp-max 1
 cat "$WORK/out"
 expect_out "within 2 points (or one item) of the reference"
