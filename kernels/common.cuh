@@ -61,7 +61,13 @@ __device__ __forceinline__ float warp_max(float v) {
 
 // Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
 // `scratch` holds 32 floats of shared memory; the function synchronises the block.
+// note: the CUDA emulator computes both butterflies at one meeting point of the block
+// (::emu::block_reduce): bit for bit the same values, one switch per thread instead of four.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
+#ifdef DEGEN_CUDA_EMU_WARP_REDUCE
+  (void)scratch;
+  return ::emu::block_reduce(v, ::emu::WarpReduce::sum, "block_sum (warp butterflies, __syncthreads)");
+#else
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
   v = warp_sum(v);
   __syncthreads();  // scratch may still be read by a previous call
@@ -69,8 +75,13 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   __syncthreads();
   float t = lane < nw ? scratch[lane] : 0.0f;
   return warp_sum(t);
+#endif
 }
 __device__ __forceinline__ float block_max(float v, float* scratch) {
+#ifdef DEGEN_CUDA_EMU_WARP_REDUCE
+  (void)scratch;
+  return ::emu::block_reduce(v, ::emu::WarpReduce::max, "block_max (warp butterflies, __syncthreads)");
+#else
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
   v = warp_max(v);
   __syncthreads();
@@ -78,6 +89,7 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   __syncthreads();
   float t = lane < nw ? scratch[lane] : -INFINITY;
   return warp_max(t);
+#endif
 }
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }

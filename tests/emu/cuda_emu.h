@@ -74,6 +74,14 @@ void sync_warp_gather(const void* mine, unsigned size, void* all, const char* op
 // (tests/emu/test_emu.cu), for one switch per lane instead of five.
 enum class WarpReduce : unsigned { sum, max };
 float warp_reduce(float v, WarpReduce kind, const char* op);
+// A block reduction of one float per thread as kernels/common.cuh's block_sum / block_max compute
+// it: each warp's butterfly (as warp_reduce), lane 0's result per warp, then every warp's butterfly
+// over (lane < warps ? that warp's result : 0 or -inf). Every thread of the block must arrive: it is
+// a barrier (as the two __syncthreads of block_sum); both butterflies are then computed at that one
+// meeting point, in the same order, so each thread gets the value block_sum would give it, bit for
+// bit (tests/emu/test_emu.cu), for one switch per thread instead of two barriers and two warp
+// meetings. blockDim must be a multiple of 32, as block_sum requires.
+float block_reduce(float v, WarpReduce kind, const char* op);
 // Fails the running launch with this message (the kernel runs on; the launch reports it).
 void kernel_error(const std::string& msg);
 

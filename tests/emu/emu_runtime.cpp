@@ -491,6 +491,11 @@ constexpr size_t kSmemAlign = 128;  // dynamic shared memory's alignment here
 constexpr unsigned kGather = 0xfffffffeu;
 constexpr unsigned kReduceSum = 0xfffffffdu;
 constexpr unsigned kReduceMax = 0xfffffffcu;
+// Fiber::xsrc of a thread waiting at a block barrier: a plain __syncthreads, or a block reduction
+// (block_reduce); a barrier's threads must all wait at the same one.
+constexpr unsigned kBarrier = 0u;
+constexpr unsigned kBlockSum = 0xfffffffbu;
+constexpr unsigned kBlockMax = 0xfffffffau;
 // The kind of warp operation an xsrc stands for: a shuffle (any lane or the unemulated mask) is 0.
 inline unsigned warp_kind(unsigned xsrc) { return xsrc >= kReduceMax && xsrc != 0xffffffffu ? xsrc : 0; }
 
@@ -659,16 +664,21 @@ void copy_value(void* dst, const void* src, unsigned size) {
 
 // Exchanges the values of warp lanes lo..hi (all waiting at one warp operation whose sizes and
 // sources were checked) and makes them runnable again.
+// The butterfly of warp_sum / warp_max (cuda_emu.h warp_reduce) over v, in place: at offsets 16, 8,
+// 4, 2, 1 every lane combines its value with lane (l ^ offset)'s, its own first.
+void butterfly(float* v, bool sum) {
+  float w[32];
+  for (unsigned o = 16; o > 0; o >>= 1) {
+    for (unsigned l = 0; l < 32; ++l) w[l] = sum ? v[l] + v[l ^ o] : fmaxf(v[l], v[l ^ o]);
+    std::memcpy(v, w, sizeof w);
+  }
+}
+
 void exchange_and_release(unsigned lo, unsigned hi, unsigned size, unsigned kind) {
   if (kind == kReduceSum || kind == kReduceMax) {
-    // the butterfly of warp_sum / warp_max (cuda_emu.h warp_reduce): at offsets 16, 8, 4, 2, 1 every
-    // lane combines its value with lane (l ^ offset)'s, its own first
-    float v[32], w[32];
+    float v[32];
     for (unsigned i = 0; i < 32; ++i) std::memcpy(&v[i], &g_fibers[lo + i].xin, sizeof(float));
-    for (unsigned o = 16; o > 0; o >>= 1) {
-      for (unsigned l = 0; l < 32; ++l) w[l] = kind == kReduceSum ? v[l] + v[l ^ o] : fmaxf(v[l], v[l ^ o]);
-      std::memcpy(v, w, sizeof v);
-    }
+    butterfly(v, kind == kReduceSum);
     for (unsigned i = lo; i < hi; ++i) std::memcpy(g_fibers[i].xout, &v[i - lo], sizeof(float));
   } else if (kind == kGather) {  // every lane receives every lane's bytes, in lane order
     for (unsigned i = lo; i < hi; ++i)
@@ -760,6 +770,41 @@ bool release_warps(Run& r, unsigned n) {
   return released;
 }
 
+// Every live thread of the block waits at a barrier: checks that they wait at the same kind (a plain
+// __syncthreads or one block_reduce), computes a block reduction (block_sum's two butterflies, in
+// its order) and makes them runnable. False on a mismatch (the error set in r).
+bool release_block(Run& r, unsigned n) {
+  const unsigned kind = g_fibers[0].xsrc;
+  const char* op = g_fibers[0].xop;
+  for (unsigned i = 1; i < n; ++i)
+    if (g_fibers[i].xsrc != kind || (kind != kBarrier && g_fibers[i].xop != op)) {
+      const auto name = [](const Fiber& f) { return std::string(f.xsrc == kBarrier ? "__syncthreads" : f.xop); };
+      set_error(r, "threads of one block wait at different barriers: thread 0 at " + name(g_fibers[0]) + ", thread " +
+                       std::to_string(i) + " at " + name(g_fibers[i]));
+      return false;
+    }
+  if (kind == kBlockSum || kind == kBlockMax) {
+    if (n % 32 != 0 || r.block.y != 1 || r.block.z != 1) {
+      set_error(r, std::string(op) + " in a block of " + std::to_string(n) +
+                       " threads (block_sum needs a one-dimensional block of whole warps)");
+      return false;
+    }
+    const bool sum = kind == kBlockSum;
+    const unsigned nw = n / 32;
+    float t[32], v[32];
+    for (unsigned l = 0; l < 32; ++l) t[l] = sum ? 0.0f : -INFINITY;
+    for (unsigned w = 0; w < nw; ++w) {  // each warp's butterfly; lane 0's value is the warp's
+      for (unsigned l = 0; l < 32; ++l) std::memcpy(&v[l], &g_fibers[w * 32 + l].xin, sizeof(float));
+      butterfly(v, sum);
+      t[w] = v[0];
+    }
+    butterfly(t, sum);  // every warp reduces the same 32 values: the same result per lane
+    for (unsigned i = 0; i < n; ++i) std::memcpy(g_fibers[i].xout, &t[i % 32], sizeof(float));
+  }
+  for (unsigned i = 0; i < n; ++i) g_fibers[i].st = kRun;
+  return true;
+}
+
 void run_block_fibers(Run& r) {
   const unsigned n = r.block.x * r.block.y * r.block.z;
   ensure_fibers(n);
@@ -799,7 +844,7 @@ void run_block_fibers(Run& r) {
                          " threads exited while the others wait at __syncthreads (a barrier not every thread reaches)");
         return;
       }
-      for (unsigned i = 0; i < n; ++i) g_fibers[i].st = kRun;
+      if (!release_block(r, n)) return;
       continue;
     }
     set_error(r, std::to_string(at_barrier) + " threads wait at __syncthreads and " + std::to_string(at_shuffle) +
@@ -867,8 +912,26 @@ void sync_block() {
     set_error(*r, "__syncthreads in a block after block 0 ran without one (data-dependent barrier)");
     return;
   }
+  r->cur->xsrc = kBarrier;
   r->cur->st = kBlockWait;
   yield_fiber(*r);
+}
+
+float block_reduce(float v, WarpReduce kind, const char* op) {
+  Run* r = tl_run;
+  if (r->direct) {
+    set_error(*r, std::string(op) + " in a block after block 0 ran without one (data-dependent barrier)");
+    return v;
+  }
+  float out = 0;
+  Fiber& f = *r->cur;
+  copy_value(&f.xin, &v, sizeof v);
+  f.xout = &out;
+  f.xsrc = kind == WarpReduce::sum ? kBlockSum : kBlockMax;
+  f.xop = op;
+  f.st = kBlockWait;
+  yield_fiber(*r);
+  return out;
 }
 
 void sync_warp_exchange(const void* v, void* out, unsigned size, unsigned src_lane, const char* op) {

@@ -44,6 +44,45 @@ __global__ void warp_reductions(const float* x, float* out) {
   o4[3] = degen::cuda::warp_max(v);
 }
 
+// block_sum / block_max as the emulator computes them (one meeting point, ::emu::block_reduce)
+// against the code they stand for (kernels/common.cuh without the emulator: shuffles, scratch,
+// two __syncthreads), which the emulator runs as written here, on the same values.
+__global__ void block_reductions(const float* x, float* out) {
+  __shared__ float scratch[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  const float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+  float s = v, m = v;
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = s;
+  __syncthreads();
+  s = lane < nw ? scratch[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __syncthreads();
+  if (lane == 0) scratch[warp] = m;
+  __syncthreads();
+  m = lane < nw ? scratch[lane] : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float* o4 = out + 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+  o4[0] = s;
+  o4[1] = degen::cuda::block_sum(v, scratch);
+  o4[2] = m;
+  o4[3] = degen::cuda::block_max(v, scratch);
+}
+
+__global__ void divergent_block_sum(float* out) {  // a thread that returns never reaches the barrier
+  __shared__ float scratch[32];
+  if (threadIdx.x == 40) return;
+  out[threadIdx.x] = degen::cuda::block_sum(1.0f, scratch);
+}
+
+__global__ void block_sum_beside_barrier(float* out) {  // half the block at another barrier
+  __shared__ float scratch[32];
+  if (threadIdx.x < 32) __syncthreads();
+  else out[threadIdx.x] = degen::cuda::block_sum(1.0f, scratch);
+}
+
 __global__ void divergent_warp_sum(float* out) {
   if (threadIdx.x % 32 >= 20) return;
   out[threadIdx.x] = degen::cuda::warp_sum(1.0f);
@@ -233,6 +272,43 @@ TEST_CASE("emu: warp_sum and warp_max at one meeting point equal their five shuf
   // every lane must arrive, as at the shuffles
   Buf d(1024);
   divergent_warp_sum<<<1, 64>>>(d.as<float>());
+  CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE("emu: block_sum and block_max at one meeting point give the bits of shuffles and barriers") {
+  for (int threads : {32, 96, 256, 1024}) {
+    CAPTURE(threads);
+    const int blocks = 3, n = blocks * threads;
+    std::vector<float> x(static_cast<size_t>(n));
+    uint32_t seed = 12345u + static_cast<uint32_t>(threads);
+    for (float& v : x) {  // magnitudes over many binades: a different order of sums would show
+      seed = seed * 1664525u + 1013904223u;
+      v = std::ldexp(float(seed >> 8) / float(1 << 24) - 0.5f, int(seed % 23) - 11);
+    }
+    Buf dx(size_t(n) * 4), dy(size_t(n) * 16);
+    REQUIRE(cudaMemcpy(dx.p, x.data(), size_t(n) * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+    for (bool rev : {false, true}) {
+      emu::set_reverse_order(rev);
+      block_reductions<<<blocks, threads>>>(dx.as<float>(), dy.as<float>());
+      REQUIRE(cudaGetLastError() == cudaSuccess);
+      const auto y = down(dy.as<float>(), size_t(n) * 4);
+      int same = 0;
+      for (int i = 0; i < n; ++i) {
+        const float* r = &y[size_t(i) * 4];
+        same += std::memcmp(&r[0], &r[1], 4) == 0 && std::memcmp(&r[2], &r[3], 4) == 0;
+      }
+      CHECK(same == n);
+      CHECK(y[0] != y[size_t(4) * threads]);  // two blocks, two sums
+    }
+    emu::set_reverse_order(false);
+  }
+  // every thread must arrive, and at the same barrier
+  Buf d(4096);
+  divergent_block_sum<<<1, 64>>>(d.as<float>());
+  CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  block_sum_beside_barrier<<<1, 64>>>(d.as<float>());
   CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
   CHECK(cudaGetLastError() == cudaSuccess);
 }
