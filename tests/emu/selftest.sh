@@ -1,7 +1,13 @@
 # selftest on backend=cuda, on the CUDA emulator (tests/emu; not a GPU): every catalogue fault the
-# model can host is injected into the CUDA kernels at two or more layers and must be named (layer
-# and op) by bisect, against the committed golden records: every fault on tiny-qwen35; the GDN
-# faults whose head mapping r = 3 changes on tiny-qwen35-r3; the MoE fault on tiny-qwen35-moe.
+# model can host is injected into the CUDA kernels and must be named (layer and op) by bisect,
+# against the committed golden records: every fault on tiny-qwen35 at one layer of each kind it
+# can act on; the GDN faults whose head mapping r = 3 changes on tiny-qwen35-r3 and the MoE fault on
+# tiny-qwen35-moe at two. One layer on tiny-qwen35 (issue 43): which layers a fault acts on and how
+# bisect narrows them is the engine's and the bisector's, the same code on every backend, checked
+# at two layers of each kind on every shipped model by cli:selftest; what only this test shows is
+# that each fault's CUDA implementation is caught and named, which one layer shows. (The observed
+# passes now run the fused decode kernels, which the emulator runs about 1.3x slower than the split
+# ops an observer used to switch to.)
 # note: on the MoE models a bf16 base (backend=cuda, or the CPU's precision=bf16, which gives the
 # same rows) flips near-tied routing decisions: tp=2 alone is then "bad" against the tp=1 noise
 # floors, and small faults drown in that noise. That is the tool's limit on these random models,
@@ -17,7 +23,7 @@ run_selftest() {  # MODEL [selftest options]
   cat "$WORK/out"
   expect_out "0 fail"
 }
-run_selftest tiny-qwen35
+run_selftest tiny-qwen35 --layers-per-kind 1
 run_selftest tiny-qwen35-r3 --fault gdn-head-mod --fault gdn-read-before-decay --fault conv-window-stuck
 run_selftest tiny-qwen35-moe --fault moe-no-renorm
 echo ok
