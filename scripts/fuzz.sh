@@ -10,6 +10,7 @@
 #   --runs N     at most N executions per target (default: no limit; the time limit still applies)
 #   --jobs N     targets run at once (default: nproc)
 #   --build DIR  the fuzz build folder (default build-fuzz)
+#   --build-only build the targets and stop (.ci/run builds them beside ctest, niced, and runs them after)
 #   TARGET       some of: safetensors config tokenizer encode cases golden_manifest golden_data
 #                run_config sweep_matrix sweep_results replay report (default: all)
 #
@@ -22,6 +23,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER=60
 RUNS=-1
 JOBS="$(nproc 2>/dev/null || echo 2)"
+BUILD_ONLY=0
 B=build-fuzz
 targets=()
 while [ $# -gt 0 ]; do
@@ -30,8 +32,9 @@ while [ $# -gt 0 ]; do
     --runs) RUNS="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
     --build) B="$2"; shift 2 ;;
+    --build-only) BUILD_ONLY=1; shift ;;
     -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "fuzz.sh: unknown option '$1' (expected --seconds, --runs, --jobs, --build or a target name)" >&2; exit 2 ;;
+    -*) echo "fuzz.sh: unknown option '$1' (expected --seconds, --runs, --jobs, --build, --build-only or a target name)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -72,6 +75,7 @@ if ! cmake --build "$B" -j"$JOBS" --target $(printf 'fuzz_%s ' "${targets[@]}") 
   exit 1
 fi
 echo "fuzz: built ${#targets[@]} targets in $(($(date +%s) - t0)) s"
+[ "$BUILD_ONLY" = 1 ] && exit 0
 
 rm -rf "$B/seeds"
 python3 tests/fuzz/make_seeds.py "$B/seeds"
