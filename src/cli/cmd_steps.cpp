@@ -1,7 +1,7 @@
 // `degenbisect steps`: the trace steps of the forward pass (engine/trace.h) in forward order, what each
 // holds, and the fused op of the engine's path that computes it in a GDN layer and in a gated-attention
 // layer (engine/fused_ops.h): the words bisect, localise and `run --dump` name a step with. A step inside
-// a fused op is written by the op when the layer is observed; where a GPU kernel keeps it in registers,
+// a fused op is written by the op when the layer is observed; where a GPU kernel keeps it inside,
 // localisation names the fused op and its steps instead (docs/architecture.md, "Observation").
 #include <cstdio>
 #include <string>

@@ -298,8 +298,8 @@ class Backend {
   // writes to it the values it computes on the way (the normed input of a product, attention's q
   // and k after RoPE, the GDN conv output, the gated input of an output projection, a product
   // before its residual add), when it computes them, without changing what it computes: the
-  // observed run is the run that is not observed. A backend whose kernel keeps such a value in
-  // registers writes nothing; the step is then internal to the fused op, and localisation names
+  // observed run is the run that is not observed. A backend whose kernel keeps such a value inside
+  // (shared memory, registers) writes nothing; the step is then internal to the fused op, and localisation names
   // the op and its steps (engine/fused_ops.h). The default compositions below write every role.
   enum class TapRole : uint8_t { normed_input, attn_q, attn_k, gdn_conv, gated, product };
   struct TapSink {
