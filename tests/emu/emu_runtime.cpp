@@ -879,6 +879,16 @@ __attribute__((always_inline)) inline void wait_at_warp(Run& r, void* out, unsig
   r.synced = true;  // the round may end with every warp released on the way (yield_fiber)
   yield_fiber(r);
 }
+// The running fiber waits at a block barrier: a plain __syncthreads (kBarrier) or a block reduction
+// (kBlockSum, kBlockMax: its result goes to out) until every thread of the block meets (release_block).
+__attribute__((always_inline)) inline void wait_at_block(Run& r, unsigned kind, void* out, const char* op) {
+  Fiber& f = *r.cur;
+  f.xout = out;
+  f.xsrc = kind;
+  f.xop = op;
+  f.st = kBlockWait;
+  yield_fiber(r);
+}
 }  // namespace
 
 void sync_warp_gather(const void* mine, unsigned size, void* all, const char* op) {
@@ -912,9 +922,7 @@ void sync_block() {
     set_error(*r, "__syncthreads in a block after block 0 ran without one (data-dependent barrier)");
     return;
   }
-  r->cur->xsrc = kBarrier;
-  r->cur->st = kBlockWait;
-  yield_fiber(*r);
+  wait_at_block(*r, kBarrier, nullptr, "__syncthreads");
 }
 
 float block_reduce(float v, WarpReduce kind, const char* op) {
@@ -924,13 +932,8 @@ float block_reduce(float v, WarpReduce kind, const char* op) {
     return v;
   }
   float out = 0;
-  Fiber& f = *r->cur;
-  copy_value(&f.xin, &v, sizeof v);
-  f.xout = &out;
-  f.xsrc = kind == WarpReduce::sum ? kBlockSum : kBlockMax;
-  f.xop = op;
-  f.st = kBlockWait;
-  yield_fiber(*r);
+  copy_value(&r->cur->xin, &v, sizeof v);
+  wait_at_block(*r, kind == WarpReduce::sum ? kBlockSum : kBlockMax, &out, op);
   return out;
 }
 

@@ -83,6 +83,17 @@ __global__ void block_sum_beside_barrier(float* out) {  // half the block at ano
   else out[threadIdx.x] = degen::cuda::block_sum(1.0f, scratch);
 }
 
+// Of n records of 4 floats (a reference, the emulator's value, a reference, the emulator's value),
+// how many have both pairs equal bit for bit.
+int pairs_bit_equal(const std::vector<float>& y, int n) {
+  int same = 0;
+  for (int i = 0; i < n; ++i) {
+    const float* r = &y[size_t(i) * 4];
+    same += std::memcmp(&r[0], &r[1], 4) == 0 && std::memcmp(&r[2], &r[3], 4) == 0;
+  }
+  return same;
+}
+
 __global__ void divergent_warp_sum(float* out) {
   if (threadIdx.x % 32 >= 20) return;
   out[threadIdx.x] = degen::cuda::warp_sum(1.0f);
@@ -260,12 +271,7 @@ TEST_CASE("emu: warp_sum and warp_max at one meeting point equal their five shuf
     warp_reductions<<<4, 64>>>(dx.as<float>(), dy.as<float>());
     REQUIRE(cudaGetLastError() == cudaSuccess);
     const auto y = down(dy.as<float>(), size_t(n) * 4);
-    int same = 0;
-    for (int i = 0; i < n; ++i) {
-      const float* r = &y[size_t(i) * 4];
-      same += std::memcmp(&r[0], &r[1], 4) == 0 && std::memcmp(&r[2], &r[3], 4) == 0;
-    }
-    CHECK(same == n);
+    CHECK(pairs_bit_equal(y, n) == n);
     CHECK(y[0] != y[4 * 32]);  // two warps, two sums
   }
   emu::set_reverse_order(false);
@@ -293,12 +299,7 @@ TEST_CASE("emu: block_sum and block_max at one meeting point give the bits of sh
       block_reductions<<<blocks, threads>>>(dx.as<float>(), dy.as<float>());
       REQUIRE(cudaGetLastError() == cudaSuccess);
       const auto y = down(dy.as<float>(), size_t(n) * 4);
-      int same = 0;
-      for (int i = 0; i < n; ++i) {
-        const float* r = &y[size_t(i) * 4];
-        same += std::memcmp(&r[0], &r[1], 4) == 0 && std::memcmp(&r[2], &r[3], 4) == 0;
-      }
-      CHECK(same == n);
+      CHECK(pairs_bit_equal(y, n) == n);
       CHECK(y[0] != y[size_t(4) * threads]);  // two blocks, two sums
     }
     emu::set_reverse_order(false);
