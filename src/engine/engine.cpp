@@ -190,9 +190,7 @@ void Engine::offer_taps(Trace* tr, Backend::TapSink& sink, std::initializer_list
   for (auto& [role, t] : sink.got)
     for (const auto& [r, step] : roles) {
       if (r != role) continue;
-      const uint8_t* before = t.storage.get();
-      tap(tr, step, l, t, b, mtp);
-      if (t.storage.get() != before)
+      if (tap_replaced(tr, step, l, t, b, mtp))
         input_error("trace observer replaced ", mtp ? "mtp." : "", trace_name(step, l), ", a step inside the fused op ", op,
                     ": it can be read there, not replaced (replace the op's input or output)");
     }
