@@ -3,12 +3,14 @@
 // answer), the token count and tokens/s. `--check-weights` scans every tensor for NaN/Inf.
 // --config is a full RunConfig (DESIGN.md §5): the backend comes from make_backend, the per-layer
 // toggles and faults from engine_options, MTP drafting from mtp_options, batch=1|all decides
-// whether the prompts are generated one at a time or as one batch.
+// whether the prompts are generated one at a time or as one batch (batch=N: groups of N, decoded in
+// padded steps of N rows); prefill_chunk and prefix_cache shape the prefill (engine/serving.h).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "cli/command.h"
@@ -157,6 +159,10 @@ int run_run(const RunArgs& a) {
   go.mtp = mtp_options(rc, cfg);
   check_mtp_supported(eng, go.mtp);
   go.vocab_mask = mask.empty() ? nullptr : &mask;
+  go.serving = serving_options(rc, cfg);
+  std::optional<PrefixCache> cache;
+  if (go.serving.prefix_block > 0) cache.emplace(go.serving.prefix_block);
+  go.prefix_cache = cache ? &*cache : nullptr;
   // NaN/Inf logits: find the tensor responsible (check_weights throws naming it) or say so.
   bool warned = false;
   Trace watch;
@@ -178,6 +184,12 @@ int run_run(const RunArgs& a) {
   std::vector<GenerateResult> res;
   if (rc.batch == BatchMode::all) {
     res = generate(eng, prompts, go, &watch);
+  } else if (rc.batch == BatchMode::padded) {  // groups of N, each decoded in steps of N rows
+    for (size_t i = 0; i < prompts.size(); i += static_cast<size_t>(rc.batch_rows)) {
+      const size_t j = std::min(prompts.size(), i + static_cast<size_t>(rc.batch_rows));
+      go.first_case = static_cast<uint32_t>(i);
+      for (GenerateResult& r : generate(eng, {prompts.begin() + i, prompts.begin() + j}, go, &watch)) res.push_back(std::move(r));
+    }
   } else {  // one prompt at a time, each keeping its case index for the coupled sampler
     for (size_t i = 0; i < prompts.size(); ++i) {
       go.first_case = static_cast<uint32_t>(i);

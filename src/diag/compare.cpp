@@ -222,6 +222,14 @@ json MtpForcedResult::to_json() const {
           {"state_part", state_part}, {"pass", pass}};
 }
 
+json ServingCheck::to_json() const {
+  return {{"mechanism", mechanism}, {"what", what}, {"logits", logits ? logits_json(*logits) : json(nullptr)},
+          {"state_rel_l2", metrics::json_number(state_err)}, {"state_limit", state_limit},
+          {"state_layer", state_layer ? json(*state_layer) : json(nullptr)},
+          {"state_position", state_position ? json(*state_position) : json(nullptr)},
+          {"state_part", state_part}, {"pass", pass}};
+}
+
 json CaseResult::to_json() const {
   json layers_j = json::array();
   for (const LayerRow& l : layers) {
@@ -256,6 +264,8 @@ json CaseResult::to_json() const {
                                        : json(nullptr);
   j["mtp"] = mtp ? logits_json(*mtp) : json(nullptr);
   j["mtp_forced"] = mtp_forced ? mtp_forced->to_json() : json(nullptr);
+  j["serving"] = json::array();
+  for (const ServingCheck& c : serving) j["serving"].push_back(c.to_json());
   if (observation) j["observation"] = observation->to_json();
   j["generation"] = {{"tokens", gen.tokens},
                      {"stop_reason", gen.stop_reason},
@@ -460,6 +470,8 @@ struct CompareRun {
   std::unique_ptr<Backend> be;
   std::unique_ptr<Engine> eng;
   MtpOptions mtp;
+  ServingOptions so;                     // the serving mechanisms (engine/serving.h)
+  std::unique_ptr<PrefixCache> cache;    // prefix_cache: shared by the run's generations
   bool observation_check = true;  // the next case runs the observed-equals-unobserved check
   std::vector<uint8_t> mask;
   const std::vector<uint8_t>* maskp = nullptr;
@@ -477,6 +489,8 @@ struct CompareRun {
     eng = std::make_unique<Engine>(cfg, model.weights, *be, engine_options(opt.config));
     mtp = mtp_options(opt.config, cfg);
     check_mtp_supported(*eng, mtp);  // UntestableError: drafts asked of a checkpoint without MTP weights
+    so = serving_options(opt.config, cfg);
+    if (so.prefix_block > 0) cache = std::make_unique<PrefixCache>(so.prefix_block);
     if (tok) {
       mask = tok->padding_mask(V);
       stops = stop_token_ids(model.dir / "generation_config.json", *tok);
@@ -544,6 +558,8 @@ void generate_group(CompareRun& run, const std::vector<GenJob>& jobs, size_t i, 
   const int64_t V = run.V;
   GenerateOptions go = run.generate_options(jobs[i].sampling, jobs[i].max_new_tokens, jobs[i].ignore_stop, jobs[i].case_index);
   go.mtp = run.mtp;
+  go.serving = run.so;
+  go.prefix_cache = run.cache.get();
   std::vector<std::vector<int32_t>> prompts;
   for (size_t k = i; k < j; ++k) prompts.push_back(jobs[k].prompt);
   bool nonfinite = false;
@@ -559,7 +575,7 @@ void generate_group(CompareRun& run, const std::vector<GenJob>& jobs, size_t i, 
     if (!track) return;
     const int64_t Tp = static_cast<int64_t>(jobs[i].prompt.size());
     for (const TraceSeq& ts : ev.seqs)
-      for (int64_t r = 0; r < ts.rows; ++r)
+      for (int64_t r = 0; r < ts.rows && ts.seq == 0; ++r)  // (batch=N: the padding rows follow the sequence)
         if (ts.pos0 + r >= Tp - 1) seen[ts.pos0 + r] = topk_of_row(v.data() + (ts.row0 + r) * V, V, run.maskp, kGenTopK);
   };
   const auto g0 = clock::now();
@@ -603,8 +619,9 @@ void run_generations(CompareRun& run, const std::vector<size_t>& selected, std::
   size_t i = 0;
   while (i < jobs.size()) {
     size_t j = i + 1;
-    if (run.opt.config.batch == BatchMode::all)
-      while (j < jobs.size() && sampling_str(jobs[j].sampling) == sampling_str(jobs[i].sampling) &&
+    const size_t cap = run.opt.config.batch == BatchMode::padded ? static_cast<size_t>(run.opt.config.batch_rows) : jobs.size();
+    if (run.opt.config.batch != BatchMode::one)
+      while (j < jobs.size() && j - i < cap && sampling_str(jobs[j].sampling) == sampling_str(jobs[i].sampling) &&
              jobs[j].max_new_tokens == jobs[i].max_new_tokens && jobs[j].ignore_stop == jobs[i].ignore_stop &&
              jobs[j].case_index == jobs[j - 1].case_index + 1)
         ++j;
@@ -884,6 +901,15 @@ void forced_reasons(const CaseResult& cr, const GenerationResult& gen, std::vect
                       ") of layer ", *cr.mtp_forced->state_layer, " at length ", *cr.mtp_forced->state_position,
                       " differs from plain decode's: rel_l2 up to ", sci(cr.mtp_forced->state_err), " > ", sci(kMtpStateLimit),
                       " (", cr.mtp_forced->rollbacks, " rollbacks in ", cr.mtp_forced->rounds, " rounds)"));
+  for (const ServingCheck& c : cr.serving) {
+    if (c.state_layer)
+      bad.push_back(cat("serving (", c.mechanism, "): ", c.what, ": the GDN state (", c.state_part, ") of layer ",
+                        *c.state_layer, " at length ", *c.state_position, " differs from plain processing's: rel_l2 ",
+                        sci(c.state_err), " > ", sci(c.state_limit)));
+    if (c.logits && !c.logits->pass)
+      bad.push_back(cat("serving (", c.mechanism, "): ", c.what, ": the logits after it differ from plain processing's (",
+                        c.logits->kld.size(), " positions): mean KLD ", sci(c.logits->mean_kld), " > ", sci(c.logits->limit)));
+  }
   if (cr.mtp_forced && cr.mtp_forced->logits && !cr.mtp_forced->logits->pass)
     bad.push_back(cat("MTP draft/verify teacher-forced: the verify logits differ from plain decode's over the same tokens: ",
                       "mean KLD ", sci(cr.mtp_forced->logits->mean_kld), " > ", sci(cr.mtp_forced->logits->limit)));
@@ -930,6 +956,244 @@ void case_verdict(const CompareRun& run, const GoldenCase& g, bool nonfinite, Ge
 }
 
 // One case: its sequence, the forced and isolated runs, the consistency check and the verdict.
+// ---- the serving-state check (compare.h ServingCheck) ----
+
+// The GDN states (every rank's) of two states of the tested engine: the worst rel_l2 and the first
+// layer (then part) over `limit`.
+struct StateDiff {
+  double err = 0;
+  std::optional<int> layer;
+  std::string part;
+};
+StateDiff gdn_state_diff(Backend& be, const ModelConfig& cfg, const SeqState& a, const SeqState& b, double limit) {
+  StateDiff d;
+  std::vector<const SeqState*> xa{&a}, xb{&b};
+  for (size_t r = 0; r < a.peers.size() && r < b.peers.size(); ++r) {
+    xa.push_back(&a.peers[r]);
+    xb.push_back(&b.peers[r]);
+  }
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    if (cfg.layer_types[static_cast<size_t>(l)] != LayerKind::linear) continue;
+    for (size_t r = 0; r < xa.size(); ++r)
+      for (const char* part : {"S", "conv"}) {
+        const bool isS = part[0] == 'S';
+        const Tensor& ta = isS ? xa[r]->gdn[l].S : xa[r]->gdn[l].conv;
+        const Tensor& tb = isS ? xb[r]->gdn[l].S : xb[r]->gdn[l].conv;
+        if (ta.empty() || tb.empty()) continue;
+        const std::vector<float> x = be.to_host_f32(ta), y = be.to_host_f32(tb);
+        const metrics::TensorError e = metrics::tensor_error(std::span<const float>(x), std::span<const float>(y));
+        const double err = e.passes_nonfinite() ? e.rel_l2 : std::numeric_limits<double>::infinity();
+        d.err = std::max(d.err, err);
+        if (!(err <= limit) && !d.layer) {
+          d.layer = l;
+          d.part = part;
+        }
+      }
+  }
+  return d;
+}
+
+// Plain processing of a sequence on the tested engine (the prompt in one call, then one token per
+// call): the top-K of every logits row, and the state at the lengths asked for (a length inside the
+// prompt: a prefill of that many tokens, as plain processing of a shorter prompt).
+struct PlainRun {
+  std::map<int64_t, TopK> rows;        // p -> top-K of the logits after ext[0..p]
+  std::map<int64_t, SeqState> states;  // length -> state
+};
+PlainRun plain_run(CompareRun& run, const std::vector<int32_t>& ext, int64_t Tp, const std::set<int64_t>& at, int K) {
+  Engine& eng = *run.eng;
+  PlainRun pr;
+  ForwardOptions po;
+  po.logits = LogitsRows::last;
+  po.vocab_mask = run.maskp;
+  for (int64_t b : at)
+    if (b > 0 && b < Tp) {
+      SeqState s = eng.new_state();
+      eng.forward({SeqInput{&s, std::vector<int32_t>(ext.begin(), ext.begin() + b)}}, po);
+      pr.states.emplace(b, std::move(s));
+    }
+  SeqState st = eng.new_state();
+  auto step = [&](std::vector<int32_t> ids) {
+    ForwardOutput o = eng.forward({SeqInput{&st, std::move(ids)}}, po);
+    const std::vector<float> row = eng.backend().to_host_f32(o.logits);
+    pr.rows[st.pos - 1] = topk_of_row(row.data(), run.V, run.maskp, K);
+    if (at.count(st.pos)) pr.states.emplace(st.pos, eng.snapshot(st));
+  };
+  step(std::vector<int32_t>(ext.begin(), ext.begin() + Tp));
+  for (int64_t p = Tp; p < static_cast<int64_t>(ext.size()); ++p) step({ext[static_cast<size_t>(p)]});
+  return pr;
+}
+
+// One mechanism's check under way: the state comparisons and the judged rows.
+struct ServingProbe {
+  CompareRun& run;
+  const PlainRun& plain;
+  const std::vector<int32_t>& ext;
+  ServingCheck c;
+  std::vector<metrics::LogitPosition> pos;
+  void state_at(const SeqState& s, int64_t len) {
+    auto it = plain.states.find(len);
+    if (it == plain.states.end()) return;
+    const StateDiff d = gdn_state_diff(run.eng->backend(), run.cfg, s, it->second, c.state_limit);
+    c.state_err = std::max(c.state_err, d.err);
+    if (d.layer && !c.state_layer) {
+      c.state_layer = d.layer;
+      c.state_part = d.part;
+      c.state_position = len;
+    }
+  }
+  void row(const Tensor& logits, int64_t p) {  // the row after ext[0..p]
+    auto it = plain.rows.find(p);
+    if (it == plain.rows.end()) return;
+    const std::vector<float> v = run.eng->backend().to_host_f32(logits);
+    metrics::GoldenTopK gk{it->second.ids, it->second.logprobs, it->second.lse};
+    std::span<const uint8_t> ex;
+    if (run.maskp) ex = *run.maskp;
+    const int32_t next = p + 1 < static_cast<int64_t>(ext.size()) ? ext[static_cast<size_t>(p + 1)] : -1;
+    pos.push_back(metrics::compare_logits_topk(std::span<const float>(v), gk, next, ex, 10));
+  }
+  // Decodes ext[from..] one token per call from `s` (through `decode`), judging every row.
+  template <typename F>
+  void decode_rest(SeqState& s, int64_t from, F decode) {
+    for (int64_t p = from; p < static_cast<int64_t>(ext.size()); ++p) row(decode(s, ext[static_cast<size_t>(p)]), p);
+    state_at(s, static_cast<int64_t>(ext.size()));
+  }
+  ServingCheck finish(const std::optional<double>& kfloor) {
+    if (!pos.empty()) c.logits = logits_result(pos, kfloor, run.opt.rules.kld, run.opt.rules.fallback_kld);
+    c.pass = !c.state_layer && (!c.logits || c.logits->pass);
+    return std::move(c);
+  }
+};
+
+// The snapshot mechanism's cold pass: ext through the prefix cache (prompt prefill, then forced MTP
+// rounds or plain decode steps), storing every block boundary's snapshot.
+void snapshot_cold_pass(CompareRun& run, const std::vector<int32_t>& ext, int64_t Tp, const ServingOptions& so,
+                        PrefixCache& cache) {
+  Engine& eng = *run.eng;
+  const std::vector<int32_t> prompt(ext.begin(), ext.begin() + Tp);
+  SeqState st = eng.new_state();
+  ForwardOptions fo;
+  fo.logits = LogitsRows::last;
+  fo.vocab_mask = run.maskp;
+  const bool mtp = run.mtp.draft_tokens > 0 && eng.has_mtp();
+  TraceCapture prenorm(nullptr, Step::l_out, run.L - 1, false);
+  const bool capture = mtp && run.mtp.prenorm_hidden;
+  fo.keep_hidden = mtp && !capture;
+  HiddenSource hsrc = [&](const ForwardOutput& o) { return capture ? prenorm.got : o.hidden; };
+  PrefillOut po = serve_prefill(eng, {SeqInput{&st, prompt}}, fo, capture ? &prenorm.trace : nullptr, so, &cache,
+                                mtp ? &hsrc : nullptr);
+  if (!mtp) {
+    ForwardOptions d = fo;
+    d.keep_hidden = false;
+    for (int64_t p = Tp; p < static_cast<int64_t>(ext.size()); ++p) {
+      eng.forward({SeqInput{&st, {ext[static_cast<size_t>(p)]}}}, d);
+      store_decode_snapshots(eng, cache, st, ext, st.pos - 1, so);
+    }
+    return;
+  }
+  MtpForcing forcing;
+  forcing.sequence = ext;
+  MtpDecodeArgs a;
+  a.forcing = &forcing;
+  a.vocab_mask = run.maskp;
+  const int64_t n_new = static_cast<int64_t>(ext.size()) - Tp;
+  a.max_new_tokens = static_cast<int>(n_new);
+  a.mtp = run.mtp;
+  a.keep_before_rollback = !so.snapshot_drafts.empty();
+  std::vector<Tensor> hist{po.hidden.at(0)};
+  a.after_round = [&](const SeqState& s, const VerifyPass& vp, int m, int64_t P, const SeqState* before) {
+    hist.insert(hist.end(), vp.hidden.begin(), vp.hidden.begin() + m + 1);
+    const Tensor h = eng.backend().concat_rows(hist);
+    hist.assign(1, h);
+    store_decode_snapshots(eng, cache, s, ext, P, so, &vp, before, &h);
+  };
+  std::vector<int32_t> generated{ext[static_cast<size_t>(Tp)]};
+  if (n_new >= 2)
+    mtp_decode(eng, st, prompt, po.hidden.at(0), generated, a, [&](int32_t t, int64_t) {
+      generated.push_back(t);
+      return static_cast<int64_t>(generated.size()) < n_new;
+    });
+}
+
+// The serving mechanisms the configuration turns on, each against plain processing (ServingCheck).
+void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int32_t>& seq, CaseResult& cr) {
+  const ServingOptions& so = run.so;
+  const bool chunk = so.prefill_chunk > 0, snap = so.prefix_block > 0, slot = so.batch_rows > 0;
+  const int64_t Tp = cr.prompt_tokens, T = static_cast<int64_t>(seq.size());
+  if (!(chunk || snap || slot) || Tp < 1) return;
+  Engine& eng = *run.eng;
+  // The sequence, extended with the prompt's tokens where the checks need more decode steps: two
+  // block boundaries past the prompt, every MTP rollback depth, a few padded steps.
+  int64_t need = std::max<int64_t>(T, Tp + 4);
+  const int k = run.mtp.draft_tokens;
+  if (snap) need = std::max<int64_t>(need, (Tp / so.prefix_block + 3) * so.prefix_block + 1);
+  if (snap && k > 0) need = std::max<int64_t>(need, Tp + static_cast<int64_t>(k + 1) * (k + 2) / 2 + k + 2);
+  if (run.cfg.max_position_embeddings > 0) need = std::min<int64_t>(need, run.cfg.max_position_embeddings);
+  std::vector<int32_t> ext(seq);
+  for (int64_t i = 0; static_cast<int64_t>(ext.size()) < need; ++i) ext.push_back(seq[static_cast<size_t>(i % Tp)]);
+  const int64_t E = static_cast<int64_t>(ext.size());
+  std::set<int64_t> at{Tp, E};
+  for (int64_t b = so.prefix_block; snap && b <= E; b += so.prefix_block) at.insert(b);
+  const PlainRun plain = plain_run(run, ext, Tp, at, std::max(g.topk.K, 2));
+  const std::optional<CaseFloors>& floors = g.floors[run.fc];
+  const std::optional<double> kfloor = floors ? floors->kld[static_cast<int>(ForcedMode::decode)] : std::nullopt;
+  const double limit = run.opt.rules.serving_state[run.fc];
+  const std::vector<int32_t> prompt(ext.begin(), ext.begin() + Tp);
+  ForwardOptions fo;
+  fo.logits = LogitsRows::last;
+  fo.vocab_mask = run.maskp;
+  auto one = [&](SeqState& s, int32_t t) { return eng.forward({SeqInput{&s, {t}}}, fo).logits; };
+  if (chunk) {
+    ServingProbe p{run, plain, ext, {"chunk", cat("the prompt (", Tp, " tokens) prefilled in chunks of ", so.prefill_chunk)}};
+    p.c.state_limit = limit;
+    ServingOptions only = so;
+    only.prefix_block = only.batch_rows = 0;
+    SeqState st = eng.new_state();
+    PrefillOut po = serve_prefill(eng, {SeqInput{&st, prompt}}, fo, nullptr, only, nullptr);
+    p.state_at(st, Tp);
+    p.row(po.logits, Tp - 1);
+    p.decode_rest(st, Tp, one);
+    cr.serving.push_back(p.finish(kfloor));
+  }
+  if (slot) {
+    ServingProbe p{run, plain, ext, {"slot", cat("decode steps padded to ", so.batch_rows, " rows")}};
+    p.c.state_limit = limit;
+    ServingOptions only = so;
+    only.prefix_block = only.prefill_chunk = 0;
+    SeqState st = eng.new_state();
+    eng.forward({SeqInput{&st, prompt}}, fo);
+    std::vector<SeqState> pads;
+    p.decode_rest(st, Tp, [&](SeqState& s, int32_t t) {
+      return serve_decode_step(eng, {SeqInput{&s, {t}}}, fo, nullptr, only, pads).logits;
+    });
+    cr.serving.push_back(p.finish(kfloor));
+  }
+  if (snap) {
+    ServingOptions only = so;
+    only.prefill_chunk = only.batch_rows = 0;
+    PrefixCache cache(so.prefix_block);
+    snapshot_cold_pass(run, ext, Tp, only, cache);
+    ServingProbe p{run, plain, ext, {"snapshot", ""}};
+    p.c.state_limit = limit;
+    int64_t stored = 0;
+    for (int64_t b = so.prefix_block; b < E; b += so.prefix_block) {
+      auto [len, e] = cache.lookup(std::span(ext).first(static_cast<size_t>(b + 1)));
+      if (len != b) continue;
+      ++stored;
+      p.state_at(e->state, b);
+    }
+    auto [len, e] = cache.lookup(ext);
+    p.c.what = cat("prefix cache (blocks of ", so.prefix_block, "): ", stored, " snapshots of a cold pass",
+                   k > 0 && eng.has_mtp() ? cat(" through forced MTP rounds (mtp=", k, ")") : std::string(),
+                   ", then a warm pass from the ", len, "-token one");
+    if (e) {
+      SeqState st = eng.snapshot(e->state);
+      p.decode_rest(st, len, one);
+    }
+    cr.serving.push_back(p.finish(kfloor));
+  }
+}
+
 CaseResult compare_case(CompareRun& run, size_t index, GenerationResult& gen, bool nonfinite) {
   using clock = std::chrono::steady_clock;
   const auto c0 = clock::now();
@@ -952,6 +1216,7 @@ CaseResult compare_case(CompareRun& run, size_t index, GenerationResult& gen, bo
   }
   forced_and_isolated(run, g, seq, next, cr);
   mtp_forced_check(run, g, seq, cr);
+  serving_checks(run, g, seq, cr);
   if (run.observation_check) {  // once per run: a prefill observed and not (observation.h)
     run.observation_check = false;
     cr.observation = check_observation(*run.eng, seq, run.maskp, g.id);

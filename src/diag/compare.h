@@ -70,6 +70,9 @@ struct CompareRules {
   // prompt's last 4 tokens); the prefix bug of tests/llama/serving-state-bugs.patch by 0.04 to 13 nats
   // at step 0. 1e-5 sits 80x above the first and 4000x below the second.
   double probe_kld = 1e-5;
+  // The serving-state check's limit on a GDN state's rel_l2 against plain processing of the same
+  // tokens, by floor class ([FloorClass::bf16], [FloorClass::fp32]); see ServingCheck.
+  double serving_state[2] = {3e-2, 1e-4};
   metrics::DegenRules degen;
 };
 
@@ -211,6 +214,32 @@ struct MtpForcedResult {
   nlohmann::json to_json() const;
 };
 
+// compare's serving-state check (engine/serving.h; one per mechanism the configuration turns on): the
+// case's golden sequence through the mechanism on the tested engine, against plain processing of the
+// same tokens on the same engine (the prompt in one call, then one token per call):
+//  - chunk (prefill_chunk=N): the prompt prefilled in chunks; the state after it, then the decode rows;
+//  - snapshot (prefix_cache): a cold pass stores snapshots at every block boundary (under mtp > 0
+//    through forced MTP rounds, as the MTP check's, so drafts are rejected across boundaries), each
+//    snapshot against plain's state there, then a warm pass restores the longest and decodes the rest;
+//  - slot (batch=N): the continuation decoded in steps padded to N rows.
+// A GDN state (conv window, S) differing from plain's by more than the class's limit names the first
+// such layer; the rows after the mechanism are judged like the generation's consistency check.
+// The limits (rel_l2 of a GDN state): fp32 class 1e-4, the chunk and block boundaries of an fp32 path
+// being fp32 reorderings of the same sums (measured: see ServingStateLimit's comment in compare.cpp);
+// bf16 class 3e-2, a state stored in bf16 at a chunk boundary where plain prefill keeps it in registers.
+struct ServingCheck {
+  std::string mechanism;                   // "chunk", "snapshot", "slot"
+  std::string what;                        // what ran, in words
+  double state_err = 0;                    // worst rel_l2 of a GDN state against plain's
+  double state_limit = 0;
+  std::optional<int> state_layer;          // the first GDN layer over the limit (first position it happens)
+  std::optional<int64_t> state_position;   // the state's length there
+  std::string state_part;                  // "S" or "conv"
+  std::optional<LogitsResult> logits;      // the rows after the mechanism against plain's
+  bool pass = true;
+  nlohmann::json to_json() const;
+};
+
 struct CaseResult {
   std::string id;
   int64_t prompt_tokens = 0, positions = 0, stored_positions = 0;
@@ -220,6 +249,7 @@ struct CaseResult {
   std::optional<LogitsResult> logits[2];
   std::optional<LogitsResult> mtp;
   std::optional<MtpForcedResult> mtp_forced;  // mtp > 0 on a model with MTP weights
+  std::vector<ServingCheck> serving;           // one per serving mechanism the configuration turns on
   // The first case of a run: its logits observed and not, bit for bit (diag/observation.h).
   std::optional<ObservationCheck> observation;
   GenerationResult gen;

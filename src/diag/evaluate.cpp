@@ -23,6 +23,10 @@ CellSummary summarize_compare(const CompareResult& r) {
     if (c.mtp_forced && c.mtp_forced->state_layer)
       cj["mtp_rollback_state"] = {{"layer", *c.mtp_forced->state_layer}, {"position", *c.mtp_forced->state_position},
                                   {"part", c.mtp_forced->state_part}, {"rel_l2", metrics::json_number(c.mtp_forced->state_err)}};
+    for (const ServingCheck& sc : c.serving)
+      if (sc.state_layer && !cj.contains("serving_state"))
+        cj["serving_state"] = {{"mechanism", sc.mechanism}, {"layer", *sc.state_layer}, {"part", sc.state_part},
+                               {"position", *sc.state_position}, {"rel_l2", metrics::json_number(sc.state_err)}};
     bool main_pass = true;
     for (const auto& l : c.logits) main_pass = main_pass && (!l || l->pass);
     cj["main_logits_pass"] = main_pass && !c.first_break;
@@ -40,6 +44,24 @@ std::optional<MtpOp> mtp_culprit_op(const CellSummary& s) {
   for (const nlohmann::json& c : s.detail["cases"])
     if (c.value("mtp_drafts_pass", true) == false && c.value("main_logits_pass", false))
       return MtpOp{"mtp_in", -1, c.value("id", ""), nlohmann::json::object()};
+  return std::nullopt;
+}
+
+std::optional<ServingOp> serving_culprit(const CellSummary& s, const std::string& mechanism) {
+  if (mechanism == "rollback") {
+    auto m = mtp_culprit_op(s);
+    if (!m || m->op != "gdn_core") return std::nullopt;
+    const std::string part = m->evidence.value("part", "S");
+    return ServingOp{"rollback", part == "conv" ? "gdn_conv" : "gdn_core", m->layer, m->case_id};
+  }
+  if (!s.detail.contains("cases") || !s.detail["cases"].is_array()) return std::nullopt;
+  for (const nlohmann::json& c : s.detail["cases"]) {
+    if (!c.contains("serving_state") || !c["serving_state"].is_object()) continue;
+    const nlohmann::json& st = c["serving_state"];
+    if (st.value("mechanism", "") != mechanism) continue;
+    return ServingOp{mechanism, st.value("part", "S") == "conv" ? "gdn_conv" : "gdn_core", st.value("layer", -1),
+                     c.value("id", "")};
+  }
   return std::nullopt;
 }
 

@@ -24,6 +24,18 @@ struct MtpOp {
 };
 std::optional<MtpOp> mtp_culprit_op(const CellSummary& s);
 
+// The op, layer and serving mechanism a failing cell's serving-state check names (compare.h
+// ServingCheck): the first GDN layer whose state left plain processing's, op gdn_core (S) or gdn_conv
+// (the conv window), and the mechanism ("chunk", "snapshot", "slot"); for "rollback" the MTP
+// teacher-forced check's state (mtp_culprit_op). nullopt when no check named a layer.
+struct ServingOp {
+  std::string mechanism;
+  std::string op;
+  int layer = -1;
+  std::string case_id;
+};
+std::optional<ServingOp> serving_culprit(const CellSummary& s, const std::string& mechanism);
+
 // An evaluator that runs compare_golden with `base` options and the cell's configuration.
 // `rec`, `model` and `tok` must outlive it (the model is loaded once for every cell).
 CellEvaluator compare_evaluator(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, CompareOptions base,

@@ -114,7 +114,8 @@ std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& mode
       continue;
     }
     std::string frag = layer >= 0 ? cat("fault=", f->name, "@", layer) : cat("fault=", f->name);
-    if (f->needs_mtp) frag = "mtp=2," + frag;
+    if (f->needs) frag = cat(f->needs, ",", frag);  // the serving toggles its mechanism needs (mtp=2 among them)
+    else if (f->needs_mtp) frag = "mtp=2," + frag;
     if (f->needs_tp && base_rc.tp == 1) frag = "tp=2," + frag;  // needs ranks
     if (progress) std::fprintf(progress, "[%zu/%zu] %s\n", k, work.size(), frag.c_str());
     try {
@@ -148,6 +149,18 @@ std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& mode
         row.status = ok && ok_op ? "pass" : "fail";
         if (!ok) row.note = "wrong toggle named";
         else if (!ok_op) row.note = row.found_op.empty() ? "no MTP op named" : "wrong op";
+      } else if (f->mechanism) {
+        // A serving fault: the layer and op from the minimal bad run's serving-state check (or the MTP
+        // check's rolled-back state), and the mechanism it names.
+        const auto sop = serving_culprit(o.minimal_summary, f->mechanism);
+        if (sop) row.found_op = cat(sop->op, " (", sop->mechanism, ")");
+        const bool ok_layer = o.culprit_layers == std::vector<int>{layer} && sop && sop->layer == layer;
+        const bool ok_op = sop && sop->op == f->op;
+        row.status = ok_layer && ok_op ? "pass" : "fail";
+        if (!sop) row.note = cat("no ", f->mechanism, " check named a layer");
+        else if (!ok_layer) row.note = cat("wrong layer (bisect ", o.culprit_layers.size() == 1 ? o.culprit_layers[0] : -1,
+                                           ", ", sop->mechanism, " check ", sop->layer, ")");
+        else if (!ok_op) row.note = "wrong op";
       } else {
         if (o.culprit_layers.size() == 1) {
           auto reps = subop_analysis(rec, model, o.minimal_bad, o.culprit_layers[0], factory, 0, 64, &subop_cache);

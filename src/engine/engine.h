@@ -6,6 +6,7 @@
 // (numerics()) and handed to the backend before each layer (Backend::begin_layer).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,6 +90,13 @@ class Engine {
   SeqState new_state();                        // empty caches, zero conv windows and S (in their storage dtypes)
   SeqState snapshot(const SeqState& s);        // deep copy (MTP rollback)
   GdnCheckpoint checkpoint_gdn(const SeqState& s);  // deep copy of the GDN conv windows and S only
+  // fn(rank's backend, rank, layer, that rank's GDN state of the layer) for every GDN layer of every
+  // rank, each rank on its own thread at tp > 1: the serving mechanisms' state edits (engine/serving.h).
+  using GdnEdit = std::function<void(Backend& be, int rank, int layer, GdnState& g)>;
+  void edit_gdn(SeqState& s, const GdnEdit& fn);
+  // The same over two states of this engine at once (ga and gb: the same rank's parts).
+  using GdnEdit2 = std::function<void(Backend& be, int rank, int layer, GdnState& ga, GdnState& gb)>;
+  void edit_gdn2(SeqState& a, SeqState& b, const GdnEdit2& fn);
 
   // Runs every input's tokens through the model, updating the states.
   ForwardOutput forward(const std::vector<SeqInput>& inputs, const ForwardOptions& fo = {}, Trace* trace = nullptr);

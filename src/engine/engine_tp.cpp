@@ -67,6 +67,26 @@ GdnCheckpoint Engine::checkpoint_gdn(const SeqState& s) {
   return on_ranks<GdnCheckpoint>([&](Engine& e, int r) { return e.checkpoint_rank(rank_state(s, r, tp())); });
 }
 
+void Engine::edit_gdn(SeqState& s, const GdnEdit& fn) {
+  auto rank = [&](Engine& e, int r, SeqState& rs) {
+    for (int l = 0; l < static_cast<int>(rs.gdn.size()); ++l)
+      if (!rs.gdn[static_cast<size_t>(l)].S.empty()) fn(e.be_, r, l, rs.gdn[static_cast<size_t>(l)]);
+  };
+  if (peers_.empty()) return rank(*this, 0, s);
+  run_ranks(*group_, [&](int r) { rank(rank_engine(r), r, rank_state(s, r, tp())); });
+}
+
+void Engine::edit_gdn2(SeqState& a, SeqState& b, const GdnEdit2& fn) {
+  auto rank = [&](Engine& e, int r, SeqState& ra, SeqState& rb) {
+    DEGEN_ASSERT(ra.gdn.size() == rb.gdn.size(), "edit_gdn2: states of different models");
+    for (int l = 0; l < static_cast<int>(ra.gdn.size()); ++l)
+      if (!ra.gdn[static_cast<size_t>(l)].S.empty())
+        fn(e.be_, r, l, ra.gdn[static_cast<size_t>(l)], rb.gdn[static_cast<size_t>(l)]);
+  };
+  if (peers_.empty()) return rank(*this, 0, a, b);
+  run_ranks(*group_, [&](int r) { rank(rank_engine(r), r, rank_state(a, r, tp()), rank_state(b, r, tp())); });
+}
+
 ForwardOutput Engine::forward(const std::vector<SeqInput>& inputs, const ForwardOptions& fo, Trace* tr) {
   if (peers_.empty()) return forward_rank(inputs, fo, tr);
   if (inputs.empty()) input_error("forward: no sequences given");

@@ -28,6 +28,10 @@ const char* inert_qgate_split(const ModelConfig& c) { return c.n_q == 1 ? "one q
 const char* inert_rope_all_dims(const ModelConfig& c) {  // (also rope-freq-head-dim's: R = head_dim)
   return c.rotary_dim == c.head_dim ? "RoPE already rotates every dim" : nullptr;
 }
+const char* inert_not_interleaved_ba(const ModelConfig& c) {
+  return c.arch != Arch::qwen3_next ? "the checkpoint stores in_proj_b and in_proj_a apart (no interleaved in_proj_ba)"
+                                    : nullptr;
+}
 const char* inert_moe_no_renorm(const ModelConfig& c) {
   return !c.norm_topk_prob ? "this model does not renormalise (norm_topk_prob false)" : nullptr;
 }
@@ -116,6 +120,53 @@ const std::vector<FaultInfo>& fault_catalogue() {
        "sgl-project/sglang PR #20110 (Qwen3.5 MoE all-reduced by the block and again by the fused next-layer "
        "all-reduce: gibberish at TP 4/8)",
        false, FaultApplied::op_flag, true, false, nullptr},
+      {Fault::norm_double_plus_one, "norm-double-plus-one", FaultSite::any_layer, "attn_norm",
+       "zero-centred RMSNorm applied with weight (2 + w): the +1 shift added at conversion and again at run time",
+       "ml-explore/mlx-lm PR #1623 (real-bugs.md row 27: sanitize shifted the layers' and the final norms of "
+       "converted checkpoints that keep MTP tensors a second time: incoherent text; unscoped, the fault shifts "
+       "the final norm too); variants: jundot/omlx #3750 (the MTP pre-fc norms only: acceptance halved), "
+       "InternLM/lmdeploy #4790 (1 + w rounded to bf16)",
+       false, FaultApplied::op_flag, false, false, nullptr},
+      {Fault::mtp_concat_order, "mtp-concat-order", FaultSite::model, "mtp_in",
+       "MTP head: fc input concatenated as [hidden | embedding] instead of [embedding | hidden]",
+       "ml-explore/mlx-lm PR #1469 (Qwen3.5 MTPHead concatenated [hidden, embedding]: drafts ~0 % agreement with "
+       "the target); issue 44 cites Rapid-MLX #3371 (real-bugs.md row 30), whose merged fix is the hidden's stage "
+       "(post-norm, mtp-prenorm-hidden's class), not the order",
+       false, FaultApplied::engine_step, false, true, nullptr},
+      {Fault::tp_ba_midpoint_split, "tp-ba-midpoint-split", FaultSite::linear_layer, "gdn_b",
+       "tp > 1: Qwen3-Next's interleaved in_proj_ba (per key group [b | a]) split across ranks at its midpoint, as if "
+       "it were [all b | all a]: ranks read other heads' b and a",
+       "vllm-project/vllm PR #36242 (issue #35504; real-bugs.md row 25: Qwen3-Next wrong at TP > 1)",
+       false, FaultApplied::op_flag, true, false, inert_not_interleaved_ba},
+      {Fault::spec_stale_slot, "spec-stale-slot", FaultSite::linear_layer, "gdn_core",
+       "speculative decoding: after m > 0 accepted drafts the next step reads the GDN state of verify position 0 "
+       "(slot 0) instead of position m",
+       "vllm-project/vllm #39273 (PRs #40738, #52942, #56531; SGLang PR #26351 approximately; real-bugs.md rows 6-7)",
+       false, FaultApplied::engine_step, false, true, nullptr, "mtp=2", "rollback"},
+      {Fault::prefix_snapshot_drafts, "prefix-snapshot-drafts", FaultSite::linear_layer, "gdn_core",
+       "prefix caching with MTP: the GDN state stored for a block crossed during a verify pass is the state after "
+       "the whole pass, rejected drafts included, and later requests reuse it",
+       "vllm-project/vllm #43559 (PRs #48375, #57128, #43650; real-bugs.md row 4: -20 % accuracy with MTP)",
+       false, FaultApplied::engine_step, false, true, nullptr, "prefix_cache=on,mtp=2", "snapshot"},
+      {Fault::pad_slot_alias, "pad-slot-alias", FaultSite::linear_layer, "gdn_core",
+       "padded batch: a padding row's state slot aliases the first live sequence's, so the pad token's GDN update "
+       "lands in that sequence's state",
+       "NVIDIA/TensorRT-LLM PRs #13151, #9873; tokenspeed PR #700 (-1 pad index clamped to slot 0; real-bugs.md "
+       "rows 10-11)",
+       false, FaultApplied::engine_step, false, false, nullptr, "batch=4", "slot"},
+      {Fault::pad_updates_state, "pad-updates-state", FaultSite::linear_layer, "gdn_core",
+       "chunked prefill: the last chunk is padded to the chunk size and the pad tokens update the GDN state",
+       "huggingface/transformers #46190 (PR #46873); sgl-project/sglang PR #30974 (real-bugs.md rows 12, 20)",
+       false, FaultApplied::engine_step, false, false, nullptr, "prefill_chunk=8", "chunk"},
+      {Fault::chunk_state_twice, "chunk-state-twice", FaultSite::linear_layer, "gdn_core",
+       "chunked prefill: a chunk that continues a sequence counts its initial GDN state twice",
+       "vllm-project/vllm-ascend PR #11508 (real-bugs.md row 21)",
+       false, FaultApplied::engine_step, false, false, nullptr, "prefill_chunk=8", "chunk"},
+      {Fault::chunk_state_zero, "chunk-state-zero", FaultSite::linear_layer, "gdn_core",
+       "chunked prefill: a chunk that continues a sequence starts its scan from a zero GDN state",
+       "sparkinfer PR #1071 (real-bugs.md row 22: the prefill scan starts from zero when the sequence does not "
+       "start at 0)",
+       false, FaultApplied::engine_step, false, false, nullptr, "prefill_chunk=8", "chunk"},
   };
   return c;
 }
@@ -174,11 +225,26 @@ std::string layers_are(const std::vector<int>& layers, const char* kind) {
 }
 }  // namespace
 
+std::string missing_needs(const FaultInfo& f, const RunConfig& rc) {
+  if (!f.needs) return "";
+  static const RunConfig none;
+  const RunConfig want = parse_run_config(f.needs);
+  std::string missing;
+  for (const Toggle& t : toggles()) {
+    if (!t.fragment || t.fragment(want) == t.fragment(none)) continue;
+    if (t.fragment(rc) == t.fragment(none)) missing += cat(missing.empty() ? "" : ", ", t.key);
+  }
+  return missing;
+}
+
 void check_faults(const RunConfig& rc, const ModelConfig& cfg) {
   for (const FaultSpec& fs : rc.faults) {
     const FaultInfo* info = find_fault(fs.name);
     if (!info) input_error("unknown fault '", fs.name, "' (see `degenbisect faults`)");
     const std::string label = fs.name + fs.scope.str();
+    if (const std::string m = missing_needs(*info, rc); !m.empty())
+      throw UntestableError(cat("fault ", label, " lives in the ", info->mechanism ? info->mechanism : "serving",
+                                " mechanism, which is off here: it needs ", m, " (for example ", info->needs, ")"));
     if (info->site == FaultSite::model) {
       if (!fs.scope.all) input_error("fault ", label, ": a model-level fault takes no layer scope");
       if (info->needs_tp && rc.tp <= 1)

@@ -47,6 +47,16 @@ enum class Fault : uint8_t {
   tp_skip_last_allreduce,   // engine step (tp > 1): the last layer's FFN all-reduce skipped
   tp_gdn_no_allreduce,      // engine (tp > 1): the GDN out_proj partial sums are not all-reduced
   tp_moe_double_allreduce,  // engine (tp > 1): the MoE block output is all-reduced twice (x tp)
+  // From the public bug reports (../shared/spec/real-bugs.md, docs/faults.md):
+  norm_double_plus_one,     // engine: zero-centred norms with weight (2 + w): the +1 shift applied twice
+  mtp_concat_order,         // engine step (MTP head): fc input [hidden | embedding] instead of [embedding | hidden]
+  tp_ba_midpoint_split,     // engine (tp > 1): Qwen3-Next's interleaved in_proj_ba split at its midpoint
+  spec_stale_slot,          // engine step (spec_decode): after m > 0 accepted drafts the state of draft 0 is kept
+  prefix_snapshot_drafts,   // engine step (serving): a prefix-cache snapshot taken over rejected drafts
+  pad_slot_alias,           // engine step (serving): a padding row's state slot aliases a live sequence's
+  pad_updates_state,        // engine step (serving): the padded last prefill chunk's pad tokens update the state
+  chunk_state_twice,        // engine step (serving): a chunk's initial state counted twice
+  chunk_state_zero,         // engine step (serving): a chunk's scan starts from a zero state
   count
 };
 const char* fault_name(Fault f);                          // the catalogue name, "rope-interleaved"
@@ -86,6 +96,12 @@ struct FaultInfo {
   bool needs_mtp = false;   // a fault of MTP drafting: shows only with mtp > 0
   // Why the fault cannot change this model (e.g. gdn-head-mod where n_v = n_k), or nullptr.
   const char* (*inert_on)(const ModelConfig& cfg) = nullptr;
+  // The serving toggles the fault needs in order to act ("prefill_chunk=8"): the mechanism it lives
+  // in is off without them. check_faults makes a run without them untestable; selftest adds them.
+  const char* needs = nullptr;
+  // The serving mechanism the fault lives in (engine/serving.h): "chunk", "snapshot", "slot",
+  // "rollback"; nullptr for a fault of the forward pass. compare's serving-state check names it.
+  const char* mechanism = nullptr;
 };
 
 const std::vector<FaultInfo>& fault_catalogue();
@@ -100,5 +116,7 @@ bool fault_site_hosts(FaultSite site, const ModelConfig& cfg, int l, bool mtp);
 // anything on this model (e.g. gdn-head-mod when n_v = n_k) or needs what this run lacks
 // (tp-skip-last-allreduce without tensor parallelism).
 void check_faults(const RunConfig& rc, const ModelConfig& cfg);
+// The toggles of f.needs that `rc` leaves at their defaults ("prefill_chunk, mtp"), "" when none.
+std::string missing_needs(const FaultInfo& f, const RunConfig& rc);
 
 }  // namespace degen

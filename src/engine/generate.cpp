@@ -119,29 +119,55 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
   TraceCapture prenorm(trace, Step::l_out, cfg.num_layers - 1, false);
   const bool capture = mtp && opt.mtp.prenorm_hidden;
   fo.keep_hidden = mtp && !capture;
+  const ServingOptions& so = opt.serving;
+  PrefixCache* cache = opt.prefix_cache;
   auto t0 = clock::now();
-  ForwardOutput out = eng.forward(in, fo, capture ? &prenorm.trace : trace);
-  const double prefill = std::chrono::duration<double>(clock::now() - t0).count();
-  for (auto& r : res) r.prefill_seconds = prefill;
-  choose(out.logits);
+  std::vector<Tensor> prompt_hidden;  // MTP: each prompt's hidden rows
+  if (so.shapes_prefill()) {
+    HiddenSource hsrc = [&](const ForwardOutput& o) { return capture ? prenorm.got : o.hidden; };
+    PrefillOut po = serve_prefill(eng, in, fo, capture ? &prenorm.trace : trace, so, cache, mtp ? &hsrc : nullptr);
+    for (auto& r : res) r.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    prompt_hidden = std::move(po.hidden);
+    choose(po.logits);
+  } else {
+    ForwardOutput out = eng.forward(in, fo, capture ? &prenorm.trace : trace);
+    for (auto& r : res) r.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    for (size_t i = 0; mtp && i < n; ++i) {
+      std::vector<int64_t> rows(static_cast<size_t>(out.seqs[i].rows));
+      for (size_t t = 0; t < rows.size(); ++t) rows[t] = out.seqs[i].row0 + static_cast<int64_t>(t);
+      prompt_hidden.push_back(eng.backend().gather_rows(capture ? prenorm.got : out.hidden, rows));
+    }
+    choose(out.logits);
+  }
   fo.keep_hidden = false;
 
   if (mtp) {
     // Speculative rounds, one sequence at a time (each verify step is a one-row call, as plain decode).
-    const Tensor& hidden = capture ? prenorm.got : out.hidden;
     for (size_t i = 0; i < n; ++i) {
       const bool running = std::find(active.begin(), active.end(), i) != active.end();
       if (running) {
-        std::vector<int64_t> rows(static_cast<size_t>(out.seqs[i].rows));
-        for (size_t t = 0; t < rows.size(); ++t) rows[t] = out.seqs[i].row0 + static_cast<int64_t>(t);
         MtpDecodeArgs a;
+        // The prefix cache: the blocks each round commits (their hidden rows kept for the MTP head).
+        std::vector<Tensor> hist{prompt_hidden[i]};
+        if (cache) {
+          a.keep_before_rollback = !so.snapshot_drafts.empty();
+          a.after_round = [&, i](const SeqState& st, const VerifyPass& vp, int m, int64_t P, const SeqState* before) {
+            std::vector<int32_t> committed(prompts[i]);
+            committed.insert(committed.end(), res[i].tokens.begin(), res[i].tokens.end());
+            committed.insert(committed.end(), vp.tokens.begin() + 1, vp.tokens.begin() + m + 1);
+            hist.insert(hist.end(), vp.hidden.begin(), vp.hidden.begin() + m + 1);
+            const Tensor h = eng.backend().concat_rows(hist);
+            hist.assign(1, h);
+            store_decode_snapshots(eng, *cache, st, committed, P, so, &vp, before, &h);
+          };
+        }
         a.sampling = opt.sampling;
         a.vocab_mask = opt.vocab_mask;
         a.case_index = opt.first_case + static_cast<uint32_t>(i);
         a.max_new_tokens = opt.max_new_tokens;
         a.mtp = opt.mtp;
         a.trace = trace;
-        res[i].verify_steps = mtp_decode(eng, states[i], prompts[i], eng.backend().gather_rows(hidden, rows),
+        res[i].verify_steps = mtp_decode(eng, states[i], prompts[i], prompt_hidden[i],
                                          res[i].tokens, a, [&](int32_t tok, int64_t pos) { return push(i, tok, pos); },
                                          &res[i].decode_seconds);
       }
@@ -150,14 +176,21 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
     return res;
   }
 
-  // Decode the running sequences together, one token each per step.
+  // Decode the running sequences together, one token each per step (batch=N: padded to N rows).
+  std::vector<SeqState> pad_slots;
   while (!active.empty()) {
     std::vector<SeqInput> step;
     for (size_t i : active) step.push_back({&states[i], {res[i].tokens.back()}});
     auto t1 = clock::now();
-    ForwardOutput o = eng.forward(step, fo, trace);
+    ForwardOutput o = so.batch_rows > 0 ? serve_decode_step(eng, step, fo, trace, so, pad_slots) : eng.forward(step, fo, trace);
     const double dt = std::chrono::duration<double>(clock::now() - t1).count();
     for (size_t i : active) res[i].decode_seconds += dt;
+    for (size_t i : active)
+      if (cache) {
+        std::vector<int32_t> committed(prompts[i]);
+        committed.insert(committed.end(), res[i].tokens.begin(), res[i].tokens.end());
+        store_decode_snapshots(eng, *cache, states[i], committed, states[i].pos - 1, so);
+      }
     choose(o.logits);
   }
   return res;

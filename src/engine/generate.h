@@ -15,6 +15,7 @@
 #include "engine/spec_stats.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/serving.h"
 #include "engine/spec_decode.h"
 
 namespace degen {
@@ -34,6 +35,11 @@ struct GenerateOptions {
   // over the unmasked vocabulary (GenerateResult::step_topk): golden's spot check of the path that
   // generated a continuation against the teacher-forced logits. Copies the logits to the host.
   int keep_topk = 0;
+  // The serving mechanisms (engine/serving.h: serving_options(RunConfig)): chunked prefill, padded
+  // decode steps, and with prefix_cache (the caller's, shared by its generate() calls) the prefix
+  // cache. Off: the forward calls of plain generation.
+  ServingOptions serving;
+  PrefixCache* prefix_cache = nullptr;
 };
 
 // The top-K of one generation step's logits row (GenerateOptions::keep_topk), most probable first.

@@ -23,7 +23,12 @@ enum class BackendKind : uint8_t { cpu, cuda };
 // 32 with an fp16 scale (as llama.cpp runs a Q8_0 GGUF on the CPU), fp32 otherwise.
 enum class Precision : uint8_t { ref, fp64, bf16, q8_0 };
 // AttnAlgo lives in engine/backend.h (the backend honours it).
-enum class BatchMode : uint8_t { one, all };
+// one: each prompt alone; all: consecutive prompts with the same settings prefilled and decoded
+// together; padded (batch=N): groups of N decoded in steps of exactly N rows, padding rows filling
+// the places of missing or finished sequences, each row with its own state slot (engine/serving.h).
+enum class BatchMode : uint8_t { one, all, padded };
+// prefix_cache=on: the block size (tokens) of the prefix cache's state snapshots.
+inline constexpr int kPrefixBlockDefault = 8;
 
 // A set of layers. Empty `parts` with all=true means every layer.
 struct LayerScope {
@@ -83,6 +88,11 @@ struct RunConfig {
   std::optional<std::string> gemm;           // cuda only: auto | cublas | simple; unset = auto
   int tp = 1;
   BatchMode batch = BatchMode::one;
+  int batch_rows = 0;                        // batch=N: rows of every decode step (BatchMode::padded)
+  // Serving toggles (engine/serving.h): the prompt prefilled in chunks of this many tokens (0: one
+  // call), and the prefix cache's block size in tokens (0: no prefix cache).
+  int prefill_chunk = 0;
+  int prefix_cache = 0;
   SamplingParams sampling;                   // temp, top_p, top_k, min_p, rep_pen, presence_pen, seed
   std::vector<FaultSpec> faults;
 

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
+#include "engine/serving.h"
 #include "util/error.h"
 #include "util/philox.h"
 
@@ -15,7 +17,18 @@ MtpOptions mtp_options(const RunConfig& rc, const ModelConfig& cfg) {
   o.draft_tokens = rc.mtp;
   o.no_rollback = rc.has_fault(fault_info(Fault::mtp_no_rollback).name, -1, &cfg);
   o.prenorm_hidden = rc.has_fault(fault_info(Fault::mtp_prenorm_hidden).name, -1, &cfg);
+  o.stale_slot = serving_options(rc, cfg).stale_slot;
   return o;
+}
+
+void apply_stale_slot(Engine& eng, SeqState& st, const VerifyPass& vp, int m, const MtpOptions& opt) {
+  if (m <= 0 || opt.stale_slot.empty()) return;
+  const GdnCheckpoint& cp = vp.checkpoints.at(0);
+  eng.edit_gdn(st, [&](Backend& be, int r, int l, GdnState& g) {
+    if (!opt.stale_slot[static_cast<size_t>(l)]) return;
+    const GdnCheckpoint& c = r == 0 ? cp : cp.peers[static_cast<size_t>(r - 1)];
+    g = GdnState{be.clone(c.conv[static_cast<size_t>(l)]), be.clone(c.S[static_cast<size_t>(l)])};
+  });
 }
 
 void check_mtp_supported(const Engine& eng, const MtpOptions& opt) {
@@ -225,9 +238,13 @@ std::vector<VerifyStep> mtp_decode(Engine& eng, SeqState& st, std::span<const in
     steps.push_back({static_cast<int>(kk), m, g});
 
     // 4. roll back the target to P + m + 1 and the MTP cache to P
+    std::optional<SeqState> before;
+    if (a.after_round && a.keep_before_rollback) before = eng.snapshot(st);
     rollback_target(st, vp, m, !a.mtp.no_rollback);
+    apply_stale_slot(eng, st, vp, m, a.mtp);  // (checkpoint 0 is still there: the rollback moved m > 0)
     rollback_mtp(st, P);
     if (a.forcing && a.forcing->on_round) a.forcing->on_round(st, vp, m, P);
+    if (a.after_round) a.after_round(st, vp, m, P, before ? &*before : nullptr);
     ++round;
 
     // emit: the token out[j] comes from the logits after P + j + 1 tokens

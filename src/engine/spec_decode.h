@@ -66,6 +66,9 @@ struct MtpOptions {
   int draft_tokens = 0;         // k: drafts per verify step, 0 = off (RunConfig mtp)
   bool no_rollback = false;     // fault mtp-no-rollback
   bool prenorm_hidden = false;  // fault mtp-prenorm-hidden
+  // Fault spec-stale-slot: [L] 1 at the GDN layers that keep verify position 0's state after m > 0
+  // accepted drafts (vLLM #39273: the next step reads slot 0, not slot m); empty: off.
+  std::vector<uint8_t> stale_slot;
 };
 MtpOptions mtp_options(const RunConfig& rc, const ModelConfig& cfg);
 
@@ -110,6 +113,10 @@ VerifyPass verify_tokens(Engine& engine, SeqState& state, std::span<const int32_
 // restore_gdn is false: the mtp-no-rollback fault). Moves checkpoint m into the state.
 void rollback_target(SeqState& state, VerifyPass& pass, int m, bool restore_gdn = true);
 
+// Fault spec-stale-slot (opt.stale_slot): after m > 0 accepted drafts the flagged GDN layers take the
+// state of verify position 0 (a copy of checkpoint 0) instead of position m's.
+void apply_stale_slot(Engine& engine, SeqState& state, const VerifyPass& pass, int m, const MtpOptions& opt);
+
 // Drops the MTP rows at positions >= len (its KV cache and mtp_pos).
 void rollback_mtp(SeqState& state, int64_t len);
 
@@ -149,6 +156,11 @@ struct MtpDecodeArgs {
   int max_new_tokens = 0;  // no drafts past it
   MtpOptions mtp;          // draft_tokens >= 1
   Trace* trace = nullptr;  // the caller's trace: sees every target and MTP call
+  // After each round's rollback (sampled or forced): the state, the pass, m, P, and with
+  // keep_before_rollback a copy of the state before the rollback (else null). The prefix cache's
+  // snapshots of the blocks a round committed (engine/serving.h).
+  std::function<void(const SeqState&, const VerifyPass&, int m, int64_t P, const SeqState* before)> after_round;
+  bool keep_before_rollback = false;
 };
 
 // Continues one sequence after its prefill with MTP rounds (header comment) until `emit` returns

@@ -27,7 +27,6 @@ const Names<DType> kConv = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
 const Names<DType> kKv = {{"bf16", DType::bf16}, {"fp8", DType::f8_e4m3}};
 const Names<BackendKind> kBackend = {{"cpu", BackendKind::cpu}, {"cuda", BackendKind::cuda}};
 const Names<bool> kOnOff = {{"on", true}, {"off", false}};
-const Names<BatchMode> kBatch = {{"1", BatchMode::one}, {"all", BatchMode::all}};
 // The precision vocabulary of every option that takes one (precision_from_word).
 const Names<Precision> kPrecision = {
     {"ref", Precision::ref}, {"fp64", Precision::fp64}, {"bf16", Precision::bf16}, {"q8_0", Precision::q8_0}};
@@ -271,6 +270,47 @@ Toggle graphs_toggle(Toggle t) {
       [](const std::optional<bool>& g) { return std::string(g ? (*g ? "on" : "off") : "unset"); });
 }
 
+// batch: 1, all, or N >= 2 (padded decode steps of N rows); one field pair (batch, batch_rows).
+Toggle batch_toggle(Toggle t) {
+  auto show = [](const RunConfig& rc) {
+    return rc.batch == BatchMode::one ? std::string("1") : rc.batch == BatchMode::all ? std::string("all")
+                                                                                       : std::to_string(rc.batch_rows);
+  };
+  t.parse = [](RunConfig& rc, const std::string& v, const LayerScope*) {
+    rc.batch_rows = 0;
+    if (v == "1") rc.batch = BatchMode::one;
+    else if (v == "all") rc.batch = BatchMode::all;
+    else {
+      int n = 0;
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || p != v.data() + v.size() || n < 2 || n > 256)
+        input_error("config: batch=", v, ": expected 1, all, or a row count in [2, 256]");
+      rc.batch = BatchMode::padded;
+      rc.batch_rows = n;
+    }
+  };
+  t.print = [=](const RunConfig& rc, std::vector<std::string>& out) {
+    if (rc.batch != BatchMode::one) out.push_back("batch=" + show(rc));
+  };
+  t.fragment = show;
+  t.take = [](RunConfig& dst, const RunConfig& src) {
+    dst.batch = src.batch;
+    dst.batch_rows = src.batch_rows;
+  };
+  return t;
+}
+
+// prefix_cache: off, on (kPrefixBlockDefault tokens per block) or a block size.
+Toggle prefix_cache_toggle(Toggle t) {
+  auto read = [](const std::string& key, const std::string& v) {
+    if (v == "off") return 0;
+    if (v == "on") return kPrefixBlockDefault;
+    return parse_int(key, v, 1, 1 << 16);
+  };
+  auto show = [](int n) { return n == 0 ? std::string("off") : n == kPrefixBlockDefault ? std::string("on") : std::to_string(n); };
+  return value_toggle(t, [](auto& r) -> auto& { return r.prefix_cache; }, read, show);
+}
+
 // The sampling toggles (SamplingParams).
 void add_sampling_toggles(std::vector<Toggle>& t) {
   const FloorNeutral y = FloorNeutral::yes;
@@ -338,8 +378,15 @@ void add_engine_toggles(std::vector<Toggle>& t) {
                            [](auto& r) -> auto& { return r.tp; }, read_int(1, 64), show_int);
   tp.validate = [](const RunConfig& rc, const ModelConfig& cfg) { check_tp_split(cfg, rc.tp); };
   t.push_back(tp);
-  t.push_back(value_toggle({"batch", "1|all", "prompts one at a time or batched", S::none, F::yes},
-                           [](auto& r) -> auto& { return r.batch; }, read_enum(kBatch), show_enum(kBatch)));
+  t.push_back(batch_toggle({"batch", "1|all|N",
+                            "prompts one at a time, batched, or decoded N rows at a time with padding rows", S::none,
+                            F::yes}));
+  t.push_back(value_toggle({"prefill_chunk", "0|N", "prefill the prompt in chunks of N tokens (0 = one call)", S::none,
+                            F::yes},
+                           [](auto& r) -> auto& { return r.prefill_chunk; }, read_int(0, 1 << 20), show_int));
+  t.push_back(prefix_cache_toggle({"prefix_cache", "off|on|N",
+                                   "reuse GDN/KV state snapshots at N-token block boundaries (on = 8) across requests",
+                                   S::none, F::yes}));
 }
 
 }  // namespace
