@@ -48,10 +48,12 @@ double s_err(Backend& be, const SeqState& a, const SeqState& b, int l) {
 }
 
 // The largest |Δ log-prob| over the top-K ids two generations share at each step, up to their first
-// differing token; and whether the tokens agree there.
+// differing token (infinite where the most probable id differs: the distributions do not overlap).
 double topk_diff(const GenerateResult& a, const GenerateResult& b) {
   double worst = 0;
+  REQUIRE(!a.step_topk.empty());
   for (size_t s = 0; s < std::min(a.step_topk.size(), b.step_topk.size()); ++s) {
+    if (a.step_topk[s].ids.at(0) != b.step_topk[s].ids.at(0)) return INFINITY;
     for (size_t j = 0; j < a.step_topk[s].ids.size(); ++j)
       for (size_t i = 0; i < b.step_topk[s].ids.size(); ++i)
         if (a.step_topk[s].ids[j] == b.step_topk[s].ids[i])
@@ -137,7 +139,7 @@ TEST_CASE("serving: chunks, prefix-cache hits and padded steps give plain genera
         for (const auto& prompt : {a, b}) {
           const GenerateResult p = generate(*m->eng, {prompt}, plain).at(0);
           const GenerateResult q = generate(*m->eng, {prompt}, on).at(0);
-          CHECK(topk_diff(q, p) <= tol::kFp32Reorder);
+          CHECK(topk_diff(q, p) <= tol::kFp32LogprobReorder);
         }
         CHECK(cache.hits >= 1);  // b restored a's 12-token prefix
         // A planted mistake fails the same comparison: the prefix cache hands b a state that lost its S.
@@ -209,7 +211,7 @@ TEST_CASE("serving: padding rows leave the live states as unpadded steps do, and
     for (int l : g) {
       CAPTURE(l);
       if (alias && l == g.back()) CHECK(s_err(be, x, plain, l) > 1e-2);
-      else CHECK(s_err(be, x, plain, l) == 0.0);  // a padded step's live row is the same row
+      else CHECK(s_err(be, x, plain, l) <= tol::kFp32Reorder);  // the same row, in a 4-row product
     }
     (void)y;
   }
@@ -263,7 +265,8 @@ TEST_CASE("serving: decode snapshots under MTP are committed states, and prefix-
       CHECK(e->state.pos == b);
       for (int l : g) {
         const double err = s_err(be, e->state, p, l);
-        if (!fault || l != g.front()) CHECK(err == 0.0);
+        // (the prompt's blocks were prefilled in calls split at the block: fp32 reordering)
+        if (!fault || l != g.front()) CHECK(err <= tol::kFp32Reorder);
         else moved += err > 1e-3;
       }
     }
