@@ -55,12 +55,34 @@ std::string mtp_op_sentence(const CellSummary& s, json& j) {
     return cat("The operation: the rolled-back state. With the golden sequence teacher-forced through draft and verify ",
                "(case ", op->case_id, "), the GDN state ", r.value("part", ""), " of layer ", op->layer, " after a rollback (length ",
                r.value("position", int64_t{0}), ") differs from plain decode's over the same tokens (rel_l2 ",
-               fmt(r.value("rel_l2", 0.0)), "): rejected drafts were left in the state (`gdn_core-", op->layer, "` state). ");
+               fmt(r.value("rel_l2", 0.0)), "): the state kept is not the committed one (rejected drafts left in it, ",
+               "or another verify position's state kept: `gdn_core-", op->layer, "` state). ");
   }
   j["named_ops"].push_back({{"layer", "mtp"}, {"op", op->op}});
   return cat("The operation: the MTP head (case ", op->case_id, "): its teacher-forced drafts break their floor while ",
              "the main model's logits and layers agree with the record, so the fault lies between the main model's ",
              "hidden state and the draft logits (`mtp_in`: the MTP head's input and fc, then its layer). ");
+}
+
+// The serving mechanism of a culprit whose minimal bad configuration fails compare's serving-state
+// check (compare.h ServingCheck): the mechanism, the layer whose GDN state left plain processing's and
+// where. "" when no check named a layer.
+std::string serving_op_sentence(const CellSummary& s, json& j) {
+  static const std::pair<const char*, const char*> kWords[] = {
+      {"chunk", "the chunk boundary of a chunked prefill (prefill_chunk)"},
+      {"snapshot", "the prefix cache's snapshot (prefix_cache)"},
+      {"slot", "the state slot of a padded decode step (batch=N)"}};
+  for (const auto& [mech, words] : kWords) {
+    const std::optional<ServingOp> op = serving_culprit(s, mech);
+    if (!op) continue;
+    const json& r = op->evidence;
+    j["named_ops"].push_back({{"layer", op->layer}, {"op", op->op}, {"mechanism", op->mechanism}});
+    return cat("The mechanism: ", words, ". With ", r.value("what", std::string()), " (case ", op->case_id, "), the GDN state ",
+               r.value("part", ""), " of layer ", op->layer, " at length ", r.value("position", int64_t{0}),
+               " differs from plain processing's over the same tokens (rel_l2 ", fmt(r.value("rel_l2", 0.0)), "), while ",
+               "the layers before it agree (`", op->op, "-", op->layer, "` state). ");
+  }
+  return "";
 }
 
 // Where the named op is a step of a fused op of the engine's path (engine/fused_ops.h): that op and
@@ -181,10 +203,15 @@ std::string culprit_paragraph(const BisectOutcome& o, bool good_given, bool no_s
       para += *o.patch_fixes ? cat("; the bad configuration with ", o.culprit_layers.size() > 1 ? "those layers" : "that layer",
                                    " reset to the good toggles is good again (confirmed by patching). ")
                              : "; but resetting that layer in the bad configuration does not make it good: other layers contribute too. ";
-    if (!no_subop) para += layer_op_sentences(o, rec, model, j);
+    std::string serving = serving_op_sentence(o.minimal_summary, j);
+    if (serving.empty())  // a rollback fault of one layer: the MTP check's rolled-back state names it
+      if (const auto m = mtp_culprit_op(o.minimal_summary); m && m->op == "gdn_core") serving = mtp_op_sentence(o.minimal_summary, j);
+    if (!serving.empty()) para += serving;
+    else if (!no_subop) para += layer_op_sentences(o, rec, model, j);
   } else if (!o.culprit_toggles.empty()) {
     para += "It is not specific to layers (a model-level toggle such as MTP, sampling or precision). ";
-    para += mtp_op_sentence(o.minimal_summary, j);
+    const std::string serving = serving_op_sentence(o.minimal_summary, j);
+    para += serving.empty() ? mtp_op_sentence(o.minimal_summary, j) : serving;
   }
   para += o.bad_summary.verdict == "bad" ? "The golden run is not degenerate where this one fails, so this is an engine fault. " : "";
   para += cat("(", o.evaluations, " evaluations", o.fresh_evaluations < o.evaluations ? cat(", ", o.evaluations - o.fresh_evaluations, " replayed") : "", ")");

@@ -22,7 +22,11 @@ int run_faults(bool json_out) {
                    {"op", f.op},
                    {"description", f.description},
                    {"source", f.source},
-                   {"forward_pass", f.applied == FaultApplied::op_flag}});
+                   {"forward_pass", f.applied == FaultApplied::op_flag},
+                   {"needs_tp", f.needs_tp},
+                   {"needs_mtp", f.needs_mtp},
+                   {"needs", f.needs ? nlohmann::json(f.needs) : nlohmann::json(nullptr)},
+                   {"mechanism", f.mechanism ? nlohmann::json(f.mechanism) : nlohmann::json(nullptr)}});
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -30,8 +34,12 @@ int run_faults(bool json_out) {
               "fault=gdn-head-mod@linear.\n\n",
               cat.size());
   for (const FaultInfo& f : cat) {
-    std::printf("%s\n  acts on: %s; first corrupted step: %s\n  %s\n  source: %s\n\n", f.name, fault_site_name(f.site),
+    std::printf("%s\n  acts on: %s; first corrupted step: %s\n  %s\n  source: %s\n", f.name, fault_site_name(f.site),
                 f.op, f.description, f.source);
+    if (f.mechanism) std::printf("  lives in: the %s mechanism; needs %s\n", f.mechanism, f.needs);
+    else if (f.needs_tp) std::printf("  needs: tp > 1\n");
+    else if (f.needs_mtp) std::printf("  needs: mtp > 0\n");
+    std::printf("\n");
   }
   return 0;
 }

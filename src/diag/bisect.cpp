@@ -136,6 +136,9 @@ RunConfig implicit_good(const RunConfig& bad) {
   g.gemm = bad.gemm;
   g.tp = bad.tp;
   g.batch = bad.batch;
+  g.batch_rows = bad.batch_rows;
+  g.prefill_chunk = bad.prefill_chunk;  // the serving mechanisms are how the engine is served, as batch
+  g.prefix_cache = bad.prefix_cache;
   g.sampling = bad.sampling;
   return g;
 }

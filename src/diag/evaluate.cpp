@@ -25,7 +25,7 @@ CellSummary summarize_compare(const CompareResult& r) {
                                   {"part", c.mtp_forced->state_part}, {"rel_l2", metrics::json_number(c.mtp_forced->state_err)}};
     for (const ServingCheck& sc : c.serving)
       if (sc.state_layer && !cj.contains("serving_state"))
-        cj["serving_state"] = {{"mechanism", sc.mechanism}, {"layer", *sc.state_layer}, {"part", sc.state_part},
+        cj["serving_state"] = {{"mechanism", sc.mechanism}, {"what", sc.what}, {"layer", *sc.state_layer}, {"part", sc.state_part},
                                {"position", *sc.state_position}, {"rel_l2", metrics::json_number(sc.state_err)}};
     bool main_pass = true;
     for (const auto& l : c.logits) main_pass = main_pass && (!l || l->pass);
@@ -52,7 +52,7 @@ std::optional<ServingOp> serving_culprit(const CellSummary& s, const std::string
     auto m = mtp_culprit_op(s);
     if (!m || m->op != "gdn_core") return std::nullopt;
     const std::string part = m->evidence.value("part", "S");
-    return ServingOp{"rollback", part == "conv" ? "gdn_conv" : "gdn_core", m->layer, m->case_id};
+    return ServingOp{"rollback", part == "conv" ? "gdn_conv" : "gdn_core", m->layer, m->case_id, m->evidence};
   }
   if (!s.detail.contains("cases") || !s.detail["cases"].is_array()) return std::nullopt;
   for (const nlohmann::json& c : s.detail["cases"]) {
@@ -60,7 +60,7 @@ std::optional<ServingOp> serving_culprit(const CellSummary& s, const std::string
     const nlohmann::json& st = c["serving_state"];
     if (st.value("mechanism", "") != mechanism) continue;
     return ServingOp{mechanism, st.value("part", "S") == "conv" ? "gdn_conv" : "gdn_core", st.value("layer", -1),
-                     c.value("id", "")};
+                     c.value("id", ""), st};
   }
   return std::nullopt;
 }

@@ -33,6 +33,7 @@ struct ServingOp {
   std::string op;
   int layer = -1;
   std::string case_id;
+  nlohmann::json evidence;  // the check's "serving_state" (what ran, part, position, rel_l2)
 };
 std::optional<ServingOp> serving_culprit(const CellSummary& s, const std::string& mechanism);
 
