@@ -1132,7 +1132,10 @@ void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int3
   std::vector<int32_t> ext(seq);
   for (int64_t i = 0; static_cast<int64_t>(ext.size()) < need; ++i) ext.push_back(seq[static_cast<size_t>(i % Tp)]);
   const int64_t E = static_cast<int64_t>(ext.size());
-  std::set<int64_t> at{Tp, E};
+  // The chunked prefill's length: the prompt, or one token more when the prompt fills its last chunk
+  // exactly (a partial last chunk is where the padding of a chunk lives: pad-updates-state).
+  const int64_t Tc = chunk && Tp % so.prefill_chunk == 0 && E > Tp + 1 ? Tp + 1 : Tp;
+  std::set<int64_t> at{Tp, Tc, E};
   for (int64_t b = so.prefix_block; snap && b <= E; b += so.prefix_block) at.insert(b);
   const PlainRun plain = plain_run(run, ext, Tp, at, std::max(g.topk.K, 2));
   const std::optional<CaseFloors>& floors = g.floors[run.fc];
@@ -1144,15 +1147,17 @@ void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int3
   fo.vocab_mask = run.maskp;
   auto one = [&](SeqState& s, int32_t t) { return eng.forward({SeqInput{&s, {t}}}, fo).logits; };
   if (chunk) {
-    ServingProbe p{run, plain, ext, {"chunk", cat("the prompt (", Tp, " tokens) prefilled in chunks of ", so.prefill_chunk)}};
+    ServingProbe p{run, plain, ext, {"chunk", cat(Tc == Tp ? "the prompt (" : "the prompt and its next token (", Tc,
+                                                   " tokens) prefilled in chunks of ", so.prefill_chunk)}};
     p.c.state_limit = limit;
     ServingOptions only = so;
     only.prefix_block = only.batch_rows = 0;
     SeqState st = eng.new_state();
-    PrefillOut po = serve_prefill(eng, {SeqInput{&st, prompt}}, fo, nullptr, only, nullptr);
-    p.state_at(st, Tp);
-    p.row(po.logits, Tp - 1);
-    p.decode_rest(st, Tp, one);
+    PrefillOut po = serve_prefill(eng, {SeqInput{&st, std::vector<int32_t>(ext.begin(), ext.begin() + Tc)}}, fo, nullptr,
+                                  only, nullptr);
+    p.state_at(st, Tc);
+    p.row(po.logits, Tc - 1);
+    p.decode_rest(st, Tc, one);
     cr.serving.push_back(p.finish(kfloor));
   }
   if (slot) {
