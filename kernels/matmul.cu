@@ -94,11 +94,11 @@ __device__ __forceinline__ const bf16* gemv_input(const bf16* x, const GemvProlo
   switch (p.kind) {
     case GemvPrologue::none: return x;
     case GemvPrologue::rmsnorm:
-      for (int n = 0; n < N; ++n) rmsnorm_row(x + int64_t(n) * in, p.w, xs + int64_t(n) * in, in, p.eps, p.plus_one, scratch);
+      for (int n = 0; n < N; ++n) rmsnorm_row(x + int64_t(n) * in, p.w, xs + int64_t(n) * in, in, p.eps, p.w_shift, scratch);
       break;
     case GemvPrologue::gated_rmsnorm:
       for (int64_t r = 0; r < N * in / p.group; ++r)
-        gated_rmsnorm_row(x + r * p.group, p.z + r * p.group, p.w, xs + r * p.group, p.group, p.eps, p.plus_one, scratch);
+        gated_rmsnorm_row(x + r * p.group, p.z + r * p.group, p.w, xs + r * p.group, p.group, p.eps, p.w_shift, scratch);
       break;
     case GemvPrologue::sigmoid_gate:
       for (int64_t i = threadIdx.x; i < N * in; i += blockDim.x) xs[i] = from_f32<bf16>(to_f32(x[i]) * sigmoidf_(to_f32(p.z[i])));

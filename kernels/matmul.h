@@ -36,7 +36,7 @@ struct GemvPrologue {
   const __nv_bfloat16* z = nullptr;  // the gate rows [N, in]
   int64_t group = 0;                 // gated_rmsnorm: the norm's length
   float eps = 0.0f;
-  bool plus_one = false;             // weight (1 + w)
+  float w_shift = 0.0f;              // the norm weight is (w_shift + w): 0, 1 (1 + w) or 2
 };
 constexpr int64_t kGemvPrologueSmemBytes = 48 * 1024;
 // res (nullable, [N, out]): y = res + x Wᵀ, the residual add in the epilogue (add_cuda of the stored

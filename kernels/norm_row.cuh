@@ -23,24 +23,26 @@ __device__ __forceinline__ float row_sum_squares(const T* x, int64_t C, float* s
   return block_sum(ss, scratch);
 }
 
-// out = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w). `scratch`: 32 floats of shared memory.
+// out = x / sqrt(mean(x²) + eps) * (w_shift + w): w_shift 1 zero-centred, 0 plain, 2 under fault
+// norm-double-plus-one (norm_weight_shift of engine/backend.h). `scratch`: 32 floats of shared memory.
 template <typename T, typename W>
-__device__ __forceinline__ void rmsnorm_row(const T* x, const W* w, T* out, int64_t C, float eps, bool plus_one,
+__device__ __forceinline__ void rmsnorm_row(const T* x, const W* w, T* out, int64_t C, float eps, float w_shift,
                                             float* scratch) {
   const float inv = 1.0f / sqrtf(row_sum_squares(x, C, scratch) / float(C) + eps);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
+    const float wv = to_f32(w[c]) + w_shift;
     out[c] = from_f32<T>(to_f32(x[c]) * inv * wv);
   }
 }
 
-// The GDN gated norm (norm before gate, spec §4.2b): out = w' ⊙ x̂ ⊙ silu(z), w' = plus_one ? 1 + w : w.
+// The GDN gated norm (norm before gate, spec §4.2b): out = w' ⊙ x̂ ⊙ silu(z), w' = w_shift + w
+// (w_shift 0; 1 under fault gdn-norm-plus-one).
 template <typename T, typename W>
 __device__ __forceinline__ void gated_rmsnorm_row(const T* x, const T* z, const W* w, T* out, int64_t C, float eps,
-                                                  bool plus_one, float* scratch) {
+                                                  float w_shift, float* scratch) {
   const float inv = 1.0f / sqrtf(row_sum_squares(x, C, scratch) / float(C) + eps);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float wv = to_f32(w[c]) + (plus_one ? 1.0f : 0.0f);
+    const float wv = to_f32(w[c]) + w_shift;
     out[c] = from_f32<T>(wv * (to_f32(x[c]) * inv) * siluf_(to_f32(z[c])));
   }
 }

@@ -10,17 +10,17 @@
 namespace degen::cuda {
 
 template <typename T, typename W>
-static __global__ void rmsnorm_kernel(const T* x, const W* w, T* out, int64_t C, float eps, bool plus_one) {
+static __global__ void rmsnorm_kernel(const T* x, const W* w, T* out, int64_t C, float eps, float w_shift) {
   __shared__ float scratch[32];
-  rmsnorm_row(x + blockIdx.x * C, w, out + blockIdx.x * C, C, eps, plus_one, scratch);
+  rmsnorm_row(x + blockIdx.x * C, w, out + blockIdx.x * C, C, eps, w_shift, scratch);
 }
 
 template <typename T, typename W>
-void rmsnorm_cuda(const T* x, const W* w, T* out, int64_t R, int64_t C, float eps, bool plus_one,
+void rmsnorm_cuda(const T* x, const W* w, T* out, int64_t R, int64_t C, float eps, float w_shift,
                   cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
-  rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), row_threads(C), 0, stream>>>(x, w, out, C, eps, plus_one);
+  rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), row_threads(C), 0, stream>>>(x, w, out, C, eps, w_shift);
   CUDA_CHECK_LAUNCH("rmsnorm_kernel");
 }
 
@@ -29,37 +29,37 @@ void rmsnorm_cuda(const T* x, const W* w, T* out, int64_t R, int64_t C, float ep
 // reads back only the elements it wrote (norm_row.cuh), so no barrier is needed between the two.
 template <typename T, typename W>
 static __global__ void add_rmsnorm_kernel(const T* a, const T* b, const W* w, T* sum, T* out, int64_t C, float eps,
-                                          bool plus_one) {
+                                          float w_shift) {
   __shared__ float scratch[32];
   const int64_t base = blockIdx.x * C;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
     sum[base + c] = from_f32<T>(to_f32(a[base + c]) + to_f32(b[base + c]));
-  rmsnorm_row(sum + base, w, out + base, C, eps, plus_one, scratch);
+  rmsnorm_row(sum + base, w, out + base, C, eps, w_shift, scratch);
 }
 
 template <typename T, typename W>
 void add_rmsnorm_cuda(const T* a, const T* b, const W* w, T* sum, T* out, int64_t R, int64_t C, float eps,
-                      bool plus_one, cudaStream_t stream) {
+                      float w_shift, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
-  add_rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), row_threads(C), 0, stream>>>(a, b, w, sum, out, C, eps, plus_one);
+  add_rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), row_threads(C), 0, stream>>>(a, b, w, sum, out, C, eps, w_shift);
   CUDA_CHECK_LAUNCH("add_rmsnorm_kernel");
 }
 
 template <typename T, typename W>
 static __global__ void gated_rmsnorm_kernel(const T* x, const T* z, const W* w, T* out, int64_t C, float eps,
-                                          bool plus_one) {
+                                          float w_shift) {
   __shared__ float scratch[32];
   const int64_t base = blockIdx.x * C;
-  gated_rmsnorm_row(x + base, z + base, w, out + base, C, eps, plus_one, scratch);
+  gated_rmsnorm_row(x + base, z + base, w, out + base, C, eps, w_shift, scratch);
 }
 
 template <typename T, typename W>
 void gated_rmsnorm_cuda(const T* x, const T* z, const W* w, T* out, int64_t R, int64_t C, float eps,
-                        bool plus_one, cudaStream_t stream) {
+                        float w_shift, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (R == 0 || C == 0) return;
-  gated_rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), row_threads(C), 0, stream>>>(x, z, w, out, C, eps, plus_one);
+  gated_rmsnorm_kernel<T, W><<<static_cast<unsigned>(R), row_threads(C), 0, stream>>>(x, z, w, out, C, eps, w_shift);
   CUDA_CHECK_LAUNCH("gated_rmsnorm_kernel");
 }
 
@@ -118,10 +118,10 @@ template void gdn_split_norm_cuda<float>(const float*, float*, float*, float*, i
 
 // bf16 activations and weights (the GPU path); float activations with bf16 or float weights (precision=ref).
 #define DEGEN_NORM_INSTANTIATE(T, W)                                                                         \
-  template void rmsnorm_cuda<T, W>(const T*, const W*, T*, int64_t, int64_t, float, bool, cudaStream_t);        \
-  template void add_rmsnorm_cuda<T, W>(const T*, const T*, const W*, T*, T*, int64_t, int64_t, float, bool,       \
+  template void rmsnorm_cuda<T, W>(const T*, const W*, T*, int64_t, int64_t, float, float, cudaStream_t);       \
+  template void add_rmsnorm_cuda<T, W>(const T*, const T*, const W*, T*, T*, int64_t, int64_t, float, float,      \
                                        cudaStream_t);                                                           \
-  template void gated_rmsnorm_cuda<T, W>(const T*, const T*, const W*, T*, int64_t, int64_t, float, bool, cudaStream_t);
+  template void gated_rmsnorm_cuda<T, W>(const T*, const T*, const W*, T*, int64_t, int64_t, float, float, cudaStream_t);
 DEGEN_NORM_INSTANTIATE(bf16, bf16)
 DEGEN_NORM_INSTANTIATE(float, bf16)
 DEGEN_NORM_INSTANTIATE(float, float)

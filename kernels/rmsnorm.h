@@ -10,17 +10,19 @@ namespace degen::cuda {
 
 // x, out [R, C] of T (bf16 on the GPU path, float for precision=ref); w [C] of W (bf16, or float
 // where the reference keeps a wider stored weight).
-// out = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w).
+// out = x / sqrt(mean(x²) + eps) * (w_shift + w): w_shift 1 zero-centred (1 + w), 0 plain, 2 under
+// fault norm-double-plus-one (norm_weight_shift, engine/backend.h).
 template <typename T, typename W>
-void rmsnorm_cuda(const T* x, const W* w, T* out, int64_t R, int64_t C, float eps, bool plus_one, cudaStream_t stream);
+void rmsnorm_cuda(const T* x, const W* w, T* out, int64_t R, int64_t C, float eps, float w_shift, cudaStream_t stream);
 // sum = a + b (rounded to T), out = rmsnorm(sum) as rmsnorm_cuda computes it: one launch for the
 // residual add and the norm after it.
 template <typename T, typename W>
 void add_rmsnorm_cuda(const T* a, const T* b, const W* w, T* sum, T* out, int64_t R, int64_t C, float eps,
-                      bool plus_one, cudaStream_t stream);
-// out = w' ⊙ x̂ ⊙ silu(z), x̂ = x / sqrt(mean(x²) + eps), w' = w (or 1 + w: fault gdn-norm-plus-one).
+                      float w_shift, cudaStream_t stream);
+// out = w' ⊙ x̂ ⊙ silu(z), x̂ = x / sqrt(mean(x²) + eps), w' = w_shift + w (w_shift 0; 1 under fault
+// gdn-norm-plus-one).
 template <typename T, typename W>
-void gated_rmsnorm_cuda(const T* x, const T* z, const W* w, T* out, int64_t R, int64_t C, float eps, bool plus_one,
+void gated_rmsnorm_cuda(const T* x, const T* z, const W* w, T* out, int64_t R, int64_t C, float eps, float w_shift,
                         cudaStream_t stream);
 // conv [N, 2 nk dk + nv dv] -> q [N, nk, dk] = l2norm(q part) * q_scale, k = l2norm(k part),
 // v [N, nv, dv] copied (skip: fault gdn-skip-l2norm, as l2norm_cuda).

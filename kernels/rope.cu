@@ -60,7 +60,7 @@ void rope_partial_cuda(T* x, const int64_t* pos, const float* inv_freq, int64_t 
 template <typename T, typename W, typename KV, bool kStore>
 static __global__ void attn_inputs_kernel(const T* qg, const T* kin, const W* qw, const W* kw, T* q, T* gate, T* k,
                                           const int64_t* pos, const float* inv_freq, int64_t N, int64_t nq,
-                                          int64_t nkv, int64_t D, int m, float eps, bool plus_one, bool interleaved,
+                                          int64_t nkv, int64_t D, int m, float eps, float w_shift, bool interleaved,
                                           KvStore store) {
   __shared__ float scratch[32];
   const int64_t h = blockIdx.x;
@@ -71,7 +71,7 @@ static __global__ void attn_inputs_kernel(const T* qg, const T* kin, const W* qw
     T* dst = is_q ? q + (n * nq + hh) * D : k + (n * nkv + hh) * D;
     if (is_q)
       for (int64_t c = threadIdx.x; c < D; c += blockDim.x) gate[(n * nq + hh) * D + c] = src[D + c];
-    rmsnorm_row(src, is_q ? qw : kw, dst, D, eps, plus_one, scratch);
+    rmsnorm_row(src, is_q ? qw : kw, dst, D, eps, w_shift, scratch);
     __syncthreads();  // a pair spans elements that other threads normed
     for (int i = threadIdx.x; i < m; i += blockDim.x) rope_pair(dst, i, m, pos[n], inv_freq[i], interleaved);
     if (kStore && !is_q) {
@@ -90,25 +90,25 @@ static __global__ void attn_inputs_kernel(const T* qg, const T* kin, const W* qw
 template <typename T, typename W>
 void attn_inputs_cuda(const T* qg, const T* kin, const W* qw, const W* kw, T* q, T* gate, T* k, const int64_t* pos,
                       const float* inv_freq, int64_t N, int64_t nq, int64_t nkv, int64_t D, int rotary_dim, float eps,
-                      bool plus_one, bool interleaved, const KvStore& store, cudaStream_t stream) {
+                      float w_shift, bool interleaved, const KvStore& store, cudaStream_t stream) {
   DEGEN_LAUNCH_GATE();
   if (N == 0 || nq + nkv == 0 || D == 0) return;
   const dim3 grid(static_cast<unsigned>(nq + nkv), static_cast<unsigned>(N < 65535 ? N : 65535));
   if (!store.v) {
     attn_inputs_kernel<T, W, T, false><<<grid, row_threads(D), 0, stream>>>(
-        qg, kin, qw, kw, q, gate, k, pos, inv_freq, N, nq, nkv, D, rotary_dim / 2, eps, plus_one, interleaved, store);
+        qg, kin, qw, kw, q, gate, k, pos, inv_freq, N, nq, nkv, D, rotary_dim / 2, eps, w_shift, interleaved, store);
   } else {
     dispatch_float(store.kv_dtype, "attn_inputs KV store", [&](auto kv) {
       using KV = decltype(kv);
       attn_inputs_kernel<T, W, KV, true><<<grid, row_threads(D), 0, stream>>>(
-          qg, kin, qw, kw, q, gate, k, pos, inv_freq, N, nq, nkv, D, rotary_dim / 2, eps, plus_one, interleaved, store);
+          qg, kin, qw, kw, q, gate, k, pos, inv_freq, N, nq, nkv, D, rotary_dim / 2, eps, w_shift, interleaved, store);
     });
   }
   CUDA_CHECK_LAUNCH("attn_inputs_kernel");
 }
 #define DEGEN_ATTN_INPUTS_INSTANTIATE(T, W)                                                                     \
   template void attn_inputs_cuda<T, W>(const T*, const T*, const W*, const W*, T*, T*, T*, const int64_t*,        \
-                                       const float*, int64_t, int64_t, int64_t, int64_t, int, float, bool, bool, \
+                                       const float*, int64_t, int64_t, int64_t, int64_t, int, float, float, bool, \
                                        const KvStore&, cudaStream_t);
 DEGEN_ATTN_INPUTS_INSTANTIATE(bf16, bf16)
 DEGEN_ATTN_INPUTS_INSTANTIATE(float, bf16)

@@ -20,7 +20,7 @@ void rope_partial_cuda(T* x, const int64_t* pos, const float* inv_freq, int64_t 
 
 // The attention inputs in one launch (Backend::attn_inputs): qg [N, nq, 2D] (per head [query | gate]),
 // kin [N, nkv, D] -> q [N, nq, D] = rope(rmsnorm(query; qw)), gate [N, nq, D] copied, k [N, nkv, D] =
-// rope(rmsnorm(kin; kw)); each head row normed as rmsnorm_cuda does (plus_one: 1 + w) and rounded
+// rope(rmsnorm(kin; kw)); each head row normed as rmsnorm_cuda does (w_shift + w) and rounded
 // to T, then rotated as rope_partial_cuda does: bit for bit the ops it replaces.
 // With a KvStore (v non-null), each k head row, once rotated, and the v head row are also stored in
 // the caches as kv_append_cuda stores them (kv_dtype; rows and caches from the device tables): the
@@ -35,6 +35,6 @@ struct KvStore {
 template <typename T, typename W>
 void attn_inputs_cuda(const T* qg, const T* kin, const W* qw, const W* kw, T* q, T* gate, T* k, const int64_t* pos,
                       const float* inv_freq, int64_t N, int64_t nq, int64_t nkv, int64_t D, int rotary_dim, float eps,
-                      bool plus_one, bool interleaved, const KvStore& store, cudaStream_t stream);
+                      float w_shift, bool interleaved, const KvStore& store, cudaStream_t stream);
 
 }  // namespace degen::cuda

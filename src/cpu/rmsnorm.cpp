@@ -2,7 +2,8 @@
 // w ⊙ x̂ ⊙ silu(z) (norm before gate), and the GDN q/k L2 norm x / sqrt(Σx² + eps).
 // note: sums of squares are accumulated in double; each output is rounded to T once (and under
 // precision=bf16 to bf16 from there: computed in fp32, rounded once on output, spec §4.10).
-// Faults (numerics()): gdn-norm-plus-one (the gated norm uses 1 + w), gdn-skip-l2norm (x * scale).
+// Faults (numerics()): gdn-norm-plus-one (the gated norm uses 1 + w), gdn-skip-l2norm (x * scale);
+// norm-double-plus-one reaches the RMSNorm as NormKind::shifted_twice (2 + w).
 #include <cmath>
 
 #include "cpu/common.h"
@@ -28,8 +29,8 @@ Tensor CpuBackend::do_rmsnorm(const Tensor& x0, const TensorView& w, double eps,
   dispatch(x.dtype, [&](auto zero) {
     using T = decltype(zero);
     std::vector<double> wv = cpu::weight_vector<double>(w, gpu_storage());
-    if (kind == NormKind::zero_centred)
-      for (double& v : wv) v += 1.0;
+    if (const double shift = norm_weight_shift(kind); shift != 0.0)  // 1 + w (2 + w: fault norm-double-plus-one)
+      for (double& v : wv) v += shift;
     const T* px = x.data<T>();
     T* po = out.data<T>();
     for (int64_t r = 0; r < R; ++r) {

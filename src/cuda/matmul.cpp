@@ -52,7 +52,7 @@ bool CudaBackend::gemv_norm(const Tensor& h, const PreNorm& pre, cuda::GemvProlo
   p.kind = cuda::GemvPrologue::rmsnorm;
   p.w = cuda::cbf(W);
   p.eps = static_cast<float>(pre.eps);
-  p.plus_one = pre.kind == NormKind::zero_centred;
+  p.w_shift = norm_weight_shift(pre.kind);
   return true;
 }
 
@@ -125,7 +125,7 @@ Tensor CudaBackend::gated_norm_matmul(const Tensor& x, const Tensor& z, const Te
   p.z = cuda::cbf(z);
   p.group = g;
   p.eps = static_cast<float>(eps);
-  p.plus_one = numerics_.has(Fault::gdn_norm_plus_one);
+  p.w_shift = numerics_.has(Fault::gdn_norm_plus_one) ? 1.0f : 0.0f;
   return gemv_one(x, w, p, res);
 }
 

@@ -1,6 +1,7 @@
 // CudaBackend norms (kernels/rmsnorm.cu; src/cpu/rmsnorm.cpp is the reference): zero-centred and
 // plain RMSNorm, the GDN gated RMSNorm, the GDN q/k L2 norm.
-// Faults (numerics()): gdn-norm-plus-one (gated norm with 1 + w), gdn-skip-l2norm (x * scale).
+// Faults (numerics()): gdn-norm-plus-one (gated norm with 1 + w), gdn-skip-l2norm (x * scale);
+// norm-double-plus-one reaches the RMSNorm as NormKind::shifted_twice (weight 2 + w).
 #include "cuda/bf16_args.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
@@ -22,7 +23,7 @@ Tensor CudaBackend::do_rmsnorm(const Tensor& x, const TensorView& w, double eps,
     using T = decltype(a);
     using Wt = decltype(b);
     cuda::rmsnorm_cuda<T, Wt>(cptr<T>(x), cptr<Wt>(W), mptr<T>(out), R, C, static_cast<float>(eps),
-                              kind == NormKind::zero_centred, context()->stream());
+                              norm_weight_shift(kind), context()->stream());
   });
   return out;
 }
@@ -42,7 +43,7 @@ std::pair<Tensor, Tensor> CudaBackend::add_rmsnorm(const Tensor& a, const Tensor
     using T = decltype(x);
     using Wt = decltype(y);
     cuda::add_rmsnorm_cuda<T, Wt>(cptr<T>(a), cptr<T>(b), cptr<Wt>(W), mptr<T>(u), mptr<T>(out), R, C,
-                                  static_cast<float>(eps), kind == NormKind::zero_centred, context()->stream());
+                                  static_cast<float>(eps), norm_weight_shift(kind), context()->stream());
   });
   return {std::move(u), std::move(out)};
 }
@@ -58,7 +59,7 @@ Tensor CudaBackend::do_gated_rmsnorm(const Tensor& x, const Tensor& z, const Ten
     using T = decltype(a);
     using Wt = decltype(b);
     cuda::gated_rmsnorm_cuda<T, Wt>(cptr<T>(x), cptr<T>(z), cptr<Wt>(W), mptr<T>(out), R, C, static_cast<float>(eps),
-                                    numerics_.has(Fault::gdn_norm_plus_one), context()->stream());
+                                    numerics_.has(Fault::gdn_norm_plus_one) ? 1.0f : 0.0f, context()->stream());
   });
   return out;
 }

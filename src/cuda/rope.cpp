@@ -85,7 +85,7 @@ Backend::AttnInputs CudaBackend::attn_inputs_launch(const Tensor& qg, const Tens
     cuda::attn_inputs_cuda<T, Wt>(cuda::cptr<T>(qg), cuda::cptr<T>(k), cuda::cptr<Wt>(QW), cuda::cptr<Wt>(KW),
                                   cuda::mptr<T>(r.q), cuda::mptr<T>(r.gate), cuda::mptr<T>(r.k), p.data<int64_t>(),
                                   f.data<float>(), N, nq, nkv, D, rotary_dim, static_cast<float>(eps),
-                                  kind == NormKind::zero_centred, numerics_.has(Fault::rope_interleaved), store,
+                                  norm_weight_shift(kind), numerics_.has(Fault::rope_interleaved), store,
                                   context()->stream());
   });
   return r;

@@ -67,8 +67,13 @@ struct LayerNumerics {
   bool has(Fault f) const { return faults.test(static_cast<size_t>(f)); }
 };
 
-// RMSNorm weight convention (spec §4.2): zero-centred x̂·(1+w) or plain x̂·w.
-enum class NormKind : uint8_t { zero_centred, plain };
+// RMSNorm weight convention (spec §4.2): zero-centred x̂·(1+w) or plain x̂·w; shifted_twice x̂·(2+w)
+// is fault norm-double-plus-one (the +1 shift applied twice, mlx-lm PR #1623).
+enum class NormKind : uint8_t { zero_centred, plain, shifted_twice };
+// What every backend adds to the stored weight for `kind`: 1 (zero-centred), 0 (plain), 2.
+constexpr float norm_weight_shift(NormKind kind) {
+  return kind == NormKind::plain ? 0.0f : kind == NormKind::zero_centred ? 1.0f : 2.0f;
+}
 
 // Rows of one sequence inside a batch tensor.
 struct SeqSpan {

@@ -172,8 +172,9 @@ TEST_CASE("cuda ops: RMSNorm (zero-centred, plain), gated RMSNorm, L2 norm, with
     HostWeight w("norm.weight", {C}, randn_bf16(size_t(C), 0.05, 12));
     auto x = t.in(randn_bf16(size_t(R * C), 2.0, 13), {R, C});
     const std::string sh = cat("[", R, ", ", C, "]");
-    for (NormKind k : {NormKind::zero_centred, NormKind::plain})
-      check_op(cat("rmsnorm[", k == NormKind::zero_centred ? "1+w" : "w", "] ", sh), t, t.gpu.rmsnorm(x.g, w.view, 1e-6, k),
+    for (NormKind k : {NormKind::zero_centred, NormKind::plain, NormKind::shifted_twice})  // (2+w: norm-double-plus-one)
+      check_op(cat("rmsnorm[", k == NormKind::zero_centred ? "1+w" : k == NormKind::plain ? "w" : "2+w", "] ", sh), t,
+               t.gpu.rmsnorm(x.g, w.view, 1e-6, k),
                t.emu.rmsnorm(x.e, w.view, 1e-6, k), t.ref.rmsnorm(x.r, w.view, 1e-6, k), tol::kCudaNmseBf16);
   }
   // gated norm per value head (d_v = 96), weight around 1; and the fault gdn-norm-plus-one
