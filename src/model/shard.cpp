@@ -55,8 +55,8 @@ const TensorView* RankShard::keep(const TensorView* v) {
   return v;
 }
 
-// Rows [a, a + n) of each range, in order, of v as [rows, ...].
-const TensorView* RankShard::take(const TensorView* v, std::vector<std::pair<int64_t, int64_t>> ranges) {
+// Rows [a, a + n) of each range, in order, of v as [rows, ...] (listed: an entry of entries()).
+const TensorView* RankShard::take(const TensorView* v, std::vector<std::pair<int64_t, int64_t>> ranges, bool listed) {
   if (!v) return nullptr;
   DEGEN_ASSERT(!v->shape.empty(), "shard: scalar tensor ", v->name);
   const int64_t rows = v->shape[0];
@@ -74,7 +74,7 @@ const TensorView* RankShard::take(const TensorView* v, std::vector<std::pair<int
   }
   std::vector<int64_t> shape = v->shape;
   shape[0] = total;
-  return adopt(v, std::move(buf), std::move(shape), at);
+  return adopt(v, std::move(buf), std::move(shape), at, listed);
 }
 
 // Columns [c0, c0 + n) of v as [rows, cols].
@@ -92,14 +92,14 @@ const TensorView* RankShard::take_cols(const TensorView* v, int64_t c0, int64_t 
 
 // This rank's slice of v, held in buf: its view, and its entry.
 const TensorView* RankShard::adopt(const TensorView* v, std::unique_ptr<uint8_t[]> buf, std::vector<int64_t> shape,
-                                   size_t nbytes) {
+                                   size_t nbytes, bool listed) {
   auto s = std::make_unique<TensorView>(*v);
-  s->name = cat(v->name, "[tp ", rank_, "/", tp_, "]");
+  s->name = cat(v->name, "[tp ", rank_, "/", tp_, listed ? "]" : ", midpoint split]");
   s->shape = std::move(shape);
   s->data = buf.get();
   s->nbytes = nbytes;
   s->offset = 0;
-  entries_.push_back({v->name, v->numel(), s->numel(), static_cast<int64_t>(nbytes), true});
+  if (listed) entries_.push_back({v->name, v->numel(), s->numel(), static_cast<int64_t>(nbytes), true});
   buffers_.push_back(std::move(buf));
   views_.push_back(std::move(s));
   return views_.back().get();
@@ -159,7 +159,7 @@ void RankShard::shard_layer(LayerWeights& lw, const ModelConfig& c) {
   m.shared_gate = keep(m.shared_gate);
 }
 
-RankShard::RankShard(const ModelConfig& c, const ModelWeights& w, int tp, int rank)
+RankShard::RankShard(const ModelConfig& c, const ModelWeights& w, int tp, int rank, bool ba_midpoint)
     : tp_(tp), rank_(rank), cfg_(rank_config(c, tp)) {
   DEGEN_ASSERT(rank >= 0 && rank < tp, "shard: rank ", rank, " of ", tp);
   w_.experts_fused = w.experts_fused;
@@ -168,6 +168,13 @@ RankShard::RankShard(const ModelConfig& c, const ModelWeights& w, int tp, int ra
   w_.final_norm = keep(w.final_norm);
   w_.layers = w.layers;
   for (LayerWeights& lw : w_.layers) shard_layer(lw, c);
+  if (ba_midpoint) {  // fault tp-ba-midpoint-split: [b | a] halves of n_v rows each, split by rank
+    ba_midpoint_.assign(w.layers.size(), nullptr);
+    const int64_t half = c.n_v, nv = c.n_v / tp_;
+    for (size_t l = 0; l < w.layers.size(); ++l)
+      if (w.layers[l].kind == LayerKind::linear && w.layers[l].gdn.fused)
+        ba_midpoint_[l] = take(w.layers[l].gdn.in_proj_ba, {{rank_ * nv, nv}, {half + rank_ * nv, nv}}, false);
+  }
   w_.mtp = w.mtp;
   for (MtpWeights& m : w_.mtp) {
     m.fc = keep(m.fc);

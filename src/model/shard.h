@@ -24,6 +24,9 @@
 //   full logits and sampling needs no gather; the cost shows in `inspect --tp`.)
 // All-reduces: after o_proj, after out_proj and after the MLP/MoE block (down projections), i.e.
 // two per decoder layer per forward call, each of N x H activations.
+// Fault tp-ba-midpoint-split (vLLM PR #36242): built on request beside the right slices, the rank's
+// in_proj_ba as a loader that takes the interleaved tensor for [all b | all a] gives it: rows
+// [r n_v/tp, (r+1) n_v/tp) of each half, instead of its key groups' contiguous rows.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -44,7 +47,8 @@ ModelConfig rank_config(const ModelConfig& cfg, int tp);
 // One rank's weights: views of the replicated tensors (no copy) and owned copies of its slices.
 class RankShard {
  public:
-  RankShard(const ModelConfig& cfg, const ModelWeights& w, int tp, int rank);
+  // ba_midpoint: also build ba_midpoint() for every fused GDN layer (fault tp-ba-midpoint-split).
+  RankShard(const ModelConfig& cfg, const ModelWeights& w, int tp, int rank, bool ba_midpoint = false);
   RankShard(const RankShard&) = delete;
   RankShard& operator=(const RankShard&) = delete;
 
@@ -63,13 +67,20 @@ class RankShard {
   };
   const std::vector<Entry>& entries() const { return entries_; }
   int64_t bytes() const;  // weight bytes this rank holds (sharded slices + replicated tensors)
+  // Decoder layer l's in_proj_ba split at its midpoint (fault tp-ba-midpoint-split): [n_v/tp rows
+  // of the first half | n_v/tp rows of the second half] in this rank's shape, read as interleaved
+  // per key group like the right slice; nullptr unless built (a fused GDN layer, ba_midpoint on).
+  // Not in entries(): no right run holds it.
+  const TensorView* ba_midpoint(int l) const {
+    return l >= 0 && static_cast<size_t>(l) < ba_midpoint_.size() ? ba_midpoint_[static_cast<size_t>(l)] : nullptr;
+  }
 
  private:
   const TensorView* keep(const TensorView* v);                          // replicated
-  const TensorView* take(const TensorView* v, std::vector<std::pair<int64_t, int64_t>> row_ranges);
+  const TensorView* take(const TensorView* v, std::vector<std::pair<int64_t, int64_t>> row_ranges, bool listed = true);
   const TensorView* take_cols(const TensorView* v, int64_t c0, int64_t n);
   const TensorView* adopt(const TensorView* v, std::unique_ptr<uint8_t[]> buf, std::vector<int64_t> shape,
-                          size_t nbytes);
+                          size_t nbytes, bool listed = true);
   void shard_mlp(MlpWeights& m, int64_t inter);
   void shard_layer(LayerWeights& lw, const ModelConfig& full);
 
@@ -79,6 +90,7 @@ class RankShard {
   std::vector<std::unique_ptr<TensorView>> views_;
   std::vector<std::unique_ptr<uint8_t[]>> buffers_;
   std::vector<Entry> entries_;
+  std::vector<const TensorView*> ba_midpoint_;  // per decoder layer (fault tp-ba-midpoint-split)
 };
 
 // Memory of one rank for a config at tp, from the weight table alone (every weight counted as bf16,
