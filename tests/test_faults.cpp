@@ -20,7 +20,8 @@ namespace {
 // Faults applied in the engine's own steps (FaultApplied::engine_step), not as an op flag of the
 // forward pass: MTP speculative decoding (engine/spec_decode) and the model-level tensor-parallel one
 // (the engine's layer loop; tests/test_tp.cpp).
-const std::set<std::string> kNotForwardPass = {"mtp-no-rollback", "mtp-prenorm-hidden", "tp-skip-last-allreduce"};
+const std::set<std::string> kNotForwardPass = {"mtp-no-rollback", "mtp-prenorm-hidden", "tp-skip-last-allreduce",
+                                               "mtp-concat-order"};
 
 struct Injection {
   const char* fault;
@@ -36,6 +37,7 @@ const Injection kInjections[] = {
     {"rope-all-dims", "tiny-qwen35", 7, "p"},
     {"rope-freq-head-dim", "tiny-qwen35", 7, "p"},
     {"norm-no-plus-one", "tiny-qwen35", 2, "p"},
+    {"norm-double-plus-one", "tiny-qwen35", 2, "p"},
     {"gdn-norm-plus-one", "tiny-qwen35", 1, "p"},
     {"qgate-split", "tiny-qwen35", 7, "p"},
     {"gdn-read-before-decay", "tiny-qwen35", 4, "p"},
@@ -48,6 +50,7 @@ const Injection kInjections[] = {
     {"moe-no-renorm", "tiny-qwen35-moe", 2, "p"},
     {"tp-gdn-no-allreduce", "tiny-qwen35", 2, "p"},       // clean and faulty runs both at tp=2
     {"tp-moe-double-allreduce", "tiny-qwen35-moe", 2, "p"},
+    {"tp-ba-midpoint-split", "tiny-qwen3next", 2, "p"},  // the interleaved in_proj_ba of Qwen3-Next only
 };
 
 bool is_before(const std::string& call, const std::string& other) {  // "p" < "d0" < "d1" ...
@@ -137,6 +140,7 @@ TEST_CASE("faults: an unscoped fault acts on every layer that can host it, the M
       {"rope-interleaved", Fault::rope_interleaved, {3, 7}, true},
       {"alog-no-exp", Fault::alog_no_exp, {0, 1, 2, 4, 5, 6}, false},
       {"norm-no-plus-one", Fault::norm_no_plus_one, {0, 1, 2, 3, 4, 5, 6, 7}, true},
+      {"norm-double-plus-one", Fault::norm_double_plus_one, {0, 1, 2, 3, 4, 5, 6, 7}, true},
   };
   for (const Want& w : wants) {
     CAPTURE(w.fault);

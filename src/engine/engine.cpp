@@ -1,10 +1,12 @@
 // The forward pass (spec model.md §4.3-4.9) and the MTP head (§6), written once against Backend.
 // Each function reads as the numbered stages of its spec section.
 // The RunConfig's toggles and faults are resolved per layer by numerics() and handed to the
-// backend by begin_layer(). Four faults are deviations of the layer's data flow and live here,
-// each changing the arguments of one op: qgate-split (the q_proj split), norm-no-plus-one (the
-// layer's zero-centred norms called as plain), rope-all-dims (rope_partial over head_dim),
-// moe-no-renorm (moe_route without renormalisation). The others are flags the ops read.
+// backend by begin_layer(). Six faults are deviations of the layer's data flow and live here,
+// each changing the arguments of one op: qgate-split (the q_proj split), norm-no-plus-one and
+// norm-double-plus-one (the layer's zero-centred norms called as plain, or shifted twice),
+// rope-all-dims (rope_partial over head_dim), moe-no-renorm (moe_route without renormalisation),
+// tp-ba-midpoint-split (the GDN b/a projection with the rank's midpoint-split in_proj_ba, built by
+// RankShard). The others are flags the ops read. mtp-concat-order is an engine step of the MTP head.
 // Tensor parallelism's fan-out is engine_tp.cpp, the CUDA-graph policy engine_graphs.cpp.
 #include "engine/engine_impl.h"
 
@@ -37,8 +39,17 @@ const char* gdn_algo_name(GdnAlgo a) {
   return "?";
 }
 
+// Whether the ranks' shards must hold the midpoint-split in_proj_ba (fault tp-ba-midpoint-split at any scope).
+static bool wants_ba_midpoint(const RunConfig& rc) {
+  for (const FaultSpec& fs : rc.faults)
+    if (fs.name == fault_name(Fault::tp_ba_midpoint_split)) return true;
+  return false;
+}
+
 Engine::Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, EngineOptions opt)
-    : shard_(backend.tp_group() ? std::make_shared<RankShard>(cfg, w, backend.tp_size(), 0) : nullptr),
+    : shard_(backend.tp_group()
+                 ? std::make_shared<RankShard>(cfg, w, backend.tp_size(), 0, wants_ba_midpoint(opt.run))
+                 : nullptr),
       full_cfg_(cfg),
       cfg_(shard_ ? shard_->config() : cfg),
       w_(shard_ ? shard_->weights() : w),
@@ -56,7 +67,9 @@ Engine::Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, 
   init();
   for (int r = 1; group_ && r < group_->size(); ++r)
     peers_.push_back(std::unique_ptr<Engine>(new Engine(cfg, w, *group_->ranks[static_cast<size_t>(r)], opt_,
-                                                        std::make_shared<RankShard>(cfg, w, group_->size(), r), r, comm_)));
+                                                        std::make_shared<RankShard>(cfg, w, group_->size(), r,
+                                                                                    wants_ba_midpoint(opt_.run)),
+                                                        r, comm_)));
 }
 
 Engine::~Engine() = default;
@@ -152,9 +165,19 @@ GdnCheckpoint Engine::checkpoint_rank(const SeqState& st) {
   return cp;
 }
 
-// The decoder norms' weight convention at a layer: zero-centred, or plain under fault norm-no-plus-one.
+// The decoder norms' weight convention at a layer: zero-centred, or plain under fault norm-no-plus-one,
+// or 2 + w under fault norm-double-plus-one.
 static NormKind decoder_norm_kind(const LayerNumerics& n) {
-  return n.has(Fault::norm_no_plus_one) ? NormKind::plain : NormKind::zero_centred;
+  if (n.has(Fault::norm_no_plus_one)) return NormKind::plain;
+  return n.has(Fault::norm_double_plus_one) ? NormKind::shifted_twice : NormKind::zero_centred;
+}
+
+// The final norm's: fault norm-double-plus-one unscoped shifts it twice too, as mlx-lm PR #1623's
+// sanitize shifted every zero-centred norm of the checkpoint (the layers' and model.norm); scoped to
+// layers, only theirs. (The MTP head's own norms: not touched; its decoder layer's: by numerics.)
+static NormKind final_norm_kind(const RunConfig& rc, const ModelConfig& cfg) {
+  return rc.has_fault(fault_name(Fault::norm_double_plus_one), -1, &cfg) ? NormKind::shifted_twice
+                                                                          : NormKind::zero_centred;
 }
 
 // Whether a trace observes the activations inside the layers. The engine has one path: an observed
@@ -303,7 +326,10 @@ Tensor Engine::gdn_mixer(int l, const GdnWeights& gw, Normed& in, Batch& b, Trac
     Tensor qkvz = be_.gather_cols(be_.matmul(x, *gw.in_proj_qkvz), qkvz_rows_);
     qkv = be_.slice_cols(qkvz, 0, dconv);
     z = be_.slice_cols(qkvz, dconv, dval);
-    Tensor ba = be_.gather_cols(be_.matmul(x, *gw.in_proj_ba), ba_rows_);
+    // (fault tp-ba-midpoint-split: the rank's in_proj_ba as the midpoint split gives it, read the same way)
+    const TensorView* ba_w = n.has(Fault::tp_ba_midpoint_split) && shard_ ? shard_->ba_midpoint(l) : gw.in_proj_ba;
+    DEGEN_ASSERT(ba_w, "fault tp-ba-midpoint-split: the shard of layer ", l, " has no midpoint-split in_proj_ba");
+    Tensor ba = be_.gather_cols(be_.matmul(x, *ba_w), ba_rows_);
     bb = be_.slice_cols(ba, 0, nv);
     aa = be_.slice_cols(ba, nv, nv);
   } else {
@@ -563,12 +589,14 @@ ForwardOutput Engine::forward_rank(const std::vector<SeqInput>& inputs, const Fo
       nn.kind = decoder_norm_kind(numerics(l + 1, false));
     } else {
       nn.w = w_.final_norm;
+      nn.kind = final_norm_kind(opt_.run, cfg_);
     }
     h = layer(l, w_.layers[l], std::move(h), b, tr, false, std::move(x_next), fuse ? &nn : nullptr);
     x_next = std::move(nn.x);
   }
   be_.begin_layer(model_level);
-  Tensor hn = !x_next.empty() ? std::move(x_next) : be_.rmsnorm(h, *w_.final_norm, cfg_.rms_norm_eps, NormKind::zero_centred);
+  Tensor hn = !x_next.empty() ? std::move(x_next)
+                               : be_.rmsnorm(h, *w_.final_norm, cfg_.rms_norm_eps, final_norm_kind(opt_.run, cfg_));
   tap(tr, Step::final_norm, -1, hn, b);
   for (size_t i = 0; i < b.states.size(); ++i) b.states[i]->pos += b.spans[i].rows;
 
@@ -621,10 +649,11 @@ Tensor Engine::mtp_rank(const std::vector<MtpInput>& inputs, const std::vector<u
   be_.begin_layer(model_level);
   // 1. embedding of the next token (shared table)
   Tensor e = be_.embed(*w_.embed, ids);
-  // 2. u = [norm_emb(e) ; norm_hidden(ĥ)] W_fcᵀ  (embedding first)
+  // 2. u = [norm_emb(e) ; norm_hidden(ĥ)] W_fcᵀ  (embedding first; fault mtp-concat-order: hidden first)
   Tensor en = be_.rmsnorm(e, *mw.pre_fc_norm_embedding, eps, NormKind::zero_centred);
   Tensor hn = be_.rmsnorm(be_.concat_rows(hidden), *mw.pre_fc_norm_hidden, eps, NormKind::zero_centred);
-  Tensor u = be_.matmul(be_.concat_cols(en, hn), *mw.fc);
+  const bool hidden_first = opt_.run.has_fault(fault_name(Fault::mtp_concat_order), -1, &cfg_);
+  Tensor u = be_.matmul(hidden_first ? be_.concat_cols(hn, en) : be_.concat_cols(en, hn), *mw.fc);
   tap(tr, Step::mtp_in, -1, u, b, true);
   // 3. one full-attention decoder layer with its own KV cache
   u = layer(0, mw.layer, std::move(u), b, tr, true);

@@ -122,16 +122,13 @@ const std::vector<FaultInfo>& fault_catalogue() {
        false, FaultApplied::op_flag, true, false, nullptr},
       {Fault::norm_double_plus_one, "norm-double-plus-one", FaultSite::any_layer, "attn_norm",
        "zero-centred RMSNorm applied with weight (2 + w): the +1 shift added at conversion and again at run time",
-       "ml-explore/mlx-lm PR #1623 (real-bugs.md row 27: sanitize shifted the layers' and the final norms of "
-       "converted checkpoints that keep MTP tensors a second time: incoherent text; unscoped, the fault shifts "
-       "the final norm too); variants: jundot/omlx #3750 (the MTP pre-fc norms only: acceptance halved), "
-       "InternLM/lmdeploy #4790 (1 + w rounded to bf16)",
+       "ml-explore/mlx-lm PR #1623 (real-bugs.md row 27: layer and final norms shifted again, incoherent text; "
+       "unscoped, the fault shifts the final norm too); variants: jundot/omlx #3750, InternLM/lmdeploy #4790",
        false, FaultApplied::op_flag, false, false, nullptr},
       {Fault::mtp_concat_order, "mtp-concat-order", FaultSite::model, "mtp_in",
        "MTP head: fc input concatenated as [hidden | embedding] instead of [embedding | hidden]",
-       "ml-explore/mlx-lm PR #1469 (Qwen3.5 MTPHead concatenated [hidden, embedding]: drafts ~0 % agreement with "
-       "the target); issue 44 cites Rapid-MLX #3371 (real-bugs.md row 30), whose merged fix is the hidden's stage "
-       "(post-norm, mtp-prenorm-hidden's class), not the order",
+       "ml-explore/mlx-lm PR #1469 (Qwen3.5 MTPHead concat [hidden, embedding]: drafts ~0 % agreement); issue 44's "
+       "Rapid-MLX #3371 (real-bugs.md row 30) fixed the hidden's stage (post-norm), not the order",
        false, FaultApplied::engine_step, false, true, nullptr},
       {Fault::tp_ba_midpoint_split, "tp-ba-midpoint-split", FaultSite::linear_layer, "gdn_b",
        "tp > 1: Qwen3-Next's interleaved in_proj_ba (per key group [b | a]) split across ranks at its midpoint, as if "
