@@ -597,6 +597,30 @@ TEST_CASE("report: '<', '&', quotes and invalid UTF-8 are escaped in every forma
   }
 }
 
+TEST_CASE("report: the Markdown shows each case's golden and tested text side by side") {
+  json c = hostile_compare();
+  json same = c["cases"][0];
+  same["id"] = "two-plus-two";
+  same["generation"]["text"] = "The answer is 4.";
+  same["generation"]["golden_text"] = "The answer is 4.";
+  json parted = same;
+  parted["id"] = "raw-story";
+  parted["generation"]["text"] = "She baked bread | every day.";
+  parted["generation"]["golden_text"] = "She baked a cake.";
+  json longer = same;
+  longer["id"] = "long";
+  longer["generation"]["text"] = std::string(5000, 'x');
+  c["cases"] = {same, parted, longer};
+  const std::string md = render_markdown(build_report(ReportInputs{{{"mem", c}}, {}, {}}, no_tokenizer()));
+  CHECK(md.find("Text, golden and tested side by side:") != std::string::npos);
+  CHECK(md.find("| `two-plus-two` | The answer is 4. | The answer is 4. | the same text |") != std::string::npos);
+  CHECK(md.find("| `raw-story` | She baked a cake. | She baked bread \\| every day. | differ from byte 10 |") != std::string::npos);
+  CHECK(md.find(std::string(600, 'x') + "\xE2\x80\xA6 |") != std::string::npos);  // a long text is cut, and says so
+  CHECK(md.find(std::string(601, 'x')) == std::string::npos);
+  // Without the texts (no tokenizer, no text in the result) there is no such table.
+  CHECK(render_markdown(doc_of({fixture() / "compare.json"})).find("side by side") == std::string::npos);
+}
+
 TEST_CASE("report: escape functions") {
   CHECK(sanitize_utf8("plain ascii\ttab\nline") == "plain ascii\ttab\nline");
   CHECK(sanitize_utf8("\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80") == "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80");  // é € 😀

@@ -19,10 +19,10 @@ namespace {
 // Rows each table may show; a section that does not fit the remaining budget is written again
 // with smaller caps (scaled()) before it is dropped.
 struct Caps {
-  size_t sweep = 200, layers = 96, cases = 40, subop = 40, reasons = 10;
+  size_t sweep = 200, layers = 96, cases = 40, subop = 40, reasons = 10, text_bytes = 600;
   Caps scaled(double f) const {
     auto k = [f](size_t n) { return std::max<size_t>(3, static_cast<size_t>(static_cast<double>(n) * f)); };
-    return {k(sweep), k(layers), k(cases), k(subop), k(reasons)};
+    return {k(sweep), k(layers), k(cases), k(subop), k(reasons), std::max<size_t>(80, k(text_bytes))};
   }
 };
 
@@ -206,6 +206,28 @@ std::string cases_md(const json& c, const Caps& caps) {
   return o + "\n";
 }
 
+// Each case's golden and tested text side by side (when the report decoded them: json.h), with where
+// they part. The texts show what a user sees, which the figures above may not: a fault can move the
+// logits and the layers over their floors while the text stays the reference's.
+std::string texts_md(const json& c, const Caps& caps) {
+  std::string rows;
+  size_t shown = 0, all = 0;
+  for (const json& k : c["cases"]) {
+    const json& t = k["generation"]["text"];
+    if (!t.is_object()) continue;
+    if (all++ >= caps.cases) continue;
+    ++shown;
+    const std::string golden = s(t["golden"]), tested = s(t["tested"]);
+    const size_t n = t["common_prefix_bytes"].is_number_unsigned() ? t["common_prefix_bytes"].get<size_t>() : 0;
+    const std::string part = golden == tested ? "the same text" : cat("differ from byte ", n);
+    rows += row({md_code(s(k["id"])), md_escape(utf8_truncate(golden, caps.text_bytes)),
+                 md_escape(utf8_truncate(tested, caps.text_bytes)), part});
+  }
+  if (all == 0) return "";
+  return "Text, golden and tested side by side:\n\n" + header({"case", "golden (CPU reference)", "tested", ""}) + rows +
+         cut_note(shown, all, "texts") + "\n";
+}
+
 // compare --server: each case's decode path (the engine's own per-step distributions against the
 // reference over its sequence) and the serving probes, one row per case and per probe.
 std::string serving_md(const json& c, const Caps& caps) {
@@ -267,7 +289,7 @@ std::string config_md(const json& c) {
 std::string compare_md(const json& c, const Caps& caps) {
   std::string o = cat("## Compare ", md_code(s(c["config"])), ": ", verdict_cell(s(c["verdict"])), "\n\n");
   if (c["verdict"] == "untestable") return o + cat("Untestable: ", md_escape(s(c["reason"])), "\n\n") + config_md(c);
-  return o + layers_md(c, caps) + cases_md(c, caps) + serving_md(c, caps) + config_md(c);
+  return o + layers_md(c, caps) + cases_md(c, caps) + texts_md(c, caps) + serving_md(c, caps) + config_md(c);
 }
 
 }  // namespace
