@@ -4,8 +4,7 @@
 #
 # For each fault of `degenbisect faults --json` it runs
 #   - eval's fault table (`eval --faults --fault NAME`) on models/tiny-trained with a record of
-#     golden/tiny-trained (default: smoke, its chat cases two-plus-two and recall-after-story, 48
-#     tokens each): compare's verdict and first layer, the free-running generations (degenerate or
+#     golden/tiny-trained (default: smoke, its chat case two-plus-two, "What is 2+2?", 48 tokens): compare's verdict and first layer, the free-running generations (degenerate or
 #     not, and the start of one tested text) and the held-out accuracy under the fault. The fault table adds tp=2 for tensor-parallel faults and
 #     mtp=2 for MTP faults; this script adds the serving toggles the catalogue's `needs` names
 #     (prefill_chunk=8, prefix_cache=on, batch=4) as eval's base configuration;
@@ -19,11 +18,11 @@
 #   --fault           only this fault (repeatable; default: the whole catalogue)
 #   --suite           record of golden/tiny-trained for compare and the free-running runs (default smoke;
 #                     long-decode: 520-token cases, about 5 s per case and fault more)
-#   --case            case of that record (repeatable; default with smoke: two-plus-two, recall-after-story)
-#   --questions       held-out questions per fault (default 12)
+#   --case            case of that record (repeatable; default with smoke: two-plus-two)
+#   --questions       held-out questions per fault (default 10)
 #   --max-new-tokens  token budget per question (default 128; eval's own default is 256)
 #   --json            also write every fault-table and selftest row as JSON
-# Cost: about 5-15 s per fault on 2 cores with the defaults (docs/faults.md gives a measured run).
+# Cost: about 5-20 s per fault on 2 cores with the defaults, 28 faults in about 5 minutes (docs/faults.md).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,7 +31,7 @@ MODEL=$ROOT/models/tiny-trained
 SUITE=smoke
 SMOKE=$ROOT/golden/tiny-trained/smoke
 SMOKE_CASE=two-plus-two
-QUESTIONS=12
+QUESTIONS=10
 MAX_NEW=128
 SELFTEST=1
 JSON_OUT=
@@ -57,7 +56,7 @@ done
 RECORD=$ROOT/golden/tiny-trained/$SUITE
 [[ -f $RECORD/manifest.json ]] || { echo "fault-figures.sh: no record at $RECORD" >&2; exit 128; }
 if ! ((${#CASES[@]})); then
-  if [[ $SUITE == smoke ]]; then CASES=(two-plus-two recall-after-story); else CASES=(story-fox); fi
+  if [[ $SUITE == smoke ]]; then CASES=(two-plus-two); else CASES=(story-fox); fi
 fi
 
 [[ -x $BIN ]] || { echo "fault-figures.sh: no binary at $BIN (build it first: make build)" >&2; exit 128; }
