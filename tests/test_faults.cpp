@@ -21,7 +21,9 @@ namespace {
 // forward pass: MTP speculative decoding (engine/spec_decode) and the model-level tensor-parallel one
 // (the engine's layer loop; tests/test_tp.cpp).
 const std::set<std::string> kNotForwardPass = {"mtp-no-rollback", "mtp-prenorm-hidden", "tp-skip-last-allreduce",
-                                               "mtp-concat-order"};
+                                               "mtp-concat-order", "spec-stale-slot", "prefix-snapshot-drafts",
+                                               "pad-slot-alias", "pad-updates-state", "chunk-state-twice",
+                                               "chunk-state-zero"};
 
 struct Injection {
   const char* fault;

@@ -71,8 +71,14 @@ struct CompareRules {
   // at step 0. 1e-5 sits 80x above the first and 4000x below the second.
   double probe_kld = 1e-5;
   // The serving-state check's limit on a GDN state's rel_l2 against plain processing of the same
-  // tokens, by floor class ([FloorClass::bf16], [FloorClass::fp32]); see ServingCheck.
-  double serving_state[2] = {3e-2, 1e-4};
+  // tokens, by floor class ([FloorClass::bf16], [FloorClass::fp32]); see ServingCheck. fp32: the
+  // mechanisms are fp32 reorderings of the same sums, measured 2.9e-7 to 4.9e-7 on the trained model
+  // (chunk, slot, snapshot; 2026-12-07), 200x below; the faults of the mechanisms move a state by 0.9 to
+  // 2.2. bf16 (indicative, names the layer only): measured 1.1e-2 to 2.5e-2 on the trained model and
+  // tiny-qwen35 (cpu precision=bf16; backend=cuda on the emulator), but up to 0.5 on the random MoE
+  // presets with ssm_dtype=bf16, whose routing flips amplify a rounding: there it can name a layer
+  // although nothing is wrong.
+  double serving_state[2] = {0.1, 1e-4};
   metrics::DegenRules degen;
 };
 
@@ -222,11 +228,13 @@ struct MtpForcedResult {
 //    through forced MTP rounds, as the MTP check's, so drafts are rejected across boundaries), each
 //    snapshot against plain's state there, then a warm pass restores the longest and decodes the rest;
 //  - slot (batch=N): the continuation decoded in steps padded to N rows.
-// A GDN state (conv window, S) differing from plain's by more than the class's limit names the first
-// such layer; the rows after the mechanism are judged like the generation's consistency check.
-// The limits (rel_l2 of a GDN state): fp32 class 1e-4, the chunk and block boundaries of an fp32 path
-// being fp32 reorderings of the same sums (measured: see ServingStateLimit's comment in compare.cpp);
-// bf16 class 3e-2, a state stored in bf16 at a chunk boundary where plain prefill keeps it in registers.
+// The rows after the mechanism are judged like the generation's consistency check (KLD against the
+// record's decode-mode floor); the first GDN layer whose state (conv window, S) differs from plain's by
+// more than the class's limit is named. In the fp32 class that state limit also decides (a bad
+// state is a bad check); in the bf16 class it only names the layer: a chunk or block boundary is an
+// extra bf16 rounding of the state there (ssm_dtype=bf16) and of every activation computed in another
+// call shape, which the floors (one-call prefill) do not include, so the logits decide (limits:
+// CompareRules::serving_state).
 struct ServingCheck {
   std::string mechanism;                   // "chunk", "snapshot", "slot"
   std::string what;                        // what ran, in words
@@ -236,6 +244,7 @@ struct ServingCheck {
   std::optional<int64_t> state_position;   // the state's length there
   std::string state_part;                  // "S" or "conv"
   std::optional<LogitsResult> logits;      // the rows after the mechanism against plain's
+  bool state_decides = true;               // fp32 class: a state over the limit fails the check
   bool pass = true;
   nlohmann::json to_json() const;
 };

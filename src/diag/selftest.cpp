@@ -48,6 +48,38 @@ std::vector<int> kind_layers(const ModelConfig& cfg, LayerKind k) {
   return out;
 }
 
+// A model-level fault's row: the toggle named, and for MTP faults the op of the minimal bad run's MTP
+// checks (the rolled-back state, the head).
+void judge_model_row(SelftestRow& row, const FaultInfo& fi, const BisectOutcome& o) {
+  const FaultInfo* f = &fi;
+  bool ok = o.culprit_toggles == std::vector<std::string>{std::string("fault:") + f->name};
+  // MTP faults: the op comes from the minimal bad run's MTP checks (the rolled-back state, the head).
+  if (f->needs_mtp)
+    if (auto op = mtp_culprit_op(o.minimal_summary)) {
+      row.found_op = op->op;
+      if (op->layer >= 0) row.found_layers = {op->layer};
+    }
+  const bool ok_op = !f->needs_mtp || row.found_op == f->op;
+  row.status = ok && ok_op ? "pass" : "fail";
+  if (!ok) row.note = "wrong toggle named";
+  else if (!ok_op) row.note = row.found_op.empty() ? "no MTP op named" : "wrong op";
+}
+
+void judge_serving_row(SelftestRow& row, const FaultInfo& fi, int layer, const BisectOutcome& o) {
+  const FaultInfo* f = &fi;
+  // A serving fault: the layer and op from the minimal bad run's serving-state check (or the MTP
+  // check's rolled-back state), and the mechanism it names.
+  const auto sop = serving_culprit(o.minimal_summary, f->mechanism);
+  if (sop) row.found_op = cat(sop->op, " (", sop->mechanism, ")");
+  const bool ok_layer = o.culprit_layers == std::vector<int>{layer} && sop && sop->layer == layer;
+  const bool ok_op = sop && sop->op == f->op;
+  row.status = ok_layer && ok_op ? "pass" : "fail";
+  if (!sop) row.note = cat("no ", f->mechanism, " check named a layer");
+  else if (!ok_layer) row.note = cat("wrong layer (bisect ", o.culprit_layers.size() == 1 ? o.culprit_layers[0] : -1,
+                                     ", ", sop->mechanism, " check ", sop->layer, ")");
+  else if (!ok_op) row.note = "wrong op";
+}
+
 }  // namespace
 
 std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& model, const Tokenizer* tok,
@@ -138,29 +170,9 @@ std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& mode
         row.note = cat("bisect status ", o.status, " (the injected fault did not make the run bad: ",
                        o.bad_summary.verdict, ")");
       } else if (layer < 0) {
-        bool ok = o.culprit_toggles == std::vector<std::string>{std::string("fault:") + f->name};
-        // MTP faults: the op comes from the minimal bad run's MTP checks (the rolled-back state, the head).
-        if (f->needs_mtp)
-          if (auto op = mtp_culprit_op(o.minimal_summary)) {
-            row.found_op = op->op;
-            if (op->layer >= 0) row.found_layers = {op->layer};
-          }
-        const bool ok_op = !f->needs_mtp || row.found_op == f->op;
-        row.status = ok && ok_op ? "pass" : "fail";
-        if (!ok) row.note = "wrong toggle named";
-        else if (!ok_op) row.note = row.found_op.empty() ? "no MTP op named" : "wrong op";
+        judge_model_row(row, *f, o);
       } else if (f->mechanism) {
-        // A serving fault: the layer and op from the minimal bad run's serving-state check (or the MTP
-        // check's rolled-back state), and the mechanism it names.
-        const auto sop = serving_culprit(o.minimal_summary, f->mechanism);
-        if (sop) row.found_op = cat(sop->op, " (", sop->mechanism, ")");
-        const bool ok_layer = o.culprit_layers == std::vector<int>{layer} && sop && sop->layer == layer;
-        const bool ok_op = sop && sop->op == f->op;
-        row.status = ok_layer && ok_op ? "pass" : "fail";
-        if (!sop) row.note = cat("no ", f->mechanism, " check named a layer");
-        else if (!ok_layer) row.note = cat("wrong layer (bisect ", o.culprit_layers.size() == 1 ? o.culprit_layers[0] : -1,
-                                           ", ", sop->mechanism, " check ", sop->layer, ")");
-        else if (!ok_op) row.note = "wrong op";
+        judge_serving_row(row, *f, layer, o);
       } else {
         if (o.culprit_layers.size() == 1) {
           auto reps = subop_analysis(rec, model, o.minimal_bad, o.culprit_layers[0], factory, 0, 64, &subop_cache);

@@ -38,6 +38,63 @@ const char* inert_moe_no_renorm(const ModelConfig& c) {
 
 }  // namespace
 
+// The faults drawn from the public bug reports of ../shared/spec/real-bugs.md (issue 44; docs/faults.md),
+// after the first nineteen in Fault order.
+static void add_report_faults(std::vector<FaultInfo>& v) {
+  const std::vector<FaultInfo> rows = {
+      {Fault::norm_double_plus_one, "norm-double-plus-one", FaultSite::any_layer, "attn_norm",
+       "zero-centred RMSNorm applied with weight (2 + w): the +1 shift added at conversion and again at run time",
+       "ml-explore/mlx-lm PR #1623 (real-bugs.md row 27: layer and final norms shifted again, incoherent text; "
+       "unscoped, the fault shifts the final norm too); variants: jundot/omlx #3750, InternLM/lmdeploy #4790",
+       false, FaultApplied::op_flag, false, false, nullptr},
+      {Fault::mtp_concat_order, "mtp-concat-order", FaultSite::model, "mtp_in",
+       "MTP head: fc input concatenated as [hidden | embedding] instead of [embedding | hidden]",
+       "ml-explore/mlx-lm PR #1469 (Qwen3.5 MTPHead concat [hidden, embedding]: drafts ~0 % agreement); issue 44's "
+       "Rapid-MLX #3371 (real-bugs.md row 30) fixed the hidden's stage (post-norm), not the order",
+       false, FaultApplied::engine_step, false, true, nullptr},
+      {Fault::tp_ba_midpoint_split, "tp-ba-midpoint-split", FaultSite::linear_layer, "gdn_b",
+       "tp > 1: Qwen3-Next's interleaved in_proj_ba (per key group [b | a]) split across ranks at its midpoint, as if "
+       "it were [all b | all a]: ranks read other heads' b and a",
+       "vllm-project/vllm PR #36242 (issue #35504; real-bugs.md row 25: Qwen3-Next wrong at TP > 1)",
+       false, FaultApplied::op_flag, true, false, inert_not_interleaved_ba},
+      {Fault::spec_stale_slot, "spec-stale-slot", FaultSite::linear_layer, "gdn_core",
+       "speculative decoding: after m > 0 accepted drafts the next step reads the GDN state of verify position 0 "
+       "(slot 0) instead of position m",
+       "vllm-project/vllm #39273 (PRs #40738, #52942, #56531: S and the conv window read from slot 0; there only a step "
+       "without drafts after accepted ones hits it; SGLang PR #26351 approximately; real-bugs.md rows 6-7)",
+       false, FaultApplied::engine_step, false, true, nullptr, "mtp=2", "rollback"},
+      {Fault::prefix_snapshot_drafts, "prefix-snapshot-drafts", FaultSite::linear_layer, "gdn_core",
+       "prefix caching with MTP: the GDN state stored for a block crossed during a verify pass is the state after "
+       "the whole pass, rejected drafts included, and later requests reuse it",
+       "vllm-project/vllm #43559 (PRs #48375, #57128, #43650; real-bugs.md row 4: -20 % accuracy with MTP)",
+       false, FaultApplied::engine_step, false, true, nullptr, "prefix_cache=on,mtp=2", "snapshot"},
+      {Fault::pad_slot_alias, "pad-slot-alias", FaultSite::linear_layer, "gdn_core",
+       "padded batch: a padding row's state slot aliases the first live sequence's, so the pad token's GDN update "
+       "lands in that sequence's state",
+       "NVIDIA/TensorRT-LLM PRs #13151, #9873; tokenspeed PR #700 (-1 pad index clamped to slot 0; real-bugs.md "
+       "rows 10-11)",
+       false, FaultApplied::engine_step, false, false, nullptr, "batch=4", "slot"},
+      {Fault::pad_updates_state, "pad-updates-state", FaultSite::linear_layer, "gdn_core",
+       "chunked prefill: the last chunk is padded to the chunk size and the pad tokens update the GDN state (conv "
+       "window and S)",
+       "huggingface/transformers #47086 (PR #47087: pads not masked from the conv and the GDN core on continued "
+       "forwards), vllm-project/vllm PR #55178 (a prompt tail's placeholder pads persisted into conv and SSM state); "
+       "real-bugs.md row 20's transformers #46190 / PR #46873 claims it but was closed unmerged",
+       false, FaultApplied::engine_step, false, false, nullptr, "prefill_chunk=8", "chunk"},
+      {Fault::chunk_state_twice, "chunk-state-twice", FaultSite::linear_layer, "gdn_core",
+       "chunked prefill: a chunk that continues a sequence counts its initial GDN state twice",
+       "vllm-project/vllm-ascend PR #11508 (real-bugs.md row 21; there the extra copy of s0 decays over the later "
+       "context-parallel ranks' tokens only: this models the class, not the exact chaining)",
+       false, FaultApplied::engine_step, false, false, nullptr, "prefill_chunk=8", "chunk"},
+      {Fault::chunk_state_zero, "chunk-state-zero", FaultSite::linear_layer, "gdn_core",
+       "chunked prefill: a chunk that continues a sequence starts its scan from a zero GDN state",
+       "sparkinfer PR #1071 (real-bugs.md row 22: the prefill scan starts from zero when the sequence does not "
+       "start at 0)",
+       false, FaultApplied::engine_step, false, false, nullptr, "prefill_chunk=8", "chunk"},
+  };
+  v.insert(v.end(), rows.begin(), rows.end());
+}
+
 const std::vector<FaultInfo>& fault_catalogue() {
   static const std::vector<FaultInfo> c = {
       {Fault::rope_interleaved, "rope-interleaved", FaultSite::full_layer, "attn_q",
@@ -120,52 +177,13 @@ const std::vector<FaultInfo>& fault_catalogue() {
        "sgl-project/sglang PR #20110 (Qwen3.5 MoE all-reduced by the block and again by the fused next-layer "
        "all-reduce: gibberish at TP 4/8)",
        false, FaultApplied::op_flag, true, false, nullptr},
-      {Fault::norm_double_plus_one, "norm-double-plus-one", FaultSite::any_layer, "attn_norm",
-       "zero-centred RMSNorm applied with weight (2 + w): the +1 shift added at conversion and again at run time",
-       "ml-explore/mlx-lm PR #1623 (real-bugs.md row 27: layer and final norms shifted again, incoherent text; "
-       "unscoped, the fault shifts the final norm too); variants: jundot/omlx #3750, InternLM/lmdeploy #4790",
-       false, FaultApplied::op_flag, false, false, nullptr},
-      {Fault::mtp_concat_order, "mtp-concat-order", FaultSite::model, "mtp_in",
-       "MTP head: fc input concatenated as [hidden | embedding] instead of [embedding | hidden]",
-       "ml-explore/mlx-lm PR #1469 (Qwen3.5 MTPHead concat [hidden, embedding]: drafts ~0 % agreement); issue 44's "
-       "Rapid-MLX #3371 (real-bugs.md row 30) fixed the hidden's stage (post-norm), not the order",
-       false, FaultApplied::engine_step, false, true, nullptr},
-      {Fault::tp_ba_midpoint_split, "tp-ba-midpoint-split", FaultSite::linear_layer, "gdn_b",
-       "tp > 1: Qwen3-Next's interleaved in_proj_ba (per key group [b | a]) split across ranks at its midpoint, as if "
-       "it were [all b | all a]: ranks read other heads' b and a",
-       "vllm-project/vllm PR #36242 (issue #35504; real-bugs.md row 25: Qwen3-Next wrong at TP > 1)",
-       false, FaultApplied::op_flag, true, false, inert_not_interleaved_ba},
-      {Fault::spec_stale_slot, "spec-stale-slot", FaultSite::linear_layer, "gdn_core",
-       "speculative decoding: after m > 0 accepted drafts the next step reads the GDN state of verify position 0 "
-       "(slot 0) instead of position m",
-       "vllm-project/vllm #39273 (PRs #40738, #52942, #56531; SGLang PR #26351 approximately; real-bugs.md rows 6-7)",
-       false, FaultApplied::engine_step, false, true, nullptr, "mtp=2", "rollback"},
-      {Fault::prefix_snapshot_drafts, "prefix-snapshot-drafts", FaultSite::linear_layer, "gdn_core",
-       "prefix caching with MTP: the GDN state stored for a block crossed during a verify pass is the state after "
-       "the whole pass, rejected drafts included, and later requests reuse it",
-       "vllm-project/vllm #43559 (PRs #48375, #57128, #43650; real-bugs.md row 4: -20 % accuracy with MTP)",
-       false, FaultApplied::engine_step, false, true, nullptr, "prefix_cache=on,mtp=2", "snapshot"},
-      {Fault::pad_slot_alias, "pad-slot-alias", FaultSite::linear_layer, "gdn_core",
-       "padded batch: a padding row's state slot aliases the first live sequence's, so the pad token's GDN update "
-       "lands in that sequence's state",
-       "NVIDIA/TensorRT-LLM PRs #13151, #9873; tokenspeed PR #700 (-1 pad index clamped to slot 0; real-bugs.md "
-       "rows 10-11)",
-       false, FaultApplied::engine_step, false, false, nullptr, "batch=4", "slot"},
-      {Fault::pad_updates_state, "pad-updates-state", FaultSite::linear_layer, "gdn_core",
-       "chunked prefill: the last chunk is padded to the chunk size and the pad tokens update the GDN state",
-       "huggingface/transformers #46190 (PR #46873); sgl-project/sglang PR #30974 (real-bugs.md rows 12, 20)",
-       false, FaultApplied::engine_step, false, false, nullptr, "prefill_chunk=8", "chunk"},
-      {Fault::chunk_state_twice, "chunk-state-twice", FaultSite::linear_layer, "gdn_core",
-       "chunked prefill: a chunk that continues a sequence counts its initial GDN state twice",
-       "vllm-project/vllm-ascend PR #11508 (real-bugs.md row 21)",
-       false, FaultApplied::engine_step, false, false, nullptr, "prefill_chunk=8", "chunk"},
-      {Fault::chunk_state_zero, "chunk-state-zero", FaultSite::linear_layer, "gdn_core",
-       "chunked prefill: a chunk that continues a sequence starts its scan from a zero GDN state",
-       "sparkinfer PR #1071 (real-bugs.md row 22: the prefill scan starts from zero when the sequence does not "
-       "start at 0)",
-       false, FaultApplied::engine_step, false, false, nullptr, "prefill_chunk=8", "chunk"},
   };
-  return c;
+  static const std::vector<FaultInfo> all = [] {
+    std::vector<FaultInfo> v = c;
+    add_report_faults(v);
+    return v;
+  }();
+  return all;
 }
 
 const FaultInfo& fault_info(Fault id) {

@@ -46,6 +46,48 @@ StepTopK row_topk(const float* row, int64_t V, std::span<const uint8_t> banned, 
   return t;
 }
 
+std::vector<int32_t> concat(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  std::vector<int32_t> r(a);
+  r.insert(r.end(), b.begin(), b.end());
+  return r;
+}
+
+// The prompts' prefill: one forward call, or serve_prefill under the serving options; the last
+// logits row of each prompt, and with mtp each prompt's MTP input rows (o.hidden, or the capture of
+// the pre-norm rows when `captured` is given).
+Tensor prefill(Engine& eng, const std::vector<SeqInput>& in, const ForwardOptions& fo, Trace* tr, const ServingOptions& so,
+               PrefixCache* cache, bool mtp, const Tensor* captured, std::vector<Tensor>& hidden) {
+  if (so.shapes_prefill()) {
+    HiddenSource hsrc = [&](const ForwardOutput& o) { return captured ? *captured : o.hidden; };
+    PrefillOut po = serve_prefill(eng, in, fo, tr, so, cache, mtp ? &hsrc : nullptr);
+    hidden = std::move(po.hidden);
+    return po.logits;
+  }
+  ForwardOutput out = eng.forward(in, fo, tr);
+  for (size_t i = 0; mtp && i < in.size(); ++i) {
+    std::vector<int64_t> rows(static_cast<size_t>(out.seqs[i].rows));
+    for (size_t t = 0; t < rows.size(); ++t) rows[t] = out.seqs[i].row0 + static_cast<int64_t>(t);
+    hidden.push_back(eng.backend().gather_rows(captured ? *captured : out.hidden, rows));
+  }
+  return out.logits;
+}
+
+// The prefix cache under MTP: after each round, the snapshots of the blocks it committed (the
+// committed tokens: prompt, generated, the accepted drafts; hist: the MTP input rows so far).
+void store_round_snapshots(Engine& eng, PrefixCache& cache, const ServingOptions& so, const std::vector<int32_t>& prompt,
+                           const std::vector<int32_t>& generated, std::vector<Tensor>& hist, MtpDecodeArgs& a) {
+  a.keep_before_rollback = !so.snapshot_drafts.empty();
+  a.after_round = [&](const SeqState& st, const VerifyPass& vp, int m, int64_t P, const SeqState* before) {
+    std::vector<int32_t> committed(prompt);
+    committed.insert(committed.end(), generated.begin(), generated.end());
+    committed.insert(committed.end(), vp.tokens.begin() + 1, vp.tokens.begin() + m + 1);
+    hist.insert(hist.end(), vp.hidden.begin(), vp.hidden.begin() + m + 1);
+    const Tensor h = eng.backend().concat_rows(hist);
+    hist.assign(1, h);
+    store_decode_snapshots(eng, cache, st, committed, P, so, &vp, before, &h);
+  };
+}
+
 }  // namespace
 
 std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<int32_t>>& prompts,
@@ -123,22 +165,10 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
   PrefixCache* cache = opt.prefix_cache;
   auto t0 = clock::now();
   std::vector<Tensor> prompt_hidden;  // MTP: each prompt's hidden rows
-  if (so.shapes_prefill()) {
-    HiddenSource hsrc = [&](const ForwardOutput& o) { return capture ? prenorm.got : o.hidden; };
-    PrefillOut po = serve_prefill(eng, in, fo, capture ? &prenorm.trace : trace, so, cache, mtp ? &hsrc : nullptr);
-    for (auto& r : res) r.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-    prompt_hidden = std::move(po.hidden);
-    choose(po.logits);
-  } else {
-    ForwardOutput out = eng.forward(in, fo, capture ? &prenorm.trace : trace);
-    for (auto& r : res) r.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-    for (size_t i = 0; mtp && i < n; ++i) {
-      std::vector<int64_t> rows(static_cast<size_t>(out.seqs[i].rows));
-      for (size_t t = 0; t < rows.size(); ++t) rows[t] = out.seqs[i].row0 + static_cast<int64_t>(t);
-      prompt_hidden.push_back(eng.backend().gather_rows(capture ? prenorm.got : out.hidden, rows));
-    }
-    choose(out.logits);
-  }
+  const Tensor logits = prefill(eng, in, fo, capture ? &prenorm.trace : trace, so, cache, mtp, capture ? &prenorm.got : nullptr,
+                                prompt_hidden);
+  for (auto& r : res) r.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  choose(logits);
   fo.keep_hidden = false;
 
   if (mtp) {
@@ -147,20 +177,8 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
       const bool running = std::find(active.begin(), active.end(), i) != active.end();
       if (running) {
         MtpDecodeArgs a;
-        // The prefix cache: the blocks each round commits (their hidden rows kept for the MTP head).
         std::vector<Tensor> hist{prompt_hidden[i]};
-        if (cache) {
-          a.keep_before_rollback = !so.snapshot_drafts.empty();
-          a.after_round = [&, i](const SeqState& st, const VerifyPass& vp, int m, int64_t P, const SeqState* before) {
-            std::vector<int32_t> committed(prompts[i]);
-            committed.insert(committed.end(), res[i].tokens.begin(), res[i].tokens.end());
-            committed.insert(committed.end(), vp.tokens.begin() + 1, vp.tokens.begin() + m + 1);
-            hist.insert(hist.end(), vp.hidden.begin(), vp.hidden.begin() + m + 1);
-            const Tensor h = eng.backend().concat_rows(hist);
-            hist.assign(1, h);
-            store_decode_snapshots(eng, *cache, st, committed, P, so, &vp, before, &h);
-          };
-        }
+        if (cache) store_round_snapshots(eng, *cache, so, prompts[i], res[i].tokens, hist, a);
         a.sampling = opt.sampling;
         a.vocab_mask = opt.vocab_mask;
         a.case_index = opt.first_case + static_cast<uint32_t>(i);
@@ -185,12 +203,9 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
     ForwardOutput o = so.batch_rows > 0 ? serve_decode_step(eng, step, fo, trace, so, pad_slots) : eng.forward(step, fo, trace);
     const double dt = std::chrono::duration<double>(clock::now() - t1).count();
     for (size_t i : active) res[i].decode_seconds += dt;
-    for (size_t i : active)
-      if (cache) {
-        std::vector<int32_t> committed(prompts[i]);
-        committed.insert(committed.end(), res[i].tokens.begin(), res[i].tokens.end());
-        store_decode_snapshots(eng, *cache, states[i], committed, states[i].pos - 1, so);
-      }
+    for (size_t i = 0; cache && i < active.size(); ++i)  // the block the step may have completed
+      store_decode_snapshots(eng, *cache, states[active[i]], concat(prompts[active[i]], res[active[i]].tokens),
+                             states[active[i]].pos - 1, so);
     choose(o.logits);
   }
   return res;
