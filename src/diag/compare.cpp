@@ -1123,14 +1123,16 @@ void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int3
   const int64_t Tp = cr.prompt_tokens, T = static_cast<int64_t>(seq.size());
   if (!(chunk || snap || slot) || Tp < 1) return;
   Engine& eng = *run.eng;
-  // The sequence, extended with the prompt's tokens where the checks need more decode steps: two
-  // block boundaries past the prompt, every MTP rollback depth, a few padded steps.
-  int64_t need = std::max<int64_t>(T, Tp + 4);
+  // The tokens the checks run over: the prompt and as many decode steps as the mechanisms need (four
+  // after the prompt; the snapshot, two block boundaries past it, and every MTP rollback depth): the
+  // rest of the continuation is the generation's and the other checks' to cover. A continuation too
+  // short is extended with the prompt's tokens.
+  int64_t need = Tp + 4;
   const int k = run.mtp.draft_tokens;
-  if (snap) need = std::max<int64_t>(need, (Tp / so.prefix_block + 3) * so.prefix_block + 1);
+  if (snap) need = std::max<int64_t>(need, (Tp / so.prefix_block + 2) * so.prefix_block + 1);
   if (snap && k > 0) need = std::max<int64_t>(need, Tp + static_cast<int64_t>(k + 1) * (k + 2) / 2 + k + 2);
   if (run.cfg.max_position_embeddings > 0) need = std::min<int64_t>(need, run.cfg.max_position_embeddings);
-  std::vector<int32_t> ext(seq);
+  std::vector<int32_t> ext(seq.begin(), seq.begin() + std::min<int64_t>(T, need));
   for (int64_t i = 0; static_cast<int64_t>(ext.size()) < need; ++i) ext.push_back(seq[static_cast<size_t>(i % Tp)]);
   const int64_t E = static_cast<int64_t>(ext.size());
   // The chunked prefill's length: the prompt, or one token more when the prompt fills its last chunk

@@ -223,7 +223,7 @@ struct MtpForcedResult {
 // compare's serving-state check (engine/serving.h; one per mechanism the configuration turns on): the
 // case's golden sequence through the mechanism on the tested engine, against plain processing of the
 // same tokens on the same engine (the prompt in one call, then one token per call):
-//  - chunk (prefill_chunk=N): the prompt prefilled in chunks; the state after it, then the decode rows;
+//  - chunk (prefill_chunk=N): the prompt prefilled in chunks; the state after it, then four decode rows;
 //  - snapshot (prefix_cache): a cold pass stores snapshots at every block boundary (under mtp > 0
 //    through forced MTP rounds, as the MTP check's, so drafts are rejected across boundaries), each
 //    snapshot against plain's state there, then a warm pass restores the longest and decodes the rest;
