@@ -2,6 +2,7 @@
 #include "diag/model_eval.h"
 
 #include <algorithm>
+#include <optional>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -290,6 +291,11 @@ struct Runner {
     r.mtp = drafts;
     go.mtp = mtp_options(r, model.config);
     check_mtp_supported(eng, go.mtp);
+    // The serving mechanisms (engine/serving.h): one prefix cache for the pass, as one server's.
+    go.serving = serving_options(r, model.config);
+    std::optional<PrefixCache> cache;
+    if (go.serving.prefix_block > 0) cache.emplace(go.serving.prefix_block);
+    go.prefix_cache = cache ? &*cache : nullptr;
     const auto t0 = clock_type::now();
     for (size_t i = 0; i < qs.size(); ++i) {
       const HeldoutQuestion& q = qs[i];
@@ -385,6 +391,8 @@ EvalFigures evaluate_model(const Model& model, const Tokenizer& tok, const std::
     lr.golden = rec->dir().string();
     lr.max_seq_rep_4 = opt.max_seq_rep_4;
     const auto t1 = clock_type::now();
+    std::optional<PrefixCache> cache;
+    if (opt.config.prefix_cache > 0) cache.emplace(opt.config.prefix_cache);
     for (size_t idx : selected_cases(*rec, opt.cases)) {
       const GoldenCase& meta = rec->cases()[idx];
       GoldenCase gc = rec->load_case(idx, false);
@@ -398,6 +406,8 @@ EvalFigures evaluate_model(const Model& model, const Tokenizer& tok, const std::
       go.sampling = sp;
       go.vocab_mask = &run.mask;
       go.first_case = static_cast<uint32_t>(meta.index);
+      go.serving = serving_options(opt.config, model.config);
+      go.prefix_cache = cache ? &*cache : nullptr;
       bool nonfinite = false;
       Trace watch;
       watch.logits_only = true;
@@ -510,6 +520,7 @@ std::vector<FaultRow> fault_table(const Model& model, const Tokenizer& tok, cons
       std::string extra;
       if (fi.needs_tp) extra = "tp=2,";
       if (fi.needs_mtp) extra = "mtp=2,";
+      if (fi.needs) extra = cat(fi.needs, ",");  // the serving toggles its mechanism needs (mtp=2 among them)
       try {
         rc = apply_run_config(rc, cat(extra, "fault=", fi.name, sc.suffix));
         validate_run_config(rc, model.config);
