@@ -4,10 +4,12 @@
 #
 # For each fault of `degenbisect faults --json` it runs
 #   - eval's fault table (`eval --faults --fault NAME`) on models/tiny-trained with a record of
-#     golden/tiny-trained (default: smoke, its chat case two-plus-two, "What is 2+2?", 48 tokens): compare's verdict and first layer, the free-running generations (degenerate or
-#     not, and the start of one tested text) and the held-out accuracy under the fault. The fault table adds tp=2 for tensor-parallel faults and
-#     mtp=2 for MTP faults; this script adds the serving toggles the catalogue's `needs` names
-#     (prefill_chunk=8, prefix_cache=on, batch=4) as eval's base configuration;
+#     golden/tiny-trained (default: smoke, its chat case two-plus-two, "What is 2+2?", 48 tokens):
+#     compare's verdict and first layer, the free-running generation (degenerate or not, and the
+#     start of the tested text) and the held-out accuracy under the fault. The fault table adds what
+#     a fault needs (tp=2, mtp=2, the serving toggles); this script also passes the serving toggles of
+#     the catalogue's `needs` (prefill_chunk=8, prefix_cache=on, batch=4) as eval's base
+#     configuration, so that the accuracy without the fault is measured under the same toggles;
 #   - selftest on the smoke record (one case, one layer of each kind), unless --no-selftest.
 # An untestable configuration (exit 125, or a fault-table row marked untestable) prints
 # "untestable: reason"; a fault the model cannot host prints "n/a: reason".
