@@ -280,6 +280,7 @@ int run_bisect(const BisectArgs& a) {
     para = cat("`", o.bad.str(), "` is bad (", o.bad_summary.reason, ") but has no toggle or fault to bisect: the ",
                "fault lies in what every configuration shares (the model or the engine build). ");
     if (!a.no_localise) para += shared_paragraph(localise(o.bad), j);
+    para += serving_op_sentence(o.bad_summary, j);  // a fault of a serving mechanism (compare's check names it)
     code = static_cast<int>(ExitCode::bad);
   } else {
     code = static_cast<int>(ExitCode::bad);
