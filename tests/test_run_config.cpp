@@ -137,7 +137,7 @@ namespace {
 // Every toggle at a value other than its default.
 const char* kEveryToggle =
     "backend=cuda,precision=ref,attn=flash,gdn=recurrent@linear,ssm_dtype=bf16,ssm_dtype=fp16@3,conv_dtype=bf16,"
-    "kv_dtype=fp8@full,mtp=2,graphs=on,gemm=cublas,tp=2,batch=all,temp=0.5,top_p=0.9,top_k=5,min_p=0.1,rep_pen=1.1,"
+    "kv_dtype=fp8@full,mtp=2,graphs=on,gemm=cublas,tp=2,batch=all,prefill_chunk=16,prefix_cache=on,temp=0.5,top_p=0.9,top_k=5,min_p=0.1,rep_pen=1.1,"
     "presence_pen=-0.5,seed=7,fault=rope-interleaved@3,fault=kv-off-by-one";
 
 std::vector<std::string> printed_keys(const RunConfig& rc) {
@@ -171,7 +171,8 @@ TEST_CASE("toggles: the registry covers every key print() emits, in its order") 
 TEST_CASE("toggles: parse(print(x)) == x") {
   for (const char* text : {"", "precision=bf16,attn=flash", "backend=cuda,precision=ref,tp=2,gemm=simple,graphs=off",
                            "ssm_dtype=fp32,conv_dtype=bf16@0-2,kv_dtype=fp8@3+7,gdn=fla@linear",
-                           "temp=0.7,top_p=0.95,top_k=20,seed=18446744073709551615", kEveryToggle}) {
+                           "temp=0.7,top_p=0.95,top_k=20,seed=18446744073709551615",
+                           "batch=4,prefix_cache=16,prefill_chunk=1", kEveryToggle}) {
     CAPTURE(text);
     const RunConfig x = parse_run_config(text);
     const RunConfig y = parse_run_config(x.str());
@@ -192,7 +193,7 @@ TEST_CASE("toggles: flags for the floor class and for bench") {
   // bench sets mtp, graphs, tp and batch itself and takes no sampling; precision=ref is printed on
   // backend=cuda only, which bench takes
   const RunConfig bench_rest = without_toggles(rc, [](const Toggle& t) { return t.bench; });
-  CHECK(bench_rest.str() == "mtp=2,graphs=on,tp=2,batch=all,temp=0.5,top_p=0.9,top_k=5,min_p=0.1,"
+  CHECK(bench_rest.str() == "mtp=2,graphs=on,tp=2,batch=all,prefill_chunk=16,prefix_cache=on,temp=0.5,top_p=0.9,top_k=5,min_p=0.1,"
                             "rep_pen=1.1,presence_pen=-0.5,seed=7");
   // on the GPU reference, backend, gemm, graphs and tp are precision-neutral too
   const RunConfig neutral = without_toggles(rc, [&](const Toggle& t) { return t.floor_neutral(rc); });
