@@ -1124,12 +1124,12 @@ void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int3
   if (!(chunk || snap || slot) || Tp < 1) return;
   Engine& eng = *run.eng;
   // The tokens the checks run over: the prompt and as many decode steps as the mechanisms need (four
-  // after the prompt; the snapshot, two block boundaries past it, and every MTP rollback depth): the
+  // after the prompt; the snapshot, a block boundary past it, and every MTP rollback depth): the
   // rest of the continuation is the generation's and the other checks' to cover. A continuation too
   // short is extended with the prompt's tokens.
   int64_t need = Tp + 4;
   const int k = run.mtp.draft_tokens;
-  if (snap) need = std::max<int64_t>(need, (Tp / so.prefix_block + 2) * so.prefix_block + 1);
+  if (snap) need = std::max<int64_t>(need, (Tp / so.prefix_block + 1) * so.prefix_block + 1);
   if (snap && k > 0) need = std::max<int64_t>(need, Tp + static_cast<int64_t>(k + 1) * (k + 2) / 2 + k + 2);
   if (run.cfg.max_position_embeddings > 0) need = std::min<int64_t>(need, run.cfg.max_position_embeddings);
   std::vector<int32_t> ext(seq.begin(), seq.begin() + std::min<int64_t>(T, need));
@@ -1139,7 +1139,11 @@ void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int3
   // exactly (a partial last chunk is where the padding of a chunk lives: pad-updates-state).
   const int64_t Tc = chunk && Tp % so.prefill_chunk == 0 && E > Tp + 1 ? Tp + 1 : Tp;
   std::set<int64_t> at{Tp, Tc, E};
-  for (int64_t b = so.prefix_block; snap && b <= E; b += so.prefix_block) at.insert(b);
+  // The snapshots compared: the last one inside the prompt (each inside it costs plain processing a
+  // prefill of its own) and every one after it (where a verify pass can cross a boundary).
+  auto compared = [&](int64_t b) { return b + so.prefix_block > Tp; };
+  for (int64_t b = so.prefix_block; snap && b <= E; b += so.prefix_block)
+    if (compared(b)) at.insert(b);
   const PlainRun plain = plain_run(run, ext, Tp, at, std::max(g.topk.K, 2));
   const std::optional<CaseFloors>& floors = g.floors[run.fc];
   const std::optional<double> kfloor = floors ? floors->kld[static_cast<int>(ForcedMode::decode)] : std::nullopt;
@@ -1189,12 +1193,12 @@ void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int3
     int64_t stored = 0;
     for (int64_t b = so.prefix_block; b < E; b += so.prefix_block) {
       auto [len, e] = cache.lookup(std::span(ext).first(static_cast<size_t>(b + 1)));
-      if (len != b) continue;
+      if (len != b || !compared(b)) continue;
       ++stored;
       p.state_at(e->state, b);
     }
     auto [len, e] = cache.lookup(ext);
-    p.c.what = cat("prefix cache (blocks of ", so.prefix_block, "): ", stored, " snapshots of a cold pass",
+    p.c.what = cat("prefix cache (blocks of ", so.prefix_block, "): ", stored, " snapshots of a cold pass compared",
                    k > 0 && eng.has_mtp() ? cat(" through forced MTP rounds (mtp=", k, ")") : std::string(),
                    ", then a warm pass from the ", len, "-token one");
     if (e) {

@@ -23,15 +23,16 @@ run_selftest() {  # MODEL [selftest options]
   cat "$WORK/out"
   expect_out "0 fail"
 }
-# The faults of the serving mechanisms (engine/serving.h: chunk, snapshot, slot, rollback) are engine
-# steps, the same code on every backend, found on every shipped model by cli:selftest; on backend=cuda
-# tests/emu/serving.sh shows the mechanisms equal plain processing and one of their faults caught. Here:
-# every fault with an implementation in the CUDA kernels or the forward pass.
+# Here: every fault of the forward pass (an op flag the CUDA kernels or the layer code read: what only
+# this test can show). The engine-step faults (the MTP steps, the last tensor-parallel all-reduce, the
+# serving mechanisms of engine/serving.h) are engine code, the same on every backend, found on every
+# shipped model by cli:selftest; on backend=cuda, cuda-emu:compare-toggles runs MTP and tp=2, and
+# tests/emu/serving.sh the serving mechanisms with one of their faults caught.
 "$BIN" faults --json > "$WORK/faults.json"
 mapfile -t forward < <(python3 -c 'import json, sys
 for f in json.load(open(sys.argv[1])):
-    if f["mechanism"] is None: print("--fault"); print(f["name"])' "$WORK/faults.json")
-[ "${#forward[@]}" -gt 30 ] || fail "faults --json listed too few faults: ${#forward[@]}"
+    if f["forward_pass"]: print("--fault"); print(f["name"])' "$WORK/faults.json")
+[ "${#forward[@]}" -gt 30 ] || fail "faults --json listed too few forward-pass faults: ${#forward[@]}"
 run_selftest tiny-qwen35 --layers-per-kind 1 "${forward[@]}"
 run_selftest tiny-qwen35-r3 --fault gdn-head-mod --fault gdn-read-before-decay --fault conv-window-stuck
 run_selftest tiny-qwen35-moe --fault moe-no-renorm
