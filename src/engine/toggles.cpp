@@ -305,7 +305,12 @@ Toggle prefix_cache_toggle(Toggle t) {
   auto read = [](const std::string& key, const std::string& v) {
     if (v == "off") return 0;
     if (v == "on") return kPrefixBlockDefault;
-    return parse_int(key, v, 1, 1 << 16);
+    int n = 0;
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || p != v.data() + v.size() || n < 1 || n > (1 << 16))
+      input_error("config: ", key, "=", v, ": expected off, on (blocks of ", kPrefixBlockDefault,
+                  " tokens) or a block size in [1, 65536]");
+    return n;
   };
   auto show = [](int n) { return n == 0 ? std::string("off") : n == kPrefixBlockDefault ? std::string("on") : std::to_string(n); };
   return value_toggle(t, [](auto& r) -> auto& { return r.prefix_cache; }, read, show);
