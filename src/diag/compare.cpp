@@ -739,6 +739,41 @@ void generation_consistency(CompareRun& run, const GoldenCase& g, const std::vec
   if (!pos.empty()) gen.logits = logits_result(pos, kfloor, run.opt.rules.kld, run.opt.rules.fallback_kld);
 }
 
+// The GDN states (every rank's) of two states of the tested engine: the worst rel_l2 and the first
+// layer (then part) over `limit`.
+struct StateDiff {
+  double err = 0;
+  std::optional<int> layer;
+  std::string part;
+};
+StateDiff gdn_state_diff(Backend& be, const ModelConfig& cfg, const SeqState& a, const SeqState& b, double limit) {
+  StateDiff d;
+  std::vector<const SeqState*> xa{&a}, xb{&b};
+  for (size_t r = 0; r < a.peers.size() && r < b.peers.size(); ++r) {
+    xa.push_back(&a.peers[r]);
+    xb.push_back(&b.peers[r]);
+  }
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    if (cfg.layer_types[static_cast<size_t>(l)] != LayerKind::linear) continue;
+    for (size_t r = 0; r < xa.size(); ++r)
+      for (const char* part : {"S", "conv"}) {
+        const bool isS = part[0] == 'S';
+        const Tensor& ta = isS ? xa[r]->gdn[l].S : xa[r]->gdn[l].conv;
+        const Tensor& tb = isS ? xb[r]->gdn[l].S : xb[r]->gdn[l].conv;
+        if (ta.empty() || tb.empty()) continue;
+        const std::vector<float> x = be.to_host_f32(ta), y = be.to_host_f32(tb);
+        const metrics::TensorError e = metrics::tensor_error(std::span<const float>(x), std::span<const float>(y));
+        const double err = e.passes_nonfinite() ? e.rel_l2 : std::numeric_limits<double>::infinity();
+        d.err = std::max(d.err, err);
+        if (!(err <= limit) && !d.layer) {
+          d.layer = l;
+          d.part = part;
+        }
+      }
+  }
+  return d;
+}
+
 // MTP teacher-forced draft/verify (MtpForcedResult): the golden sequence through mtp_decode with
 // forced drafts, its verify rows and its GDN states after every rollback against a plain decode state
 // over the same tokens.
@@ -794,10 +829,6 @@ void mtp_forced_check(CompareRun& run, const GoldenCase& g, const std::vector<in
     plain_rows[plain.pos - 1] = topk_of_row(row.data(), run.V, run.maskp, K);
   };
   plain_step(prompt);
-  auto rel = [&](const Tensor& a, const Tensor& b) {
-    const std::vector<float> x = be.to_host_f32(a), y = be.to_host_f32(b);
-    return metrics::tensor_error(std::span<const float>(x), std::span<const float>(y));
-  };
   MtpForcing forcing;
   forcing.sequence = ext;
   forcing.on_round = [&](const SeqState& s, const VerifyPass& vp, int m, int64_t P) {
@@ -805,25 +836,12 @@ void mtp_forced_check(CompareRun& run, const GoldenCase& g, const std::vector<in
     if (m + 1 < static_cast<int>(vp.tokens.size())) ++res.rollbacks;
     while (plain.pos < s.pos) plain_step({ext[static_cast<size_t>(plain.pos)]});
     for (int j = 0; j <= m; ++j) judge_row(vp.logits[static_cast<size_t>(j)], P + j);
-    std::vector<const SeqState*> a{&s}, b{&plain};
-    for (size_t r = 0; r < s.peers.size(); ++r) { a.push_back(&s.peers[r]); b.push_back(&plain.peers[r]); }
-    for (int l = 0; l < L; ++l) {
-      if (run.cfg.layer_types[static_cast<size_t>(l)] != LayerKind::linear) continue;
-      for (size_t r = 0; r < a.size(); ++r)
-        for (const char* part : {"S", "conv"}) {
-          const bool isS = part[0] == 'S';
-          const Tensor& ta = isS ? a[r]->gdn[l].S : a[r]->gdn[l].conv;
-          const Tensor& tb = isS ? b[r]->gdn[l].S : b[r]->gdn[l].conv;
-          if (ta.empty() || tb.empty()) continue;
-          const metrics::TensorError e = rel(ta, tb);
-          const double err = e.passes_nonfinite() ? e.rel_l2 : std::numeric_limits<double>::infinity();
-          res.state_err = std::max(res.state_err, err);
-          if (!(err <= kMtpStateLimit) && !res.state_layer) {
-            res.state_layer = l;
-            res.state_position = s.pos;
-            res.state_part = part;
-          }
-        }
+    const StateDiff d = gdn_state_diff(be, run.cfg, s, plain, kMtpStateLimit);
+    res.state_err = std::max(res.state_err, d.err);
+    if (d.layer && !res.state_layer) {
+      res.state_layer = d.layer;
+      res.state_position = s.pos;
+      res.state_part = d.part;
     }
   };
   MtpDecodeArgs a;
@@ -958,41 +976,6 @@ void case_verdict(const CompareRun& run, const GoldenCase& g, bool nonfinite, Ge
 // One case: its sequence, the forced and isolated runs, the consistency check and the verdict.
 // ---- the serving-state check (compare.h ServingCheck) ----
 
-// The GDN states (every rank's) of two states of the tested engine: the worst rel_l2 and the first
-// layer (then part) over `limit`.
-struct StateDiff {
-  double err = 0;
-  std::optional<int> layer;
-  std::string part;
-};
-StateDiff gdn_state_diff(Backend& be, const ModelConfig& cfg, const SeqState& a, const SeqState& b, double limit) {
-  StateDiff d;
-  std::vector<const SeqState*> xa{&a}, xb{&b};
-  for (size_t r = 0; r < a.peers.size() && r < b.peers.size(); ++r) {
-    xa.push_back(&a.peers[r]);
-    xb.push_back(&b.peers[r]);
-  }
-  for (int l = 0; l < cfg.num_layers; ++l) {
-    if (cfg.layer_types[static_cast<size_t>(l)] != LayerKind::linear) continue;
-    for (size_t r = 0; r < xa.size(); ++r)
-      for (const char* part : {"S", "conv"}) {
-        const bool isS = part[0] == 'S';
-        const Tensor& ta = isS ? xa[r]->gdn[l].S : xa[r]->gdn[l].conv;
-        const Tensor& tb = isS ? xb[r]->gdn[l].S : xb[r]->gdn[l].conv;
-        if (ta.empty() || tb.empty()) continue;
-        const std::vector<float> x = be.to_host_f32(ta), y = be.to_host_f32(tb);
-        const metrics::TensorError e = metrics::tensor_error(std::span<const float>(x), std::span<const float>(y));
-        const double err = e.passes_nonfinite() ? e.rel_l2 : std::numeric_limits<double>::infinity();
-        d.err = std::max(d.err, err);
-        if (!(err <= limit) && !d.layer) {
-          d.layer = l;
-          d.part = part;
-        }
-      }
-  }
-  return d;
-}
-
 // Plain processing of a sequence on the tested engine (the prompt in one call, then one token per
 // call): the top-K of every logits row, and the state at the lengths asked for (a length inside the
 // prompt: a prefill of that many tokens, as plain processing of a shorter prompt).
@@ -1032,6 +1015,13 @@ struct ServingProbe {
   ServingCheck c;
   std::vector<metrics::LogitPosition> pos;
   bool state_decides = true;  // fp32 class (compare.h ServingCheck)
+  ServingProbe(CompareRun& r, const PlainRun& pl, const std::vector<int32_t>& e, std::string mechanism, std::string what)
+      : run(r), plain(pl), ext(e) {
+    c.mechanism = std::move(mechanism);
+    c.what = std::move(what);
+    c.state_limit = r.opt.rules.serving_state[r.fc];
+    c.state_decides = state_decides = r.fclass == FloorClass::fp32;
+  }
   void state_at(const SeqState& s, int64_t len) {
     auto it = plain.states.find(len);
     if (it == plain.states.end()) return;
@@ -1147,17 +1137,15 @@ void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int3
   const PlainRun plain = plain_run(run, ext, Tp, at, std::max(g.topk.K, 2));
   const std::optional<CaseFloors>& floors = g.floors[run.fc];
   const std::optional<double> kfloor = floors ? floors->kld[static_cast<int>(ForcedMode::decode)] : std::nullopt;
-  const double limit = run.opt.rules.serving_state[run.fc];
   const std::vector<int32_t> prompt(ext.begin(), ext.begin() + Tp);
   ForwardOptions fo;
   fo.logits = LogitsRows::last;
   fo.vocab_mask = run.maskp;
   auto one = [&](SeqState& s, int32_t t) { return eng.forward({SeqInput{&s, {t}}}, fo).logits; };
   if (chunk) {
-    ServingProbe p{run, plain, ext, {"chunk", cat(Tc == Tp ? "the prompt (" : "the prompt and its next token (", Tc,
-                                                   " tokens) prefilled in chunks of ", so.prefill_chunk)}};
-    p.c.state_limit = limit;
-    p.c.state_decides = p.state_decides = run.fclass == FloorClass::fp32;
+    ServingProbe p(run, plain, ext, "chunk",
+                   cat(Tc == Tp ? "the prompt (" : "the prompt and its next token (", Tc, " tokens) prefilled in chunks of ",
+                       so.prefill_chunk));
     ServingOptions only = so;
     only.prefix_block = only.batch_rows = 0;
     SeqState st = eng.new_state();
@@ -1169,9 +1157,7 @@ void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int3
     cr.serving.push_back(p.finish(kfloor));
   }
   if (slot) {
-    ServingProbe p{run, plain, ext, {"slot", cat("decode steps padded to ", so.batch_rows, " rows")}};
-    p.c.state_limit = limit;
-    p.c.state_decides = p.state_decides = run.fclass == FloorClass::fp32;
+    ServingProbe p(run, plain, ext, "slot", cat("decode steps padded to ", so.batch_rows, " rows"));
     ServingOptions only = so;
     only.prefix_block = only.prefill_chunk = 0;
     SeqState st = eng.new_state();
@@ -1187,9 +1173,7 @@ void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int3
     only.prefill_chunk = only.batch_rows = 0;
     PrefixCache cache(so.prefix_block);
     snapshot_cold_pass(run, ext, Tp, only, cache);
-    ServingProbe p{run, plain, ext, {"snapshot", ""}};
-    p.c.state_limit = limit;
-    p.c.state_decides = p.state_decides = run.fclass == FloorClass::fp32;
+    ServingProbe p(run, plain, ext, "snapshot", "");
     int64_t stored = 0;
     for (int64_t b = so.prefix_block; b < E; b += so.prefix_block) {
       auto [len, e] = cache.lookup(std::span(ext).first(static_cast<size_t>(b + 1)));
