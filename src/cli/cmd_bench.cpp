@@ -30,6 +30,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "util/cpu_isa.h"
 #include "util/error.h"
 
 namespace degen::cli {
@@ -222,6 +223,7 @@ int bench_cpu(const fs::path& dir, CpuPrecision prec, const BenchArgs& a) {
               static_cast<long long>(cfg.hidden_size), static_cast<long long>(cfg.vocab_size), params / 1e6,
               stored / 1e9, fp32_bytes / 1e9);
   std::printf("backend  cpu:%s, %d threads\n", cpu_precision_name(prec), CpuBackend::num_threads());
+  std::printf("isa      products on %s\n", cpu::isa_description().c_str());
 
   // Probes first (they allocate and free their own buffers).
   const int64_t ffn = cfg.intermediate_size > 0 ? cfg.intermediate_size : cfg.moe_intermediate_size;

@@ -10,6 +10,7 @@
 #include "diag/cases.h"
 #include "diag/golden.h"
 #include "diag/golden_plan.h"
+#include "util/cpu_isa.h"
 #include "util/resource_meter.h"
 #include "backends/make_backend.h"
 #include "model/model.h"
@@ -97,7 +98,8 @@ int run_golden(const GoldenArgs& a) {
   if (fs::exists(fs::path(a.model) / "tokenizer.json")) tok = Tokenizer::load(fs::path(a.model) / "tokenizer.json");
   if (a.plan) {  // needs no weights: a config-only folder is planned from its config (bf16)
     const GoldenPlan p = make_plan(a, o, suite, nullptr, tok.get(), true);
-    std::printf("golden plan: %s on %s\n", a.model.c_str(), a.cases.c_str());
+    std::printf("golden plan: %s on %s (the CPU's products on %s)\n", a.model.c_str(), a.cases.c_str(),
+                cpu::isa_description().c_str());
     for (const std::string& l : p.lines()) std::printf("  %s\n", l.c_str());
     refuse_if_too_big(p, false);
     return 0;
@@ -110,9 +112,11 @@ int run_golden(const GoldenArgs& a) {
     const GoldenPlan p = make_plan(a, o, suite, model.get(), tok.get(), false);
     refuse_if_too_big(p, true);
     if (progress && o.reference.backend == BackendKind::cpu)
-      std::fprintf(stderr, "golden: %lld passes over %s of weights; peak anonymous memory at most %s of %s available\n",
+      std::fprintf(stderr, "golden: %lld passes over %s of weights; peak anonymous memory at most %s of %s available; "
+                   "products on %s\n",
                    static_cast<long long>(p.passes()), format_bytes(p.weight_bytes).c_str(),
-                   format_bytes(p.peak_anon_bytes).c_str(), format_bytes(p.available_bytes).c_str());
+                   format_bytes(p.peak_anon_bytes).c_str(), format_bytes(p.available_bytes).c_str(),
+                   cpu::isa_description().c_str());
   }
   GoldenSummary s = write_golden(*model, tok.get(), suite, a.out, o, make_backend, progress);
   std::printf("golden: wrote %s: suite '%s', %zu cases, %.1f KiB in %.2f s\n", s.dir.string().c_str(), suite.name.c_str(),

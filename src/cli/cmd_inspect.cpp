@@ -7,6 +7,7 @@
 #include "cli/command.h"
 #include "model/model.h"
 #include "model/shard.h"
+#include "util/cpu_isa.h"
 #include "util/error.h"
 
 namespace degen::cli {
@@ -226,6 +227,7 @@ void print_inspect(const InspectArgs& a, const ModelConfig& cfg, const InspectFa
                                                                            : " (headers only; values not scanned for NaN/Inf)");
   else std::printf("validation   FAILED\n%s\n", out["validation_error"].get<std::string>().c_str());
   if (out.contains("fingerprint")) std::printf("fingerprint  %s\n", out["fingerprint"].get<std::string>().c_str());
+  std::printf("cpu          the reference's products on %s\n", out["cpu_isa"]["description"].get<std::string>().c_str());
 }
 
 
@@ -236,6 +238,8 @@ int run_inspect(const InspectArgs& a) {
   f.has_weights = has_weight_files(a.model);
   describe_weights(a.model, cfg, !a.headers_only, f);
   describe_memory(cfg, a.tp, f);
+  f.out["cpu_isa"] = {{"active", cpu::isa_name(cpu::active_isa())}, {"best", cpu::isa_name(cpu::best_isa())},
+                      {"description", cpu::isa_description()}};
   if (a.json) std::printf("%s\n", f.out.dump(2).c_str());
   else print_inspect(a, cfg, f);
   return f.exit_code;

@@ -8,6 +8,7 @@
 #include "build_config.h"
 #include "cli/command.h"
 #include "backends/make_backend.h"
+#include "util/cpu_isa.h"
 #include "util/error.h"
 #include "util/output_file.h"
 #if DEGEN_WITH_CUDA
@@ -35,7 +36,8 @@ int main(int argc, char** argv) {
       "Exit codes: 0 good, 1 bad, 125 untestable, 128 usage or input error.",
       "degenbisect"};
   app.set_version_flag("--version", std::string("degenbisect ") + kVersion +
-                                        (kHaveCuda ? " (CUDA backend built)" : " (CPU only)"));
+                                        (kHaveCuda ? " (CUDA backend built)" : " (CPU only)") +
+                                        "\nCPU products: " + cpu::isa_description());
   app.require_subcommand(1);
   app.fallthrough();
   auto& g = global_options();
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
   cuda::set_default_device(g.device);
 #endif
   try {
+    cpu::active_isa();  // an invalid DEGEN_CPU_ISA is an input error before any work
     for (auto& [sub, act] : actions)
       if (sub->parsed()) return act();
     return static_cast<int>(ExitCode::input);

@@ -102,22 +102,33 @@ template <typename T>
 void gdn_chunked_head(const GdnDims& d, const GdnFlags& f, const T* q, const T* k, const T* v, const T* g,
                       const T* beta, int64_t row0, int64_t rows, int64_t j, T* S, T* o) {
   const int64_t kh = f.key_head(d, j), dk = d.d_k, dv = d.d_v, C = kChunk;
-  std::vector<double> G(C), M(C * C), U(C * dv), W(C * dk), Vn(C * dv), Snew(dk * dv), acc(dv);
+  std::vector<double> G(C), M(C * C), U(C * dv), W(C * dk), Vn(C * dv), Snew(dk * dv), acc(dv), KT(dk * C), dots(C);
   auto K = [&](int64_t t) { return k + (t * d.n_k + kh) * dk; };
   auto Q = [&](int64_t t) { return q + (t * d.n_k + kh) * dk; };
+  // dots[l] = x·k_l for l < n, each the sum over a in order (the chain of a plain dot product), run
+  // for all l together along a so that the compiler vectorises across l (gdn.cpp is compiled with
+  // loop vectorisation and without contraction: the same bits as one dot product at a time).
+  auto dots_with_keys = [&](const T* x, int64_t n) {
+    for (int64_t l = 0; l < n; ++l) dots[l] = 0;
+    for (int64_t a = 0; a < dk; ++a) {
+      const double xa = double(x[a]);
+      const double* kt = KT.data() + a * C;
+      for (int64_t l = 0; l < n; ++l) dots[l] += xa * kt[l];
+    }
+  };
   for (int64_t c0 = row0; c0 < row0 + rows; c0 += C) {
     const int64_t L = std::min(C, row0 + rows - c0);
     // cumulative log-decay G_i = Σ_{m<=i} g_m
     double run = 0;
     for (int64_t i = 0; i < L; ++i) G[i] = (run += double(g[(c0 + i) * d.n_v + j]));
+    for (int64_t l = 0; l < L; ++l)  // the chunk's keys transposed: KT[a][l] = k_l[a]
+      for (int64_t a = 0; a < dk; ++a) KT[a * C + l] = double(K(c0 + l)[a]);
     // M_il = β_i e^{G_i - G_l} k_i·k_l  (l < i)
     for (int64_t i = 0; i < L; ++i) {
       const double bi = beta[(c0 + i) * d.n_v + j];
+      dots_with_keys(K(c0 + i), i);
       for (int64_t l = 0; l < i; ++l) {
-        double dot = 0;
-        const T *ki = K(c0 + i), *kl = K(c0 + l);
-        for (int64_t a = 0; a < dk; ++a) dot += double(ki[a]) * double(kl[a]);
-        M[i * C + l] = bi * std::exp(G[i] - G[l]) * dot;
+        M[i * C + l] = bi * std::exp(G[i] - G[l]) * dots[l];
         if (f.read_before_decay) M[i * C + l] *= std::exp(-double(g[(c0 + i) * d.n_v + j]));
       }
     }
@@ -157,11 +168,9 @@ void gdn_chunked_head(const GdnDims& d, const GdnFlags& f, const T* q, const T* 
       }
       const double eg = std::exp(G[i]);
       for (int64_t c = 0; c < dv; ++c) acc[c] *= eg;
+      dots_with_keys(qi, i + 1);
       for (int64_t l = 0; l <= i; ++l) {
-        const T* kl = K(c0 + l);
-        double dot = 0;
-        for (int64_t a = 0; a < dk; ++a) dot += double(qi[a]) * double(kl[a]);
-        const double f = dot * std::exp(G[i] - G[l]);
+        const double f = dots[l] * std::exp(G[i] - G[l]);
         for (int64_t c = 0; c < dv; ++c) acc[c] += f * Vn[l * dv + c];
       }
       T* oi = o + ((c0 + i) * d.n_v + j) * dv;

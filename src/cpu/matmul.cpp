@@ -1,18 +1,25 @@
 // CPU matrix product y = x Wᵀ against a memory-mapped weight (bf16 / f16 / f32).
-// The weight is processed in fixed tiles of output rows: each tile is converted to T (exactly)
-// into a per-thread buffer of at most kTileBytes and multiplied with Eigen (GEMM, or GEMV when
-// x has one row). Tiles are spread over the threads; the tiling does not depend on the thread
-// count, so results are identical with any number of threads. An fp32 weight under precision=ref
-// is used in place. No full fp32 copy of a matrix or of the model is ever made.
+// fp32 activations with a weight stored in bf16 or fp32 (the reference's case) go through the product
+// kernels of gemm.h, compiled per ISA and chosen at start-up (util/cpu_isa.h): decode (at most
+// kGemvMaxRows rows) streams each weight once, widening bf16 in registers; wider inputs widen a tile
+// of weight rows to fp32 once and run a register-tiled GEMM on it. Tiles of output rows are spread
+// over the threads; every output element is computed the same way whichever thread or tile holds
+// it, so results are identical with any number of threads. No full fp32 copy of a matrix or of the
+// model is ever made.
+// The other cases (fp64, an f16 weight, q8_0, an fp32 weight rounded to bf16 under precision=bf16)
+// convert the weight tile by tile (at most kTileBytes) into a per-thread buffer and multiply with
+// Eigen, built for the baseline ISA.
 // Under precision=bf16: x holds bf16 values (widened exactly), a weight stored wider than bf16 is
 // rounded to bf16 tile by tile, products accumulate in fp32 (as cuBLAS with fp32 compute), and the
 // output is rounded to bf16 once. Under precision=q8_0: weight rows and input rows through Q8_0.
 #include "cpu/eigen.h"
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
 #include "cpu/common.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/gemm.h"
 
 namespace degen {
 
@@ -51,6 +58,45 @@ void matmul_tiles(const T* x, int64_t N, int64_t in, const TensorView& w, T* y, 
   }
 }
 
+// The per-ISA kernels (gemm.h) for fp32 x against a bf16 or fp32 weight.
+// Output rows per task: decode tasks of 64 rows keep both threads streaming; a GEMM tile holds its
+// weight rows widened to fp32 in at most kGemmTileFloats (256 KiB, half of L2 with the packed input
+// beside it), a multiple of the register tile's rows.
+constexpr int64_t kGemvTaskRows = 64;
+constexpr int64_t kGemmTileFloats = 64 * 1024;
+
+void matmul_kernels(const float* x, int64_t N, int64_t in, const TensorView& w, float* y) {
+  const cpu::GemmKernels& k = cpu::gemm_kernels();
+  const int64_t out = w.shape[0];
+  const bool bf = w.dtype == DType::bf16;
+  const int64_t es = bf ? 2 : 4;
+  const uint8_t* wp = w.data;
+  const bool parallel = double(N) * double(in) * double(out) >= cpu::kParallelMinWork;
+  if (N <= cpu::kGemvMaxRows) {
+    const int64_t ntasks = (out + kGemvTaskRows - 1) / kGemvTaskRows;
+#pragma omp parallel for schedule(static) if (parallel && ntasks > 1)
+    for (int64_t t = 0; t < ntasks; ++t) {
+      const int64_t r0 = t * kGemvTaskRows, n = std::min(kGemvTaskRows, out - r0);
+      k.gemv_rows(x, in, N, in, wp + r0 * in * es, bf, n, y + r0, out);
+    }
+    return;
+  }
+  std::vector<float> xt(static_cast<size_t>(cpu::packed_xt_floats(N, in, k.panel)));
+  cpu::pack_xt(x, N, in, k.panel, xt.data());
+  int64_t tile = std::max<int64_t>(1, kGemmTileFloats / in) / k.row_step * k.row_step;
+  tile = std::max<int64_t>(k.row_step, std::min(tile, (out + k.row_step - 1) / k.row_step * k.row_step));
+  const int64_t ntiles = (out + tile - 1) / tile;
+#pragma omp parallel if (parallel && ntiles > 1)
+  {
+    std::vector<float> scratch(static_cast<size_t>(cpu::gemm_scratch_floats(N, in, tile, k.panel)));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < ntiles; ++t) {
+      const int64_t r0 = t * tile, n = std::min(tile, out - r0);
+      k.gemm_tile(xt.data(), N, in, wp + r0 * in * es, bf, n, y + r0, out, scratch.data());
+    }
+  }
+}
+
 }  // namespace
 
 Tensor CpuBackend::matmul(const Tensor& x0, const TensorView& w) {
@@ -72,6 +118,11 @@ Tensor CpuBackend::matmul(const Tensor& x0, const TensorView& w) {
       std::vector<T> xq(x.data<T>(), x.data<T>() + N * in);
       for (int64_t r = 0; r < N; ++r) cpu::q8_0_round(xq.data() + r * in, in);
       matmul_tiles<T>(xq.data(), N, in, w, y.data<T>(), false, true);
+    } else if constexpr (std::is_same_v<T, float>) {
+      if (w.dtype == DType::bf16 || (w.dtype == DType::f32 && !gpu_storage()))
+        matmul_kernels(x.data<float>(), N, in, w, y.data<float>());
+      else
+        matmul_tiles<T>(x.data<T>(), N, in, w, y.data<T>(), gpu_storage(), false);
     } else {
       matmul_tiles<T>(x.data<T>(), N, in, w, y.data<T>(), gpu_storage(), false);
     }

@@ -2,6 +2,7 @@
 // suite (generation, the teacher-forced prefill, the noise floors; the CPU spot checks of a GPU
 // reference in golden_spot_check.cpp), builds the Manifest and hands the files to the record store.
 #include "diag/golden.h"
+#include "util/cpu_isa.h"
 
 #include <algorithm>
 #include <chrono>
@@ -514,6 +515,9 @@ Manifest manifest_head(const GoldenRun& run, const Suite& suite, const GoldenSum
   s.positions = opt.positions;
   s.topk = run.K;
   if (opt.batch_all) s.batch = "all";  // (absent: one case at a time, as every record before it)
+  // The products' ISA (util/cpu_isa.h) when the reference runs on the CPU: a record remade under
+  // another ISA differs in its last bits (compare judges them within the floors).
+  if (s.backend->rfind("cpu:", 0) == 0) s.cpu_isa = cpu::isa_name(cpu::active_isa());
   Manifest::NoiseFloors& nf = m.noise_floors;
   nf.status = sum.floors[0] && sum.floors[1] ? "measured" : sum.floors[0] || sum.floors[1] ? "partial" : "absent";
   if (!sum.floors[0]) nf.reason = sum.floors_reason[0];

@@ -140,8 +140,9 @@ Manifest::Settings settings_from(const json& j) {
   read_opt(j, "topk", s.topk);
   if (j.contains("verification")) s.verification = verification_from(j.at("verification"));
   read_opt(j, "batch", s.batch);
+  read_opt(j, "cpu_isa", s.cpu_isa);
   s.extra = extra_of(j, {"precision", "reference_config", "backend", "gdn", "gen_tokens", "layers", "positions", "topk",
-                         "verification", "batch"});
+                         "verification", "batch", "cpu_isa"});
   return s;
 }
 
@@ -302,6 +303,7 @@ void to_json(json& j, const Manifest::Settings& s) {
   write_opt(j, "topk", s.topk);
   if (s.verification) j["verification"] = verification_json(*s.verification);
   write_opt(j, "batch", s.batch);
+  write_opt(j, "cpu_isa", s.cpu_isa);
 }
 
 void to_json(json& j, const Manifest::Case& c) {

@@ -109,6 +109,8 @@ struct Manifest {
     std::optional<int> topk;
     std::optional<Verification> verification;     // a reference made on the GPU
     std::optional<std::string> batch;             // "all" with --batch all; absent: one case at a time
+    std::optional<std::string> cpu_isa;           // the ISA of the CPU reference's products (util/cpu_isa.h);
+                                                  // absent: a reference not made on the CPU, or older
     nlohmann::json extra = nlohmann::json::object();
     bool fp64() const { return precision.value_or("fp32") == "fp64"; }
   };

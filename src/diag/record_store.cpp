@@ -332,7 +332,7 @@ GoldenResume open_golden_resume(const fs::path& out, const json& key, const Suit
 
 json resume_key(const Manifest& head, const ResumeAsked& asked) {
   const Manifest::Settings& s = head.settings;
-  return {{"tool_version", head.tool_version ? json(*head.tool_version) : json(nullptr)},
+  json key = {{"tool_version", head.tool_version ? json(*head.tool_version) : json(nullptr)},
           {"model", head.model.fingerprint},
           {"weights_sample", head.model.weights_sample ? json(*head.model.weights_sample) : json(nullptr)},
           {"tokenizer", head.tokenizer.fingerprint ? json(*head.tokenizer.fingerprint) : json(nullptr)},
@@ -349,6 +349,10 @@ json resume_key(const Manifest& head, const ResumeAsked& asked) {
           {"bf16_floors", head.noise_floors.classes[0].config ? json(*head.noise_floors.classes[0].config) : json(nullptr)},
           {"floor_classes", asked.floor_classes},
           {"resume_format", kResumeFormat}};
+  // The ISA of the CPU's products changes the last bits of every case: a partial record made under
+  // another one is not resumed (absent in keys of records made before the ISA was recorded).
+  if (s.cpu_isa) key["cpu_isa"] = *s.cpu_isa;
+  return key;
 }
 
 // ---- the store ----
