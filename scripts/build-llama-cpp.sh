@@ -5,30 +5,38 @@
 # (llama-server, llama-quantize, and our tools/llama_dump linked against its libllama).
 #
 #   scripts/build-llama-cpp.sh [--dir DIR] [--patch FILE] [--jobs N] [--targets "T ..."] [--version V]
+#                              [--native]
 #
-#   --dir DIR     where to put the source and the build (default: build/llama.cpp); binaries end up
-#                 in DIR/build/bin; DIR/ENGINE names the version and the patch, if any
+#   --dir DIR     where to put the source and the build (default: build/llama.cpp, with --native
+#                 build/llama.cpp-native); binaries end up in DIR/build/bin; DIR/ENGINE names the
+#                 version, the build flavour and the patch, if any
 #   --patch FILE  apply FILE (a unified diff against vendor/llama.cpp, -p1) to the copy before
 #                 building: a deliberately broken engine for the tests (tests/llama/*.patch)
 #   --jobs N      parallel compile jobs (default: nproc)
-#   --targets     the llama.cpp targets to build (default: llama-server llama-quantize llama-dump)
+#   --targets     the llama.cpp targets to build (default: llama-server llama-quantize llama-dump;
+#                 with --native llama-bench)
 #   --version V   another published llama-cpp-python version than the pinned one (an engine-version
 #                 bisect, scripts/version-bisect.sh): its archive is checked by pip against PyPI's
 #                 digest only, and the digest is printed
+#   --native      build for this machine as llama.cpp builds by default (GGML_NATIVE=ON, Release
+#                 -O3, OpenMP) instead of the tests' portable -O1 build: the speed to measure
+#                 against (scripts/bench-cpu-vs-llama.sh); ENGINE records it and this CPU's flags
 #
 # Needs pip (the download) and cmake/g++. Idempotent: a finished build in DIR is reused when its
-# version and patch match. Exit 0 on success, 1 when the download, the patch or the build fails.
+# version, flavour (portable or native) and patch match. Exit 0 on success, 1 when the download, the patch or the build fails.
 set -euo pipefail
 
 VERSION=0.3.36
 SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-DIR="$ROOT/build/llama.cpp"
+DIR=""
 PATCH=""
+NATIVE=0
+TARGETS_GIVEN=0
 JOBS="$(nproc 2>/dev/null || echo 2)"
 
 TARGETS="llama-server llama-quantize llama-dump"
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) DIR="$2"; shift 2 ;;
@@ -36,18 +44,28 @@ while [ $# -gt 0 ]; do
       [ -f "${2:-}" ] || { echo "build-llama-cpp.sh: no patch file '${2:-}'" >&2; exit 2; }
       PATCH="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
-    --targets) TARGETS="$2"; shift 2 ;;
+    --targets) TARGETS="$2"; TARGETS_GIVEN=1; shift 2 ;;
+    --native) NATIVE=1; shift ;;
     --version)
       [[ "${2:-}" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "build-llama-cpp.sh: --version '${2:-}': expected a version such as 0.3.35" >&2; exit 2; }
       [ "$2" = "$VERSION" ] || { VERSION="$2"; SHA256=""; }; shift 2 ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "build-llama-cpp.sh: unknown argument '$1' (expected --dir, --patch, --jobs, --targets, --version or --help)" >&2; exit 2 ;;
+    *) echo "build-llama-cpp.sh: unknown argument '$1' (expected --dir, --patch, --jobs, --targets, --version, --native or --help)" >&2; exit 2 ;;
   esac
 done
 
+if [ "$NATIVE" = 1 ]; then
+  [ -n "$DIR" ] || DIR="$ROOT/build/llama.cpp-native"
+  [ "$TARGETS_GIVEN" = 1 ] || TARGETS="llama-bench"
+else
+  [ -n "$DIR" ] || DIR="$ROOT/build/llama.cpp"
+fi
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
 want="llama-cpp-python $VERSION vendor/llama.cpp -O1"
+# A native build is only valid on a CPU with the same instruction sets: the marker names them (a
+# hash of /proc/cpuinfo's flags), so a build directory moved to another machine is rebuilt.
+[ "$NATIVE" = 1 ] && want="llama-cpp-python $VERSION vendor/llama.cpp -O3 native (cpu flags $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | sha256sum | cut -c1-12))"
 [ -n "$PATCH" ] && want="$want + $(basename "$PATCH") $(sha256sum "$PATCH" | cut -c1-16)"
 have_all=1
 for t in $TARGETS; do [ -x "$DIR/build/bin/$t" ] || have_all=0; done
@@ -116,7 +134,13 @@ echo 'add_subdirectory(degen-dump)' >>"$SRC/tools/CMakeLists.txt"
 # differ are compiled again.
 t0=$(date +%s)
 LAUNCHER=()
-if command -v ccache >/dev/null 2>&1; then
+CACHED=0
+# Not for --native: -march=native on the command line does not say which CPU the objects are for, so
+# a shared cache could hand them to another machine (ggml's own ccache use is turned off too).
+if [ "$NATIVE" = 1 ]; then
+  LAUNCHER=(-DGGML_CCACHE=OFF)
+elif command -v ccache >/dev/null 2>&1; then
+  CACHED=1
   export CCACHE_DIR="${CCACHE_DIR:-$ROOT/build/ccache}" CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}" CCACHE_NOHASHDIR=1
   LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
@@ -129,9 +153,15 @@ echo "$want" >"$DIR/BUILT"  # what the objects in build/ are compiled from (set 
 # differs by level): the trained model's smoke cases, mean KLD against the fp32 record, two-plus-two
 # 1.90e-13 at -O1 and 1.93e-13 at -O3, every case within rounding of the other. No test depends on
 # those bits: each judges against the record's floors, or compares two APIs of the same server.
-cmake -S "$SRC" -B "$DIR/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" \
-  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DGGML_NATIVE=OFF -DGGML_CUDA=OFF \
-  -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+# --native: llama.cpp's own defaults for speed (CMake's Release -O3 -DNDEBUG, OpenMP), for this CPU.
+if [ "$NATIVE" = 1 ]; then
+  FLAVOUR=(-DGGML_NATIVE=ON -DGGML_OPENMP=ON)
+else
+  FLAVOUR=(-DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DGGML_NATIVE=OFF
+           -DGGML_OPENMP=OFF)
+fi
+cmake -S "$SRC" -B "$DIR/build" -DCMAKE_BUILD_TYPE=Release "${FLAVOUR[@]}" -DGGML_CUDA=OFF \
+  -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF "${LAUNCHER[@]}" >"$DIR/cmake.log" 2>&1 || {
   echo "build-llama-cpp.sh: cmake failed (see $DIR/cmake.log)" >&2
@@ -147,7 +177,7 @@ cmake --build "$DIR/build" -j"$JOBS" --target $TARGETS >"$DIR/build.log" 2>&1 ||
 echo "$want" >"$DIR/ENGINE"
 echo "$want" >"$DIR/BUILT"
 echo "build-llama-cpp.sh: built $want in $(($(date +%s) - t0)) s: $TARGETS in $DIR/build/bin" >&2
-if [ ${#LAUNCHER[@]} -gt 0 ]; then
+if [ "$CACHED" = 1 ]; then
   echo "build-llama-cpp.sh: ccache in $CCACHE_DIR: $(ccache --print-stats 2>/dev/null |
     awk -F'\t' '$1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" {h += $2} $1 == "cache_miss" {m = $2}
                  END {printf "%d hits, %d misses so far", h, m}')" >&2
