@@ -13,6 +13,9 @@
 // rounded to bf16 tile by tile, products accumulate in fp32 (as cuBLAS with fp32 compute), and the
 // output is rounded to bf16 once. Under precision=q8_0: weight rows and input rows through Q8_0.
 #include "cpu/eigen.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -59,40 +62,48 @@ void matmul_tiles(const T* x, int64_t N, int64_t in, const TensorView& w, T* y, 
 }
 
 // The per-ISA kernels (gemm.h) for fp32 x against a bf16 or fp32 weight.
-// Output rows per task: decode tasks of 64 rows keep both threads streaming; a GEMM tile holds its
-// weight rows widened to fp32 in at most kGemmTileFloats (256 KiB, half of L2 with the packed input
-// beside it), a multiple of the register tile's rows.
-constexpr int64_t kGemvTaskRows = 64;
+// The output rows are split into one contiguous range per thread, the same ranges for every N
+// (multiples of the register tile's rows): on a machine with several NUMA nodes, each thread reads
+// the same weight rows in decode as in prefill, so that the pages it first touched stay local to it;
+// and with 64 threads every one still gets an equal share (no task granularity to balance). Inside
+// its range a thread runs the GEMM in tiles whose widened weights fill at most kGemmTileFloats (256
+// KiB, half of a 2 MiB L2 with the packed input beside it). None of this changes a value: every
+// output element is computed the same way wherever it falls (gemm.h).
 constexpr int64_t kGemmTileFloats = 64 * 1024;
 
 void matmul_kernels(const float* x, int64_t N, int64_t in, const TensorView& w, float* y) {
   const cpu::GemmKernels& k = cpu::gemm_kernels();
-  const int64_t out = w.shape[0];
+  const int64_t out = w.shape[0], step = k.row_step;
   const bool bf = w.dtype == DType::bf16;
   const int64_t es = bf ? 2 : 4;
   const uint8_t* wp = w.data;
-  const bool parallel = double(N) * double(in) * double(out) >= cpu::kParallelMinWork;
-  if (N <= cpu::kGemvMaxRows) {
-    const int64_t ntasks = (out + kGemvTaskRows - 1) / kGemvTaskRows;
-#pragma omp parallel for schedule(static) if (parallel && ntasks > 1)
-    for (int64_t t = 0; t < ntasks; ++t) {
-      const int64_t r0 = t * kGemvTaskRows, n = std::min(kGemvTaskRows, out - r0);
-      k.gemv_rows(x, in, N, in, wp + r0 * in * es, bf, n, y + r0, out);
-    }
-    return;
+  const bool gemv = N <= cpu::kGemvMaxRows;
+  std::vector<float> xt;
+  if (!gemv) {
+    xt.resize(static_cast<size_t>(cpu::packed_xt_floats(N, in, k.panel)));
+    cpu::pack_xt(x, N, in, k.panel, xt.data());
   }
-  std::vector<float> xt(static_cast<size_t>(cpu::packed_xt_floats(N, in, k.panel)));
-  cpu::pack_xt(x, N, in, k.panel, xt.data());
-  int64_t tile = std::max<int64_t>(1, kGemmTileFloats / in) / k.row_step * k.row_step;
-  tile = std::max<int64_t>(k.row_step, std::min(tile, (out + k.row_step - 1) / k.row_step * k.row_step));
-  const int64_t ntiles = (out + tile - 1) / tile;
-#pragma omp parallel if (parallel && ntiles > 1)
+  const int64_t steps = (out + step - 1) / step;  // row ranges are cut at multiples of `step`
+  const bool parallel = steps > 1 && double(N) * double(in) * double(out) >= cpu::kParallelMinWork;
+#pragma omp parallel if (parallel)
   {
-    std::vector<float> scratch(static_cast<size_t>(cpu::gemm_scratch_floats(N, in, tile, k.panel)));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < ntiles; ++t) {
-      const int64_t r0 = t * tile, n = std::min(tile, out - r0);
-      k.gemm_tile(xt.data(), N, in, wp + r0 * in * es, bf, n, y + r0, out, scratch.data());
+#ifdef _OPENMP
+    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+    const int64_t nt = 1, id = 0;
+#endif
+    const int64_t r_begin = std::min(out, steps * id / nt * step), r_end = std::min(out, steps * (id + 1) / nt * step);
+    if (r_end > r_begin) {
+      if (gemv) {
+        k.gemv_rows(x, in, N, in, wp + r_begin * in * es, bf, r_end - r_begin, y + r_begin, out);
+      } else {
+        int64_t tile = std::max<int64_t>(step, kGemmTileFloats / in / step * step);
+        tile = std::min(tile, (r_end - r_begin + step - 1) / step * step);
+        std::vector<float> scratch(static_cast<size_t>(cpu::gemm_scratch_floats(N, in, tile, k.panel)));
+        for (int64_t r0 = r_begin; r0 < r_end; r0 += tile)
+          k.gemm_tile(xt.data(), N, in, wp + r0 * in * es, bf, std::min(tile, r_end - r0), y + r0, out,
+                      scratch.data());
+      }
     }
   }
 }

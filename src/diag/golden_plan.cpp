@@ -29,7 +29,9 @@ constexpr double kGB = 1e9;
 // The program itself (libraries, CUDA runtime, tokenizer, OpenMP stacks): a golden of the tiny
 // models, whose own data are a few MB, peaks at 105-110 MB of anonymous memory (measured 2026-12-02).
 constexpr double kBaseBytes = 160.0 * (1 << 20);
-constexpr double kTileBytes = 512.0 * 1024;       // src/cpu/matmul.cpp kTileBytes
+// A thread's scratch in a product: at most 512 KiB (src/cpu/matmul.cpp: the Eigen path's converted tile;
+// the kernels' widened weight tile of at most 256 KiB and its transposed output of a few rows)
+constexpr double kTileBytes = 512.0 * 1024;
 
 // One pass over the weights: n tokens through every layer at context up to `ctx`, with or without the MTP head.
 struct Pass {
@@ -79,8 +81,8 @@ std::optional<double> probe_storage(const fs::path& file, std::string& how) {
 }
 
 // The reference's own matmul on in-memory bf16 weights of the model's MLP shapes, [I, H] and [H, I]
-// (the tile of output rows a 512 KiB tile holds shrinks as the input grows, which sets the prefill
-// rate): at 1 row, bytes of weight per second (decode); at 16 rows, flop/s (prefill).
+// through the kernels of the active ISA (util/cpu_isa.h): at 1 row, bytes of weight per second
+// (decode); at 16 rows, flop/s (prefill).
 void probe_matmul(const BackendFactory& factory, const ModelConfig& cfg, Precision prec, double& bytes_per_s, double& flops) {
   RunConfig rc;
   rc.precision = prec;
@@ -319,7 +321,8 @@ void plan_memory(GoldenPlan& p, const ModelConfig& cfg, const WeightModel& wm, c
       {"logits", 2 * T * V * (8 + e), "T rows of V logits, record and floor runs, with the MTP head's"},
       {"layers", pl.layers_max, "stored layer outputs, captured, injected and compared"},
       {"record", 2 * pl.record_bytes_max, "a case's data file, written and checksummed"},
-      {"tiles", threads * kTileBytes * (e / 4), "converted weight tiles"},
+      {"tiles", threads * kTileBytes * (e / 4) + R * std::max({double(H), I, proj}) * 4,
+       "converted weight tiles and a product's packed input (R rows)"},
       {"base", kBaseBytes, "the program: libraries, CUDA runtime, tokenizer, thread stacks"},
   };
   for (const PlanItem& m : p.memory) p.peak_anon_bytes += m.bytes;

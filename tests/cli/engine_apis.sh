@@ -56,7 +56,8 @@ score() { "$BIN" -q compare --golden "$G" --model "$M" --timeout 300 "$@"; }
 # (log_softmax(T x lp)) and the presence penalty (added back, renormalised), they carry the rounding of
 # that round trip (T x (x / T) is not x in floating point), which moves KLDs of ~5e-13 (the engines
 # agree to rounding) in their third digit; those are checked within 2 % (and 1e-13 absolute) of the
-# native figures instead.
+# native figures instead: in the decode-path row, and in the case's row its KLD:gen, the same maximum
+# (its last figure; the others there must be equal).
 figures() { grep -E "^  (two-plus-two|story-sampled) |decode path" "$WORK/out" | sed 's/ *([0-9.]* s)//'; }
 same_figures() {  # NATIVE OTHER WHAT [sampled-tolerance]
   python3 - "$1" "$2" "${4:-}" <<'PY' || { paste -d'\n' "$1" "$2"; fail "$3 give other figures than the native API"; }
@@ -70,10 +71,14 @@ for x, y in zip(a, b):
         case = x.split()[0]
     if x == y:
         continue
-    assert tol and case == "story-sampled" and "decode path" in x, "differs: %r / %r" % (x, y)
+    assert tol and case == "story-sampled", "differs: %r / %r" % (x, y)
     nx, ny = re.split(r"[0-9.]+e[-+][0-9]+", x), re.split(r"[0-9.]+e[-+][0-9]+", y)
     assert nx == ny, "differs beyond its figures: %r / %r" % (x, y)
-    for u, v in zip(re.findall(r"[0-9.]+e[-+][0-9]+", x), re.findall(r"[0-9.]+e[-+][0-9]+", y)):
+    fx, fy = re.findall(r"[0-9.]+e[-+][0-9]+", x), re.findall(r"[0-9.]+e[-+][0-9]+", y)
+    if "decode path" not in x:  # the case's row: only its KLD:gen may move
+        assert fx[:-1] == fy[:-1], "differs: %r / %r" % (x, y)
+        fx, fy = fx[-1:], fy[-1:]
+    for u, v in zip(fx, fy):
         u, v = float(u), float(v)
         assert abs(u - v) <= max(0.02 * abs(u), 1e-13), "%g against %g" % (u, v)
 PY
