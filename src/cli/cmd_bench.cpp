@@ -1,8 +1,9 @@
 // `degenbisect bench --backend cpu`: throughput of the CPU reference engine on a real or synthetic
-// checkpoint: prefill and decode tokens/s, achieved GFLOP/s of the matrix products against Eigen's own
-// fp32 GEMM peak measured in the same run (same flags, same threads), weight bytes streamed per
-// decode step against a memcpy bandwidth probe, and peak resident memory against the checkpoint's
-// fp32 size (the engine never copies the model to fp32 as a whole).
+// checkpoint: prefill and decode tokens/s (after a warm-up pass), achieved GFLOP/s of the matrix
+// products against the multiply-add peak of their ISA measured in the same run (same threads), weight
+// bytes streamed per decode step against a memcpy probe and a streaming-read probe (the kernels' own
+// loads), and peak resident memory against the checkpoint's fp32 size (the engine never copies the
+// model to fp32 as a whole).
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -21,7 +22,7 @@
 #include "build_config.h"
 #include "cli/command.h"
 #include "cpu/cpu_backend.h"
-#include "cpu/eigen.h"
+#include "cpu/gemm.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -43,28 +44,30 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// Eigen fp32 GEMM Y[M, N] = X[M, K] Wᵀ with W [N, K] row-major already in fp32, the output rows of W
-// split evenly over the threads (each an Eigen serial GEMM): the best this build can do on the
-// shapes the engine multiplies. Best of `reps`. Returns GFLOP/s.
-double eigen_gemm_peak(int64_t M, int64_t K, int64_t N, int reps) {
-  using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  Mat X = Mat::Random(M, K), W = Mat::Random(N, K), Y(M, N);
-  double best = 1e30;
+// The arithmetic peak of the product kernels' ISA (gemm.h madd_loop: independent vector multiply-adds
+// on every thread), best of `reps`: fp32 flop/s, 2 per multiply-add. What the products are measured
+// against.
+double madd_peak(int reps) {
+  const cpu::GemmKernels& k = cpu::gemm_kernels();
+  const int64_t n = 20'000'000 / k.lanes;
+  double best = 1e30, total = 0;
+  int threads = 1;
   for (int r = 0; r < reps; ++r) {
     auto t0 = clock_type::now();
-#pragma omp parallel
+    double sum = 0;
+#pragma omp parallel reduction(+ : sum)
     {
+      sum += k.madd_loop(n);
 #ifdef _OPENMP
-      const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-#else
-      const int nt = 1, id = 0;
+#pragma omp single
+      threads = omp_get_num_threads();
 #endif
-      const int64_t n0 = N * id / nt, n1 = N * (id + 1) / nt;
-      Y.middleCols(n0, n1 - n0).noalias() = X * W.middleRows(n0, n1 - n0).transpose();
     }
     best = std::min(best, seconds_since(t0));
+    total += sum;
   }
-  return 2.0 * double(M) * double(K) * double(N) / best / 1e9;
+  if (!(total > 0)) std::abort();  // keep the arithmetic observable
+  return 2.0 * 12.0 * double(n) * k.lanes * threads / best;
 }
 
 // memcpy of `bytes` split over the threads, best of `reps`: bytes copied per second (each byte is
@@ -90,15 +93,16 @@ double memcpy_bandwidth(size_t bytes, int reps) {
   return double(bytes) / best;
 }
 
-// Streaming read of `bytes` split over the threads (a sum, as a GEMV reads its weights), best of
-// `reps`: bytes read per second.
+// Streaming read of `bytes` split over the threads, each thread summing its part with the product
+// kernels' own widest loads (gemm.h stream_sum, the active ISA), best of `reps`: bytes read per
+// second, the rate a decode step that reads every weight once can approach.
 double read_bandwidth(size_t bytes, int reps) {
-  std::vector<uint64_t> buf(bytes / 8, 1);
-  double best = 1e30;
-  uint64_t total = 0;
+  std::vector<float> buf(bytes / 4, 1.0f);
+  const cpu::GemmKernels& k = cpu::gemm_kernels();
+  double best = 1e30, total = 0;
   for (int r = 0; r < reps; ++r) {
     auto t0 = clock_type::now();
-    uint64_t sum = 0;
+    double sum = 0;
 #pragma omp parallel reduction(+ : sum)
     {
 #ifdef _OPENMP
@@ -107,17 +111,12 @@ double read_bandwidth(size_t bytes, int reps) {
       const size_t nt = 1, id = 0;
 #endif
       const size_t n = buf.size(), b0 = n * id / nt, b1 = n * (id + 1) / nt;
-      uint64_t a[4] = {0, 0, 0, 0};
-      size_t i = b0;
-      for (; i + 4 <= b1; i += 4)
-        for (int j = 0; j < 4; ++j) a[j] += buf[i + j];
-      for (; i < b1; ++i) a[0] += buf[i];
-      sum += a[0] + a[1] + a[2] + a[3];
+      sum += k.stream_sum(buf.data() + b0, static_cast<int64_t>(b1 - b0));
     }
     best = std::min(best, seconds_since(t0));
     total += sum;
   }
-  if (total != uint64_t(reps) * buf.size()) std::abort();  // keep the reads observable
+  if (!(total > 0)) std::abort();  // keep the reads observable
   return double(bytes) / best;
 }
 
@@ -226,21 +225,23 @@ int bench_cpu(const fs::path& dir, CpuPrecision prec, const BenchArgs& a) {
   std::printf("isa      products on %s\n", cpu::isa_description().c_str());
 
   // Probes first (they allocate and free their own buffers).
-  const int64_t ffn = cfg.intermediate_size > 0 ? cfg.intermediate_size : cfg.moe_intermediate_size;
-  // GEMM peak: the best of the model's two main product shapes, at the prefill row count.
-  const int64_t wide = std::max<int64_t>(ffn, cfg.hidden_size);
-  const double peak = std::max(eigen_gemm_peak(a.prefill, cfg.hidden_size, wide, 5),
-                               eigen_gemm_peak(a.prefill, cfg.hidden_size, cfg.hidden_size, 5));
+  const double peak = madd_peak(5) / 1e9;
   const double bw = memcpy_bandwidth(size_t(256) << 20, 5), rd = read_bandwidth(size_t(256) << 20, 5);
-  std::printf("probe    Eigen fp32 GEMM [%d x %lld] x [%lld x %lld | %lld]: %.1f GFLOP/s;  memcpy 256 MiB: %.2f GB/s "
-              "copied;  streaming read 256 MiB: %.2f GB/s\n",
-              a.prefill, static_cast<long long>(cfg.hidden_size), static_cast<long long>(cfg.hidden_size),
-              static_cast<long long>(wide), static_cast<long long>(cfg.hidden_size), peak, bw / 1e9, rd / 1e9);
+  std::printf("probe    %s multiply-add peak: %.1f GFLOP/s;  memcpy 256 MiB: %.2f GB/s copied;  streaming read 256 MiB "
+              "(%s loads): %.2f GB/s\n",
+              cpu::isa_name(cpu::gemm_kernels().isa), peak, bw / 1e9, cpu::isa_name(cpu::gemm_kernels().isa), rd / 1e9);
 
   CpuBackend be(prec);
   Engine eng(cfg, model->weights, be, EngineOptions{GdnAlgo::chunked});
   const std::vector<int32_t> prompt = bench_prompt(cfg, a.prefill);
 
+  // A warm-up prefill first, as llama-bench makes one: the weights' pages are mapped into the process
+  // (a first touch of the 1B model costs about half a million page faults) and the allocator warmed,
+  // so that the measured passes are the engine's own cost.
+  {
+    SeqState warm = eng.new_state();
+    (void)eng.forward({SeqInput{&warm, prompt}});
+  }
   // Prefill.
   SeqState st = eng.new_state();
   be.stats().reset();
@@ -248,7 +249,7 @@ int bench_cpu(const fs::path& dir, CpuPrecision prec, const BenchArgs& a) {
   ForwardOutput out = eng.forward({SeqInput{&st, prompt}});
   const double t_pre = seconds_since(t0);
   const CpuStats pre = be.stats();
-  std::printf("prefill  %d tokens in %.2f s: %.1f tok/s; matmul %.1f GFLOP/s (%.0f%% of the Eigen peak), "
+  std::printf("prefill  %d tokens in %.2f s: %.1f tok/s; matmul %.1f GFLOP/s (%.0f%% of the multiply-add peak), "
               "%.0f%% of the time in matmul\n",
               a.prefill, t_pre, a.prefill / t_pre, pre.matmul_flops / pre.matmul_seconds / 1e9,
               100.0 * pre.matmul_flops / pre.matmul_seconds / 1e9 / peak, 100.0 * pre.matmul_seconds / t_pre);

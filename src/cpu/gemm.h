@@ -4,7 +4,8 @@
 // Two kernels, chosen by the number of input rows N:
 //   - gemm_tile (N > kGemvMaxRows): every output element is one sequential chain of fused
 //     multiply-adds over k = 0..K-1 (AVX2/AVX-512: fma; baseline: a multiply then an add), starting
-//     from 0. The weight tile is widened to fp32 once, the input is packed transposed (pack_xt), and
+//     from 0. The weight tile is widened to fp32 one cache block of k at a time, the input is packed
+//     transposed (pack_xt), and
 //     the register tile holds output elements of several tokens along the vector lanes. Because each
 //     element's chain is fixed, the result does not depend on the tiling, the cache blocking, the
 //     thread count or which rows are multiplied together; AVX2 and AVX-512 give the same bits.
@@ -36,6 +37,14 @@ struct GemmKernels {
   // The same for N <= kGemvMaxRows from x itself (rows of K, stride ldx).
   void (*gemv_rows)(const float* x, int64_t ldx, int64_t N, int64_t K, const void* w, bool w_bf16, int64_t rows,
                     float* y, int64_t ldy);
+  // The sum of n floats read with this ISA's widest loads and four independent accumulators: bench's
+  // streaming-read probe, the rate a product that reads its weights once cannot beat.
+  float (*stream_sum)(const float* p, int64_t n);
+  // n rounds of 12 independent multiply-adds of one vector each (12 n W multiply-adds, W the vector
+  // width): bench's peak probe, what this ISA's arithmetic allows one thread. Returns a value that
+  // depends on all of them.
+  float (*madd_loop)(int64_t n);
+  int lanes;  // W: fp32 lanes of this ISA's vectors
 };
 
 // The kernels of the active ISA (active_isa()).
@@ -47,9 +56,13 @@ const GemmKernels& gemm_kernels(Isa isa);
 inline int64_t packed_xt_floats(int64_t N, int64_t K, int panel) { return (N + panel - 1) / panel * panel * K; }
 // xt[p][k][j] = x[p * panel + j][k] (0 past N): panels of `panel` tokens, each k-major.
 void pack_xt(const float* x, int64_t N, int64_t K, int panel, float* xt);
-// Scratch floats of one gemm_tile call: the widened weight tile and its transposed output.
+// The most k of one cache block of gemm_tile (every ISA's KC is at most this).
+constexpr int64_t kMaxKC = 512;
+// Scratch floats of one gemm_tile call: one cache block of the rows' weights widened, and the tile's
+// output transposed.
 inline int64_t gemm_scratch_floats(int64_t N, int64_t K, int64_t rows, int panel) {
-  return rows * K + rows * ((N + panel - 1) / panel * panel);
+  (void)K;
+  return rows * kMaxKC + rows * ((N + panel - 1) / panel * panel);
 }
 
 namespace isa_baseline {

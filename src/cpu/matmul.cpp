@@ -66,10 +66,10 @@ void matmul_tiles(const T* x, int64_t N, int64_t in, const TensorView& w, T* y, 
 // (multiples of the register tile's rows): on a machine with several NUMA nodes, each thread reads
 // the same weight rows in decode as in prefill, so that the pages it first touched stay local to it;
 // and with 64 threads every one still gets an equal share (no task granularity to balance). Inside
-// its range a thread runs the GEMM in tiles whose widened weights fill at most kGemmTileFloats (256
-// KiB, half of a 2 MiB L2 with the packed input beside it). None of this changes a value: every
-// output element is computed the same way wherever it falls (gemm.h).
-constexpr int64_t kGemmTileFloats = 64 * 1024;
+// its range a thread runs the GEMM in tiles of kGemmTileRows rows (a multiple of every ISA's register
+// tile; one cache block of them widened is at most 96 x 512 floats, 192 KiB, in L2). None of this
+// changes a value: every output element is computed the same way wherever it falls (gemm.h).
+constexpr int64_t kGemmTileRows = 96;
 
 void matmul_kernels(const float* x, int64_t N, int64_t in, const TensorView& w, float* y) {
   const cpu::GemmKernels& k = cpu::gemm_kernels();
@@ -97,8 +97,7 @@ void matmul_kernels(const float* x, int64_t N, int64_t in, const TensorView& w, 
       if (gemv) {
         k.gemv_rows(x, in, N, in, wp + r_begin * in * es, bf, r_end - r_begin, y + r_begin, out);
       } else {
-        int64_t tile = std::max<int64_t>(step, kGemmTileFloats / in / step * step);
-        tile = std::min(tile, (r_end - r_begin + step - 1) / step * step);
+        const int64_t tile = std::min(kGemmTileRows, (r_end - r_begin + step - 1) / step * step);
         std::vector<float> scratch(static_cast<size_t>(cpu::gemm_scratch_floats(N, in, tile, k.panel)));
         for (int64_t r0 = r_begin; r0 < r_end; r0 += tile)
           k.gemm_tile(xt.data(), N, in, wp + r0 * in * es, bf, std::min(tile, r_end - r0), y + r0, out,
