@@ -273,9 +273,10 @@ int bench_cpu(const fs::path& dir, CpuPrecision prec, const BenchArgs& a) {
   const double bytes_step = dec.weight_bytes / a.decode, flops_step = dec.matmul_flops / a.decode;
   std::printf("decode   %d tokens in %.2f s: %.2f tok/s (median step %.3f s, best %.3f s); best step: matmul %.2f "
               "GFLOP/s, %.3f GB of weights streamed = %.2f GB/s: %.0f%% of the memcpy rate, %.0f%% of the "
-              "streaming-read rate\n",
+              "streaming-read rate; the products %.0f%% of the decode time, at %.0f%% of the streaming-read rate\n",
               a.decode, t_dec, a.decode / t_dec, median, best, flops_step / best / 1e9, bytes_step / 1e9,
-              bytes_step / best / 1e9, 100.0 * bytes_step / best / bw, 100.0 * bytes_step / best / rd);
+              bytes_step / best / 1e9, 100.0 * bytes_step / best / bw, 100.0 * bytes_step / best / rd,
+              100.0 * dec.matmul_seconds / t_dec, 100.0 * dec.weight_bytes / dec.matmul_seconds / rd);
 
   const double rss = peak_rss_bytes();
   std::printf("memory   peak RSS %.2f GB = %.0f%% of the checkpoint's fp32 size (%.2f GB); stored weights %.2f GB "
