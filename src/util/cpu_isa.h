@@ -4,8 +4,9 @@
 // operating system support is used, unless DEGEN_CPU_ISA=baseline|avx2|avx512 forces another (a
 // binary copied to an older machine still runs; a record can be remade under another ISA to compare).
 // Results are deterministic for a given (ISA, build); the thread count does not change them.
-// The rest of the reference (norms, attention, the GDN recurrence) is compiled once, for the
-// baseline ISA: its figures are the same under every choice.
+// The chunked GDN's inner loops follow the same choice (src/cpu/gdn_loops.inc) with the same bits
+// under each; the rest of the reference (norms, attention, the recurrent GDN) is compiled once, for
+// the baseline ISA.
 #pragma once
 #include <cstdint>
 #include <string>
