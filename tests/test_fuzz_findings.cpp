@@ -9,6 +9,7 @@
 
 #include "diag/bisect.h"
 #include "diag/sweep.h"
+#include "engine/run_config.h"
 #include "helpers.h"
 #include "model/config.h"
 #include "report/inputs.h"
@@ -143,4 +144,18 @@ TEST_CASE("fuzz finding: an identity mismatch shows bounded excerpts, not the fi
   CHECK(d.find("and other fields") != std::string::npos);
   CHECK(d.size() < 2000);
   CHECK(identity_difference(kIdentity, json::array({std::string(100000, 'y')})).size() < 600);
+}
+
+TEST_CASE("fuzz finding: a sampling value is printed so that the canonical form reads back as itself") {
+  // top_p one part in 10^11 below 1 was printed with ten digits as top_p=1, which read back as the
+  // default and dropped out of the canonical string: two spellings of one configuration then keyed
+  // results differently. Every value now prints as the shortest text that reads back exactly.
+  for (const char* text : {"temp=1.0,top_p=0.99999999999222,top_k=20,min_p=0,presence_pen=1.5,seed=1",
+                           "temp=0.70000000000000007", "min_p=0.1", "rep_pen=1.0000000001"}) {
+    CAPTURE(text);
+    const std::string canon = parse_run_config(text).str();
+    CHECK(parse_run_config(canon).str() == canon);
+  }
+  CHECK(parse_run_config("top_p=0.99999999999222").str() == "top_p=0.99999999999222");
+  CHECK(parse_run_config("temp=0.7").str() == "temp=0.7");  // the short forms stay short
 }

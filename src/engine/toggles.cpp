@@ -80,11 +80,15 @@ const char* enum_name(E e, const Names<E>& table) {
   return "?";
 }
 
+// The shortest text that reads back as exactly v (std::to_chars): a configuration's canonical form
+// must parse to the value it was printed from. Ten significant digits printed top_p=0.99999999999222
+// as top_p=1, which then read as the default and vanished from the canonical string (a fuzz finding,
+// tests/fuzz/regressions/run_config).
 std::string num_str(double v) {
-  std::ostringstream os;
-  os.precision(10);
-  os << v;
-  return os.str();
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  DEGEN_ASSERT(ec == std::errc(), "num_str: to_chars failed");
+  return std::string(buf, end);
 }
 
 std::string join(const std::vector<std::string>& parts) {
