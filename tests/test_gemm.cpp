@@ -51,7 +51,7 @@ struct Problem {
     } else {
       std::vector<float> xt(static_cast<size_t>(packed_xt_floats(N, K, k.panel)));
       pack_xt(x.data(), N, K, k.panel, xt.data());
-      std::vector<float> scratch(static_cast<size_t>(gemm_scratch_floats(N, K, R, k.panel)));
+      std::vector<float> scratch(static_cast<size_t>(gemm_scratch_floats(N, R, k.panel)));
       k.gemm_tile(xt.data(), N, K, w, bf16, R, y.data(), R, scratch.data());
     }
     return y;
@@ -116,7 +116,7 @@ TEST_CASE("gemm: an element of the GEMM does not depend on the rows and tokens c
           std::memcpy(&x5[j * p.K], &p.x[((n + j * 13) % p.N) * p.K], static_cast<size_t>(p.K) * 4);
         std::vector<float> xt(static_cast<size_t>(packed_xt_floats(5, p.K, k.panel)));
         pack_xt(x5.data(), 5, p.K, k.panel, xt.data());
-        std::vector<float> scratch(static_cast<size_t>(gemm_scratch_floats(5, p.K, 1, k.panel))), y5(5);
+        std::vector<float> scratch(static_cast<size_t>(gemm_scratch_floats(5, 1, k.panel))), y5(5);
         k.gemm_tile(xt.data(), 5, p.K, p.wb.data() + r * p.K, true, 1, y5.data(), 1, scratch.data());
         CHECK(std::memcmp(&y5[0], &y[n * p.R + r], 4) == 0);
       }

@@ -156,7 +156,7 @@ void gdn_chunked_head(const GdnDims& d, const GdnFlags& f, const T* q, const T* 
   const GdnLoops& lp = gdn_loops();
   const int64_t kh = f.key_head(d, j), dk = d.d_k, dv = d.d_v, C = kChunk;
   std::vector<double> G(C), M(C * C), U(C * dv), W(C * dk), Vn(C * dv), Snew(dk * dv), acc(dv), KT(dk * C), dots(C),
-      xd(std::max(dk, C));
+      xd(dk);
   auto K = [&](int64_t t) { return k + (t * d.n_k + kh) * dk; };
   auto Q = [&](int64_t t) { return q + (t * d.n_k + kh) * dk; };
   // dots[l] = x·k_l for l < n, each the sum over a in order (the chain of a plain dot product)

@@ -5,8 +5,8 @@
 //   - gemm_tile (N > kGemvMaxRows): every output element is one sequential chain of fused
 //     multiply-adds over k = 0..K-1 (AVX2/AVX-512: fma; baseline: a multiply then an add), starting
 //     from 0. The weight tile is widened to fp32 one cache block of k at a time, the input is packed
-//     transposed (pack_xt), and
-//     the register tile holds output elements of several tokens along the vector lanes. Because each
+//     transposed (pack_xt), and the register tile holds output elements of several tokens along the
+//     vector lanes. Because each
 //     element's chain is fixed, the result does not depend on the tiling, the cache blocking, the
 //     thread count or which rows are multiplied together; AVX2 and AVX-512 give the same bits.
 //   - gemv_rows (N <= kGemvMaxRows, decode): reads each weight once, widening bf16 in registers. Each
@@ -31,7 +31,7 @@ struct GemmKernels {
   int row_step;  // weight rows per register tile (tiles of rows are multiples of it)
   // y[n * ldy + r] = Σ_k x[n][k] w[r][k] for n < N, r < rows, where xt is x packed by pack_xt,
   // w the first of `rows` consecutive weight rows (bf16 when w_bf16, else fp32), and scratch holds
-  // gemm_scratch_floats(N, K, rows) floats.
+  // gemm_scratch_floats(N, rows, panel) floats.
   void (*gemm_tile)(const float* xt, int64_t N, int64_t K, const void* w, bool w_bf16, int64_t rows, float* y,
                     int64_t ldy, float* scratch);
   // The same for N <= kGemvMaxRows from x itself (rows of K, stride ldx).
@@ -60,8 +60,7 @@ void pack_xt(const float* x, int64_t N, int64_t K, int panel, float* xt);
 constexpr int64_t kMaxKC = 512;
 // Scratch floats of one gemm_tile call: one cache block of the rows' weights widened, and the tile's
 // output transposed.
-inline int64_t gemm_scratch_floats(int64_t N, int64_t K, int64_t rows, int panel) {
-  (void)K;
+inline int64_t gemm_scratch_floats(int64_t N, int64_t rows, int panel) {
   return rows * kMaxKC + rows * ((N + panel - 1) / panel * panel);
 }
 

@@ -98,7 +98,7 @@ void matmul_kernels(const float* x, int64_t N, int64_t in, const TensorView& w, 
         k.gemv_rows(x, in, N, in, wp + r_begin * in * es, bf, r_end - r_begin, y + r_begin, out);
       } else {
         const int64_t tile = std::min(kGemmTileRows, (r_end - r_begin + step - 1) / step * step);
-        std::vector<float> scratch(static_cast<size_t>(cpu::gemm_scratch_floats(N, in, tile, k.panel)));
+        std::vector<float> scratch(static_cast<size_t>(cpu::gemm_scratch_floats(N, tile, k.panel)));
         for (int64_t r0 = r_begin; r0 < r_end; r0 += tile)
           k.gemm_tile(xt.data(), N, in, wp + r0 * in * es, bf, std::min(tile, r_end - r0), y + r0, out,
                       scratch.data());

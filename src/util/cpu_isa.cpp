@@ -31,6 +31,7 @@ namespace {
 
 // The value of DEGEN_CPU_ISA checked against the machine: the ISA, or the reason it cannot be used.
 struct Choice {
+  Isa best = Isa::baseline;  // what this machine and build support
   Isa isa = Isa::baseline;
   bool forced = false;
   std::string error;
@@ -38,28 +39,20 @@ struct Choice {
 
 Choice choose() {
   Choice c;
-  const Isa best = best_isa();
-  c.isa = best;
+  c.best = c.isa = best_isa();
   const char* env = std::getenv("DEGEN_CPU_ISA");
   if (!env || !*env) return c;
   c.forced = true;
-  Isa want;
-  if (!std::strcmp(env, "baseline")) {
-    want = Isa::baseline;
-  } else if (!std::strcmp(env, "avx2")) {
-    want = Isa::avx2;
-  } else if (!std::strcmp(env, "avx512")) {
-    want = Isa::avx512;
-  } else {
-    c.error = cat("DEGEN_CPU_ISA='", env, "': expected baseline, avx2 or avx512 (or unset for the best this machine "
-                  "has, ", isa_name(best), ")");
+  for (Isa want : {Isa::baseline, Isa::avx2, Isa::avx512}) {
+    if (std::strcmp(env, isa_name(want)) != 0) continue;
+    if (static_cast<int>(want) > static_cast<int>(c.best))
+      c.error = cat("DEGEN_CPU_ISA=", env, ": this machine (or this build) supports only up to ", isa_name(c.best));
+    else
+      c.isa = want;
     return c;
   }
-  if (static_cast<int>(want) > static_cast<int>(best)) {
-    c.error = cat("DEGEN_CPU_ISA=", env, ": this machine (or this build) supports only up to ", isa_name(best));
-    return c;
-  }
-  c.isa = want;
+  c.error = cat("DEGEN_CPU_ISA='", env, "': expected baseline, avx2 or avx512 (or unset for the best this machine has, ",
+                isa_name(c.best), ")");
   return c;
 }
 
@@ -78,9 +71,8 @@ Isa active_isa() {
 
 std::string isa_description() {
   const Choice& c = choice();
-  const Isa best = best_isa();
   if (!c.error.empty()) return cat("invalid: ", c.error);
-  if (c.forced) return cat(isa_name(c.isa), " (forced by DEGEN_CPU_ISA; this machine has ", isa_name(best), ")");
+  if (c.forced) return cat(isa_name(c.isa), " (forced by DEGEN_CPU_ISA; this machine has ", isa_name(c.best), ")");
   return cat(isa_name(c.isa), " (the best of baseline, avx2, avx512 on this machine)");
 }
 
