@@ -4,8 +4,10 @@
 // firing alone, and brute-force cross-checks of the suffix-array and Z-function algorithms.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -781,4 +783,226 @@ TEST_CASE("metrics: verdicts and exit codes") {
   CHECK(m::worst(Verdict::untestable, Verdict::model_intrinsic) == Verdict::untestable);
   CHECK(m::worst(Verdict::untestable, Verdict::bad) == Verdict::bad);
   CHECK(m::worst(Verdict::good, Verdict::good) == Verdict::good);
+}
+
+// ---- compare_listing: a server's partial listing (docs/metrics.md "Top-K") ----
+
+namespace {
+
+// A synthetic position: V logits ~ N(0, spread^2) (spread 2: flat, the top 40 of 248,320 hold ~6 % of
+// the mass; 4.5: peaked, ~70 %), its exact log-probabilities in double.
+std::vector<double> gaussian_logprobs(int64_t V, double spread, std::mt19937_64& rng) {
+  std::normal_distribution<double> n(0.0, spread);
+  std::vector<double> x(static_cast<size_t>(V));
+  double mx = -kInf;
+  for (double& v : x) mx = std::max(mx, v = n(rng));
+  double s = 0;
+  for (double v : x) s += std::exp(v - mx);
+  const double lse = mx + std::log(s);
+  for (double& v : x) v -= lse;
+  return x;
+}
+
+// The ids of the k largest entries, largest first (lowest id on ties).
+std::vector<int32_t> top_of(const std::vector<double>& lp, int64_t k) {
+  std::vector<int32_t> ids(lp.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const int64_t kk = std::min<int64_t>(k, static_cast<int64_t>(lp.size()));
+  std::partial_sort(ids.begin(), ids.begin() + kk, ids.end(),
+                    [&](int32_t a, int32_t b) { return lp[a] != lp[b] ? lp[a] > lp[b] : a < b; });
+  ids.resize(static_cast<size_t>(kk));
+  return ids;
+}
+
+struct GoldenOf {  // a golden top-K of exact log-probabilities (stored as fp32, as a record stores them)
+  std::vector<int32_t> ids;
+  std::vector<float> lq;
+  m::GoldenTopK view() const { return m::GoldenTopK{ids, lq, 0.0}; }
+};
+GoldenOf golden_of(const std::vector<double>& lq, int64_t K) {
+  GoldenOf g;
+  g.ids = top_of(lq, K);
+  for (int32_t id : g.ids) g.lq.push_back(static_cast<float>(lq[static_cast<size_t>(id)]));
+  return g;
+}
+
+// A server's top-k of lp, each log-prob rounded to fp32 as servers state them (round_fp32) or exact.
+m::Listing listing_of(const std::vector<double>& lp, int64_t k, bool round_fp32) {
+  m::Listing l;
+  l.ids = top_of(lp, k);
+  for (int32_t id : l.ids) {
+    const double v = lp[static_cast<size_t>(id)];
+    l.logprobs.push_back(round_fp32 ? static_cast<double>(static_cast<float>(v)) : v);
+  }
+  l.unlisted = static_cast<int64_t>(lp.size()) - static_cast<int64_t>(l.ids.size());
+  l.scale_slack = m::listing_scale_slack(static_cast<int64_t>(lp.size()));
+  return l;
+}
+
+double exact_kld(const std::vector<double>& lq, const std::vector<double>& lp) {
+  double k = 0;
+  for (size_t i = 0; i < lq.size(); ++i) k += std::exp(lq[i]) * (lq[i] - lp[i]);
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("compare_listing: an exact engine scores ~0 with any listing, V 1,000 to 248,320, K 1 to V, flat and peaked") {
+  // The bound of a listing in fp32: a tail rounding delta moves the KLD by at most delta^2 / (2 e) with
+  // e = kListingMassResolution (metrics.h): 1.8e-10 at the 6e-8 of an fp32 probability near 1; the
+  // golden's own fp32 log-probs add kTopkSelfKld-sized terms.
+  std::mt19937_64 rng(57);
+  for (int64_t V : {1000, 16384, 248320})
+    for (double spread : {2.0, 4.5})
+      for (int64_t K : {int64_t{1}, int64_t{5}, int64_t{20}, int64_t{40}, int64_t{1000}, V}) {
+        CAPTURE(V);
+        CAPTURE(spread);
+        CAPTURE(K);
+        const std::vector<double> lq = gaussian_logprobs(V, spread, rng);
+        const GoldenOf g = golden_of(lq, 40);
+        for (bool rounded : {false, true}) {
+          const m::LogitPosition p = m::compare_listing(g.view(), listing_of(lq, K, rounded), -1);
+          CHECK(std::isfinite(p.kld));
+          CHECK(p.kld <= (rounded ? 3e-10 : 1e-12));
+          CHECK(p.kld >= -1e-12);
+          CHECK(p.top1_agree);
+          REQUIRE(p.resolved.has_value());
+          CHECK(*p.resolved <= 1.0 + 1e-12);
+          if (K >= 40) CHECK(*p.resolved == Approx(1.0));
+          if (K < static_cast<int64_t>(m::kMinListedIds)) CHECK(*p.resolved == 0.0);
+        }
+      }
+}
+
+TEST_CASE("compare_listing: a lower bound of the KLD, and how much of it a listing sees (bias against the exact KLD)") {
+  // Logit noise of size sigma (an engine off by independent errors): the listing's KLD never exceeds the
+  // KLD over the record's cells (kld_topk of the full distribution), which never exceeds the exact KLD;
+  // the table shows the bias: the listing's share of kld_topk against the record's mass it resolves.
+  std::mt19937_64 rng(58);
+  std::normal_distribution<double> noise(0.0, 1.0);
+  MESSAGE("V       spread  K     resolved  listing/kld_topk  kld_topk/exact");
+  for (int64_t V : {1000, 248320})
+    for (double spread : {2.0, 4.5})
+      for (int64_t K : {int64_t{1}, int64_t{5}, int64_t{20}, int64_t{40}, V}) {
+        double sum_list = 0, sum_topk = 0, sum_exact = 0, sum_res = 0;
+        const int draws = V > 100000 ? 3 : 10;
+        for (int d = 0; d < draws; ++d) {
+          const std::vector<double> lq = gaussian_logprobs(V, spread, rng);
+          std::vector<float> x(static_cast<size_t>(V));
+          for (int64_t i = 0; i < V; ++i) x[static_cast<size_t>(i)] = static_cast<float>(lq[static_cast<size_t>(i)] + 0.05 * noise(rng));
+          const std::vector<double> lp = m::log_softmax(x);
+          const GoldenOf g = golden_of(lq, 40);
+          const m::LogitPosition full = m::compare_logits_topk(x, g.view(), -1);
+          const m::LogitPosition l = m::compare_listing(g.view(), listing_of(lp, K, false), -1);
+          const double exact = exact_kld(lq, lp);
+          CHECK(l.kld <= full.kld + 1e-12);
+          CHECK(full.kld <= exact + 1e-9);
+          CHECK(l.kld >= -1e-12);
+          sum_list += l.kld;
+          sum_topk += full.kld;
+          sum_exact += exact;
+          sum_res += *l.resolved;
+        }
+        const double res = sum_res / draws, share = sum_list / sum_topk;
+        MESSAGE(V, "  ", spread, "  ", K, "  ", res, "  ", share, "  ", sum_topk / sum_exact);
+        // The rule CompareRules::min_resolved rests on: from kMinListedIds ids on, a listing sees about its
+        // resolved share of the noise (here at least 60 % of it, and all of it once it lists the
+        // record's ids); below, resolved is 0 (the estimate of a few cells is a chi-square of 1-4
+        // degrees of freedom: 0.09 to 0.67 of kld_topk in the rows above).
+        CHECK(share >= 0.6 * res - 1e-9);
+        if (res >= 1.0 - 1e-12) CHECK(share == Approx(1.0).epsilon(1e-6));
+      }
+}
+
+TEST_CASE("compare_listing: a wrong engine stays wrong whatever it lists") {
+  std::mt19937_64 rng(59);
+  for (int64_t V : {1000, 248320}) {
+    const std::vector<double> lq = gaussian_logprobs(V, 4.5, rng);
+    const GoldenOf g = golden_of(lq, 40);
+    // The engine's distribution is another draw: its top ids are other ids.
+    const std::vector<double> lp = gaussian_logprobs(V, 4.5, rng);
+    const double exact = exact_kld(lq, lp);
+    for (int64_t K : {int64_t{5}, int64_t{20}, int64_t{40}, V}) {
+      CAPTURE(K);
+      const m::LogitPosition l = m::compare_listing(g.view(), listing_of(lp, K, true), -1);
+      CHECK(l.kld <= exact + 1e-9);
+      CHECK(l.kld > 0.1);  // the record's likeliest ids are absent or far off in any listing of it
+      CHECK_FALSE(l.top1_agree);
+    }
+  }
+  // The record's top id left out of a listing whose least listed id is far less likely: the smallest
+  // KLD the listing allows is large (the unlisted id is at most as likely as the least listed one).
+  const std::vector<int32_t> gid{0, 1};
+  const std::vector<float> glq{std::log(0.9f), std::log(0.05f)};
+  m::Listing l;
+  l.ids = {1, 2};
+  l.logprobs = {std::log(0.5), std::log(0.4)};
+  l.unlisted = 998;
+  const m::LogitPosition p = m::compare_listing(m::GoldenTopK{gid, glq, 0.0}, l, -1);
+  // id 0 gets at most 0.1 (the unlisted mass, below the least listed 0.4), and the KLD falls as it gets
+  // more, so p0 = 0.1 and the rest (id 2 and the unlisted ids) 0.4: 0.9 ln(0.9/0.1) + 0.05 ln(0.05/0.5)
+  // + 0.05 ln(0.05/0.4) = 1.7583 nats (the tail's pseudo-mass moves it by 1e-5 at most).
+  CHECK(p.kld == Approx(0.9 * std::log(9.0) + 0.05 * std::log(0.1) + 0.05 * std::log(0.125)).epsilon(1e-4));
+  CHECK(*p.resolved == 0.0);  // two listed ids: too few to judge
+}
+
+TEST_CASE("compare_listing: complete listings, padding mass, rounding above 1, bad input") {
+  const std::vector<int32_t> gid{0, 1};
+  const std::vector<float> glq{std::log(0.6f), std::log(0.3f)};
+  // A complete listing whose mass is short of 1 (a server normalising over padding rows too) is
+  // renormalised: the same as the exact distribution.
+  m::Listing full;
+  full.ids = {0, 1, 2};
+  full.logprobs = {std::log(0.6 * 0.98), std::log(0.3 * 0.98), std::log(0.1 * 0.98)};
+  full.unlisted = 0;
+  CHECK(std::abs(m::compare_listing(m::GoldenTopK{gid, glq, 0.0}, full, 1).kld) < 1e-7);
+  // A record whose top-K holds every real id (fp32 log-probs summing to 1 - 6e-8, say) against a
+  // complete listing: no tail at all, not an empty tail with mass (which read as inf).
+  const std::vector<int32_t> all3{0, 1, 2};
+  const std::vector<float> all3lq{std::log(0.6f), std::log(0.3f), std::nextafter(std::log(0.1f), -1.0f)};
+  const m::LogitPosition pc = m::compare_listing(m::GoldenTopK{all3, all3lq, 0.0}, full, -1);
+  CHECK(std::isfinite(pc.kld));
+  CHECK(std::abs(pc.kld) < 1e-6);
+  // A partial listing whose probabilities sum a little above 1 (rounding): brought back to 1, finite.
+  m::Listing over;
+  over.ids = {0, 1};
+  over.logprobs = {std::log(0.6002), std::log(0.4)};
+  over.unlisted = 5;
+  CHECK(std::isfinite(m::compare_listing(m::GoldenTopK{gid, glq, 0.0}, over, -1).kld));
+  m::Listing dup = full;
+  dup.ids = {0, 0, 2};
+  CHECK_THROWS_AS(m::compare_listing(m::GoldenTopK{gid, glq, 0.0}, dup, -1), std::invalid_argument);
+  m::Listing nan = full;
+  nan.logprobs[1] = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_AS(m::compare_listing(m::GoldenTopK{gid, glq, 0.0}, nan, -1), std::invalid_argument);
+  // dp where both state the next token; nullopt where the listing does not.
+  m::Listing part;
+  part.ids = {0};
+  part.logprobs = {std::log(0.5)};
+  part.unlisted = 2;
+  const m::LogitPosition pp = m::compare_listing(m::GoldenTopK{gid, glq, 0.0}, part, 0);
+  REQUIRE(pp.dp.has_value());
+  CHECK(*pp.dp == Approx(0.5 - 0.6).epsilon(1e-6));
+  CHECK_FALSE(m::compare_listing(m::GoldenTopK{gid, glq, 0.0}, part, 1).dp.has_value());
+}
+
+TEST_CASE("compare_listing: a listing's common normaliser is known to within its fp32 sum") {
+  // llama-server divides every listed probability by one fp32 sum over all rows, which drops the
+  // smallest terms: its listed log-probs all sit a little above the true ones. Within the bound of that
+  // sum (listing_scale_slack) an exact engine still scores ~0; a shift far beyond it is a deviation.
+  std::mt19937_64 rng(60);
+  const int64_t V = 248320;
+  const std::vector<double> lq = gaussian_logprobs(V, 4.5, rng);
+  const GoldenOf g = golden_of(lq, 40);
+  for (double shift : {3.9e-4, -3.9e-4, 0.01}) {
+    CAPTURE(shift);
+    m::Listing l = listing_of(lq, 20, false);
+    for (double& v : l.logprobs) v += shift;
+    CHECK(m::compare_listing(g.view(), l, -1).kld < 1e-12);
+    l.scale_slack = 0;  // without the slack the same shift reads as moved mass
+    CHECK(m::compare_listing(g.view(), l, -1).kld > 1e-9);
+  }
+  m::Listing far = listing_of(lq, 20, false);
+  for (double& v : far.logprobs) v -= 0.2;  // 18 % of the listed mass gone: not rounding
+  CHECK(m::compare_listing(g.view(), far, -1).kld > 1e-3);
 }

@@ -427,6 +427,195 @@ LogitPosition compare_logits_topk(std::span<const float> test, const GoldenTopK&
   return out;
 }
 
+namespace {
+
+// The golden side of a listing comparison, checked as compare_logits_topk checks it.
+void check_golden_topk(const GoldenTopK& golden, const char* who) {
+  const size_t K = golden.ids.size();
+  if (golden.logprobs.size() != K) throw std::invalid_argument(cat(who, ": ", K, " ids but ", golden.logprobs.size(), " log-probs"));
+  if (K == 0) throw std::invalid_argument(cat(who, ": the golden record stores no id"));
+  for (size_t j = 0; j < K; ++j) {
+    const float lq = golden.logprobs[j];
+    if (golden.ids[j] < 0) throw std::invalid_argument(cat(who, ": stored id ", golden.ids[j], " is negative"));
+    if (std::isnan(lq) || lq > 0.0f + 1e-4f)
+      throw std::invalid_argument(cat(who, ": log-prob ", lq, " of id ", golden.ids[j], " is not a log-probability"));
+  }
+}
+
+// min over p_A of sum_A q_i log(q_i / p_i) + (qR + e) log((qR + e) / (pR + e)) with pR = base - sum_A p,
+// 0 <= p_i <= cap, sum_A p <= budget (compare_listing). At the optimum the p_i not at their cap share
+// one ratio t = p_i / q_i, the tail's (pR + e) / (qR + e) (or, with the budget binding, the ratio that
+// spends it), so p_i(t) = min(t q_i, cap) and a monotone equation in t is solved by bisection.
+double min_unlisted_kld(const std::vector<double>& qA, double qR, double base, double cap, double budget, double e) {
+  auto spent = [&](double t) {
+    double s = 0;
+    for (double q : qA) s += std::min(t * q, cap);
+    return s;
+  };
+  auto objective = [&](double t) {
+    double s = 0, kl = 0;
+    for (double q : qA) {
+      const double p = std::min(t * q, cap);
+      s += p;
+      if (q > 0) kl += p > 0 ? q * (std::log(q) - std::log(p)) : kInf;
+    }
+    const double pR = std::max(0.0, base - s);
+    return kl + (qR + e) * (std::log(qR + e) - std::log(pR + e));
+  };
+  if (qA.empty()) return objective(0);
+  // The stationary t: t (qR + e) = base - spent(t) + e (left side rises, right side falls in t).
+  double lo = 0, hi = (std::max(base, 0.0) + e) / (qR + e);
+  for (int it = 0; it < 100 && hi > lo; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    if (mid * (qR + e) < std::max(0.0, base - spent(mid)) + e) lo = mid;
+    else hi = mid;
+  }
+  double t = hi;
+  if (spent(t) > budget) {  // the budget binds: the largest t that spends at most it
+    lo = 0;
+    for (int it = 0; it < 100 && t > lo; ++it) {
+      const double mid = 0.5 * (lo + t);
+      if (spent(mid) <= budget) lo = mid;
+      else t = mid;
+    }
+    t = lo;
+  }
+  return objective(t);
+}
+
+}  // namespace
+
+LogitPosition compare_listing(const GoldenTopK& golden, const Listing& test, int32_t next, int topk) {
+  check_golden_topk(golden, "compare_listing");
+  if (test.logprobs.size() != test.ids.size())
+    throw std::invalid_argument(cat("compare_listing: ", test.ids.size(), " listed ids but ", test.logprobs.size(), " log-probs"));
+  if (test.unlisted < 0) throw std::invalid_argument("compare_listing: a negative count of unlisted ids");
+  const size_t K = golden.ids.size();
+  LogitPosition out;
+  out.topk_bound = true;
+  // The listing by id, its mass and its order.
+  std::vector<std::pair<int32_t, double>> listed;  // (id, p), sorted by id
+  std::vector<size_t> order(test.ids.size());
+  double P = 0;
+  for (size_t k = 0; k < test.ids.size(); ++k) {
+    if (std::isnan(test.logprobs[k]) || test.logprobs[k] > 0.0 + 1e-4)
+      throw std::invalid_argument(cat("compare_listing: listed log-prob ", test.logprobs[k], " is not a log-probability"));
+    listed.emplace_back(test.ids[k], std::exp(test.logprobs[k]));
+    P += listed.back().second;
+    order[k] = k;
+  }
+  std::sort(listed.begin(), listed.end());
+  for (size_t k = 1; k < listed.size(); ++k)
+    if (listed[k].first == listed[k - 1].first) throw std::invalid_argument(cat("compare_listing: id ", listed[k].first, " listed twice"));
+  const bool complete = test.unlisted == 0;
+  // A complete listing holds all the mass: renormalised over the real ids, as full logits are. A partial
+  // one whose mass rounds above 1 is brought back to 1 (the parser refuses more than rounding).
+  const double norm = complete || P > 1 ? P : 1.0;
+  if (!(norm > 0)) {  // nothing listed with any mass: an undefined test distribution, the worst case
+    out.kld = kInf;
+    out.golden_top1 = golden.ids[0];
+    return out;
+  }
+  auto find = [&](int32_t id) -> std::optional<double> {
+    auto it = std::lower_bound(listed.begin(), listed.end(), std::make_pair(id, -kInf));
+    if (it == listed.end() || it->first != id) return std::nullopt;
+    return it->second / norm;
+  };
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return test.logprobs[a] != test.logprobs[b] ? test.logprobs[a] > test.logprobs[b] : test.ids[a] < test.ids[b];
+  });
+  // Golden order (log-prob descending, lowest id on ties) for top1 and the overlap.
+  std::vector<size_t> gorder(K);
+  std::iota(gorder.begin(), gorder.end(), size_t{0});
+  std::sort(gorder.begin(), gorder.end(), [&](size_t x, size_t y) {
+    return golden.logprobs[x] != golden.logprobs[y] ? golden.logprobs[x] > golden.logprobs[y] : golden.ids[x] < golden.ids[y];
+  });
+  out.golden_top1 = golden.ids[gorder[0]];
+  if (!listed.empty()) out.test_top1 = test.ids[order[0]];
+  out.top1_agree = out.test_top1 == out.golden_top1;
+  const size_t kk = std::min({K, test.ids.size(), static_cast<size_t>(std::max(topk, 0))});
+  std::vector<int32_t> gtop, ttop;
+  for (size_t j = 0; j < kk; ++j) {
+    gtop.push_back(golden.ids[gorder[j]]);
+    ttop.push_back(test.ids[order[j]]);
+  }
+  out.topk = static_cast<int>(kk);
+  out.topk_overlap = overlap(ttop, gtop);
+
+  double kl = 0, qS = 0, qI = 0, pI = 0;
+  std::vector<double> qA;
+  std::vector<double> t_s, g_s;  // log-probs at the ids both state
+  for (size_t j = 0; j < K; ++j) {
+    const double lq = golden.logprobs[j];
+    const double q = lq == -kInf ? 0.0 : std::exp(lq);
+    qS += q;
+    const std::optional<double> p = find(golden.ids[j]);
+    if (golden.ids[j] == next) {
+      if (p) out.dp = *p - q;
+    }
+    if (!p) {
+      qA.push_back(q);
+      continue;
+    }
+    qI += q;
+    pI += *p;
+    if (q > 0) kl += *p > 0 ? q * (lq - std::log(*p)) : kInf;
+    t_s.push_back(*p > 0 ? std::log(*p) : -kInf);
+    g_s.push_back(lq);
+  }
+  const double pListed = P / norm;
+  const double qR = std::max(0.0, 1.0 - qS);
+  out.resolved = complete ? 1.0 : test.ids.size() < kMinListedIds ? 0.0 : qS > 0 ? qI / qS : 1.0;
+  if (complete) {
+    // Every real id is listed: ids of S missing from the listing have p = 0; the tail is what the
+    // listing puts outside S, summed directly. With no listed id outside S, S holds every real id and
+    // q_R is the rounding of the record's fp32 log-probs (compare_logits_topk skips the tail there too).
+    for (double q : qA)
+      if (q > 0) kl = kInf;
+    std::vector<int32_t> sorted_s(golden.ids.begin(), golden.ids.end());
+    std::sort(sorted_s.begin(), sorted_s.end());
+    double pR = 0;
+    size_t outside = 0;
+    for (const auto& [id, p] : listed)
+      if (!std::binary_search(sorted_s.begin(), sorted_s.end(), id)) {
+        pR += p / norm;
+        ++outside;
+      }
+    if (qR > 0 && outside > 0) kl += pR > 0 ? qR * (std::log(qR) - std::log(pR)) : kInf;
+  } else if (std::isfinite(kl)) {
+    const double e = kListingMassResolution;
+    double least = kInf;
+    for (const auto& [id, p] : listed) least = std::min(least, p / norm);
+    // The KLD with every listed probability scaled by c (one normaliser, known to within scale_slack).
+    auto at = [&](double c) {
+      return kl - qI * std::log(c) +
+             min_unlisted_kld(qA, qR, 1.0 - c * pI, c * least * (1 + e), std::max(0.0, 1.0 - c * pListed) + e, e);
+    };
+    const double lo = std::exp(-test.scale_slack), hi = std::min(std::exp(test.scale_slack), 1.0 / pListed);
+    if (!(hi > lo)) {
+      kl = at(std::min(1.0, hi));
+    } else {  // convex in c (a KLD of p linear in c over a convex set): golden-section search
+      const double g = 0.6180339887498949;
+      double a = lo, b = hi, x1 = b - g * (b - a), x2 = a + g * (b - a), f1 = at(x1), f2 = at(x2);
+      for (int it = 0; it < 60; ++it) {
+        if (f1 <= f2) {
+          b = x2, x2 = x1, f2 = f1, x1 = b - g * (b - a), f1 = at(x1);
+        } else {
+          a = x1, x1 = x2, f1 = f2, x2 = a + g * (b - a), f2 = at(x2);
+        }
+      }
+      kl = std::min({f1, f2, at(std::clamp(1.0, lo, hi))});
+    }
+  }
+  check_kld(kl, std::max(qS, 1.0), "compare_listing");
+  out.kld = kl;
+  if (!t_s.empty()) {
+    TensorError le = tensor_error(std::span<const double>(t_s), std::span<const double>(g_s));
+    out.logit_nmse_topk = le.passes_nonfinite() ? le.nmse : kInf;
+  }
+  return out;
+}
+
 nlohmann::json LogitPosition::to_json() const {
   nlohmann::json j;
   j[topk_bound ? "kld_topk" : "kld"] = json_number(kld);
@@ -440,6 +629,7 @@ nlohmann::json LogitPosition::to_json() const {
   j["golden_top1"] = golden_top1;
   j["test_nonfinite"] = test_nonfinite;
   j["test_out_of_range"] = test_out_of_range;
+  if (resolved) j["resolved"] = json_number(resolved);
   return j;
 }
 

@@ -182,8 +182,9 @@ struct LogitPosition {
   int64_t test_nonfinite = 0;          // NaN / +inf test logits among the real ids
   bool test_out_of_range = false;      // the largest real test logit is beyond ±kMaxLogitMagnitude
   double test_max_logit = 0;           // that largest real test logit (when finite)
+  std::optional<double> resolved;      // a server's listing: the record's stored mass at listed ids / all of it
   // Keys: kld (or kld_topk when topk_bound), top1_agree, topk_overlap, topk, dp, logit_nmse or
-  // logit_nmse_topk, test_top1, golden_top1, test_nonfinite, test_out_of_range.
+  // logit_nmse_topk, test_top1, golden_top1, test_nonfinite, test_out_of_range; resolved where set.
   nlohmann::json to_json() const;
 };
 
@@ -218,6 +219,70 @@ struct GoldenTopK {
 // (nullopt otherwise: q(next) is unknown); logit_nmse_topk over S with golden logits log q_i + lse.
 LogitPosition compare_logits_topk(std::span<const float> test, const GoldenTopK& golden, int32_t next,
                                   std::span<const uint8_t> excluded = {}, int topk = 10);
+
+// ---- Another engine's listing: the K ids a server states at a position (docs/metrics.md "Top-K") ----
+
+// What a server states at one position, in the record's normalisation (over the real ids): each
+// listed id once, padding ids and ids beyond the vocabulary taken out, log p_i (-inf allowed), and
+// how many real ids it leaves out. A partial listing is a top-K: every unlisted id is at most as
+// likely as the least likely listed one.
+struct Listing {
+  std::vector<int32_t> ids;
+  std::vector<double> logprobs;
+  int64_t unlisted = 0;  // real ids not listed; 0: the listing is complete (renormalised over the real ids)
+  // The listed probabilities share one normaliser, the server's sum over its rows, known only to within
+  // this relative error (listing_scale_slack); a partial listing is taken at every common scale in it.
+  double scale_slack = 0;
+};
+
+// How far a server's normalising sum over `rows` fp32 terms can be off, relative: (rows - 1) x 2^-24,
+// the bound of recursive summation (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed.,
+// eq. 4.4; any summation order is within it). llama-server sums its probabilities so (one fp32 sum
+// over every row, server-common.cpp get_token_probabilities): on 248,320 rows the terms below half an
+// fp32 step of the running sum are dropped, and its listed log-probs came out 3.9e-4 nats above the
+// true ones on the real-vocabulary test model, where its logits agree with the reference to 1e-7
+// (compare --dump). 0.0148 at 248,320 rows, 6.1e-5 at 1,024.
+inline double listing_scale_slack(int64_t rows) { return rows > 1 ? static_cast<double>(rows - 1) * 0x1p-24 : 0.0; }
+
+// The mass below which a partial listing resolves nothing: 1e-5. A server states each listed
+// probability in fp32 (llama-server computes probabilities and takes their log; vLLM and SGLang a
+// log-softmax), so each is off by about 2^-24 relative, and the unlisted mass 1 - sum(p) is known to
+// about 6e-8 (llama-server's top probability near 1 is rounded to 1 - 6e-8 steps). The tail cell gets
+// this pseudo-mass on both sides (below); a rounding delta of the tail then moves the KLD by at most
+// delta^2 / (2 x pseudo-mass) = 1.8e-10 at delta = 6e-8, under the fp32 class's eps of 1e-9. It also
+// bounds how far the listed mass may exceed 1, or the unlisted ids' probabilities the least listed one,
+// before the listing contradicts itself.
+constexpr double kListingMassResolution = 1e-5;
+// A partial listing of fewer ids than this resolves nothing that can judge a floor: its KLD rests on
+// so few cells that independent noise gives a chi-square of 1-4 degrees of freedom (one listed id:
+// estimates of the same noise spread over three orders of magnitude, 1.7e-7 to 3.4e-4 nats, where
+// the record's cells gave 3e-4 to 1e-3; test_metrics measures the share from 5 ids on).
+constexpr size_t kMinListedIds = 5;
+
+// KLD(golden || engine) from a listing, the smallest the listing allows. The record states q_i for
+// its top-K S and the tail mass q_R = 1 - sum_S q; the listing states p_i for its ids L. Cells: each
+// id of S, and the rest R (every other id, the listed ones outside S included: their q is unknown).
+//  - i in S and L: both known;
+//  - i in S, not in L (A): p_i is unknown, in [0, min listed p] and, summed over A, at most the
+//    unlisted mass U = 1 - sum_L p; the p_A that gives the smallest KLD is taken (convex: the
+//    p_i = min(t q_i, cap) that equalise q_i / p_i with the tail's, found by bisection);
+//  - R: q_R against p_R = 1 - sum_{S and L} p - sum_A p, each given kListingMassResolution of
+//    pseudo-mass (by the log-sum inequality (q+e) log((q+e)/(p+e)) <= q log(q/p): still a lower bound);
+//  - the listed p all scaled by one factor c within exp(+-scale_slack) (the server's normaliser), the
+//    smallest KLD over c taken (convex in c: golden-section search).
+// The result is at most the KLD over these cells for the true p, which is at most the full KLD
+// (log-sum inequality), so an engine that computes the reference's distribution scores ~0 with any
+// listing, and a score over a limit is a deviation at least that large. What a partial listing cannot
+// show: how the engine spreads the mass it does not list. `resolved` = the share of the record's
+// stored mass at ids the listing states (1: S within L), the part of the KLD it can see (under
+// independent logit noise the estimate is about that share of the KLD from 5 listed ids on:
+// test_metrics), and 0 for a partial listing of fewer than kMinListedIds ids.
+// A complete listing (unlisted 0) is renormalised over the real ids and scored exactly as
+// compare_logits_topk scores full logits. Other fields: test_top1 = the listed id with the largest
+// log-prob (lowest id on ties); topk_overlap over k' = min(k, K, listed) ids; dp and
+// logit_nmse_topk (over log-probs) where the listing states the id. Throws std::invalid_argument for an
+// inconsistent golden (as compare_logits_topk) or a listing with an id twice or a NaN.
+LogitPosition compare_listing(const GoldenTopK& golden, const Listing& test, int32_t next, int topk = 10);
 
 // ---- Summary over positions (llama.cpp `llama-perplexity --kl-divergence`) ----
 
