@@ -52,6 +52,7 @@ json logits_json(const LogitsResult& l) {
              return a;
            }()},
           {"top1_agree", l.top1_agree}};
+  if (l.resolved) j["resolved"] = metrics::json_number(*l.resolved);
   if (l.logprob_offset) {
     j["logprob_offset"] = metrics::json_number(*l.logprob_offset);
     j["logprob_offset_normalisation"] = l.logprob_offset_vocab ? "vocab" : "record (no lse_pad)";
@@ -227,7 +228,8 @@ json ServingCheck::to_json() const {
           {"state_rel_l2", metrics::json_number(state_err)}, {"state_limit", state_limit},
           {"state_layer", state_layer ? json(*state_layer) : json(nullptr)},
           {"state_position", state_position ? json(*state_position) : json(nullptr)},
-          {"state_part", state_part}, {"state_decides", state_decides}, {"pass", pass}};
+          {"state_part", state_part}, {"state_decides", state_decides}, {"pass", pass},
+          {"note", note.empty() ? json(nullptr) : json(note)}};
 }
 
 json CaseResult::to_json() const {
@@ -323,6 +325,7 @@ json DecodePathResult::to_json() const {
           {"first_bad_step", first_bad ? json(*first_bad) : json(nullptr)},
           {"prefill_kld", opt_json(prefill_kld)},
           {"self_kld", opt_json(self_kld)},
+          {"resolved", opt_json(resolved)},
           {"floor_source", floor_source},
           {"note", note.empty() ? json(nullptr) : json(note)},
           {"pass", pass}};
@@ -882,8 +885,9 @@ std::string isolated_break_reason(const LayerRow& row, int m) {
 namespace {
 
 // The reasons of the teacher-forced and isolated steps (non-finite values, the first floor break,
-// logits and MTP KLD over their limits, the consistency check) into `bad`.
-void forced_reasons(const CaseResult& cr, const GenerationResult& gen, std::vector<std::string>& bad) {
+// logits and MTP KLD over their limits, the consistency check) into `bad`; a serving mechanism that did
+// nothing in the case into `warn`.
+void forced_reasons(const CaseResult& cr, const GenerationResult& gen, std::vector<std::string>& bad, std::vector<std::string>& warn) {
   for (int m = 0; m < kModes; ++m) {
     const std::string mn = forced_mode_name(static_cast<ForcedMode>(m));
     if (cr.embed[m] && !cr.embed[m]->passes_nonfinite()) bad.push_back(cat("non-finite values in the embedding (", mn, ")"));
@@ -920,6 +924,7 @@ void forced_reasons(const CaseResult& cr, const GenerationResult& gen, std::vect
                       " differs from plain decode's: rel_l2 up to ", sci(cr.mtp_forced->state_err), " > ", sci(kMtpStateLimit),
                       " (", cr.mtp_forced->rollbacks, " rollbacks in ", cr.mtp_forced->rounds, " rounds)"));
   for (const ServingCheck& c : cr.serving) {
+    if (!c.note.empty()) warn.push_back(cat("serving (", c.mechanism, "): ", c.note));
     if (c.state_layer && (c.state_decides || !c.pass))
       bad.push_back(cat("serving (", c.mechanism, "): ", c.what, ": the GDN state (", c.state_part, ") of layer ",
                         *c.state_layer, " at length ", *c.state_position, " differs from plain processing's: rel_l2 ",
@@ -965,7 +970,7 @@ void case_verdict(const CompareRun& run, const GoldenCase& g, bool nonfinite, Ge
       if (!row.pass[m]) cr.first_break = std::make_pair(m, row.layer);
     if (cr.first_break) break;
   }
-  forced_reasons(cr, gen, bad);
+  forced_reasons(cr, gen, bad, warn);
   if (cr.observation && !cr.observation->equal()) bad.push_back(cr.observation->reason());
   free_running_figures(run, g, cr, nonfinite, gen, bad, warn);
   cr.verdict = !bad.empty() ? Verdict::bad : gen.verdict == Verdict::model_intrinsic ? Verdict::model_intrinsic : Verdict::good;
@@ -1119,8 +1124,11 @@ void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int3
   // short is extended with the prompt's tokens.
   int64_t need = Tp + 4;
   const int k = run.mtp.draft_tokens;
-  if (snap) need = std::max<int64_t>(need, (Tp / so.prefix_block + 1) * so.prefix_block + 1);
   if (snap && k > 0) need = std::max<int64_t>(need, Tp + static_cast<int64_t>(k + 1) * (k + 2) / 2 + k + 2);
+  // A block boundary past the prompt is sought within the case's own tokens only: the block size is a
+  // toggle (prefix_cache=N), and decoding up to a boundary one token per call is work the case does not
+  // ask for (prefix_cache=4096 on a 24-token case decoded 4,096 steps; 65,536 would take hours).
+  if (snap) need = std::max(need, std::min<int64_t>((Tp / so.prefix_block + 1) * so.prefix_block + 1, std::max(T, need)));
   if (run.cfg.max_position_embeddings > 0) need = std::min<int64_t>(need, run.cfg.max_position_embeddings);
   std::vector<int32_t> ext(seq.begin(), seq.begin() + std::min<int64_t>(T, need));
   for (int64_t i = 0; static_cast<int64_t>(ext.size()) < need; ++i) ext.push_back(seq[static_cast<size_t>(i % Tp)]);
@@ -1182,6 +1190,9 @@ void serving_checks(CompareRun& run, const GoldenCase& g, const std::vector<int3
       p.state_at(e->state, b);
     }
     auto [len, e] = cache.lookup(ext);
+    if (so.prefix_block > E)
+      p.c.note = cat("no block boundary of ", so.prefix_block, " tokens within the case's ", E,
+                     " tokens checked: the snapshot mechanism stores nothing here (a smaller prefix_cache=N, or a longer case)");
     p.c.what = cat("prefix cache (blocks of ", so.prefix_block, "): ", stored, " snapshots of a cold pass compared",
                    k > 0 && eng.has_mtp() ? cat(" through forced MTP rounds (mtp=", k, ")") : std::string(),
                    ", then a warm pass from the ", len, "-token one");

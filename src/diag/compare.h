@@ -79,6 +79,13 @@ struct CompareRules {
   // presets with ssm_dtype=bf16, whose routing flips amplify a rounding: there it can name a layer
   // although nothing is wrong.
   double serving_state[2] = {0.1, 1e-4};
+  // compare --server with a partial listing: a KLD within its limit is judged only when the server's
+  // ids carry at least this share of the record's stored mass (mean over a case's positions or scored
+  // steps); below it the check is untestable (125), not good. The listing's KLD is a lower bound that
+  // sees about that share of independent logit noise (metrics::compare_listing; test_metrics measures
+  // it over flat and peaked distributions), so at one half a deviation of 2k times the floor still shows;
+  // a KLD over the limit is bad whatever the share (a lower bound over a limit is over it).
+  double min_resolved = 0.5;
   metrics::DegenRules degen;
 };
 
@@ -120,6 +127,9 @@ struct LogitsResult {
   // lse_pad (older records), both taken as they are, so a constant -lse_pad remains in it.
   std::optional<double> logprob_offset;
   bool logprob_offset_vocab = true;
+  // Another engine's listings (compare --server): the mean over positions of the share of the record's
+  // stored mass at ids the engine listed (metrics::compare_listing); 1 when it listed every stored id.
+  std::optional<double> resolved;
 };
 
 // compare --server: the engine's decode path, scored where it generates. The server states its
@@ -143,6 +153,7 @@ struct DecodePathResult {
   std::optional<int64_t> first_bad;      // first step over the limit
   std::optional<double> prefill_kld;     // at first_bad: the engine's prefill of the same tokens vs the reference
   std::optional<double> self_kld;        // at first_bad: the engine's decode vs its own prefill
+  std::optional<double> resolved;        // mean over scored steps of the listing's resolved share (compare_listing)
   std::string floor_source;              // which engine gave the per-step floor
   std::string note;                      // why steps were not stated or scored
   bool pass = true;
@@ -246,6 +257,7 @@ struct ServingCheck {
   std::optional<LogitsResult> logits;      // the rows after the mechanism against plain's
   bool state_decides = true;               // fp32 class: a state over the limit fails the check
   bool pass = true;
+  std::string note;                        // why the mechanism did nothing in this case, where it did not
   nlohmann::json to_json() const;
 };
 

@@ -46,6 +46,9 @@ struct ServerRun {
   // check), and what POST /flush_cache answered where it did not empty the cache.
   mutable std::optional<std::vector<std::pair<int64_t, double>>> prompt_end;
   mutable std::string flush_note;
+  int64_t V_real = 0;  // the ids the tokenizer defines (V without a tokenizer)
+  std::vector<uint64_t> listed_bytes;  // answer_bounds
+  uint64_t piece_max = 0;
 };
 
 std::string excerpt_of(const json& j) { return json_excerpt(j, 200); }
@@ -464,18 +467,64 @@ namespace {
 
 using server_answer::TopList;
 
-// note: the answers whose size grows with what is asked (K ids at each of T positions) may take
-// kAnswerBytesPerId per listed id: an entry of llama-server's is {"id":N,"token":"<piece>",
-// "bytes":[...],"logprob":x}, about 60 bytes plus ~10 per byte of the piece (JSON-escaped text and
-// its byte list), and pieces are a few to a few dozen bytes: 4 KiB covers a 400-byte piece. A
-// body beyond the cap is refused as it arrives (net/http.h), so an endless answer stops there.
-constexpr size_t kAnswerBytesPerId = 4096;
+// The most bytes a correct answer can take, so that a longer one is refused as it arrives (net/http.h)
+// and parsing it stays bounded (nlohmann's document takes about 4x the text for SGLang's (logprob, id,
+// null) triples, up to ~20x where the server adds text; measured in docs/server.md). A listed id costs at
+// most kListedIdBytes + 10 bytes per byte of its piece: llama-server's {"id":N,"token":"<piece>","bytes":[...],
+// "logprob":x} is 60 bytes of keys and numbers plus the piece JSON-escaped (at most 6 bytes per byte,
+// \u00XX) and its byte list (at most 4 per byte, "255,"); SGLang's triple and vLLM's "token_id:N" or
+// {"N": {"logprob": x, "rank": r, "decoded_token": "<piece>"}} are smaller. A token of the prompt or of
+// the generation costs at most kTokenBytes + 3 x 6 bytes per byte of the longest piece (its text in
+// content / prompt / tokens, its id and its log-prob). Then kAnswerFixedBytes for the rest (timings,
+// settings, usage).
+constexpr uint64_t kListedIdBytes = 72;
+constexpr uint64_t kTokenBytes = 192;
+constexpr uint64_t kAnswerFixedBytes = uint64_t{1} << 20;
+// One answer may take at most this much: 64 MiB of text, at most ~1.3 GB parsed at the 20x above.
+// Every id of a 248,320-id vocabulary at one position is about 40 MB (the real Qwen3.5 tokenizer's
+// pieces average 6.7 bytes); a request that would need more is refused before it is sent (InputError,
+// naming --topk), and SGLang's teacher-forced sequences go in requests that each stay within it.
+constexpr uint64_t kMaxAnswerBytes = uint64_t{64} << 20;
+// Without a tokenizer the pieces' lengths are unknown: taken as this many bytes each.
+constexpr uint64_t kUnknownPieceBytes = 256;
 
-net::HttpOptions answer_cap(const ServerRun& run, int64_t positions) {
+// The answer bound of a request whose answer holds `tokens` tokens (prompt and generated) and
+// `listings` lists of `ids` ids each; InputError when it is over kMaxAnswerBytes.
+uint64_t answer_bytes(const ServerRun& run, int64_t tokens, int64_t listings, int ids) {
+  const uint64_t k = static_cast<uint64_t>(std::clamp<int64_t>(ids, 0, static_cast<int64_t>(run.listed_bytes.size()) - 1));
+  return kAnswerFixedBytes + static_cast<uint64_t>(std::max<int64_t>(tokens, 0)) * (kTokenBytes + 18 * run.piece_max) +
+         static_cast<uint64_t>(std::max<int64_t>(listings, 0)) * run.listed_bytes[k];
+}
+
+net::HttpOptions answer_cap(const ServerRun& run, int64_t tokens, int64_t listings, int ids) {
+  const uint64_t bytes = answer_bytes(run, tokens, listings, ids);
+  if (bytes > kMaxAnswerBytes)
+    input_error("compare --server: a correct answer to a request for ", ids, " log-probs at each of ", listings, " positions (",
+                tokens, " tokens) can take up to ", bytes >> 20, " MiB, more than the ", kMaxAnswerBytes >> 20,
+                " MiB one answer may hold; ask for fewer ids (--topk)");
   net::HttpOptions h = run.o.http;
-  const uint64_t ids = static_cast<uint64_t>(std::max<int64_t>(positions, 1)) * static_cast<uint64_t>(std::max(run.topk, 1));
-  h.max_body_bytes = net::kDefaultMaxBodyBytes + static_cast<size_t>(std::min<uint64_t>(ids, uint64_t{1} << 40) * kAnswerBytesPerId);
+  h.max_body_bytes = static_cast<size_t>(bytes);
   return h;
+}
+
+// The bound of a generation request: the prompt, `budget` generated tokens, each with a list of `ids`
+// log-probs (0: none asked).
+net::HttpOptions generation_cap(const ServerRun& run, int64_t prompt, int64_t budget, int ids) {
+  return answer_cap(run, prompt + budget, ids > 0 ? budget : 0, ids);
+}
+
+// listed_bytes[k]: the most k listed ids can take (the k longest pieces); piece_max: the longest piece.
+void answer_bounds(ServerRun& run) {
+  std::vector<uint64_t> piece(static_cast<size_t>(run.V), kUnknownPieceBytes);
+  if (run.tok)
+    for (int64_t id = 0; id < run.V; ++id)
+      piece[static_cast<size_t>(id)] = id < run.tok->vocab_end() && run.tok->is_defined(static_cast<int32_t>(id))
+                                           ? run.tok->token_bytes(static_cast<int32_t>(id)).size()
+                                           : 16;  // a padding row: the server names it with a short filler
+  std::sort(piece.begin(), piece.end(), std::greater<>());
+  run.piece_max = piece.empty() ? 0 : piece.front();
+  run.listed_bytes.assign(piece.size() + 1, 0);
+  for (size_t k = 0; k < piece.size(); ++k) run.listed_bytes[k + 1] = run.listed_bytes[k] + kListedIdBytes + 10 * piece[k];
 }
 
 // The record's first prompt detokenized by the server must be our tokenizer's text.
@@ -507,27 +556,25 @@ void check_vocabulary(const ServerRun& run, const std::vector<int32_t>& ids) {
   }
 }
 
-// The server's top-K at one position, as a full distribution (log-probs per id, masked ids -inf):
-// its listed ids keep their log-probs; the rest of its mass is spread evenly over the other real ids.
-// Ids beyond the vocabulary were taken out before (teacher_forced: the case is bad).
-std::vector<float> topk_as_logits(const TopList& top, const ServerRun& run, std::vector<uint8_t>& listed) {
-  std::vector<float> lp(static_cast<size_t>(run.V), std::numeric_limits<float>::quiet_NaN());
-  double mass = 0;
-  listed.assign(static_cast<size_t>(run.V), 0);
+// The server's list at one position as a metrics::Listing in the record's normalisation: ids at or
+// beyond the vocabulary out (reported by the caller: the case is bad), padding ids out, an id listed
+// twice once (the first), each log-prob moved by `lse_pad` (the record's, from the server's
+// normalisation over all vocab_size rows to the real ids'; 0: none known), the real ids it leaves out
+// counted.
+metrics::Listing listing_of(const TopList& top, const ServerRun& run, double lse_pad) {
+  metrics::Listing l;
+  std::vector<uint8_t> seen(static_cast<size_t>(run.V), 0);
   for (const auto& [id, v] : top) {
-    if (!std::isnan(lp[static_cast<size_t>(id)])) continue;  // listed twice: keep the first
-    lp[static_cast<size_t>(id)] = static_cast<float>(v);
-    mass += std::exp(v);
-    listed[static_cast<size_t>(id)] = 1;
+    if (id < 0 || id >= run.V) continue;
+    const size_t i = static_cast<size_t>(id);
+    if (seen[i] || (!run.mask.empty() && run.mask[i])) continue;
+    seen[i] = 1;
+    l.ids.push_back(static_cast<int32_t>(id));
+    l.logprobs.push_back(v + lse_pad);
   }
-  size_t rest = 0;
-  for (size_t i = 0; i < lp.size(); ++i)
-    if (std::isnan(lp[i]) && (run.mask.empty() || !run.mask[i])) ++rest;
-  const double share = rest ? std::max(1.0 - mass, 0.0) / static_cast<double>(rest) : 0.0;
-  const float rest_lp = share > 0 ? static_cast<float>(std::log(share)) : -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < lp.size(); ++i)
-    if (std::isnan(lp[i])) lp[i] = (run.mask.empty() || !run.mask[i]) ? rest_lp : -std::numeric_limits<float>::infinity();
-  return lp;
+  l.unlisted = run.V_real - static_cast<int64_t>(l.ids.size());
+  l.scale_slack = metrics::listing_scale_slack(run.V);
+  return l;
 }
 
 // A /v1/completions request: a token-id prompt, the ids asked back ("token_id:N" where the server
@@ -571,23 +618,31 @@ json sglang_request(const json& input_ids, const json& sampling, int top, int64_
   return r;
 }
 
-// SGLang: the teacher-forced top-K at every position of each of `seqs`, one request for all of them
-// (input_ids as a list of lists; the answer a list in the same order).
+// SGLang: the teacher-forced top-K at every position of each of `seqs`, several sequences per request
+// (input_ids as a list of lists; the answer a list in the same order): as many as one answer may hold
+// (kMaxAnswerBytes), at least one.
 std::vector<std::vector<TopList>> sglang_topk(const ServerRun& run, const std::vector<std::vector<int32_t>>& seqs) {
   const std::string url = run.base + "/generate";
-  json ids = json::array();
-  int64_t positions = 0;
-  for (const auto& s : seqs) {
-    ids.push_back(s);
-    positions += static_cast<int64_t>(s.size());
-  }
-  const json req = sglang_request(ids, sglang_one_token(), run.topk, 0);
-  const json r = net::post_json(url, req, answer_cap(run, positions));
-  if (!r.is_array() || r.size() != seqs.size())
-    input_error("malformed response from ", url, ": a request of ", seqs.size(), " sequences (input_ids as a list of lists) answered with ",
-                r.is_array() ? cat(r.size(), " answers") : excerpt_of(r), ", expected a list of one answer per sequence");
   std::vector<std::vector<TopList>> out;
-  for (size_t k = 0; k < seqs.size(); ++k) out.push_back(server_answer::sglang_sequence(r.at(k), seqs[k], url));
+  for (size_t k = 0; k < seqs.size();) {
+    size_t n = 1;
+    int64_t positions = static_cast<int64_t>(seqs[k].size());
+    while (k + n < seqs.size()) {
+      const int64_t more = positions + static_cast<int64_t>(seqs[k + n].size());
+      if (answer_bytes(run, more + static_cast<int64_t>(n + 1), more, run.topk) > kMaxAnswerBytes) break;
+      positions = more;
+      ++n;
+    }
+    json ids = json::array();
+    for (size_t j = k; j < k + n; ++j) ids.push_back(seqs[j]);
+    const json req = sglang_request(ids, sglang_one_token(), run.topk, 0);
+    const json r = net::post_json(url, req, answer_cap(run, positions + static_cast<int64_t>(n), positions, run.topk));
+    if (!r.is_array() || r.size() != n)
+      input_error("malformed response from ", url, ": a request of ", n, " sequences (input_ids as a list of lists) answered with ",
+                  r.is_array() ? cat(r.size(), " answers") : excerpt_of(r), ", expected a list of one answer per sequence");
+    for (size_t j = 0; j < n; ++j) out.push_back(server_answer::sglang_sequence(r.at(j), seqs[k + j], url));
+    k += n;
+  }
   return out;
 }
 
@@ -600,33 +655,32 @@ std::vector<TopList> server_topk(const ServerRun& run, const std::vector<int32_t
     const std::string url = run.base + "/v1/completions";
     json req = openai_request(run, seq, 1, 0, run.topk);
     req["prompt_logprobs"] = run.topk;
-    return server_answer::openai_prompt_logprobs(net::post_json(url, req, answer_cap(run, T)), T, url);
+    return server_answer::openai_prompt_logprobs(net::post_json(url, req, answer_cap(run, T + 1, T, run.topk)), T, url);
   }
   for (int64_t i = 0; i < T; ++i) {
     const std::vector<int32_t> prefix(seq.begin(), seq.begin() + i + 1);
     if (run.o.api == "openai") {
       const std::string url = run.base + "/v1/completions";
       const json req = openai_request(run, prefix, 1, 0, run.topk);
-      out.push_back(server_answer::openai_position(net::post_json(url, req, answer_cap(run, 1)), url));
+      out.push_back(server_answer::openai_position(net::post_json(url, req, answer_cap(run, i + 2, 1, run.topk)), url));
       continue;
     }
     const std::string url = run.base + "/completion";
     const json req = {{"prompt", prefix},      {"n_predict", 1},        {"n_probs", run.topk},
                       {"temperature", 0},      {"cache_prompt", true},  {"post_sampling_probs", false},
                       {"return_tokens", true}, {"ignore_eos", true}};
-    out.push_back(server_answer::llama_position(net::post_json(url, req, answer_cap(run, 1)), url));
+    out.push_back(server_answer::llama_position(net::post_json(url, req, answer_cap(run, i + 2, 1, run.topk)), url));
   }
   return out;
 }
 
-// Takes the ids at or beyond the vocabulary out of a position's list; the first one found is
-// reported in `oov` (a case with one is bad: no correct server of this model lists such an id).
-void drop_out_of_vocabulary(TopList& top, const ServerRun& run, int64_t position, std::string& oov) {
+// The first id at or beyond the vocabulary in a list, reported in `oov` (a case with one is bad: no
+// correct server of this model lists such an id); listing_of leaves such ids out of the scoring.
+void note_out_of_vocabulary(const TopList& top, const ServerRun& run, const std::string& where, std::string& oov) {
   for (const auto& e : top)
     if (e.first >= run.V && oov.empty())
-      oov = cat("the server lists token id ", e.first, " at position ", position, ", beyond the model's vocabulary of ", run.V,
+      oov = cat("the server lists token id ", e.first, " at ", where, ", beyond the model's vocabulary of ", run.V,
                 " ids (its logit rows): no correct server of this model can");
-  top.erase(std::remove_if(top.begin(), top.end(), [&](const auto& e) { return e.first >= run.V; }), top.end());
 }
 
 // The server's log-probs are normalised over all its vocab_size rows (llama.cpp, vLLM and HF
@@ -651,29 +705,23 @@ void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, d
   for (int64_t i = 0; i < T; ++i) {
     const std::optional<double> shift = vocab_shift(g.topk, i);  // record -> server normalisation
     if (!shift) vocab_norm = false;
-    TopList top = tops[static_cast<size_t>(i)];
-    drop_out_of_vocabulary(top, run, i, oov);
-    if (shift)
-      for (auto& e : top) e.second -= *shift;
-    std::vector<uint8_t> listed;
-    const std::vector<float> lp = topk_as_logits(top, run, listed);
+    const TopList& top = tops[static_cast<size_t>(i)];
+    note_out_of_vocabulary(top, run, cat("position ", i), oov);
+    const metrics::Listing l = listing_of(top, run, shift ? -*shift : 0.0);
     const int K = g.topk.K;
-    // note: lse 0: the test values are log-probs, so the golden's are compared as log-probs too.
     metrics::GoldenTopK gk{std::span<const int32_t>(g.topk.ids.data() + i * K, static_cast<size_t>(K)),
                            std::span<const float>(g.topk.logprobs.data() + i * K, static_cast<size_t>(K)), 0.0};
-    bool all = true;
     for (size_t j = 0; j < gk.ids.size(); ++j) {
-      const int32_t id = gk.ids[j];
-      const bool in = id >= 0 && id < run.V && listed[static_cast<size_t>(id)];
-      all = all && in;
-      if (!in || !std::isfinite(lp[static_cast<size_t>(id)]) || !std::isfinite(gk.logprobs[j])) continue;
-      // (server - shift) - record = server - (record + shift): the offset in the server's normalisation
-      sum_off += static_cast<double>(lp[static_cast<size_t>(id)]) - static_cast<double>(gk.logprobs[j]);
+      const auto it = std::find(l.ids.begin(), l.ids.end(), gk.ids[j]);
+      const double v = it == l.ids.end() ? -std::numeric_limits<double>::infinity() : l.logprobs[static_cast<size_t>(it - l.ids.begin())];
+      if (!std::isfinite(v) || !std::isfinite(gk.logprobs[j])) continue;
+      // (server + lse_pad) - record = server - (record - lse_pad): the offset in the server's normalisation
+      sum_off += v - static_cast<double>(gk.logprobs[j]);
       ++n_off;
     }
-    covered += all ? 1 : 0;
     const int32_t next = i + 1 < T ? seq[static_cast<size_t>(i + 1)] : -1;
-    pos.push_back(metrics::compare_logits_topk(lp, gk, next, run.mask));
+    pos.push_back(metrics::compare_listing(gk, l, next));
+    covered += pos.back().resolved.value_or(1.0) >= 1.0 ? 1 : 0;
   }
   if (!oov.empty()) bad.push_back(oov);
   coverage = T ? static_cast<double>(covered) / static_cast<double>(T) : 1.0;
@@ -689,6 +737,9 @@ void teacher_forced(const ServerRun& run, const GoldenCase& g, CaseResult& cr, d
     floor = it->second;
   }
   cr.logits[0] = logits_result(pos, floor, run.o.rules.kld, run.o.rules.fallback_kld);
+  double resolved = 0;
+  for (const metrics::LogitPosition& p : pos) resolved += p.resolved.value_or(1.0);
+  if (!pos.empty()) cr.logits[0]->resolved = resolved / static_cast<double>(pos.size());
   if (n_off > 0) cr.logits[0]->logprob_offset = sum_off / static_cast<double>(n_off);
   cr.logits[0]->logprob_offset_vocab = vocab_norm;
 }
@@ -723,20 +774,22 @@ TopList server_position(const ServerRun& run, const std::vector<int32_t>& prefix
   if (run.o.api == "sglang") {
     const std::string url = run.base + "/generate";
     const json req = sglang_request(prefix, sglang_one_token(), run.topk);
-    const server_answer::Generated a = server_answer::sglang_generation(net::post_json(url, req, answer_cap(run, 1)), url, true);
+    const server_answer::Generated a =
+        server_answer::sglang_generation(net::post_json(url, req, generation_cap(run, static_cast<int64_t>(prefix.size()), 1, run.topk)), url, true);
     if (a.steps.empty() || a.steps[0].empty())
       input_error("malformed response from ", url, ": no top-K for the generated token (top_logprobs_num ", run.topk, ")");
     return a.steps[0];
   }
   if (run.o.api == "openai") {
     const std::string url = run.base + "/v1/completions";
-    return server_answer::openai_position(net::post_json(url, openai_request(run, prefix, 1, 0, run.topk), answer_cap(run, 1)), url);
+    return server_answer::openai_position(
+        net::post_json(url, openai_request(run, prefix, 1, 0, run.topk), generation_cap(run, static_cast<int64_t>(prefix.size()), 1, run.topk)), url);
   }
   const std::string url = run.base + "/completion";
   const json req = {{"prompt", prefix},      {"n_predict", 1},        {"n_probs", run.topk},
                     {"temperature", 0},      {"cache_prompt", false}, {"post_sampling_probs", false},
                     {"return_tokens", true}, {"ignore_eos", true}};
-  return server_answer::llama_position(net::post_json(url, req, answer_cap(run, 1)), url);
+  return server_answer::llama_position(net::post_json(url, req, generation_cap(run, static_cast<int64_t>(prefix.size()), 1, run.topk)), url);
 }
 
 // The engines of the decode-path scoring, made once: the reference (RunConfig{}: fp32 on the CPU)
@@ -771,14 +824,14 @@ double step_kld(const std::vector<float>& lp, const TopKBlock& ref, int64_t row,
   return metrics::compare_logits_topk(lp, gk, -1, run.mask).kld;
 }
 
-// A server's top-K list as log-probs over the real ids (its padding-row mass taken out at `row` of the
-// reference block, as teacher_forced does with the record's lse_pad).
-std::vector<float> server_logprobs(TopList top, const TopKBlock& ref, int64_t row, const ServerRun& run) {
-  top.erase(std::remove_if(top.begin(), top.end(), [&](const auto& e) { return e.first >= run.V; }), top.end());
-  if (const std::optional<double> shift = vocab_shift(ref, row))
-    for (auto& e : top) e.second -= *shift;
-  std::vector<uint8_t> listed;
-  return topk_as_logits(top, run, listed);
+// A server's list at `row` of a reference top-K block scored against it (metrics::compare_listing),
+// its padding-row mass taken out with the block's lse_pad, as teacher_forced does with the record's.
+metrics::LogitPosition listing_position(const TopList& top, const TopKBlock& ref, int64_t row, const ServerRun& run) {
+  const int K = ref.K;
+  metrics::GoldenTopK gk{std::span<const int32_t>(ref.ids.data() + row * K, static_cast<size_t>(K)),
+                         std::span<const float>(ref.logprobs.data() + row * K, static_cast<size_t>(K)), 0.0};
+  const std::optional<double> shift = vocab_shift(ref, row);
+  return metrics::compare_listing(gk, listing_of(top, run, shift ? -*shift : 0.0), -1);
 }
 
 // A complete listing (every id of the vocabulary) must hold the whole mass: else the server's
@@ -795,31 +848,23 @@ void check_complete_mass(const TopList& top, const ServerRun& run, const std::st
 // KLD(base || test) between two of the server's own listings (one as the golden top-K: padding ids
 // and ids beyond the vocabulary out, an id listed twice once, a listing of every real id renormalised
 // over them as the reference's is); nullopt when the base lists no real id.
-std::optional<double> lists_kld(const ServerRun& run, TopList base, TopList test) {
-  base.erase(std::remove_if(base.begin(), base.end(), [&](const auto& e) { return e.first >= run.V; }), base.end());
-  std::stable_sort(base.begin(), base.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+std::optional<double> lists_kld(const ServerRun& run, const TopList& base, const TopList& test) {
+  metrics::Listing b = listing_of(base, run, 0.0);
   std::vector<int32_t> ids;
   std::vector<float> lps;
-  for (const auto& [id, v] : base) {
-    if ((!run.mask.empty() && run.mask[static_cast<size_t>(id)]) || !std::isfinite(v) ||
-        std::find(ids.begin(), ids.end(), static_cast<int32_t>(id)) != ids.end())
-      continue;
-    ids.push_back(static_cast<int32_t>(id));
-    lps.push_back(static_cast<float>(v));
-  }
+  for (size_t k = 0; k < b.ids.size(); ++k)
+    if (std::isfinite(b.logprobs[k])) {
+      ids.push_back(b.ids[k]);
+      lps.push_back(static_cast<float>(b.logprobs[k]));
+    }
   if (ids.empty()) return std::nullopt;
-  int64_t real = 0;
-  for (int64_t v = 0; v < run.V; ++v) real += run.mask.empty() || !run.mask[static_cast<size_t>(v)] ? 1 : 0;
-  if (static_cast<int64_t>(ids.size()) == real) {
+  if (b.unlisted == 0) {
     double mass = 0;
     for (float v : lps) mass += std::exp(static_cast<double>(v));
     for (float& v : lps) v = static_cast<float>(static_cast<double>(v) - std::log(mass));
   }
-  test.erase(std::remove_if(test.begin(), test.end(), [&](const auto& e) { return e.first >= run.V; }), test.end());
-  std::vector<uint8_t> listed;
-  const std::vector<float> tlp = topk_as_logits(test, run, listed);
   metrics::GoldenTopK g{std::span<const int32_t>(ids), std::span<const float>(lps), 0.0};
-  return metrics::compare_logits_topk(tlp, g, -1, run.mask).kld;
+  return metrics::compare_listing(g, listing_of(test, run, 0.0), -1).kld;
 }
 
 // The decode path (compare.h DecodePathResult): the server's distribution at each generated step
@@ -850,25 +895,29 @@ DecodePathResult decode_path(const ServerRun& run, const GoldenCase& g, const se
   decode_engines(run);
   std::vector<int32_t> seq = g.prompt;
   seq.insert(seq.end(), generated.begin(), generated.begin() + last + 1);  // the step `last` needs tokens up to it
-  // The reference, teacher-forced (prefill) over the engine's sequence: rows P-1 .. P-1+last.
+  // The reference, teacher-forced (prefill) over the engine's sequence: rows P-1 .. P-1+last. Its
+  // padding rows keep their logits (no vocab_mask) so that the block has each row's lse_pad, which takes
+  // a server's log-probs to the real ids' normalisation (topk_block masks them for the top-K and lse).
+  const std::vector<uint8_t>* mask = run.mask.empty() ? nullptr : &run.mask;
   ForcedOptions ro;
-  ro.vocab_mask = run.mask.empty() ? nullptr : &run.mask;
   ro.run_positions = P + last;
   const ForcedRun ref = forced_run(*run.ref_eng, seq, ro);
-  const TopKBlock rk = topk_block(ref.logits, P + last, run.V, ro.vocab_mask, g.topk.K > 0 ? g.topk.K : 40);
+  const TopKBlock rk = topk_block(ref.logits, P + last, run.V, mask, g.topk.K > 0 ? g.topk.K : 40);
   // The floor engine, decoding as a server does.
   ForcedOptions fo;
   fo.mode = ForcedMode::decode;
-  fo.vocab_mask = ro.vocab_mask;
+  fo.vocab_mask = mask;
   fo.run_positions = P + last;
   fo.prefill_positions = P;
   const ForcedRun fl = forced_run(*run.floor_eng, seq, fo);
+  double resolved = 0;
   for (int64_t i = 0; i <= last; ++i) {
     const int64_t row = P - 1 + i;
     if (std::find(todo.begin(), todo.end(), i) != todo.end()) {
       check_complete_mass(got.steps[static_cast<size_t>(i)], run, url, i);
-      const std::vector<float> lp = server_logprobs(got.steps[static_cast<size_t>(i)], rk, row, run);
-      d.kld[static_cast<size_t>(i)] = step_kld(lp, rk, row, run);
+      const metrics::LogitPosition lp = listing_position(got.steps[static_cast<size_t>(i)], rk, row, run);
+      d.kld[static_cast<size_t>(i)] = lp.kld;
+      resolved += lp.resolved.value_or(1.0);
     }
     const size_t frow = static_cast<size_t>(row - fl.logits_pos0);
     const std::vector<float> frow_logits(fl.logits.begin() + static_cast<std::ptrdiff_t>(frow * run.V),
@@ -889,13 +938,14 @@ DecodePathResult decode_path(const ServerRun& run, const GoldenCase& g, const se
     if (!d.first_bad && !(x <= d.limit)) d.first_bad = i;  // NaN is over
   }
   d.mean_kld = sum / static_cast<double>(todo.size());
+  d.resolved = resolved / static_cast<double>(todo.size());
   d.pass = !d.first_bad;
   if (d.first_bad) {
     // The engine's own prefill of the same tokens: the state carried across steps, or the layer math?
     const int64_t i = *d.first_bad, row = P - 1 + i;
     const std::vector<int32_t> prefix(seq.begin(), seq.begin() + row + 1);
     const TopList pre = server_position(run, prefix);
-    d.prefill_kld = step_kld(server_logprobs(pre, rk, row, run), rk, row, run);
+    d.prefill_kld = listing_position(pre, rk, row, run).kld;
     // The engine against itself: its decode distribution against its own prefill one.
     d.self_kld = lists_kld(run, pre, got.steps[static_cast<size_t>(i)]);
   }
@@ -914,6 +964,10 @@ DecodePathResult decode_path(const ServerRun& run, const GoldenCase& g, const se
 // too small: the rule is not applied where m_flip exceeds this.
 constexpr double kMaxFlipMargin = 1.0;
 
+// A stop reason that says the server ran out of tokens (its length limit), not that it chose to stop:
+// llama-server's stop_type "limit", the OpenAI API's and SGLang's finish_reason "length".
+bool length_stop(const std::string& reason) { return reason == "limit" || reason == "length"; }
+
 void greedy_agreement(const ServerRun& run, const GoldenCase& g, GenerationResult& gen, double limit, const std::vector<int32_t>& stops,
                       std::vector<std::string>& bad) {
   if (!gen.first_divergence) {
@@ -930,25 +984,52 @@ void greedy_agreement(const ServerRun& run, const GoldenCase& g, GenerationResul
                           "), where a server's ignore_eos bans what the record generated through");
       return;
     }
-  if (d >= static_cast<int64_t>(g.continuation.size()) || d >= static_cast<int64_t>(gen.tokens.size())) {
-    gen.agreement = "not judged: one continuation ends where the other goes on";
+  if (d >= static_cast<int64_t>(g.continuation.size())) {
+    gen.agreement = "not judged: the engine goes on where the golden continuation ends";
     return;
+  }
+  const int32_t gt = g.continuation[static_cast<size_t>(d)];
+  const bool ended = d >= static_cast<int64_t>(gen.tokens.size());  // the engine stopped where the golden goes on
+  if (ended && gen.tokens.empty()) {
+    gen.agreement = "not judged: no tokens (an empty answer is judged on its own)";
+    return;
+  }
+  if (ended) {
+    // A server leaves its stop token out of the tokens: ending where the golden has a stop id is the same end.
+    if (!g.ignore_stop && std::find(run.stops.begin(), run.stops.end(), gt) != run.stops.end()) {
+      gen.agreement = "same (both end at a stop token)";
+      return;
+    }
+    if (length_stop(gen.stop_reason) || g.ignore_stop) {
+      gen.agreement = "cut short";
+      bad.push_back(cat("greedy generation cut short: the server stopped after ", d, " of the golden's ", g.continuation.size(),
+                        " tokens (stop: ", gen.stop_reason, ") where the golden goes on with token ", gt,
+                        g.ignore_stop ? " (stops ignored)" : ", not a stop token", "; the request's budget was ", g.max_new_tokens,
+                        " tokens: a correct greedy engine with that budget cannot end there"));
+      return;
+    }
   }
   const int64_t row = static_cast<int64_t>(g.prompt.size()) - 1 + d;
   const int K = g.topk.K;
   if (K < 2 || row >= static_cast<int64_t>(g.topk.ids.size()) / K) {
     gen.agreement = "not judged: the record has no top-K there";
+    if (ended)  // no margin to weigh the early end against: a correct greedy engine does not end there
+      bad.push_back(cat("greedy generation ended after ", d, " tokens (stop: ", gen.stop_reason, ") where the golden goes on with token ",
+                        gt, ", not a stop token"));
     return;
   }
-  const int32_t gt = g.continuation[static_cast<size_t>(d)], et = gen.tokens[static_cast<size_t>(d)];
+  // The engine's token at d: what it generated, or, where it ended, the stop id the record finds likeliest.
   double lg = -std::numeric_limits<double>::infinity(), le = lg;
+  int32_t et = ended ? -1 : gen.tokens[static_cast<size_t>(d)];
   bool listed = false;
   for (int k = 0; k < K; ++k) {
     const int32_t id = g.topk.ids[static_cast<size_t>(row * K + k)];
     const double v = g.topk.logprobs[static_cast<size_t>(row * K + k)];
     if (id == gt) lg = v;
-    if (id == et) {
+    const bool is_et = ended ? std::find(run.stops.begin(), run.stops.end(), id) != run.stops.end() && !listed : id == et;
+    if (is_et) {
       le = v;
+      et = id;
       listed = true;
     }
   }
@@ -965,10 +1046,14 @@ void greedy_agreement(const ServerRun& run, const GoldenCase& g, GenerationResul
                         " nats, beyond where the second-order rule holds (", kMaxFlipMargin, ")");
     return;
   }
+  const std::string what = ended ? cat("the server ended after ", d, " tokens (stop: ", gen.stop_reason, ")")
+                                 : cat("token ", d, " is ", et);
+  const std::string theirs = ended ? (listed ? cat("its likeliest stop token ", et) : std::string("any stop token"))
+                                   : std::string("the engine's token");
   if (m > *gen.flip_margin) {
     gen.agreement = "beyond noise";
-    bad.push_back(cat("greedy agreement: token ", d, " is ", et, " where the golden has ", gt, ", a margin of ", m, " nats",
-                      listed ? "" : " at least (the engine's token is outside the record's top-K)", " in the record, larger than the ",
+    bad.push_back(cat("greedy agreement: ", what, " where the golden has ", gt, ", a margin of ", m, " nats over ", theirs,
+                      listed ? "" : " at least (outside the record's top-K)", " in the record, larger than the ",
                       *gen.flip_margin, " that noise within the per-step KLD limit ", limit, " can flip"));
   } else {
     gen.agreement = "within noise";
@@ -994,6 +1079,16 @@ ProbeResult not_applicable(ProbeResult& p, std::string why) {
 void judge_against_cold(ProbeResult& p, const ServerRun& run, bool greedy, const server_answer::Generated& cold,
                         const server_answer::Generated& other, const std::string& what, const char* alone,
                         const std::string& good_what, double limit) {
+  std::string oov;  // an id beyond the vocabulary in the other answer: no correct server of this model gives one
+  for (size_t i = 0; i < other.tokens.size(); ++i)
+    if (other.tokens[i] >= run.V && oov.empty())
+      oov = cat("the ", what, " answer generated token id ", other.tokens[i], " at step ", i, ", beyond the model's vocabulary of ", run.V, " ids");
+  for (size_t i = 0; i < other.steps.size(); ++i) note_out_of_vocabulary(other.steps[i], run, cat("step ", i, " of the ", what, " answer"), oov);
+  if (!oov.empty()) {
+    p.verdict = "bad";
+    p.reason = oov;
+    return;
+  }
   const size_t n = std::min(other.tokens.size(), cold.tokens.size());
   for (size_t i = 0; i < n && !p.first_difference; ++i)
     if (other.tokens[i] != cold.tokens[i]) p.first_difference = static_cast<int64_t>(i);
@@ -1035,10 +1130,10 @@ ProbeResult prefix_cache_probe(const ServerRun& run, const GoldenCase& g, bool g
   const std::string url = run.base + "/completion";
   const json primer = {{"prompt", g.prompt}, {"n_predict", 1},        {"cache_prompt", true},
                        {"temperature", 0},   {"return_tokens", true}, {"ignore_eos", true}};
-  (void)net::post_json(url, primer, answer_cap(run, 1));
+  (void)net::post_json(url, primer, generation_cap(run, static_cast<int64_t>(g.prompt.size()), 1, 0));
   json req = cold_req;
   req["cache_prompt"] = true;
-  const json answer = net::post_json(url, req, answer_cap(run, g.max_new_tokens));
+  const json answer = net::post_json(url, req, generation_cap(run, static_cast<int64_t>(g.prompt.size()), g.max_new_tokens, asked_n_probs(run)));
   const server_answer::Generated warm =
       server_answer::llama_generation(answer, url, asked_n_probs(run));
   if (answer.is_object() && answer.contains("timings") && answer["timings"].is_object() && answer["timings"].contains("cache_n")) {
@@ -1108,7 +1203,7 @@ ProbeResult batching_probe(const ServerRun& run, const GoldenCase& g, bool greed
     for (size_t i = 0; i < reqs.size(); ++i)
       threads.emplace_back([&, i] {
         try {
-          answers[i] = net::post_json(url, reqs[i], answer_cap(run, g.max_new_tokens));
+          answers[i] = net::post_json(url, reqs[i], generation_cap(run, static_cast<int64_t>(g.prompt.size()), g.max_new_tokens, i == 0 ? asked_n_probs(run) : 0));
         } catch (...) {
           errors[i] = std::current_exception();
         }
@@ -1183,9 +1278,11 @@ void sglang_check_temperature(const ServerRun& run, const SamplingParams& sp, bo
 }
 
 // One SGLang generation request, its answer read and taken back to the model's distribution.
-server_answer::Generated sglang_generate(const ServerRun& run, const json& req, const SamplingParams& sp, bool greedy, int64_t budget) {
+server_answer::Generated sglang_generate(const ServerRun& run, const json& req, const SamplingParams& sp, bool greedy, int64_t prompt,
+                                         int64_t budget) {
   const std::string url = run.base + "/generate";
-  server_answer::Generated got = server_answer::sglang_generation(net::post_json(url, req, answer_cap(run, budget)), url, run.o.decode_path);
+  server_answer::Generated got = server_answer::sglang_generation(
+      net::post_json(url, req, generation_cap(run, prompt, budget, run.o.decode_path ? run.topk : 0)), url, run.o.decode_path);
   std::string note;  // the case's own run says it
   sglang_model_steps(run, sp, greedy, got, note);
   return got;
@@ -1202,8 +1299,8 @@ ProbeResult sglang_prefix_probe(const ServerRun& run, const GoldenCase& g, bool 
                                  run.flush_note.empty() ? "" : cat(" (", run.flush_note, ")")));
   const std::string url = run.base + "/generate";
   const json primer = {{"input_ids", g.prompt}, {"sampling_params", sglang_one_token()}};
-  (void)net::post_json(url, primer, answer_cap(run, 1));
-  const server_answer::Generated warm = sglang_generate(run, cold_req, sp, greedy, g.max_new_tokens);
+  (void)net::post_json(url, primer, generation_cap(run, static_cast<int64_t>(g.prompt.size()), 1, 0));
+  const server_answer::Generated warm = sglang_generate(run, cold_req, sp, greedy, static_cast<int64_t>(g.prompt.size()), g.max_new_tokens);
   p.cached = warm.cached_tokens;
   if (!p.cached || *p.cached == 0)
     return not_applicable(p, p.cached ? "the server reused no cached tokens (meta_info.cached_tokens 0; --disable-radix-cache?)"
@@ -1234,7 +1331,9 @@ ProbeResult sglang_batching_probe(const ServerRun& run, const GoldenCase& g, boo
   req["sampling_params"] = sampling;
   req["return_logprob"] = logprob;
   req["top_logprobs_num"] = top;
-  const json r = net::post_json(url, req, answer_cap(run, g.max_new_tokens * (kBatchDistractors + 1)));
+  const int64_t n = kBatchDistractors + 1;
+  const json r = net::post_json(url, req, answer_cap(run, (static_cast<int64_t>(g.prompt.size()) + g.max_new_tokens) * n,
+                                                     g.max_new_tokens, run.o.decode_path ? run.topk : 0));
   if (!r.is_array() || r.size() != static_cast<size_t>(kBatchDistractors + 1))
     input_error("malformed response from ", url, ": a request of ", kBatchDistractors + 1, " sequences answered with ",
                 r.is_array() ? cat(r.size(), " answers") : excerpt_of(r), ", expected one per sequence");
@@ -1269,7 +1368,8 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
       }
       cold_req = sglang_request(g.prompt, sglang_sampling(sp, greedy, g.max_new_tokens, g.ignore_stop), run.o.decode_path ? run.topk : 0);
       const std::string url = run.base + "/generate";
-      got = server_answer::sglang_generation(net::post_json(url, cold_req, answer_cap(run, g.max_new_tokens)), url, run.o.decode_path);
+      got = server_answer::sglang_generation(
+          net::post_json(url, cold_req, generation_cap(run, static_cast<int64_t>(g.prompt.size()), g.max_new_tokens, run.o.decode_path ? run.topk : 0)), url, run.o.decode_path);
       sglang_check_temperature(run, sp, greedy, got, url);
       std::string note;
       sglang_model_steps(run, sp, greedy, got, note);
@@ -1288,7 +1388,8 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
         req["repeat_penalty"] = sp.repetition_penalty;      // llama-server's
         req["seed"] = sp.seed;
       }
-      got = server_answer::openai_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url, run.o.decode_path);
+      got = server_answer::openai_generation(net::post_json(url, req, generation_cap(run, static_cast<int64_t>(g.prompt.size()), g.max_new_tokens, run.o.decode_path ? run.topk : 1)), url,
+                                             run.o.decode_path);
     } else {
       const std::string url = run.base + "/completion";
       json& req = cold_req;
@@ -1306,11 +1407,17 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
         req["presence_penalty"] = sp.presence_penalty;
         req["seed"] = sp.seed;
       }
-      got = server_answer::llama_generation(net::post_json(url, req, answer_cap(run, g.max_new_tokens)), url, asked_n_probs(run));
+      got = server_answer::llama_generation(net::post_json(url, req, generation_cap(run, static_cast<int64_t>(g.prompt.size()), g.max_new_tokens, asked_n_probs(run))), url,
+                                            asked_n_probs(run));
     }
     const std::string url = run.base + (run.o.api == "openai" ? "/v1/completions" : run.o.api == "sglang" ? "/generate" : "/completion");
     gen.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
     take_generated(run, got, greedy, gen, bad, warn);
+    {
+      std::string oov;  // an id beyond the vocabulary in a step's list is bad, as in a teacher-forced one
+      for (size_t i = 0; i < got.steps.size(); ++i) note_out_of_vocabulary(got.steps[i], run, cat("generated step ", i), oov);
+      if (!oov.empty()) bad.push_back(oov);
+    }
     if (got.draft_n && gen.spec_stated.empty())
       gen.spec_stated = cat("the server drafted ", *got.draft_n, " tokens and accepted ", got.draft_accepted.value_or(0));
     // The decode path, and greedy agreement where the generation left the golden continuation.
@@ -1352,6 +1459,9 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
     const bool golden_content = std::any_of(g.continuation.begin(), g.continuation.end(), [&](int32_t t) {
       return std::find(stops.begin(), stops.end(), t) == stops.end();
     });
+    if (!greedy && !g.ignore_stop && length_stop(gen.stop_reason) && static_cast<int64_t>(gen.tokens.size()) < g.max_new_tokens)
+      warn.push_back(cat("the server stopped at a length limit after ", gen.tokens.size(), " of the request's ", g.max_new_tokens,
+                         " tokens (stop: ", gen.stop_reason, ")"));
     if (got.tokens.empty() && golden_content)
       (greedy || g.ignore_stop ? bad : warn)
           .push_back(cat("the server answered with no tokens (stop: ", gen.stop_reason, ") where the golden continuation has ",
@@ -1365,6 +1475,14 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
   content.ignore_ids = run.ws_ids;
   generation_figures(gen, run.o.rules.degen, content, false, g.nonfinite_logits);
   degeneration_reasons(gen, bad, warn);
+}
+
+// The reason of a check whose KLD passes on a listing that resolves too little of the record's mass
+// to judge (CompareRules::min_resolved): untestable, not good.
+std::string not_judgeable(const char* what, double resolved, double kld, double limit, const ServerRun& run) {
+  return cat("not judgeable: ", what, " KLD ", kld, " is within the limit ", limit, ", but the server's top-", run.topk,
+             " lists only ", cat(std::setprecision(3), 100 * resolved), "% of the record's stored mass (at least ",
+             100 * run.o.rules.min_resolved, "% is needed to judge): ask for more ids (--topk, up to ", run.V_real, ")");
 }
 
 // --served-model against GET /v1/models: a name the server does not serve is an input error (vLLM
@@ -1403,8 +1521,11 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
   if (o.url.rfind("http://", 0) != 0 && o.url.rfind("https://", 0) != 0)
     input_error("compare --server: '", o.url, "' is not an http:// or https:// URL");
   const ModelConfig& cfg = model.config;
+  if (o.topk < 0 || o.topk > cfg.vocab_size)
+    input_error("compare --server: --topk ", o.topk, ": the model has ", cfg.vocab_size, " logit rows; expected 1 to ", cfg.vocab_size,
+                " (0: every id up to ", kServerAllIds, " rows, else 40)");
   const int topk = o.topk > 0 ? o.topk : cfg.vocab_size <= kServerAllIds ? static_cast<int>(cfg.vocab_size) : 40;
-  ServerRun run{rec, model, tok, o, cfg.vocab_size, topk, o.url, {}, {}, {}, std::nullopt, {}, {}, {}, {}, {}, {}, std::nullopt, {}};
+  ServerRun run{rec, model, tok, o, cfg.vocab_size, topk, o.url, {}, {}, {}, std::nullopt, {}, {}, {}, {}, {}, {}, std::nullopt, {}, 0, {}, 0};
   while (!run.base.empty() && run.base.back() == '/') run.base.pop_back();
   if (tok) {
     run.mask = tok->padding_mask(cfg.vocab_size);
@@ -1414,6 +1535,8 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
   } else {
     for (int64_t e : cfg.eos_token_ids) run.stops.push_back(static_cast<int32_t>(e));
   }
+  run.V_real = run.mask.empty() ? run.V : static_cast<int64_t>(std::count(run.mask.begin(), run.mask.end(), uint8_t{0}));
+  answer_bounds(run);
 
   CompareResult r;
   r.golden_dir = rec.dir().string();
@@ -1469,14 +1592,25 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
     if (!cr.logits[0]->pass)
       bad.push_back(cat("teacher-forced mean KLD ", cr.logits[0]->mean_kld, " > ", cr.logits[0]->limit,
                         cr.logits[0]->floor ? " (k x the record's floor)" : " (fixed limit)"));
-    if (coverage < 1)
+    std::vector<std::string> unjudged;  // checks the server's listings are too short to judge
+    const double resolved = cr.logits[0]->resolved.value_or(1.0);
+    if (cr.logits[0]->pass && resolved < o.rules.min_resolved)
+      unjudged.push_back(not_judgeable("teacher-forced", resolved, cr.logits[0]->mean_kld, cr.logits[0]->limit, run));
+    else if (coverage < 1)
       warn.push_back(cat("the server's top-", topk, " missed some of the record's top-K ids at ",
-                         cat(std::fixed, std::setprecision(1), 100 * (1 - coverage)), "% of positions: KLD there is an estimate"));
+                         cat(std::fixed, std::setprecision(1), 100 * (1 - coverage)), "% of positions (",
+                         cat(std::setprecision(3), 100 * resolved), "% of the record's stored mass listed): the KLD there is the ",
+                         "smallest the listing allows"));
     if (o.free_running) free_running(run, g, cr, bad, warn);
-    cr.verdict = !bad.empty() ? metrics::Verdict::bad
+    const std::optional<DecodePathResult>& dp = cr.gen.decode_path;
+    if (dp && dp->pass && dp->resolved && *dp->resolved < o.rules.min_resolved)
+      unjudged.push_back(not_judgeable("decode path", *dp->resolved, dp->max_kld, dp->limit, run));
+    cr.verdict = !bad.empty()      ? metrics::Verdict::bad
+                 : !unjudged.empty() ? metrics::Verdict::untestable
                  : cr.gen.verdict == metrics::Verdict::model_intrinsic ? metrics::Verdict::model_intrinsic
                                                                        : metrics::Verdict::good;
     cr.reasons = bad;
+    cr.reasons.insert(cr.reasons.end(), unjudged.begin(), unjudged.end());
     cr.reasons.insert(cr.reasons.end(), warn.begin(), warn.end());
     cr.seconds = std::chrono::duration<double>(clock_type::now() - c0).count();
     r.verdict = metrics::worst(r.verdict, cr.verdict);

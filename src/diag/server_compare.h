@@ -9,12 +9,13 @@
 //    (llama-server gives no prompt log-probs): prompt = the first i+1 tokens, n_predict = 1,
 //    n_probs = K (pre-sampling probabilities over the whole vocabulary, padding ids included). With
 //    every id asked (small vocabularies, see kServerAllIds) the distribution is complete and scored as
-//    a dump's logits are. Otherwise the server's top-K becomes a distribution by spreading its
-//    remaining mass evenly over the other real ids, scored by metrics::compare_logits_topk against
-//    the record's top-K: its kld_topk is exact whenever the server's top-K holds the record's top-K
-//    ids (the coverage is reported) except for the padding ids' mass (see kServerAllIds), an
-//    estimate otherwise; top-1 agreement and Δp; judged against the record's KLD floor of the chosen
-//    class (k = 3);
+//    a dump's logits are. Otherwise the server's top-K is scored by metrics::compare_listing against
+//    the record's top-K, in the record's normalisation (the record's lse_pad takes the padding rows'
+//    mass out): the smallest KLD the listing allows, exact over the record's cells when the server
+//    lists every id the record stores, a lower bound otherwise (the share of the record's mass it
+//    resolves is reported, and under CompareRules::min_resolved a KLD within its limit is not
+//    judgeable: untestable); top-1 agreement and Δp; judged against the record's KLD floor of the
+//    chosen class (k = 3);
 //  - free-running: each case's prompt with its sampling (greedy: temperature 0) and budget,
 //    return_tokens; repetition metrics, loop onset, first divergence from the golden continuation,
 //    and model-or-engine (the golden continuation under the same sampling degenerates too?); the
@@ -70,9 +71,9 @@
 namespace degen {
 
 // Up to this vocabulary size a server is asked for every id's log-prob (a 4096-entry answer per
-// position). Beyond it, the top-K: the server's probabilities then still include the mass of the
-// padding ids the record masks, a KLD of about that mass (1.8e-6 nats per position on the trained
-// model, ~1800 x its fp32 floor: measured with --topk 40 against llama-server).
+// position): its distribution is then complete. Beyond it, the top 40 (llama-server's and vLLM's
+// listings stay small; vLLM serves at most --max-logprobs, 20 by default): scored as a listing
+// (metrics::compare_listing, docs/metrics.md "Top-K").
 constexpr int kServerAllIds = 4096;
 
 // SGLang's teacher-forced requests carry this many sequences each (input_ids as a list of lists): a
@@ -108,8 +109,9 @@ struct ServerCompareOptions {
   // Serving probes run after each case's generation (docs/server.md "Serving probes"): "prefix-cache",
   // "batching".
   std::vector<std::string> probes = {"prefix-cache", "batching"};
-  // Log-probs asked per position; 0: every id when the vocabulary has at most kServerAllIds ids (the
-  // server's distribution is then complete, and renormalised over the real ids as ours is), else 40.
+  // Log-probs asked per position, at most the model's vocab_size (else InputError); 0: every id when
+  // the vocabulary has at most kServerAllIds ids (the server's distribution is then complete, and
+  // renormalised over the real ids as ours is), else 40.
   int topk = 0;
   net::HttpOptions http;
   CompareRules rules;

@@ -247,7 +247,11 @@ std::string missing_needs(const FaultInfo& f, const RunConfig& rc) {
   std::string missing;
   for (const Toggle& t : toggles()) {
     if (!t.fragment || t.fragment(want) == t.fragment(none)) continue;
-    if (t.fragment(rc) == t.fragment(none)) missing += cat(missing.empty() ? "" : ", ", t.key);
+    // A padded batch (batch=N) is the mechanism of a batch need: batch=all decodes every sequence in one
+    // group with no padding rows, so a fault of the padding rows cannot act there.
+    const bool unmet = want.batch == BatchMode::padded && std::string(t.key) == "batch" ? rc.batch != BatchMode::padded
+                                                                                     : t.fragment(rc) == t.fragment(none);
+    if (unmet) missing += cat(missing.empty() ? "" : ", ", t.key, want.batch == BatchMode::padded && std::string(t.key) == "batch" ? "=N" : "");
   }
   return missing;
 }

@@ -170,6 +170,7 @@ json decode_path_doc(const json& dp) {
           {"first_bad_step", int_or_null(opt_int(dp, "first_bad_step"))},
           {"prefill_kld", num_or_null(opt_num(dp, "prefill_kld"))},
           {"self_kld", num_or_null(opt_num(dp, "self_kld"))},
+          {"resolved", num_or_null(opt_num(dp, "resolved"))},
           {"floor_source", str_or_null(dp, "floor_source")},
           {"note", str_or_null(dp, "note")},
           {"pass", dp.contains("pass") && dp["pass"].is_boolean() ? dp["pass"] : json(nullptr)}};

@@ -143,6 +143,19 @@ same_figures "$WORK/native.txt" "$WORK/vllm.txt" "vLLM's shapes"
 expect_exit 128 score --server "http://127.0.0.1:$port" --api openai --served-model Qwen3.6-27B --case two-plus-two
 expect_out "does not serve 'Qwen3.6-27B' (--served-model): GET /v1/models lists 'tiny-trained'"
 echo "vllm: native = vLLM-shaped figures, decode path included"
+# The top-K a server allows (vLLM serves at most 20 log-probs unless started with --max-logprobs): an
+# exact engine is good with it, through the native API and vLLM's prompt_logprobs (it was bad: an
+# "inf" teacher-forced KLD and decode steps over the fp32 limit).
+for api in llama vllm; do
+  if [ "$api" = llama ]; then
+    expect_exit 0 score --server "http://127.0.0.1:$p1" --api llama "${CASES[@]}" --probes none --topk 20
+  else
+    expect_exit 0 score --server "http://127.0.0.1:$port" --api openai --prompt-logprobs --served-model tiny-trained "${CASES[@]}" \
+      --probes none --topk 20
+  fi
+  expect_out "verdict: good (exit 0): 2 cases, 2 good"
+  expect_out "the server's top-20 against the record's top-K"
+done
 
 # A sweep over the adapter, which starts llama-server itself: flash attention on breaks the fp32
 # floor on the longer prompt (tests/cli/server_sweep.sh), off does not.

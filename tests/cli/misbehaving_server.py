@@ -30,6 +30,10 @@ With CASE_FILE (a golden record's case, .safetensors), /detokenize answers TEXT_
   warmdiff a generation sent with cache_prompt says it reused 17 tokens (timings.cache_n) and its 4th
            token differs from the cold answer's: a prefix cache that changes the answer
   cachebad a generation sent with cache_prompt states timings.cache_n as a string
+  cutshort the greedy generation stops after 1 token with stop_type "limit" (its budget not spent)
+  earlyeos the greedy generation stops after 3 tokens with stop_type "eos" where the golden goes on
+  stepoov  the generation's 3rd per-step list names id 2048 (beyond the 2048 logit rows)
+  huge     teacher-forced answers list every one of a million ids (a valid answer of about 50 MB)
 A generation asked with n_probs lists the record's top-K at each generated step (its decode path).
 Standard library only (with json_http.py beside it). Stops when killed.
 """
@@ -69,6 +73,8 @@ def replayed(req):
     if req.get("n_predict") == 1:  # teacher-forced: the distribution after the last prompt token
         lp = 0.5 if MODE == "positive" else float("nan") if MODE == "nan" else None
         top = [{"id": i, "logprob": lp if lp is not None else v} for i, v in CASE["top"][len(prompt) - 1]]
+        if MODE == "huge":
+            top += [{"id": 100000 + i, "logprob": -80.0} for i in range(1000000)]
         return {"tokens": [top[0]["id"]], "stop_type": "limit",
                 "completion_probabilities": [{"id": top[0]["id"], "logprob": top[0]["logprob"], "top_logprobs": top}]}
     tokens = CASE["continuation"][: req.get("n_predict", 0)]
@@ -79,6 +85,10 @@ def replayed(req):
         tokens = tokens[:3] + [2048] + tokens[4:]
     elif MODE == "stoptype":
         stop = 2
+    elif MODE == "cutshort":
+        tokens, stop = tokens[:1], "limit"
+    elif MODE == "earlyeos":
+        tokens = tokens[:3]
     warm = bool(req.get("cache_prompt"))
     if MODE == "warmdiff" and warm:
         tokens = tokens[:3] + [(tokens[3] + 1) % 2048] + tokens[4:]
@@ -90,6 +100,8 @@ def replayed(req):
         for i, t in enumerate(tokens):
             top = [{"id": j, "logprob": -0.10536 if MODE == "stepmass" else v}
                    for j, v in CASE["top"][len(prompt) - 1 + i]]
+            if MODE == "stepoov" and i == 2:
+                top.append({"id": 2048, "logprob": -30.0})
             steps.append({"id": t + 1 if (MODE == "steptoken" and i == 1) else t, "logprob": 0.0, "top_logprobs": top})
         answer["completion_probabilities"] = steps[:-1] if MODE == "stepcount" else steps
     return answer

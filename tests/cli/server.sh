@@ -84,7 +84,7 @@ done
 # The prefix-cache probe: not applicable where the server does not say what it reused (the replay
 # server states no timings.cache_n); bad where a warm answer (17 tokens reused) leaves the cold one;
 # a cache_n that is not a count: 128.
-for mode in replay empty oov stoptype positive nan endless noprobs stepcount steptoken stepmass warmdiff cachebad; do
+for mode in replay empty oov stoptype positive nan endless noprobs stepcount steptoken stepmass warmdiff cachebad cutshort earlyeos stepoov huge; do
   start_bad "$mode" "$G/two-plus-two.safetensors"
   t0=$(date +%s)
   case "$mode" in
@@ -111,6 +111,29 @@ for mode in replay empty oov stoptype positive nan endless noprobs stepcount ste
     stepmass) expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "listed probabilities sum to" ;;
     endless)  expect_exit 128 "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two --timeout 30 --server "http://127.0.0.1:$port"
               expect_out "/detokenize: the answer is longer than 16777216 bytes" ;;
+    # A greedy generation cut short by a length limit, or ended early by a stop token where the golden
+    # goes on with an ordinary token: no correct greedy engine with that budget ends there.
+    cutshort) expect_exit 1 score --server "http://127.0.0.1:$port"
+              expect_out "greedy generation cut short: the server stopped after 1 of the golden's 35 tokens (stop: limit)" ;;
+    earlyeos) expect_exit 1 score --server "http://127.0.0.1:$port"
+              expect_out "greedy agreement: the server ended after 3 tokens (stop: eos) where the golden has" ;;
+    # An id beyond the vocabulary in a generated step's list is bad, as it is in a teacher-forced list.
+    stepoov)  expect_exit 1 score --server "http://127.0.0.1:$port"
+              expect_out "the server lists token id 2048 at generated step 2, beyond the model's vocabulary of 2048 ids" ;;
+    # A valid answer far larger than the request can take is refused as it arrives, at a cap that
+    # follows what was asked (one position's list): not the 16 MiB + 4 KiB per id asked it was.
+    huge)     rss=""
+              if [ -x /usr/bin/time ]; then
+                expect_exit 128 /usr/bin/time -f "maxrss_kb %M" "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two \
+                  --timeout 30 --server "http://127.0.0.1:$port"
+                rss=$(grep -o "maxrss_kb [0-9]*" "$WORK/out" | cut -d' ' -f2)
+              else
+                expect_exit 128 score --server "http://127.0.0.1:$port" --timeout 30
+              fi
+              expect_out "/completion: the answer is longer than"
+              cap=$(grep -o "longer than [0-9]* bytes" "$WORK/out" | head -1 | grep -o "[0-9]*")
+              [ "$cap" -lt $((8 << 20)) ] || fail "the cap of one position's answer is $cap bytes (expected under 8 MiB)"
+              [ -z "$rss" ] || [ "$rss" -lt 400000 ] || fail "compare took $rss KiB refusing a huge answer (expected under 400 MB)" ;;
   esac
   el=$(($(date +%s) - t0))
   [ "$el" -le 15 ] || fail "mode $mode took $el s"
@@ -120,6 +143,12 @@ done
 expect_exit 0 score --server-cmd "python3 $SRC/tests/cli/misbehaving_server.py replay port={port} $WORK/prompt.txt $G/two-plus-two.safetensors"
 expect_out "verdict: good (exit 0)"
 ! pgrep -f "misbehaving_server.py replay port=" >/dev/null || fail "compare --server-cmd left its server running"
+# --topk beyond the model's logit rows: refused before any request (it used to widen every answer's
+# cap with it: --topk 1000000 allowed about 147 GB per sequence).
+for k in 2049 1000000; do
+  expect_exit 128 score --server "http://127.0.0.1:$port" --topk "$k"
+  expect_out "--topk $k: the model has 2048 logit rows; expected 1 to 2048"
+done
 # Time-outs outside 1 ms .. 1 day: below, libcurl had none; 1e300 overflowed.
 for t in 0.0001 1e300 nan; do
   expect_exit 128 score --server "http://127.0.0.1:$port" --timeout "$t"

@@ -45,6 +45,24 @@ done
 # Without its mechanism a fault of the mechanism cannot act: untestable, saying what it needs.
 expect_exit 125 "$BIN" -q compare --golden "$g" --model "$m" --case two-plus-two --config fault=chunk-state-zero
 expect_out "it needs prefill_chunk"
+# batch=all decodes every sequence in one group, with no padding rows: the padding-row fault cannot act
+# there (it was judged good: a clean bill for a fault that never ran).
+expect_exit 125 "$BIN" -q compare --golden "$g" --model "$m" --case two-plus-two --config batch=all,fault=pad-slot-alias
+expect_out "it needs batch=N (for example batch=4)"
+# A prefix-cache block larger than the case: its serving-state check covers the case's own tokens and
+# says that the mechanism stored nothing (it decoded up to the first boundary, 4,096 steps one per call).
+expect_exit 0 "$BIN" -q compare --golden "$g" --model "$m" --case two-plus-two --no-decode --config prefix_cache=4096 \
+  --json "$WORK/block4096.json"
+expect_out "serving (snapshot): no block boundary of 4096 tokens within the case's"
+python3 - "$WORK/block4096.json" <<'PY' || fail "prefix_cache=4096: the snapshot check ran past the case"
+import json, re, sys
+c = json.load(open(sys.argv[1]))["cases"][0]
+s = [x for x in c["serving"] if x["mechanism"] == "snapshot"][0]
+assert s["note"] and "stores nothing" in s["note"], s
+checked = int(re.search(r"within the case's (\d+) tokens", s["note"]).group(1))
+assert checked <= c["positions"], (checked, c["positions"])
+print("prefix_cache=4096: the snapshot check covered", checked, "tokens of a", c["positions"], "token case")
+PY
 # Bad values are input errors naming the key.
 expect_exit 128 "$BIN" -q compare --golden "$g" --model "$m" --case two-plus-two --config batch=1000
 expect_out "batch=1000: expected 1, all, or a row count in [2, 256]"
