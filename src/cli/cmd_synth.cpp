@@ -6,7 +6,9 @@
 
 #include "cli/command.h"
 #include "model/safetensors.h"
+#include "model/config.h"
 #include "model/synth.h"
+#include "model/tokenizer.h"
 #include "util/error.h"
 #include "util/output_file.h"
 #include "util/json_input.h"
@@ -27,6 +29,7 @@ struct SynthArgs {
   bool fused_experts = false;
   bool gdn_f32 = false;
   double shard_mb = 0;
+  std::string tokenizer;  // --tokenizer FILE
 };
 
 int run_synth(const SynthArgs& a) {
@@ -54,6 +57,15 @@ int run_synth(const SynthArgs& a) {
   }
   opt.seed = a.seed;
   if (a.no_mtp) opt.mtp = false;
+  if (!a.tokenizer.empty()) {
+    // Loaded once here so that a file the tool cannot read is refused before any weight is written.
+    opt.tokenizer_json = read_file(a.tokenizer, kMaxInputFileBytes);
+    const std::unique_ptr<Tokenizer> tok = Tokenizer::from_json_text(opt.tokenizer_json, a.tokenizer);
+    const int64_t V = parse_model_config(config, "synth").vocab_size;
+    if (tok->vocab_end() > V)
+      input_error("synth --tokenizer ", a.tokenizer, ": the tokenizer defines ids up to ", tok->vocab_end() - 1, ", beyond the model's ",
+                  V, " logit rows (vocab_size)");
+  }
   if (a.weights_given && a.no_weights) input_error("synth: --weights and --no-weights contradict each other");
   opt.weights = a.no_weights ? false : (a.weights_given || !config_only);
   if (a.weights_given && !a.weights.empty() && a.weights != "sharded" && a.weights != "single")
@@ -97,6 +109,9 @@ CommandRegistrar reg("synth", "Write a synthetic checkpoint (HF layout) from a p
   sub->add_flag("--fused-experts", a->fused_experts, "With --config: store MoE experts fused (experts.gate_up_proj)");
   sub->add_flag("--gdn-f32", a->gdn_f32, "With --config: store A_log and the GDN norm weight as F32");
   sub->add_option("--shard-mb", a->shard_mb, "Split the weights into shards of about this many MiB (with an index)");
+  sub->add_option("--tokenizer", a->tokenizer,
+                  "Ship this tokenizer.json instead of the synthetic one (its <|endoftext|> and <|im_end|> become the\n"
+                  "stop ids), e.g. the real Qwen3.5 vocabulary for --preset tiny-realvocab");
   sub->footer("Examples:\n  degenbisect synth --preset tiny-qwen35 --out models/tiny-qwen35\n"
               "  degenbisect synth --preset qwen36-27b --out /tmp/q27   # config only\n"
               "  degenbisect synth --preset qwen36-27b --weights sharded --out /data/q27   # 54 GB in 11 shards, ~5 min\n"

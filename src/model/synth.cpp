@@ -108,6 +108,27 @@ void add_tiny_presets(std::vector<SynthPreset>& p) {
     p.push_back({"tiny-qwen35-moe", "Qwen3.5 MoE (8 experts, top-2, shared expert), experts fused as in 35B-A3B",
                  nest("qwen3_5_moe", "qwen3_5_moe_text", "Qwen3_5MoeForConditionalGeneration", t), o, false});
   }
+  {  // the real Qwen3.5 / Qwen3.6 vocabulary (248,320 rows) on a few small layers: every verdict at real scale
+    json t = tiny_text_fields();
+    t["vocab_size"] = 248320;
+    t["hidden_size"] = 64;
+    t["num_hidden_layers"] = 4;
+    t["layer_types"] = {"linear_attention", "linear_attention", "linear_attention", "full_attention"};
+    t["head_dim"] = 32;
+    t["intermediate_size"] = 128;
+    t["max_position_embeddings"] = 4096;
+    json c = nest("qwen3_5", "qwen3_5_text", "Qwen3_5ForConditionalGeneration", t);
+    c["tie_word_embeddings"] = true;  // as Qwen3.5-0.8B and 2B: one 248,320 x 64 matrix, 32 MB in bf16
+    SynthOptions o;
+    // logits ~ N(0, 4.5^2): over 248,077 ids the top 40 then hold about 70 % of the mass and the top 20
+    // about 64 % (a mean over draws of Gaussian logits), peaked like a trained model's, unlike the 6 %
+    // and 4 % of the untied presets' logits of spread 2.
+    o.embed_scale = 4.5 / 8.0;
+    p.push_back({"tiny-realvocab",
+                 "Qwen3.5 dense, GGGA x1, hidden 64, tied embeddings, 248,320 logit rows: give it the real Qwen3.5 "
+                 "tokenizer (synth --tokenizer; scripts/make-realvocab-model.sh)",
+                 c, o, false});
+  }
   {  // Qwen3-Next: flat config, fused interleaved GDN projections, per-expert MoE, one dense layer
     json t = tiny_text_fields();
     t.erase("layer_types");  // derived from full_attention_interval, as in the real Qwen3-Next config
@@ -217,12 +238,12 @@ struct ValueRule {
   double scale = 1.0;
 };
 
-ValueRule rule_for(const std::string& name, const std::vector<int64_t>& shape, const ModelConfig& c) {
+ValueRule rule_for(const std::string& name, const std::vector<int64_t>& shape, const ModelConfig& c, double embed_scale) {
   if (ends_with(name, "linear_attn.norm.weight")) return {ValueRule::plain_norm, 0.05};  // around 1
   if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight")) return {ValueRule::zero_centred_norm, 0.05};
   if (ends_with(name, "A_log")) return {ValueRule::a_log, 1.0};
   if (ends_with(name, "dt_bias")) return {ValueRule::dt_bias, 1.0};
-  if (ends_with(name, "embed_tokens.weight")) return {ValueRule::normal, 1.0};
+  if (ends_with(name, "embed_tokens.weight")) return {ValueRule::normal, embed_scale};
   if (name == "lm_head.weight") return {ValueRule::normal, 2.0 / std::sqrt(double(c.hidden_size))};
   if (ends_with(name, "conv1d.weight")) return {ValueRule::normal, 1.0 / std::sqrt(double(shape.back()))};
   return {ValueRule::normal, 1.0 / std::sqrt(double(shape.back()))};  // projections: 1/sqrt(fan_in)
@@ -276,21 +297,24 @@ void write_synth_side_files(const json& config, const ModelConfig& cfg, const Sy
   // Tokenizer: the Qwen3.5 pre-tokenizer (with \p{M}) for the Qwen3.5 family, Qwen2's for Qwen3-Next.
   SynthTokenizerKind tk = cfg.arch == Arch::qwen3_next ? SynthTokenizerKind::qwen2 : SynthTokenizerKind::qwen35;
   int max_ids = static_cast<int>(std::min<int64_t>(cfg.vocab_size, 1000));
-  std::string tok_json = synth_tokenizer_json(tk, max_ids);
+  const bool given = !opt.tokenizer_json.empty();
+  std::string tok_json = given ? opt.tokenizer_json : synth_tokenizer_json(tk, max_ids);
   json tok = json::parse(tok_json);
   auto special = [&](const std::string& content) -> int64_t {
     for (const auto& t : tok["added_tokens"])
       if (t["content"] == content) return t["id"].get<int64_t>();
+    if (given) input_error("synth --tokenizer: the tokenizer has no added token ", content, "; expected the stop tokens of a Qwen tokenizer");
     throw std::logic_error("synthetic tokenizer lacks " + content);
   };
   int64_t eos = special("<|endoftext|>"), im_end = special("<|im_end|>");
 
   json cfg_out = config;
   json& lm = cfg_out.contains("text_config") ? cfg_out["text_config"] : cfg_out;
-  if (cfg.vocab_size <= 1024) {  // tiny models: point the token ids at the synthetic tokenizer
+  if (cfg.vocab_size <= 1024 || given) {  // tiny models: point the token ids at the tokenizer shipped
     lm["eos_token_id"] = eos;
     lm["bos_token_id"] = nullptr;
   }
+  if (given) max_ids = static_cast<int>(cfg.vocab_size);
   if (!opt.mtp) lm.erase("mtp_num_hidden_layers");
   // The stop ids must be tokens of the synthetic tokenizer (its first max_ids ids): a real-size
   // preset's own ids (248044) are not, so generation stops at the tokenizer's <|im_end|> and
@@ -323,7 +347,7 @@ std::vector<SynthItem> synth_items(const std::vector<WeightSpec>& table, const M
     bool f32 = opt.gdn_params_f32 && (ends_with(spec.name, "A_log") || ends_with(spec.name, "linear_attn.norm.weight"));
     const DType dt = f32 ? DType::f32 : DType::bf16;
     const uint64_t nbytes = static_cast<uint64_t>(n) * dtype_size(dt);
-    items.push_back({TensorDecl{spec.name, dt, spec.shape, nbytes}, rule_for(spec.name, spec.shape, cfg), fnv1a(spec.name)});
+    items.push_back({TensorDecl{spec.name, dt, spec.shape, nbytes}, rule_for(spec.name, spec.shape, cfg, opt.embed_scale), fnv1a(spec.name)});
     params += n;
     total += nbytes;
   }

@@ -27,6 +27,12 @@ struct SynthOptions {
   bool weights = true;         // false: config, tokenizer and generation config only
   int64_t shard_bytes = 0;     // > 0: split into shards of about this size with model.safetensors.index.json
   size_t shards = 0;           // > 1: exactly this many shards of about equal size (the published layout), with the index
+  // The embedding's scale (its values ~ N(0, embed_scale^2)). With tied embeddings it is the LM head
+  // too, and sets how peaked the output distribution is: logits ~ N(0, hidden_size x embed_scale^2).
+  double embed_scale = 1.0;
+  // A tokenizer.json to ship instead of the synthetic one (synth --tokenizer): its text, and the stop
+  // ids of config.json and generation_config.json are its <|endoftext|> and <|im_end|>.
+  std::string tokenizer_json;
 };
 
 struct SynthPreset {

@@ -28,6 +28,10 @@ The quirks of SGLang it reproduces (read from SGLang 0.5.23's source; docs/serve
     {"type": "stop", "matched": id};
   - POST /detokenize {"tokens", "skip_special_tokens"} -> {"text"}; GET /v1/models, /model_info,
     /health (200, empty body).
+With SGLANG_PROXY_PARTIAL=1 in its environment the upstream is asked for the request's top_logprobs_num
+ids only (every id of a 248,320-id vocabulary at every position is about 30 MB of JSON): an input id
+outside that listing then states null, and a sampled request's output rows are llama-server's top-K
+unscaled (the tool does not score a partial listing of a sampled step: it cannot undo the temperature).
 MODE:
   sglang    the shapes above
   tuple2    the triples written as (logprob, token_id) pairs
@@ -54,6 +58,7 @@ from json_http import JsonHandler, serve
 
 MODE, PORT_FILE = sys.argv[1], sys.argv[2]
 ORIGINAL = os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "") not in ("", "0", "false", "False")
+PARTIAL = os.environ.get("SGLANG_PROXY_PARTIAL", "") not in ("", "0")
 SAMPLING_KEYS = {"max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
                  "frequency_penalty", "sampling_seed", "ignore_eos", "stop", "stop_token_ids", "min_new_tokens", "n",
                  "skip_special_tokens", "no_stop_trim", "logit_bias"}
@@ -122,9 +127,9 @@ def log_softmax(lp, shift=None, temperature=1.0):
     return {i: v - lse for i, v in z.items()}
 
 
-def after(prefix, cache_prompt):
-    """The whole distribution after `prefix` (pre-sampling), as {id: logprob}."""
-    r = upstream("/completion", {"prompt": prefix, "n_predict": 1, "n_probs": 1000000, "temperature": 0,
+def after(prefix, cache_prompt, k_top=0):
+    """The whole distribution after `prefix` (pre-sampling), as {id: logprob} (PARTIAL: its top k_top)."""
+    r = upstream("/completion", {"prompt": prefix, "n_predict": 1, "n_probs": max(k_top, 1) if PARTIAL else 1000000, "temperature": 0,
                                  "cache_prompt": cache_prompt, "post_sampling_probs": False, "return_tokens": True})
     return full_listing(r["completion_probabilities"][0]["top_logprobs"])
 
@@ -176,7 +181,7 @@ def one(ids, sp, return_logprob, start, k_top):
     if return_logprob:
         for j in range(S, L):
             if MODE == "noshift":
-                d = after(ids[:j + 1], True)
+                d = after(ids[:j + 1], True, k_top)
                 itl.append(triple(d.get(ids[j]), ids[j]))
                 itop.append(top(d, k_top) if k_top else None)
                 continue
@@ -184,11 +189,11 @@ def one(ids, sp, return_logprob, start, k_top):
                 itl.append(triple(None, ids[j]))
                 itop.append(None)
                 continue
-            d = after(ids[:j], True)
+            d = after(ids[:j], True, k_top)
             itl.append(triple(d.get(ids[j]), ids[j] + (1 if MODE == "wrongids" and j == 2 else 0)))
             itop.append(top(d, k_top) if k_top else None)
     gen = upstream("/completion", {
-        "prompt": ids, "n_predict": max_new, "n_probs": 1000000 if return_logprob else 0,
+        "prompt": ids, "n_predict": max_new, "n_probs": (max(k_top, 1) if PARTIAL else 1000000) if return_logprob else 0,
         "temperature": 0 if greedy else temperature, "top_k": 0 if top_k < 0 else top_k,
         "top_p": float(sp.get("top_p", 1.0)), "min_p": float(sp.get("min_p", 0.0)),
         "repeat_penalty": float(sp.get("repetition_penalty", 1.0)), "presence_penalty": presence,
@@ -205,7 +210,7 @@ def one(ids, sp, return_logprob, start, k_top):
         for i, p in enumerate(gen["completion_probabilities"]):
             raw = full_listing(p["top_logprobs"])
             pen = {t: presence for t in out[:i]} if presence and not greedy else None
-            d = log_softmax(raw, pen, 1.0 if greedy or ORIGINAL else temperature)
+            d = raw if PARTIAL else log_softmax(raw, pen, 1.0 if greedy or ORIGINAL else temperature)
             otl.append(triple(d.get(out[i]), out[i]))
             otop.append(top(d, k_top) if k_top else None)
         meta.update({"input_token_logprobs": itl, "output_token_logprobs": otl})
