@@ -2,7 +2,7 @@
 # names as a script's output, without the marker the script writes when it makes one, is refused
 # with what was expected and what was found, and left as it was; and a relative path a user gives is
 # resolved against the folder the script is run from, not the repository root. Checked for
-# seed-replay.sh (SEED_OUT) and demo.sh (DEMO_OUT).
+# seed-replay.sh (SEED_OUT), demo.sh (DEMO_OUT) and version-bisect.sh (--work's versions/).
 # Nothing is built: the scripts run against a stand-in degenbisect that stops at the first command.
 # The scripts run from a copy of scripts/ in a stand-in repository ($WORK/tree, with its own golden/
 # and build/), so that a script that resolves a path against its repository harms the copy, never
@@ -49,5 +49,14 @@ done
 expect_exit 128 env DEMO_OUT=x bash "$T/scripts/demo.sh" "$STUB"
 expect_exit 128 env SEED_OUT=x bash "$T/scripts/seed-replay.sh" "$STUB"
 expect_out "found a folder made by scripts/demo.sh"
+
+# version-bisect.sh: --work's versions/ (the throwaway repository of versions) is replaced on every
+# bisect; a versions/ that it did not make is refused before any step runs.
+mkdir -p "$WORK/vw"
+user_folder "$WORK/vw/versions"
+expect_exit 2 env DEGENBISECT="$STUB" bash "$T/scripts/version-bisect.sh" --engine sglang --work "$WORK/vw" \
+  --good 1.0 --bad 1.2 --versions "1.0 1.1 1.2" -- --server-cmd '@ENGINE@ --port {port}'
+intact "$WORK/vw/versions" version-bisect.sh
+refused "$WORK/vw/versions"
 
 echo "script safety: ok"

@@ -44,4 +44,73 @@ expect_exit 2 "$VB" --engine nope --work "$WORK/w" --each 1.0 -- --server-cmd '@
 expect_out "expected sglang, vllm or llama-cpp-python"
 expect_exit 2 "$VB" --engine sglang --work "$WORK/w" --each 1.0 -- --server-cmd 'python3 -m sglang.launch_server'
 expect_out "no @ENGINE@"
+
+# The version's server is a path under --work, put into the command that /bin/sh runs: it is data,
+# never code, whatever --work holds. A stand-in compare that fills the --server-cmd template as
+# compare does ({port}; {{ and }} are braces) and runs it with /bin/sh; the stand-in server prints its
+# version, bad when BAD_VERSIONS lists it. --golden must exist as given, seen from compare's folder.
+cat >"$WORK/shcompare" <<'PY'
+#!/usr/bin/env python3
+import os, re, subprocess, sys
+def stop(message, code):
+    print(message)
+    sys.exit(code)
+a = sys.argv[1:]
+cmd = next((a[i + 1] for i, x in enumerate(a) if x == "--server-cmd"), None)
+golden = next((a[i + 1] for i, x in enumerate(a) if x == "--golden"), None)
+if golden and not os.path.exists(golden):
+    stop(f"error: no golden record at {golden} (seen from {os.getcwd()})", 128)
+filled = re.sub(r"\{\{|\}\}|\{port\}", lambda m: {"{{": "{", "}}": "}", "{port}": "8000"}[m.group(0)], cmd)
+r = subprocess.run(["/bin/sh", "-c", filled], capture_output=True, text=True)
+if r.returncode != 0 or not r.stdout.startswith("serving sglang "):
+    stop("error: the server did not start: " + (r.stdout + r.stderr).strip(), 125)
+bad = r.stdout.split()[-1] in os.environ.get("BAD_VERSIONS", "").split()
+print("verdict: bad (exit 1)" if bad else "verdict: good (exit 0)")
+sys.exit(1 if bad else 0)
+PY
+chmod +x "$WORK/shcompare"
+venvs() {  # WORK-DIR VERSIONS...: stand-in virtual environments whose python is the server
+  local w=$1 v; shift
+  for v in "$@"; do
+    mkdir -p "$w/venv-sglang-$v/bin"
+    printf '#!/bin/sh\n[ "$1 $2 $3 $4" = "-m pip show sglang" ] && { echo "Version: %s"; exit 0; }\n' "$v" >"$w/venv-sglang-$v/bin/python"
+    printf '[ "$1 $2" = "-m sglang.launch_server" ] && echo "serving sglang %s"\n' "$v" >>"$w/venv-sglang-$v/bin/python"
+    chmod +x "$w/venv-sglang-$v/bin/python"
+  done
+}
+mkdir -p "$WORK/c/g"
+cd "$WORK/c"
+shrun() { DEGENBISECT="$WORK/shcompare" "$VB" --engine sglang --work "$1" "${@:2}" -- --golden g --server-cmd '@ENGINE@ --port {port}'; }
+# $(...) in --work runs nothing; a space, quotes, ; and a {port} of its own are parts of the path.
+for w in 'w$(touch injected)' 'w s' "w 'q\" {port};x"; do
+  venvs "$WORK/c/$w" 0.5.9
+  expect_exit 0 shrun "$w" --each 0.5.9
+  expect_out "step 0.5.9: exit 0 (verdict: good (exit 0))"
+  [ -z "$(find "$WORK" -name injected)" ] || fail "--work '$w' ran a command: $(find "$WORK" -name injected)"
+  # --work is relative to the caller's folder
+  [ -f "$WORK/c/$w/step.sh" ] || fail "--work '$w' is not $WORK/c/$w"
+done
+# A bisect runs compare from the caller's folder too (git bisect run starts the step in the versions
+# repository): --golden g is $WORK/c/g.
+venvs "$WORK/c/wb" $VERS
+export BAD_VERSIONS="0.5.11 0.5.12"
+expect_exit 0 shrun wb --good 0.5.8 --bad 0.5.12 --versions "$VERS"
+grep -q "# first bad commit: .* sglang 0.5.11$" "$WORK/out" || { cat "$WORK/out"; fail "the regression is not named at 0.5.11"; }
+# No version testable (every step 125): not a success. --each exits 125, and so does a bisect whose
+# versions were all skipped, each saying why.
+printf '#!/bin/sh\necho "error: the server did not start"\nexit 125\n' >"$WORK/untestable"
+chmod +x "$WORK/untestable"
+expect_exit 125 run "$WORK/untestable" --each "0.5.9 0.5.10"
+expect_out "step 0.5.10: exit 125 (error: the server did not start)"
+expect_out "no version could be tested: all 2 steps exited 125"
+expect_exit 125 run "$WORK/untestable" --good 0.5.8 --bad 0.5.12 --versions "$VERS"
+expect_out "no answer: the versions that would decide could not be tested"
+# @ENGINE@ is replaced by a quoted path: inside the template's own quotes, or outside --server-cmd,
+# it would not be one.
+expect_exit 2 "$VB" --engine sglang --work "$WORK/w" --each 0.5.9 -- --server-cmd 'sh -c "@ENGINE@ --port {port}"'
+expect_out "expected @ENGINE@ outside quotes"
+expect_exit 2 "$VB" --engine sglang --work "$WORK/w" --each 0.5.9 -- --server-cmd '@ENGINE@ --port {port}' --json @ENGINE@.json
+expect_out "expected @ENGINE@ only in --server-cmd's command"
+expect_exit 2 "$VB" --engine sglang --work "$WORK/w" --each '0.5.9 *' -- --server-cmd '@ENGINE@ --port {port}'
+expect_out "version '*': expected a version such as 0.5.9"
 echo "version bisect: ok"
