@@ -4,7 +4,10 @@
 # exits 0 or 1 by the version in the server command it is given. Both directions: a regression (good
 # older: the first bad release) and a fix (bad older, the seed's SGLang 0.5.9 -> 0.5.11: the first
 # fixed release, git's old/new terms with the step's exit codes swapped); --each prints each step's
-# exit code; bad arguments are exit 2 before anything runs. The real run (llama-cpp-python 0.3.35
+# exit code; bad arguments are exit 2 before anything runs. The engine's path reaches the server
+# command that /bin/sh runs as data ($(...), spaces, quotes, braces in --work run nothing), each step
+# runs compare from the caller's folder, and a scan in which no version could be tested exits 125
+# (a stand-in compare that runs the server command as compare does). The real run (llama-cpp-python 0.3.35
 # and 0.3.36 built from source) is in docs/server.md: minutes per build, not in CI.
 source "$(dirname "$0")/lib.bash"
 command -v git >/dev/null || { echo "SKIP: no git"; exit 77; }
@@ -49,25 +52,27 @@ expect_out "no @ENGINE@"
 # never code, whatever --work holds. A stand-in compare that fills the --server-cmd template as
 # compare does ({port}; {{ and }} are braces) and runs it with /bin/sh; the stand-in server prints its
 # version, bad when BAD_VERSIONS lists it. --golden must exist as given, seen from compare's folder.
-cat >"$WORK/shcompare" <<'PY'
-#!/usr/bin/env python3
-import os, re, subprocess, sys
-def stop(message, code):
-    print(message)
-    sys.exit(code)
-a = sys.argv[1:]
-cmd = next((a[i + 1] for i, x in enumerate(a) if x == "--server-cmd"), None)
-golden = next((a[i + 1] for i, x in enumerate(a) if x == "--golden"), None)
-if golden and not os.path.exists(golden):
-    stop(f"error: no golden record at {golden} (seen from {os.getcwd()})", 128)
-filled = re.sub(r"\{\{|\}\}|\{port\}", lambda m: {"{{": "{", "}}": "}", "{port}": "8000"}[m.group(0)], cmd)
-r = subprocess.run(["/bin/sh", "-c", filled], capture_output=True, text=True)
-if r.returncode != 0 or not r.stdout.startswith("serving sglang "):
-    stop("error: the server did not start: " + (r.stdout + r.stderr).strip(), 125)
-bad = r.stdout.split()[-1] in os.environ.get("BAD_VERSIONS", "").split()
-print("verdict: bad (exit 1)" if bad else "verdict: good (exit 0)")
-sys.exit(1 if bad else 0)
-PY
+cat >"$WORK/shcompare" <<'SH'
+#!/bin/bash
+cmd="" golden=""
+while [ $# -gt 0 ]; do
+  case "$1" in --server-cmd) cmd=$2; shift 2 ;; --golden) golden=$2; shift 2 ;; *) shift ;; esac
+done
+[ -z "$golden" ] || [ -e "$golden" ] || { echo "error: no golden record at $golden (seen from $PWD)"; exit 128; }
+filled=""
+while [ -n "$cmd" ]; do
+  case "$cmd" in
+    "{{"*) filled+="{"; cmd=${cmd:2} ;;
+    "}}"*) filled+="}"; cmd=${cmd:2} ;;
+    "{port}"*) filled+=8000; cmd=${cmd:6} ;;
+    *) filled+=${cmd:0:1}; cmd=${cmd:1} ;;
+  esac
+done
+out=$(/bin/sh -c "$filled" 2>&1)
+case "$out" in "serving sglang "*) ;; *) echo "error: the server did not start: $out"; exit 125 ;; esac
+for b in ${BAD_VERSIONS:-}; do [ "${out##* }" != "$b" ] || { echo "verdict: bad (exit 1)"; exit 1; }; done
+echo "verdict: good (exit 0)"
+SH
 chmod +x "$WORK/shcompare"
 venvs() {  # WORK-DIR VERSIONS...: stand-in virtual environments whose python is the server
   local w=$1 v; shift
