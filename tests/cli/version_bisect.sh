@@ -7,7 +7,8 @@
 # exit code; bad arguments are exit 2 before anything runs. The engine's path reaches the server
 # command that /bin/sh runs as data ($(...), spaces, quotes, braces in --work run nothing), each step
 # runs compare from the caller's folder, and a scan in which no version could be tested exits 125
-# (a stand-in compare that runs the server command as compare does). The real run (llama-cpp-python 0.3.35
+# (a stand-in compare that runs the server command as compare does, and once the real compare with a
+# stand-in server that exits at once). The real run (llama-cpp-python 0.3.35
 # and 0.3.36 built from source) is in docs/server.md: minutes per build, not in CI.
 source "$(dirname "$0")/lib.bash"
 command -v git >/dev/null || { echo "SKIP: no git"; exit 77; }
@@ -79,7 +80,7 @@ venvs() {  # WORK-DIR VERSIONS...: stand-in virtual environments whose python is
   for v in "$@"; do
     mkdir -p "$w/venv-sglang-$v/bin"
     printf '#!/bin/sh\n[ "$1 $2 $3 $4" = "-m pip show sglang" ] && { echo "Version: %s"; exit 0; }\n' "$v" >"$w/venv-sglang-$v/bin/python"
-    printf '[ "$1 $2" = "-m sglang.launch_server" ] && echo "serving sglang %s"\n' "$v" >>"$w/venv-sglang-$v/bin/python"
+    printf '[ "$1 $2" = "-m sglang.launch_server" ] && echo "$0 $*" >"${0%%/*}/started" && echo "serving sglang %s"\n' "$v" >>"$w/venv-sglang-$v/bin/python"
     chmod +x "$w/venv-sglang-$v/bin/python"
   done
 }
@@ -95,6 +96,18 @@ for w in 'w$(touch injected)' 'w s' "w 'q\" {port};x"; do
   # --work is relative to the caller's folder
   [ -f "$WORK/c/$w/step.sh" ] || fail "--work '$w' is not $WORK/c/$w"
 done
+# The same through the real compare (its template, then /bin/sh): the stand-in server notes how it
+# was started and exits, so the version is untestable (125), and so is the scan.
+w="r b'c{port}\$(touch injected)\"q"
+venvs "$WORK/c/$w" 0.5.9
+expect_exit 125 env DEGENBISECT="$BIN" "$VB" --engine sglang --work "$w" --each 0.5.9 -- --golden "$SRC/golden/tiny-trained/smoke" \
+  --model "$SRC/models/tiny-trained" --health-timeout 10 --server-cmd '@ENGINE@ --port {port}'
+expect_out "step 0.5.9: exit 125"
+expect_out "no version could be tested"
+started=$(cat "$WORK/c/$w/venv-sglang-0.5.9/bin/started" 2>&1 || true)
+[[ "$started" == "$WORK/c/$w/venv-sglang-0.5.9/bin/python -m sglang.launch_server --port "[1-9]* ]] ||
+  fail "the real compare did not start the server at its path; the server says: $started"
+[ -z "$(find "$WORK" -name injected)" ] || fail "--work '$w' ran a command through compare"
 # A bisect runs compare from the caller's folder too (git bisect run starts the step in the versions
 # repository): --golden g is $WORK/c/g.
 venvs "$WORK/c/wb" $VERS
