@@ -16,7 +16,9 @@
 #   --prefill N        prompt tokens (ours --prefill, llama-bench -p; default 128)
 #   --decode N         generated tokens (ours --decode, llama-bench -n; default 8)
 #   --preset NAME      the synthetic checkpoint (default bench-1b, 2 GB bf16), written once to
-#                      build/bench-cpu-vs-llama/NAME and reused
+#                      build/bench-cpu-vs-llama/NAME and reused; a folder there that this script
+#                      did not write (no .degenbisect-made-by, scripts/lib/owned-dir.bash, nor
+#                      NAME.done beside it) is refused (exit 2), untouched
 #   --model DIR        measure this checkpoint instead of a preset (HF layout, llama.cpp must convert it)
 #   --bin BIN          our degenbisect binary (default build/degenbisect)
 #   --before BIN       another degenbisect binary (an older commit's build) in the same loop, at its
@@ -36,11 +38,12 @@
 # OpenMP) and build/llama.cpp-bench-portable (the tests' flags: GGML_NATIVE=OFF, i.e. AVX2+FMA,
 # -O1, no OpenMP); the first run builds both (tens of minutes on 2 cores). The converter needs torch
 # and numpy (scripts/install-deps.sh --hf). Exit 0 after a run, 1 when it cannot run at all (no
-# degenbisect binary, no python3), 2 for a bad option.
+# degenbisect binary, no python3), 2 for a bad option. Paths given (--model, --bin, --before,
+# --plan-model) are relative to the folder the script is run from.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$ROOT" || exit 1
+source "$ROOT/scripts/lib/owned-dir.bash"
 NPROC="$(nproc 2>/dev/null || echo 1)"
 THREADS="1 $NPROC"
 [ "$NPROC" = 1 ] && THREADS="1"
@@ -71,7 +74,7 @@ while [ $# -gt 0 ]; do
     --reps) positive --reps "$2"; REPS="$2"; shift 2 ;;
     --prefill) positive --prefill "$2"; PREFILL="$2"; shift 2 ;;
     --decode) positive --decode "$2"; DECODE="$2"; shift 2 ;;
-    --preset) [[ "$2" =~ ^[A-Za-z0-9._-]+$ ]] || bad "--preset '$2': expected a preset name (degenbisect synth --list)"
+    --preset) [[ "$2" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || bad "--preset '$2': expected a preset name (degenbisect synth --list)"
       PRESET="$2"; shift 2 ;;
     --model) [ -f "$2/config.json" ] || bad "--model '$2': no config.json there"
       MODEL="$(cd "$2" && pwd)"; shift 2 ;;
@@ -93,6 +96,11 @@ while [ $# -gt 0 ]; do
     *) bad "unknown argument '$1' (expected --threads, --reps, --prefill, --decode, --preset, --model, --bin, --before, --isa, --plan-model, --plan-args or --help)" ;;
   esac
 done
+cd "$ROOT" || exit 1
+# The preset's folder is rewritten when unfinished: only when this script wrote it (its marker, or the
+# NAME.done of an earlier version of the script beside it).
+preset_done_before_marker() { [ -f "$1.done" ]; }
+[ -n "$MODEL" ] || owned_check "$W/$PRESET" scripts/bench-cpu-vs-llama.sh preset_done_before_marker || exit 2
 
 [ -x "$BIN" ] || { echo "bench-cpu-vs-llama.sh: no $BIN (make build, or give --bin)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "bench-cpu-vs-llama.sh: python3 is needed" >&2; exit 1; }
@@ -124,7 +132,8 @@ prepare_model() {
   MODEL="$W/$PRESET"
   [ -f "$W/$PRESET.done" ] && [ -f "$MODEL/config.json" ] && return 0
   progress "writing preset $PRESET to $MODEL (once; reused by later runs)"
-  rm -rf "$MODEL" "$W/$PRESET.done"
+  owned_fresh "$MODEL" scripts/bench-cpu-vs-llama.sh preset_done_before_marker || exit 2
+  rm -f "$W/$PRESET.done"
   "$BIN" synth --preset "$PRESET" --out "$MODEL" >"$RAW/synth.log" 2>&1 || {
     progress "synth --preset $PRESET failed: $(tail -1 "$RAW/synth.log") (all in $RAW/synth.log): nothing to measure"
     exit 1

@@ -9,7 +9,10 @@
 #
 #   --dir DIR     where to put the source and the build (default: build/llama.cpp, with --native
 #                 build/llama.cpp-native); binaries end up in DIR/build/bin; DIR/ENGINE names the
-#                 version, the build flavour and the patch, if any
+#                 version, the build flavour and the patch, if any. DIR/src and DIR/build are deleted
+#                 and made again, so DIR must be a folder this script made (its .degenbisect-made-by,
+#                 scripts/lib/owned-dir.bash, or the BUILT/ENGINE record of an earlier version of the
+#                 script), an empty one or none: another is refused (exit 2), untouched
 #   --patch FILE  apply FILE (a unified diff against vendor/llama.cpp, -p1) to the copy before
 #                 building: a deliberately broken engine for the tests (tests/llama/*.patch)
 #   --jobs N      parallel compile jobs (default: nproc)
@@ -23,8 +26,10 @@
 #                 against (scripts/bench-cpu-vs-llama.sh); ENGINE records it and this CPU's flags
 #
 # Needs pip (the download) and cmake/g++. Idempotent: a finished build in DIR is reused when its
-# version, flavour (portable or native) and patch match. Exit 0 on success, 1 when the download, the patch or the build fails.
+# version, flavour (portable or native) and patch match. Exit 0 on success, 1 when the download, the
+# unpacking, the patch or the build fails, 2 for a bad argument (a --dir refused included).
 set -euo pipefail
+source "$(dirname "$0")/lib/owned-dir.bash"
 
 VERSION=0.3.36
 SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
@@ -60,7 +65,12 @@ if [ "$NATIVE" = 1 ]; then
 else
   [ -n "$DIR" ] || DIR="$ROOT/build/llama.cpp"
 fi
-mkdir -p "$DIR"
+# A build folder of an earlier version of this script, from before the marker: its own BUILT or
+# ENGINE record (written by nothing else) names a llama-cpp-python build.
+made_before_marker() { case "$(cat "$1/BUILT" "$1/ENGINE" 2>/dev/null | head -n 1)" in "llama-cpp-python "*) true ;; *) false ;; esac; }
+DIR="$(owned_abs "$DIR")"
+owned_check "$DIR" scripts/build-llama-cpp.sh made_before_marker || exit 2
+owned_mark "$DIR" scripts/build-llama-cpp.sh
 DIR="$(cd "$DIR" && pwd)"
 want="llama-cpp-python $VERSION vendor/llama.cpp -O1"
 # A native build is only valid on a CPU with the same instruction sets: the marker names them (a
@@ -107,7 +117,10 @@ fi
 SRC="$DIR/src"
 rm -rf "$SRC" "$DIR/unpack"
 mkdir -p "$DIR/unpack"
-tar -xzf "$TARBALL" -C "$DIR/unpack" "llama_cpp_python-$VERSION/vendor/llama.cpp"
+tar -xzf "$TARBALL" -C "$DIR/unpack" "llama_cpp_python-$VERSION/vendor/llama.cpp" 2>"$DIR/unpack.log" || {
+  echo "build-llama-cpp.sh: $TARBALL has no llama_cpp_python-$VERSION/vendor/llama.cpp to unpack ($(tail -n 1 "$DIR/unpack.log"))" >&2
+  exit 1
+}
 mv "$DIR/unpack/llama_cpp_python-$VERSION/vendor/llama.cpp" "$SRC"
 rm -rf "$DIR/unpack"
 if [ -n "$PATCH" ]; then

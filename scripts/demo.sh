@@ -8,12 +8,17 @@
 #  4. the worst cell compared against the golden record: the looping text beside the reference's;
 #  5. a bisect of the worst cell against the same engine without the bug: which toggle, which layer, which op;
 #  6. the reports (Markdown and self-contained HTML: golden and tested text side by side, the loop framed).
+# DEMO_OUT: another output folder than demo-out/ (tests/cli/demo.sh), relative to the folder the
+# script is run from. The script replaces only a folder it made (scripts/lib/owned-dir.bash: the
+# marker file .degenbisect-made-by in it), an empty one or none; another folder is refused (exit 128),
+# untouched.
 set -euo pipefail
-bin=${1:-build/degenbisect}
-cd "$(dirname "$0")/.."
-out=${DEMO_OUT:-demo-out}   # DEMO_OUT: another folder (tests/cli/demo.sh)
-rm -rf "$out"
-mkdir -p "$out"
+source "$(dirname "$0")/lib/owned-dir.bash"
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$(owned_abs "${1:-$root/build/degenbisect}")
+out=$(owned_abs "${DEMO_OUT:-$root/demo-out}")
+cd "$root"
+owned_fresh "$out" scripts/demo.sh || exit 128
 model=models/tiny-trained
 golden=golden/tiny-trained/smoke
 matrix=cases/tiny-trained/matrix-demo.json

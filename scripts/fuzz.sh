@@ -9,7 +9,11 @@
 #   --seconds N  time per target (default 60)
 #   --runs N     at most N executions per target (default: no limit; the time limit still applies)
 #   --jobs N     targets run at once (default: nproc)
-#   --build DIR  the fuzz build folder (default build-fuzz)
+#   --build DIR  the fuzz build folder (default build-fuzz in the repository; a DIR given is relative
+#                to the folder the script is run from). DIR/seeds is deleted and made again every run,
+#                so DIR must be a folder this script made (its .degenbisect-made-by,
+#                scripts/lib/owned-dir.bash, or a fuzz build configured by an earlier version of the
+#                script), an empty one or none: another is refused (exit 2), untouched
 #   --build-only build the targets and stop (.ci/run builds them beside ctest, niced, and runs them after)
 #   TARGET       some of: safetensors config tokenizer encode cases golden_manifest golden_data
 #                run_config sweep_matrix sweep_results replay report (default: all)
@@ -18,7 +22,10 @@
 # rebuilt into BUILD/seeds/<target> every run. Per-target logs: BUILD/logs/<target>.log.
 # Reproduce a finding: BUILD/tests/fuzz/fuzz_<target> BUILD/crashes/<file>
 # Needs clang with libFuzzer (Debian: clang, libclang-rt-14-dev; scripts/install-deps.sh --fuzz).
+# Exit 0 when no target found anything, 1 for a finding or a failed build, 2 for a bad argument.
 set -euo pipefail
+source "$(dirname "$0")/lib/owned-dir.bash"
+CALLER="$PWD"
 cd "$(dirname "$0")/.."
 SECONDS_PER=60
 RUNS=-1
@@ -31,9 +38,9 @@ while [ $# -gt 0 ]; do
     --seconds) SECONDS_PER="$2"; shift 2 ;;
     --runs) RUNS="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
-    --build) B="$2"; shift 2 ;;
+    --build) B="$(cd "$CALLER" && owned_abs "$2")"; shift 2 ;;
     --build-only) BUILD_ONLY=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option '$1' (expected --seconds, --runs, --jobs, --build, --build-only or a target name)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -42,6 +49,10 @@ for v in "$SECONDS_PER" "$JOBS"; do
   [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: expected a positive whole number, found '$v'" >&2; exit 2; }
 done
 [[ "$RUNS" =~ ^(-1|[1-9][0-9]*)$ ]] || { echo "fuzz.sh: --runs expects a positive whole number, found '$RUNS'" >&2; exit 2; }
+# The build folder: DIR/seeds is deleted every run. A fuzz build of an earlier version of this
+# script, from before the marker, is its own: only this script configures with DEGEN_FUZZ=ON.
+made_before_marker() { grep -qx 'DEGEN_FUZZ:BOOL=ON' "$1/CMakeCache.txt" 2>/dev/null; }
+owned_check "$B" scripts/fuzz.sh made_before_marker || exit 2
 
 CXX="${FUZZ_CXX:-clang++}"
 CC="${FUZZ_CC:-clang}"
@@ -55,6 +66,8 @@ if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { r
   exit 1
 fi
 
+owned_mark "$B" scripts/fuzz.sh
+
 t0=$(date +%s)
 if [ ! -f "$B/CMakeCache.txt" ]; then
   CC="$CC" CXX="$CXX" cmake -S . -B "$B" -DDEGEN_FUZZ=ON -DDEGEN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -66,7 +79,7 @@ if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets <<<"$all"
 else
   for t in "${targets[@]}"; do
-    grep -qx "$t" <<<"$all" || { echo "fuzz.sh: unknown target '$t' (expected one of: $(echo $all))" >&2; exit 2; }
+    grep -qxF -- "$t" <<<"$all" || { echo "fuzz.sh: unknown target '$t' (expected one of: $(echo $all))" >&2; exit 2; }
   done
 fi
 if ! cmake --build "$B" -j"$JOBS" --target $(printf 'fuzz_%s ' "${targets[@]}") >"$B/build.log" 2>&1; then
@@ -106,7 +119,8 @@ run_one() {
 export -f run_one
 export B SECONDS_PER RUNS
 t1=$(date +%s)
-if printf '%s\n' "${targets[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_one {}'; then
+# Each name is run_one's argument, never part of the command text.
+if printf '%s\n' "${targets[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_one "$1"' run_one {}; then
   echo "fuzz: ${#targets[@]} targets, ${SECONDS_PER} s each, no finding ($(($(date +%s) - t1)) s)"
 else
   echo "fuzz: FAILED: a target found a crash, a sanitizer report, a hang or an exception that is not a degen::Error" \

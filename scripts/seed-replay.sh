@@ -16,15 +16,18 @@
 # Outputs in $SEED_OUT (default seed-out/): sweep/, bisect.json, localise.json, compare.json,
 # report.md, report.html, report.json, cells.json (the cells the script chose), summary.txt (what it comes
 # to, the text's part said plainly) and replay.md (summary.txt, then report.md).
-# Exit 0 when every step ran (the verdicts are "bad" where the bug is: that is the finding), else the
-# step's exit code.
+# SEED_OUT, when given, is relative to the folder the script is run from (the default, seed-out/,
+# is in the repository). The script replaces only a folder it made (scripts/lib/owned-dir.bash: the
+# marker file .degenbisect-made-by in it), an empty one or none; another folder is refused, untouched.
+# Exit 0 when every step ran (the verdicts are "bad" where the bug is: that is the finding), 128 when
+# SEED_OUT is refused, else the step's exit code.
 set -euo pipefail
-bin=${1:-build/degenbisect}
-case "$bin" in /*) ;; *) bin=$PWD/$bin ;; esac
-cd "$(dirname "$0")/.."
-out=${SEED_OUT:-seed-out}
-rm -rf "$out"
-mkdir -p "$out"
+source "$(dirname "$0")/lib/owned-dir.bash"
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$(owned_abs "${1:-$root/build/degenbisect}")
+out=$(owned_abs "${SEED_OUT:-$root/seed-out}")
+cd "$root"
+owned_fresh "$out" scripts/seed-replay.sh || exit 128
 model=models/tiny-trained
 golden=golden/tiny-trained/smoke
 matrix=cases/tiny-trained/matrix-seed.json

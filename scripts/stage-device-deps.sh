@@ -7,12 +7,19 @@
 #             made relative to the config file)
 #   library   libutf8proc.so and its SONAME libutf8proc.so.2 (real files, no links), libutf8proc.pc
 #             with a relocatable prefix (CMake finds utf8proc with or without pkg-config).
-# Usage: scripts/stage-device-deps.sh [OUT_DIR]   (default: .devdeps in the repository root)
+# Usage: scripts/stage-device-deps.sh [OUT_DIR]   (default: .devdeps in the repository root; OUT_DIR
+# is relative to the folder the script is run from). OUT_DIR is replaced: it must be a folder this
+# script made (its .degenbisect-made-by, scripts/lib/owned-dir.bash), an empty one or none; another
+# is refused (exit 2), untouched.
 # Needs: libeigen3-dev nlohmann-json3-dev libcli11-dev doctest-dev libutf8proc-dev installed here
-# (scripts/install-deps.sh installs them).
+# (scripts/install-deps.sh installs them). Exit 0 when staged, 1 when a package is missing here.
 set -euo pipefail
+source "$(dirname "$0")/lib/owned-dir.bash"
 root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${1:-$root/.devdeps}"
+out="$(owned_abs "${1:-$root/.devdeps}")"
+# A staged tree of an earlier version of this script, from before the marker: usr/ alone, laid out as above.
+made_before_marker() { [ "$(ls -A "$1")" = usr ] && [ -f "$1/usr/include/utf8proc.h" ] && [ -d "$1/usr/lib/cmake/doctest" ]; }
+owned_check "$out" scripts/stage-device-deps.sh made_before_marker || exit 2
 arch="$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)"
 arch="${arch/-pc-/-}"
 u="$out/usr"
@@ -29,7 +36,7 @@ need /usr/lib/cmake/doctest/doctestConfig.cmake doctest-dev
 need /usr/include/utf8proc.h libutf8proc-dev
 need "/usr/lib/$arch/libutf8proc.so" libutf8proc-dev
 
-rm -rf "$out"
+owned_fresh "$out" scripts/stage-device-deps.sh made_before_marker || exit 2
 mkdir -p "$u/include" "$u/share/cmake" "$u/lib/cmake" "$u/lib/$arch/pkgconfig" "$u/share/eigen3"
 cp -r /usr/include/eigen3 /usr/include/nlohmann /usr/include/CLI /usr/include/doctest /usr/include/utf8proc.h "$u/include/"
 cp -r /usr/share/eigen3/cmake "$u/share/eigen3/"
