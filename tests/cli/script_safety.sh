@@ -5,7 +5,7 @@
 # script that deletes a folder a user can name: seed-replay.sh (SEED_OUT), demo.sh (DEMO_OUT),
 # version-bisect.sh (--work's versions/), build-llama-cpp.sh (--dir), fuzz.sh (--build, and its
 # target names, which reach a bash -c command), stage-device-deps.sh (OUT_DIR) and
-# bench-cpu-vs-llama.sh (--preset names a folder under build/; --model).
+# bench-cpu-vs-llama.sh (--preset names a folder under build/; --model), make-realvocab-model.sh (--out).
 # Nothing is built, installed or downloaded: the scripts run against stand-ins (a degenbisect that
 # stops at the first command, a cmake and compiler that do nothing, an empty source archive) and
 # stop at their first real step. The scripts run from a copy of scripts/ in a stand-in repository
@@ -122,4 +122,10 @@ mkdir -p "$WORK/caller/m"
 echo '{}' >"$WORK/caller/m/config.json"
 expect_exit 2 bash "$T/scripts/bench-cpu-vs-llama.sh" --bin "$STUB" --model m --threads 0
 expect_out "--threads '0': expected a positive integer"
+# make-realvocab-model.sh --out DIR: refused unless it made DIR (before any download), relative to the
+# caller's folder.
+user_folder "$WORK/caller/rv"
+expect_exit 1 bash "$T/scripts/make-realvocab-model.sh" --bin "$STUB" --out rv
+intact "$WORK/caller/rv" make-realvocab-model.sh
+refused "$WORK/caller/rv"
 echo "script safety: ok"
