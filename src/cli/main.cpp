@@ -27,9 +27,13 @@ GlobalOptions& global_options() {
 }
 }  // namespace degen::cli
 
-int main(int argc, char** argv) {
-  using namespace degen;
-  using namespace degen::cli;
+namespace {
+
+using namespace degen;
+using namespace degen::cli;
+
+// The command itself: parse, check, run; its exit code. main() adds the check of stdout.
+int run_command(int argc, char** argv) {
   CLI::App app{
       "degenbisect: find out why a hybrid Gated-DeltaNet model (Qwen3.5 / Qwen3.6 / Qwen3-Next)\n"
       "served on GPUs produces degenerate output, and name the toggle, layer and operation.\n\n"
@@ -102,4 +106,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "degenbisect: internal error: %s\n", e.what());
     return static_cast<int>(ExitCode::input);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Every output is checked, stdout too (util/output_file.h): whatever printf, fwrite and std::cout
+  // wrote there and could not be written (a full disk, a reader gone while SIGPIPE is ignored) is
+  // exit 128 with the OS error, whatever the command answered: its result never reached the reader.
+  degen::install_stdout_check();
+  const int rc = run_command(argc, argv);
+  const std::string failed = degen::stdout_failure();
+  if (failed.empty()) return rc;
+  std::fprintf(stderr, "degenbisect: error: %s\n", failed.c_str());
+  return static_cast<int>(degen::ExitCode::input);
 }
