@@ -259,8 +259,9 @@ void install_stdout_check() {
   std::setvbuf(f, nullptr, ::isatty(STDOUT_FILENO) ? _IOLBF : _IOFBF, BUFSIZ);
   std::fflush(stdout);
   stdout = f;  // glibc: stdin, stdout and stderr are ordinary variables
-  static StdoutBuf cout_buf;
-  std::cout.rdbuf(&cout_buf);
+  // Never destroyed: std::cout is flushed once more after main() returns, by its own static clean-up.
+  static StdoutBuf* const cout_buf = new StdoutBuf;
+  std::cout.rdbuf(cout_buf);
 }
 
 std::string stdout_failure() {
