@@ -17,6 +17,7 @@
 #include "engine/trace.h"
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/json_output.h"
 #include "util/output_file.h"
 
 namespace degen::cli {
@@ -290,8 +291,8 @@ int run_bisect(const BisectArgs& a) {
   j["exit_code"] = code;
   std::printf("%s\n", para.c_str());
   if (!a.json_out.empty()) {
-    if (a.json_out == "-") std::printf("%s\n", j.dump(1).c_str());
-    else write_file_atomic(a.json_out, j.dump(1) + "\n");
+    if (a.json_out == "-") std::printf("%s\n", json_text(j, 1).c_str());
+    else write_file_atomic(a.json_out, json_text(j, 1) + "\n");
   }
   return code;
 }

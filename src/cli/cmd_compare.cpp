@@ -18,6 +18,7 @@
 #include "model/safetensors.h"
 #include "report/junit.h"
 #include "util/error.h"
+#include "util/json_output.h"
 #include "util/output_file.h"
 
 namespace degen::cli {
@@ -107,7 +108,7 @@ int run_compare(const CompareArgs& a) {
       nlohmann::json j = {{"tool", "degenbisect compare"}, {"golden", a.golden}, {"model", a.model},
                           {"config", o.config.str()}, {"suite", rec.suite()}, {"verdict", "untestable"},
                           {"reason", e.what()}, {"exit_code", static_cast<int>(ExitCode::untestable)}};
-      write_out(a.json, j.dump(1) + "\n");
+      write_out(a.json, json_text(j, 1) + "\n");
     }
     if (!a.junit.empty()) write_out(a.junit, report::junit_untestable_compare(rec.suite(), ids, e.what()));
     std::fprintf(text_out, "verdict: untestable (exit 125): %s\n", e.what());
@@ -117,12 +118,12 @@ int run_compare(const CompareArgs& a) {
   const nlohmann::json j = r.to_json();
   // The files first, then the verdict: a write that fails anyway (disk full) exits 128 with no
   // verdict printed that would contradict it. (--json -: the text goes to stderr, the order is moot.)
-  if (!a.json.empty() && a.json != "-") write_out(a.json, j.dump(1) + "\n");
+  if (!a.json.empty() && a.json != "-") write_out(a.json, json_text(j, 1) + "\n");
   // The report's JUnit writer (src/report/junit.h), the same XML `report --format junit` writes.
   if (!a.junit.empty()) write_out(a.junit, report::junit_for_compare(j));
   std::fwrite(text.data(), 1, text.size(), text_out);
   std::fflush(text_out);
-  if (a.json == "-") write_out(a.json, j.dump(1) + "\n");
+  if (a.json == "-") write_out(a.json, json_text(j, 1) + "\n");
   return r.exit_code;
 }
 

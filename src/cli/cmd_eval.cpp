@@ -14,6 +14,7 @@
 #include "backends/make_backend.h"
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/json_output.h"
 #include "util/output_file.h"
 
 namespace degen::cli {
@@ -124,7 +125,7 @@ int run_eval(const EvalArgs& a) {
     j["verdict"] = "untestable";
     j["reason"] = e.what();
     if (!a.json.empty()) {
-      const std::string text = j.dump(1) + "\n";
+      const std::string text = json_text(j, 1) + "\n";
       if (a.json == "-") std::fwrite(text.data(), 1, text.size(), stdout);
       else write_file_atomic(a.json, text);
     }
@@ -160,7 +161,7 @@ int run_eval(const EvalArgs& a) {
   }
   j["exit_code"] = code;
   if (!a.json.empty()) {
-    const std::string jt = j.dump(1) + "\n";
+    const std::string jt = json_text(j, 1) + "\n";
     if (a.json == "-") std::fwrite(jt.data(), 1, jt.size(), stdout);
     else write_file_atomic(a.json, jt);
   }

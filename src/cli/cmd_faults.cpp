@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "engine/faults.h"
 #include "engine/backend.h"
+#include "util/json_output.h"
 
 namespace degen::cli {
 namespace {
@@ -27,7 +28,7 @@ int run_faults(bool json_out) {
                    {"needs_mtp", f.needs_mtp},
                    {"needs", f.needs ? nlohmann::json(f.needs) : nlohmann::json(nullptr)},
                    {"mechanism", f.mechanism ? nlohmann::json(f.mechanism) : nlohmann::json(nullptr)}});
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", json_text(j, 2).c_str());
     return 0;
   }
   std::printf("%zu faults. Inject one with --config fault=NAME[@layers], e.g. fault=rope-interleaved@3, "

@@ -9,6 +9,7 @@
 #include "model/shard.h"
 #include "util/cpu_isa.h"
 #include "util/error.h"
+#include "util/json_output.h"
 
 namespace degen::cli {
 namespace {
@@ -240,7 +241,7 @@ int run_inspect(const InspectArgs& a) {
   describe_memory(cfg, a.tp, f);
   f.out["cpu_isa"] = {{"active", cpu::isa_name(cpu::active_isa())}, {"best", cpu::isa_name(cpu::best_isa())},
                       {"description", cpu::isa_description()}};
-  if (a.json) std::printf("%s\n", f.out.dump(2).c_str());
+  if (a.json) std::printf("%s\n", json_text(f.out, 2).c_str());
   else print_inspect(a, cfg, f);
   return f.exit_code;
 }

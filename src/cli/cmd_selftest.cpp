@@ -15,6 +15,7 @@
 #include "model/synth.h"
 #include "util/error.h"
 #include "util/output_file.h"
+#include "util/json_output.h"
 
 namespace degen::cli {
 namespace {
@@ -63,7 +64,7 @@ int run_selftest_cmd(const SelftestArgs& a) {
                  rec.floors_present() ? "" : " (no noise floors: fixed fp32-class limits)");
   auto rows = run_selftest(rec, model, tok, so, make_backend, quiet ? nullptr : stderr);
   std::printf("%s", selftest_table(rows).c_str());
-  if (!a.json_out.empty()) write_file_atomic(a.json_out, selftest_json(rows).dump(1) + "\n");
+  if (!a.json_out.empty()) write_file_atomic(a.json_out, json_text(selftest_json(rows), 1) + "\n");
   for (const auto& r : rows)
     if (r.status == "fail") return static_cast<int>(ExitCode::bad);
   return 0;

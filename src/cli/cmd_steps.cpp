@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "engine/fused_ops.h"
 #include "engine/trace.h"
+#include "util/json_output.h"
 
 namespace degen::cli {
 namespace {
@@ -33,7 +34,7 @@ int run_steps(bool json_out) {
                    {"fused_op_gdn_layer", fused_json(fused_op_of(s.step, LayerKind::linear, false))},
                    {"fused_op_attention_layer", fused_json(fused_op_of(s.step, LayerKind::full, false))},
                    {"fused_op_moe_layer", fused_json(fused_op_of(s.step, LayerKind::full, true))}});
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", json_text(j, 2).c_str());
     return 0;
   }
   std::printf("%zu trace steps in forward order (a layer's steps are named STEP-LAYER, e.g. gdn_conv-4).\n"

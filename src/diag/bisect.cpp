@@ -9,6 +9,7 @@
 #include "model/safetensors.h"
 #include "util/error.h"
 #include "util/json_input.h"
+#include "util/json_output.h"
 
 namespace degen {
 
@@ -74,7 +75,7 @@ const CellSummary& BisectOracle::eval(const RunConfig& rc, const std::string& wh
       json line = {{"config", key}, {"why", why}, {"summary", cell_summary_to_json(it->second)}};
       if (!identity_.is_null()) line["identity"] = identity_;
       std::ofstream f(*replay_, std::ios::app);
-      f << line.dump() << "\n";
+      f << json_text(line) << "\n";
       f.flush();
       if (!f) input_error(replay_->string(), ": cannot append to the replay file");
     }

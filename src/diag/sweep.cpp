@@ -28,6 +28,7 @@
 #include "util/file_lock.h"
 #include "util/json_input.h"
 #include "util/json_number.h"
+#include "util/json_output.h"
 #include "util/sha256.h"
 
 namespace degen {
@@ -135,12 +136,12 @@ CellSummary eval_isolated(const std::function<CellSummary()>& eval) {
     ::close(fds[0]);
     std::string out;
     try {
-      out = cell_summary_to_json(eval()).dump();
+      out = json_text(cell_summary_to_json(eval()));
     } catch (const std::exception& e) {
       CellSummary s;
       s.verdict = "error";
       s.reason = e.what();
-      out = cell_summary_to_json(s).dump();
+      out = json_text(cell_summary_to_json(s));
     }
     const char* p = out.data();
     size_t left = out.size();
@@ -548,7 +549,7 @@ std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, c
   meta["cells_extra"] = m.cells_extra;
   if (m.params_only) meta["server"] = true;
   if (!opt.identity.is_null()) meta["identity"] = opt.identity;
-  write_file_atomic(opt.out / "sweep.json", meta.dump(2) + "\n");
+  write_file_atomic(opt.out / "sweep.json", json_text(meta, 2) + "\n");
 
   std::vector<SweepRow> rows;
   size_t todo = 0;
@@ -592,7 +593,7 @@ std::vector<SweepRow> run_sweep(const SweepMatrix& m, const SweepOptions& opt, c
     line["values"] = row.values;
     line["seconds"] = row.seconds;
     if (!opt.identity.is_null()) line["identity"] = opt.identity;
-    append_line(jsonl, line.dump());
+    append_line(jsonl, json_text(line));
     ++finished;
     rows.push_back(std::move(row));
   }

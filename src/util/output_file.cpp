@@ -10,7 +10,10 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
+#include <iostream>
+#include <streambuf>
 #include <vector>
 
 #include "util/error.h"
@@ -210,6 +213,64 @@ void write_output_file(const fs::path& path, const std::function<void(const Outp
 
 void write_output_file(const fs::path& path, const std::string& text) {
   write_output_file(path, [&](const OutputSink& sink) { sink(text.data(), text.size()); });
+}
+
+namespace {
+
+// The first OS error of a write to stdout (0: none yet).
+std::atomic<int> stdout_errno{0};
+
+// The cookie stream's write: all of it to fd 1, or -1 with the error kept.
+ssize_t write_fd1(void*, const char* data, size_t n) {
+  if (write_all(STDOUT_FILENO, data, n)) return static_cast<ssize_t>(n);
+  int expected = 0;
+  stdout_errno.compare_exchange_strong(expected, errno ? errno : EIO);
+  return -1;
+}
+
+// std::cout (CLI11's --help and --version) into C's `stdout`, whatever stream that is now.
+class StdoutBuf : public std::streambuf {
+ protected:
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    return std::fputc(c, stdout) == EOF ? traits_type::eof() : c;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    return static_cast<std::streamsize>(std::fwrite(s, 1, static_cast<size_t>(n), stdout));
+  }
+  int sync() override { return std::fflush(stdout) == 0 ? 0 : -1; }
+};
+
+// "stdout (/dev/full)", "stdout (pipe:[1234])": what fd 1 is, for messages; "stdout" when /proc cannot say.
+std::string stdout_name() {
+  std::vector<char> buf(PATH_MAX);
+  const ssize_t n = ::readlink("/proc/self/fd/1", buf.data(), buf.size());
+  if (n <= 0 || static_cast<size_t>(n) == buf.size()) return "stdout";
+  return cat("stdout (", std::string(buf.data(), static_cast<size_t>(n)), ")");
+}
+
+}  // namespace
+
+void install_stdout_check() {
+  cookie_io_functions_t io{};
+  io.write = write_fd1;
+  std::FILE* f = ::fopencookie(nullptr, "w", io);
+  if (f == nullptr) return;  // out of memory at start-up: stdout stays glibc's own (still checked by ferror)
+  std::setvbuf(f, nullptr, ::isatty(STDOUT_FILENO) ? _IOLBF : _IOFBF, BUFSIZ);
+  std::fflush(stdout);
+  stdout = f;  // glibc: stdin, stdout and stderr are ordinary variables
+  // Never destroyed: std::cout is flushed once more after main() returns, by its own static clean-up.
+  static StdoutBuf* const cout_buf = new StdoutBuf;
+  std::cout.rdbuf(cout_buf);
+}
+
+std::string stdout_failure() {
+  std::cout.flush();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout);
+  const int err = stdout_errno.load();
+  if (!failed && err == 0) return "";
+  return cat("cannot write ", stdout_name(), ": write: ",
+             err ? path_error_reason(err) : std::string("the write failed (the OS gave no reason)"));
 }
 
 int open_output_stream(const fs::path& path) {

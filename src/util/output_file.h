@@ -28,6 +28,22 @@ using OutputSink = std::function<void(const void*, size_t)>;
 void write_output_file(const std::filesystem::path& path, const std::function<void(const OutputSink&)>& produce);
 void write_output_file(const std::filesystem::path& path, const std::string& text);
 
+// stdout is an output as well (--json -, report -o -, inspect --json, the tables and verdicts,
+// --help): one writer carries all of it and keeps the OS error of the first write that fails.
+//   - install_stdout_check() (main(), before anything is printed) points C's `stdout` at that writer
+//     (a glibc cookie stream over fd 1, line-buffered on a terminal, fully buffered otherwise) and
+//     std::cout at `stdout`, so printf, fwrite(stdout) and std::cout all pass through it;
+//   - stdout_failure() (main(), when the command is done) flushes it and answers the message for a
+//     failed write or flush, "cannot write stdout (WHERE): write: REASON", WHERE being what fd 1 is
+//     (/dev/full, pipe:[1234]) when /proc says so; "" when all of it was written. main() then exits 128
+//     with that message, whatever the command's verdict: its output never reached the reader;
+//   - a reader that went away (`degenbisect faults | head -1`): SIGPIPE keeps its default action, so
+//     the process ends at once, quietly, killed by the signal (a shell reports 141, never 0), as
+//     coreutils do; where SIGPIPE is ignored (inherited from the parent) the write fails with EPIPE and
+//     the rule above applies: exit 128, "cannot write stdout (pipe:[...]): write: Broken pipe".
+void install_stdout_check();
+std::string stdout_failure();
+
 // Opens `path` for a stream written while degenbisect runs (a server's log, by a child process):
 // a regular file or a new name is truncated or created (mode 0644), a character device or a FIFO is
 // opened in place; the rest as above. Returns a close-on-exec descriptor opened O_WRONLY|O_APPEND.

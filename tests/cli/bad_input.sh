@@ -146,4 +146,59 @@ for cmd in "synth --preset tiny-qwen35" "golden --model $m --cases $WORK/cases.j
 done
 expect_no_internal "$why" compare --golden "$WORK/none" --model "$m" --json "$ro/c.json"
 expect_no_internal "$why" report "$WORK/none" -o "$ro/r.md"
+
+# Command-line strings that are not UTF-8 (the byte 0xFF: legal in a Linux path). Each reaches JSON
+# (a record's manifest, --json, sweep results, replay lines) or XML (--junit), which hold UTF-8 only;
+# it ended as "internal error: [json.exception.type_error.316]" once the whole run was done, its
+# record or result lost. Now: exit 128 before any work, naming the option and showing the byte. The
+# folders and files exist (copies): under a UTF-8 name each command would run.
+X=$'\xff'
+g="$WORK/golden"
+expect_exit 0 $T "$BIN" -q golden --model "$m" --cases "$WORK/cases.json" --no-floors --positions 8 --out "$g"
+expect_exit 0 $T "$BIN" -q compare --golden "$g" --model "$m" --no-decode --json "$WORK/c.json"
+cp -r "$m" "$WORK/m$X"
+cp -r "$g" "$WORK/g$X"
+cp "$WORK/c.json" "$WORK/c$X.json"
+utf8_case() {  # OPTION CMD...: exit 128 naming OPTION and the byte, before anything ran or was written
+  local opt=$1; shift
+  expect_no_internal "$opt: expected UTF-8 text, found \"" "$@"
+  expect_out '\xFF'
+  expect_out '" (byte '
+  if grep -q "^verdict:\|^golden: wrote" "$WORK/out"; then cat "$WORK/out" >&2; fail "'$*' ran before it was refused"; fi
+  [ ! -e "$WORK/u.json" ] || fail "'$*' wrote its --json before it was refused"
+}
+utf8_case "golden --model" golden --model "$WORK/m$X" --cases "$WORK/cases.json" --no-floors --positions 8 --out "$WORK/g-u"
+utf8_case "golden --out" golden --model "$m" --cases "$WORK/cases.json" --no-floors --positions 8 --out "$WORK/g-u$X"
+utf8_case "golden --cases" golden --model "$m" --cases "$WORK/cases$X.json" --out "$WORK/g-u"
+[ ! -e "$WORK/g-u" ] && [ ! -e "$WORK/g-u$X" ] || fail "a refused golden created its --out"
+utf8_case "compare --golden" compare --golden "$WORK/g$X" --model "$m" --no-decode --json "$WORK/u.json"
+utf8_case "compare --model" compare --golden "$g" --model "$WORK/m$X" --no-decode --json -
+utf8_case "compare --case" compare --golden "$g" --model "$m" --no-decode --case "a$X" --junit "$WORK/u.xml"
+utf8_case "compare --dump" compare --golden "$g" --model "$m" --dump "$WORK/d$X" --json "$WORK/u.json"
+utf8_case "compare --server" compare --golden "$g" --model "$m" --server "http://127.0.0.1:9/$X" --json "$WORK/u.json"
+utf8_case "compare --server-cmd" compare --golden "$g" --model "$m" --server-cmd "true {port} $X" --json "$WORK/u.json"
+utf8_case "bisect --model" bisect --golden "$g" --model "$WORK/m$X" --bad attn=flash --no-decode --json "$WORK/u.json"
+utf8_case "bisect --bad" bisect --golden "$g" --model "$m" --bad "attn=flash$X" --no-decode --json "$WORK/u.json"
+utf8_case "sweep --out" sweep --golden "$g" --model "$m" --axis attn=naive --no-decode --out "$WORK/sw$X"
+[ ! -e "$WORK/sw$X" ] || fail "a refused sweep created its --out"
+utf8_case "report argument paths" report "$WORK/c$X.json" --format json
+utf8_case "report --out" report "$WORK/c.json" -o "$WORK/r$X.json"
+utf8_case "inspect argument model" inspect "$WORK/m$X" --json
+# Text from outside the command line that is not UTF-8 (here a server's error body) reaches JSON as
+# U+FFFD: the verdict (untestable, 125) and its JSON survive, the JSON is valid.
+expect_exit 125 $T "$BIN" -q compare --golden "$g" --model "$m" --health-timeout 10 --attempts 1 --json "$WORK/srv.json" \
+  --server-cmd "python3 $SRC/tests/cli/misbehaving_server.py rawbytes port={port}"
+# The same body in a sweep cell's reason: the cell is recorded (results.jsonl), the sweep goes on.
+expect_exit 125 $T "$BIN" -q sweep --golden "$g" --model "$m" --health-timeout 10 --attempts 1 --out "$WORK/sw-raw" \
+  --server-cmd "env X={x} python3 $SRC/tests/cli/misbehaving_server.py rawbytes port={port}" --axis x=a
+python3 - "$WORK/srv.json" "$WORK/sw-raw/results.jsonl" <<'PY'
+import json, sys
+docs = [json.load(open(sys.argv[1], encoding="utf-8", errors="strict"))]
+docs += [json.loads(l) for l in open(sys.argv[2], encoding="utf-8", errors="strict")]
+for j in docs:
+    if j.get("verdict") != "untestable" or "\ufffd\ufffd upstream failed \ufffd" not in j.get("reason", ""):
+        sys.exit("FAIL: expected an untestable verdict whose reason quotes the server's body with U+FFFD, found %r" % j)
+if len(docs) != 2:
+    sys.exit("FAIL: expected one sweep cell in results.jsonl, found %d" % (len(docs) - 1))
+PY
 echo "bad_input: ok"

@@ -9,6 +9,7 @@ POST as MODE says (GET /health: 200, as llama-server once loaded):
   close    closes the connection without a response
   refuse   HTTP 500 with a JSON error
   garbage  HTTP 200 with a body that is not JSON
+  rawbytes HTTP 500 with a body that is not UTF-8 either (bytes 0xFF 0xFE, half a character)
   fields   /completion: HTTP 200 with JSON lacking the fields llama-server's has
   vocab    /detokenize answers another text: another model's vocabulary
   ids      /completion answers token ids outside any small vocabulary (another model's); its
@@ -120,9 +121,9 @@ class Handler(JsonHandler):
             self.connection.shutdown(2)
         elif MODE == "refuse":
             self.send_json(500, {"error": {"code": 500, "message": "model not loaded"}})
-        elif MODE == "garbage":
-            body = b"<html>502 Bad Gateway</html>"
-            self.send_response(200)
+        elif MODE in ("garbage", "rawbytes"):
+            body = b"<html>502 Bad Gateway</html>" if MODE == "garbage" else b"\xff\xfe upstream failed \xc3"
+            self.send_response(200 if MODE == "garbage" else 500)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

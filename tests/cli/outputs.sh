@@ -142,4 +142,57 @@ expect_exit 125 timeout 20 "$BIN" -q compare --golden "$g" --model "$m" --case s
 wait $! || fail "the FIFO's reader failed or timed out"
 grep -q "^port " "$WORK/fifo.out" || fail "the server's log did not reach the FIFO's reader"
 [ -p "$WORK/fifo" ] || fail "$WORK/fifo is no longer a FIFO"
+
+# stdout is an output too: whatever a command prints (JSON with '-', a report, a table, --help) and
+# cannot write is exit 128 naming stdout and the OS error, never 0 with the output lost.
+# (The system's /dev/full is only written to here: a shell redirection never replaces it.)
+if [ -c /dev/full ]; then
+  expect_stdout_full() {  # CMD...: stdout into /dev/full; stderr in $WORK/out
+    local got
+    set +e
+    "$@" >/dev/full 2>"$WORK/out"
+    got=$?
+    set -e
+    [ "$got" = 128 ] || { cat "$WORK/out" >&2; fail "'$*' >/dev/full exited $got, expected 128 (a failed write on stdout)"; }
+    expect_out "cannot write stdout (/dev/full): write: No space left on device"
+  }
+  expect_stdout_full "$BIN" report "$c" -o -
+  expect_stdout_full "$BIN" report "$c" --format json
+  expect_stdout_full "${CMP[@]}" --json -
+  expect_stdout_full "${CMP[@]}"
+  expect_stdout_full "$BIN" inspect "$m" --json
+  expect_stdout_full "$BIN" inspect "$m"
+  expect_stdout_full "$BIN" faults
+  expect_stdout_full "$BIN" faults --json
+  expect_stdout_full "$BIN" tokenize --model "$m" "red green blue"
+  expect_stdout_full "$BIN" tokenize --write-synth qwen35
+  expect_stdout_full "$BIN" steps --json
+  expect_stdout_full "$BIN" --help
+  expect_stdout_full "$BIN" -q bisect --golden "$g" --model "$m" --bad attn=naive --case sum --no-decode --no-subop \
+    --no-localise --json -
+else
+  echo "outputs: skipping the stdout checks (no /dev/full)"
+fi
+# A reader that left before anything was written (a pipe whose read end is closed): with SIGPIPE
+# ignored (inherited) the write fails with EPIPE: exit 128 naming the pipe; with SIGPIPE's default
+# action the process dies of the signal, quietly, as `... | head` expects. Never exit 0.
+python3 - "$BIN" "$c" <<'PY'
+import os, signal, subprocess, sys
+binary, compare_json = sys.argv[1], sys.argv[2]
+for cmd in (["faults"], ["report", compare_json, "-o", "-"]):
+    for action in (signal.SIG_IGN, signal.SIG_DFL):
+        r, w = os.pipe()
+        os.close(r)
+        p = subprocess.run([binary] + cmd, stdout=w, stderr=subprocess.PIPE, timeout=30,
+                           preexec_fn=lambda: signal.signal(signal.SIGPIPE, action))
+        os.close(w)
+        err = p.stderr.decode(errors="replace")
+        what = "%s with SIGPIPE %s" % (" ".join(cmd), "ignored" if action == signal.SIG_IGN else "at its default")
+        if action == signal.SIG_IGN:
+            if p.returncode != 128 or "cannot write stdout (pipe:[" not in err or "write: Broken pipe" not in err:
+                sys.exit("FAIL: %s: expected exit 128 and 'cannot write stdout (pipe:[...]): write: Broken pipe', "
+                         "found exit %d and %r" % (what, p.returncode, err))
+        elif p.returncode != -signal.SIGPIPE:
+            sys.exit("FAIL: %s: expected death by SIGPIPE, found exit %d and %r" % (what, p.returncode, err))
+PY
 echo "outputs: ok"
