@@ -59,9 +59,8 @@ int64_t golden_positions(const std::string& policy, int64_t T, int64_t per_posit
 namespace {
 
 void validate_positions(const std::string& p) {
-  if (p == "all" || p == "none" || p == "auto") return;
-  bool digits = !p.empty() && p.size() < 10 && std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!digits) input_error("--positions ", p, ": expected auto, all, none or a number N (the first N positions of each case)");
+  if (!valid_positions_policy(p))
+    input_error("--positions ", p, ": expected auto, all, none or a number N (the first N positions of each case)");
 }
 
 void add_i32(SafetensorsWriter& w, const std::string& name, const std::vector<int32_t>& v, std::vector<int64_t> shape) {
@@ -70,6 +69,11 @@ void add_i32(SafetensorsWriter& w, const std::string& name, const std::vector<in
 void add_f32(SafetensorsWriter& w, const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
   w.add(name, DType::f32, shape, v.data(), v.size() * 4);
 }
+
+// A mean KLD as a noise floor: a mean below 0 is rounding (each position's KLD may be down to
+// -kKldRoundoff, metrics.h), so the floor is 0 there, as the manifest's reader requires (>= 0:
+// record_manifest.cpp); NaN stays NaN.
+double kld_floor(double mean) { return mean < 0 ? 0.0 : mean; }
 
 // Floors of one case for one floor engine: isolated rel_l2 per layer and mode, mean teacher-forced
 // KLD per mode, MTP draft KLD (prefill).
@@ -104,9 +108,9 @@ CaseFloors measure_floors(Engine& eng, const std::vector<int32_t>& seq, const Fo
     to.vocab_mask = maskp;
     to.mtp = m == ForcedMode::prefill && !mtp_k.ids.empty();
     ForcedRun tf = forced_run(eng, seq, to);
-    f.kld[mi] = mean_kld(logit_positions(tf.logits, T, V, main_k, next, maskp));
+    f.kld[mi] = kld_floor(mean_kld(logit_positions(tf.logits, T, V, main_k, next, maskp)));
     if (m == ForcedMode::prefill && !tf.mtp_logits.empty())
-      f.mtp_kld = mean_kld(logit_positions(tf.mtp_logits, T - 1, V, mtp_k, mtp_next, maskp));
+      f.mtp_kld = kld_floor(mean_kld(logit_positions(tf.mtp_logits, T - 1, V, mtp_k, mtp_next, maskp)));
   }
   return f;
 }
