@@ -198,11 +198,11 @@ GoldenRun::GoldenRun(const Model& model_, const Tokenizer* tok_, const GoldenOpt
 
 namespace {
 
-// The options write_golden refuses, and an `out` it may not replace.
-void check_golden_options(const GoldenOptions& opt, const fs::path& out) {
+// The options golden refuses whatever the model (check_golden_options adds the layer lists).
+void check_option_values(const GoldenOptions& opt) {
   if (opt.precision == Precision::bf16)
     input_error("golden: --precision must be fp32 or fp64 (the reference); bf16 is what the noise floors measure");
-  if (opt.topk < 1 || opt.topk > 1000) input_error("golden: --topk must be in [1, 1000], found ", opt.topk);
+  if (opt.topk < 1 || opt.topk > kMaxRecordTopK) input_error("golden: --topk must be in [1, ", kMaxRecordTopK, "], found ", opt.topk);
   if (opt.gen_tokens && (*opt.gen_tokens < 0 || *opt.gen_tokens > kMaxNewTokensLimit))
     input_error("golden: --gen-tokens must be in [0, ", kMaxNewTokensLimit, "], found ", *opt.gen_tokens);
   validate_positions(opt.positions);
@@ -255,8 +255,8 @@ void check_golden_options(const GoldenOptions& opt, const fs::path& out) {
                 "backend=cuda,precision=ref, --floors-config backend=cuda) against the CPU");
   if (gpu_floors && opt.floors && (opt.verify_layers == "none" || opt.verify_positions == 0))
     input_error("golden: --floors-config backend=cuda needs the CPU spot check (--verify-layers, --verify-positions)");
-  if (opt.verify_positions < 0 || opt.verify_positions > 4096)
-    input_error("golden: --verify-positions must be in [0, 4096], found ", opt.verify_positions);
+  if (opt.verify_positions < 0 || opt.verify_positions > kMaxVerifyPositions)
+    input_error("golden: --verify-positions must be in [0, ", kMaxVerifyPositions, "], found ", opt.verify_positions);
   if (!r.faults.empty() && (opt.verify_layers == "none" || opt.verify_positions == 0))
     input_error("golden: a reference with faults is only run to test the spot check; --verify-layers none or "
                 "--verify-positions 0 would let it write a wrong record");
@@ -714,6 +714,11 @@ ResumeAsked resume_asked(const GoldenRun& run) {
 
 }  // namespace
 
+void check_golden_options(const GoldenOptions& opt, const ModelConfig& cfg) {
+  check_option_values(opt);
+  check_layer_options(opt, cfg);
+}
+
 // The record is built in the store's `partial` folder, which outlives an interrupted run: every
 // finished case leaves its data file there and its manifest entry beside it, and a later run with
 // the same key (the model, the suite and every setting that shapes the record) keeps them, each
@@ -723,8 +728,7 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
                            const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress) {
   const fs::path out = out_arg.has_filename() ? out_arg : out_arg.parent_path();  // "golden/x/" is "golden/x"
   const auto t0 = std::chrono::steady_clock::now();
-  check_golden_options(opt, out);
-  check_layer_options(opt, model.config);
+  check_golden_options(opt, model.config);
   RecordStore store(out, opt.force, progress);
   GoldenSummary sum;
   GoldenRun run(model, tok, opt, factory, sum);

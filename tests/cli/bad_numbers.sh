@@ -6,6 +6,7 @@
 #  2. config.json: rope_theta, rms_norm_eps, eos/bos ids out of range -> 128 naming the field.
 #  3. prompt suites: absurd numbers -> 128 naming the case and the field; a 64-bit seed is a seed.
 #  4. golden record manifests resealed with numbers out of range -> 128 naming the file and the field.
+#  5. golden --plan refuses what golden refuses, with the same message; absurd rates are refused.
 # No llama.cpp and no torch: the dumps are written here from the committed golden record.
 source "$(dirname "$0")/lib.bash"
 M=$(cd "$SRC/models/tiny-trained" && pwd)
@@ -161,4 +162,21 @@ reseal rec-in-range "m['settings']['cpu_isa'] = 'baseline'"  # the same edit wit
 expect_exit 0 cmp_rec rec-in-range
 expect_out "verdict: good (exit 0)"
 
+# 5. golden --plan validates its options as golden does (one function, check_golden_options): the
+# plan took --positions -1, --topk 0 and --floor-classes zzz; each is now refused by both with the
+# same message. A rate of 1e-320 printed "-2147483648 h" (an int overflow): refused.
+echo '{"suite": "s", "cases": [{"id": "a", "raw": "hi", "max_new_tokens": 2}]}' >"$WORK/plan-suite.json"
+rates=(--storage-gbps 1 --memory-gbps 1 --gflops 1)
+for opt in "--positions -1" "--topk 0" "--floor-classes zzz" "--gen-tokens 2000000" "--layers 99"; do
+  expect_exit 128 "$BIN" golden --plan --model "$M" --cases "$WORK/plan-suite.json" "${rates[@]}" $opt
+  cp "$WORK/out" "$WORK/plan.out"
+  expect_exit 128 "$BIN" golden --model "$M" --cases "$WORK/plan-suite.json" --out "$WORK/plan-golden" $opt
+  cmp -s "$WORK/out" "$WORK/plan.out" || { diff "$WORK/plan.out" "$WORK/out" >&2; fail "golden and golden --plan refuse '$opt' differently"; }
+  grep -qF -- "${opt%% *}" "$WORK/out" || { cat "$WORK/out" >&2; fail "the refusal of '$opt' does not name the option"; }
+done
+[ ! -e "$WORK/plan-golden" ] || fail "a refused golden run wrote a record"
+expect_exit 128 "$BIN" golden --plan --model "$M" --cases "$WORK/plan-suite.json" --storage-gbps 1 --memory-gbps 1e-320 --gflops 1
+expect_out "--memory-gbps must be a positive number of at least 0.001 and below 1e9, found 1e-320"
+expect_exit 0 "$BIN" golden --plan --model "$M" --cases "$WORK/plan-suite.json" "${rates[@]}"
+expect_out "estimate: "
 echo "bad_numbers: ok"
