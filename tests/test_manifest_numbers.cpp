@@ -111,10 +111,16 @@ TEST_CASE("manifest numbers: a resealed manifest with a number out of range is r
       {"suite.cases", [](json& m) { m["suite"]["cases"] = 3; }, "expected 2", "found 3"},
       {"cases[0].generated_tokens", [](json& m) { m["cases"][0]["generated_tokens"] = 4; }, "at most the case's max_new_tokens (3)",
        "found 4"},
+      // the numbers of a case's sampling string (compare generates with it again)
+      {"cases[1].sampling", [](json& m) { m["cases"][1]["sampling"] = "temp=1e300,seed=3"; }, "in their ranges",
+       "found \"temp=1e300,seed=3\""},
+      {"cases[1].sampling", [](json& m) { m["cases"][1]["sampling"] = "temp=0.7,attn=flash"; }, "temp, top_p, top_k",
+       "found \"temp=0.7,attn=flash\""},
   };
   for (const Edit& e : edits) {
-    CAPTURE(e.field);
-    CAPTURE(e.found);
+    const std::string field = e.field, found = e.found;
+    CAPTURE(field);
+    CAPTURE(found);
     json m = seed_manifest();
     e.edit(m);
     write_resealed(dir, m);
@@ -227,7 +233,8 @@ TEST_CASE("manifest numbers: an interrupted run's resume entries and generations
        "field 'entry.floors.fp32.kld_prefill': expected a KLD noise floor >= 0"},
   };
   for (const ResumeEdit& e : edits) {
-    CAPTURE(e.what);
+    const std::string what = e.what;
+    CAPTURE(what);
     TempDir tmp("resume-numbers");
     const ResumeSeed s(tmp.path());
     s.edit(e.file, e.edit);

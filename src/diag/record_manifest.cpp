@@ -8,6 +8,8 @@
 #include "diag/cases.h"
 #include "engine/backend.h"
 #include "engine/generate.h"
+#include "engine/run_config.h"
+#include "engine/sampler.h"
 #include "model/config.h"
 #include "util/cpu_isa.h"
 #include "util/error.h"
@@ -141,6 +143,20 @@ std::vector<int> layer_list(const json& v, const std::string& field) {
   for (size_t i = 0; i < v.size(); ++i)
     out.push_back(int_in(v.at(i), cat(field, "[", i, "]"), 0, kMaxModelLayers - 1, "a layer index"));
   return out;
+}
+
+// A case's sampling string: a configuration string (engine/run_config.h) that parses, whose values
+// are in run_config's ranges (temp in [0, 100], top_p in (0, 1], ...; the sampler's validate) and that
+// sets nothing but sampling (golden writes sampling_str of the case's sampling).
+bool sampling_only(const std::string& text) {
+  try {
+    RunConfig rc = parse_run_config(text);
+    validate(rc.sampling);
+    rc.sampling = SamplingParams{};
+    return rc.str() == RunConfig{}.str();
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 // The names the writer draws each enumerated field from.
@@ -498,6 +514,9 @@ Manifest::Case case_from_json(const json& j, const std::string& at) {
                             "a generation budget, as a prompt suite allows");
   c.ignore_stop = j.at("ignore_stop").get<bool>();
   c.sampling = j.at("sampling").get<std::string>();
+  if (!sampling_only(c.sampling))  // compare re-reads it (apply_run_config) to generate as the reference did
+    bad_value(path_of(at, "sampling"), "the case's sampling as golden writes it: \"\" (greedy) or temp, top_p, top_k, min_p, "
+              "rep_pen, presence_pen and seed in their ranges (such as temp=0.7,seed=3)", j.at("sampling"));
   c.stop_reason = one_of(j.at("stop_reason"), path_of(at, "stop_reason"), stop_names());  // engine/generate.h StopReason
   c.nonfinite_logits = j.at("nonfinite_logits").get<bool>();
   // Positions are 32-bit (token positions of one sequence); load_case checks it against the case's tokens
