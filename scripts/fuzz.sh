@@ -15,8 +15,8 @@
 #                scripts/lib/owned-dir.bash, or a fuzz build configured by an earlier version of the
 #                script), an empty one or none: another is refused (exit 2), untouched
 #   --build-only build the targets and stop (.ci/run builds them beside ctest, niced, and runs them after)
-#   TARGET       some of: safetensors config tokenizer encode cases golden_manifest golden_data
-#                run_config sweep_matrix sweep_results replay report (default: all)
+#   TARGET       some of the targets of tests/fuzz/targets.cmake (tests/fuzz/README.md), such as
+#                golden_manifest, manifest_numbers, http_sglang, http_body (default: all)
 #
 # Corpora: BUILD/corpus/<target> grows across runs (new coverage found is kept); the seeds are
 # rebuilt into BUILD/seeds/<target> every run. Per-target logs: BUILD/logs/<target>.log.

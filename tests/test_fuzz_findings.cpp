@@ -8,10 +8,12 @@
 #include <string>
 
 #include "diag/bisect.h"
+#include "diag/golden_record.h"
 #include "diag/sweep.h"
 #include "engine/run_config.h"
 #include "helpers.h"
 #include "model/config.h"
+#include "model/safetensors.h"
 #include "report/inputs.h"
 #include "util/error.h"
 #include "util/json_input.h"
@@ -158,4 +160,41 @@ TEST_CASE("fuzz finding: a sampling value is printed so that the canonical form 
   }
   CHECK(parse_run_config("top_p=0.99999999999222").str() == "top_p=0.99999999999222");
   CHECK(parse_run_config("temp=0.7").str() == "temp=0.7");  // the short forms stay short
+}
+
+TEST_CASE("fuzz finding: a golden manifest's numbers are range-checked before they are narrowed or used") {
+  // fuzz_manifest_numbers against the reader as it was (resealed manifests of the seed record), on
+  // its first inputs: 1e300 in an int field (cases[0].verification.worst_layer) was converted to int
+  // (undefined behaviour, UBSan); 0.5 as a budget (cases[1].max_new_tokens) or a worst_layer was read
+  // as 0; noise floors of -inf, -1 and -0.000267 (the seed's mtp_kld negated) were kept (a negative
+  // limit: the reference judged bad). Inputs: tests/fuzz/regressions/manifest_numbers.
+  TempDir tmp("fuzz-manifest");
+  const fs::path dir = tmp / "rec";
+  fs::copy(test::source_dir() / "tests/fuzz/seeds/golden-mini", dir, fs::copy_options::recursive);
+  const json seed = json::parse(read_file(dir / "manifest.json"));
+  struct Bad {
+    json::json_pointer at;
+    json value;
+    const char* field;
+    const char* found;
+  };
+  for (const Bad& b : {Bad{json::json_pointer("/cases/0/index"), 1e300, "cases[0].index", "found 1e+300"},
+                       Bad{json::json_pointer("/cases/1/max_new_tokens"), 0.5, "cases[1].max_new_tokens", "found 0.5"},
+                       Bad{json::json_pointer("/cases/0/floors/bf16/iso_decode/0"), "-inf", "cases[0].floors.bf16.iso_decode[0]",
+                           "found \"-inf\""},
+                       Bad{json::json_pointer("/cases/0/floors/bf16/mtp_kld"), -0.000267, "cases[0].floors.bf16.mtp_kld",
+                           "found -0.000267"}}) {
+    const std::string field = b.field;
+    CAPTURE(field);
+    json m = seed;
+    m[b.at] = b.value;
+    m[kManifestChecksumKey] = manifest_checksum(m);
+    write_text(dir / "manifest.json", m.dump(1));
+    const std::string msg = input_error_of([&] { (void)GoldenRecord::open(dir); });
+    CHECK(msg.find((dir / "manifest.json").string()) != std::string::npos);
+    CHECK(msg.find(cat("field '", b.field, "': expected ")) != std::string::npos);
+    CHECK(msg.find(b.found) != std::string::npos);
+  }
+  write_text(dir / "manifest.json", seed.dump(1));
+  CHECK(GoldenRecord::open(dir).cases().size() == 2);  // the seed itself opens
 }

@@ -6,8 +6,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 
 #include "backends/make_backend.h"
 #include "diag/cases.h"
@@ -86,6 +88,49 @@ TEST_CASE("golden plan: passes by batch group and floor class") {
   CHECK_FALSE(fl.refused());
   as.memory_gb = 0.001;
   CHECK(plan_golden(dir.path(), model->config, model->checkpoint.get(), nullptr, s, o, as, make_backend).refused());
+}
+
+TEST_CASE("golden plan: the options golden refuses, the plan refuses the same way") {
+  // golden --plan took --positions -1, --topk 0 and --floor-classes zzz, which golden refuses: both
+  // now call check_golden_options.
+  const SynthPreset& p = find_synth_preset("tiny-qwen35");
+  test::TempDir dir("plan-options");
+  synth_checkpoint(p.config, p.options, dir.path());
+  auto model = load_model(dir.path());
+  const Suite s = suite3();
+  PlanAssumptions as;
+  as.probe = false;
+  as.memory_gb = 100;
+  struct Bad {
+    std::function<void(GoldenOptions&)> set;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{[](GoldenOptions& o) { o.positions = "-1"; }, "--positions -1: expected auto, all, none or a number N"},
+                       Bad{[](GoldenOptions& o) { o.topk = 0; }, "--topk must be in [1, 1000], found 0"},
+                       Bad{[](GoldenOptions& o) { o.floor_classes = "zzz"; }, "--floor-classes zzz: expected both, bf16 or fp32"},
+                       Bad{[](GoldenOptions& o) { o.gen_tokens = 1 << 21; }, "--gen-tokens must be in [0, 1048576], found 2097152"},
+                       Bad{[](GoldenOptions& o) { o.verify_layers = "99"; }, "--verify-layers"}}) {
+    CAPTURE(b.says);
+    GoldenOptions o;
+    b.set(o);
+    CHECK_THROWS_WITH_AS(plan_golden(dir.path(), model->config, model->checkpoint.get(), nullptr, s, o, as, make_backend),
+                         doctest::Contains(b.says), InputError);
+    CHECK_THROWS_WITH_AS(check_golden_options(o, model->config), doctest::Contains(b.says), InputError);
+  }
+  CHECK_NOTHROW(plan_golden(dir.path(), model->config, model->checkpoint.get(), nullptr, s, GoldenOptions{}, as, make_backend));
+}
+
+TEST_CASE("golden plan: every duration is printed without overflow, an absurd one sanely") {
+  CHECK(format_duration(12.5) == "12.5 s");
+  CHECK(format_duration(200) == "3 min 20 s");
+  CHECK(format_duration(3720) == "1 h 02 min");
+  CHECK(format_duration(3600.0 * 999999 + 3599) == "999999 h 59 min");
+  // int(s / 3600) overflowed past 2^31 hours: 1e300 s printed "-2147483648 h"
+  CHECK(format_duration(3600.0 * 1e6) == "1e+06 h");
+  CHECK(format_duration(1e300) == "2.78e+296 h");
+  CHECK(format_duration(std::numeric_limits<double>::infinity()) == "unbounded");
+  CHECK(format_duration(std::nan("")) == "unknown");
+  CHECK(format_duration(-1) == "unknown");
 }
 
 // What `f` writes to stderr (the writer's progress lines go there).

@@ -2,9 +2,12 @@
 // GPU checked by the CPU) and write a golden record
 // (DESIGN.md §6, src/diag/golden.h): token ids, per-position top-K log-probs, per-layer outputs,
 // MTP drafts and per-layer noise floors, with checksums, written atomically.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "diag/cases.h"
@@ -90,9 +93,13 @@ int run_golden(const GoldenArgs& a) {
   if (a.plan && o.reference.backend != BackendKind::cpu)
     input_error("golden --plan estimates the CPU reference; with --config ", o.reference.str(),
                 " the CPU runs only the spot check (one prefill of --verify-positions tokens per case)");
+  // Rates and memory of a machine: 0.001 (1 MB/s, 1 MFLOP/s, 1 MB) is far below any that runs a
+  // model, 1e9 far above any that exists; a rate of 1e-320 made the estimate infinite.
   for (const auto& [name, v] : {std::pair{"--storage-gbps", a.storage_gbps}, {"--memory-gbps", a.memory_gbps},
                                 {"--gflops", a.gflops}, {"--memory-gb", a.memory_gb}})
-    if (v && !(*v > 0 && *v < 1e9)) input_error("golden: ", name, " must be a positive number, found ", *v);
+    if (v && !(*v >= 1e-3 && *v < 1e9))
+      input_error("golden: ", name, " must be a positive number of at least 0.001 and below 1e9, found ",
+                  std::isfinite(*v) ? nlohmann::json(*v).dump() : cat(*v));  // (shortest text: 1e-320, not 9.99989e-321)
   const Suite suite = load_suite(a.cases);
   std::unique_ptr<Tokenizer> tok;
   if (fs::exists(fs::path(a.model) / "tokenizer.json")) tok = Tokenizer::load(fs::path(a.model) / "tokenizer.json");

@@ -59,9 +59,8 @@ int64_t golden_positions(const std::string& policy, int64_t T, int64_t per_posit
 namespace {
 
 void validate_positions(const std::string& p) {
-  if (p == "all" || p == "none" || p == "auto") return;
-  bool digits = !p.empty() && p.size() < 10 && std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!digits) input_error("--positions ", p, ": expected auto, all, none or a number N (the first N positions of each case)");
+  if (!valid_positions_policy(p))
+    input_error("--positions ", p, ": expected auto, all, none or a number N (the first N positions of each case)");
 }
 
 void add_i32(SafetensorsWriter& w, const std::string& name, const std::vector<int32_t>& v, std::vector<int64_t> shape) {
@@ -70,6 +69,11 @@ void add_i32(SafetensorsWriter& w, const std::string& name, const std::vector<in
 void add_f32(SafetensorsWriter& w, const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
   w.add(name, DType::f32, shape, v.data(), v.size() * 4);
 }
+
+// A mean KLD as a noise floor: a mean below 0 is rounding (each position's KLD may be down to
+// -kKldRoundoff, metrics.h), so the floor is 0 there, as the manifest's reader requires (>= 0:
+// record_manifest.cpp); NaN stays NaN.
+double kld_floor(double mean) { return mean < 0 ? 0.0 : mean; }
 
 // Floors of one case for one floor engine: isolated rel_l2 per layer and mode, mean teacher-forced
 // KLD per mode, MTP draft KLD (prefill).
@@ -104,9 +108,9 @@ CaseFloors measure_floors(Engine& eng, const std::vector<int32_t>& seq, const Fo
     to.vocab_mask = maskp;
     to.mtp = m == ForcedMode::prefill && !mtp_k.ids.empty();
     ForcedRun tf = forced_run(eng, seq, to);
-    f.kld[mi] = mean_kld(logit_positions(tf.logits, T, V, main_k, next, maskp));
+    f.kld[mi] = kld_floor(mean_kld(logit_positions(tf.logits, T, V, main_k, next, maskp)));
     if (m == ForcedMode::prefill && !tf.mtp_logits.empty())
-      f.mtp_kld = mean_kld(logit_positions(tf.mtp_logits, T - 1, V, mtp_k, mtp_next, maskp));
+      f.mtp_kld = kld_floor(mean_kld(logit_positions(tf.mtp_logits, T - 1, V, mtp_k, mtp_next, maskp)));
   }
   return f;
 }
@@ -194,11 +198,11 @@ GoldenRun::GoldenRun(const Model& model_, const Tokenizer* tok_, const GoldenOpt
 
 namespace {
 
-// The options write_golden refuses, and an `out` it may not replace.
-void check_golden_options(const GoldenOptions& opt, const fs::path& out) {
+// The options golden refuses whatever the model (check_golden_options adds the layer lists).
+void check_option_values(const GoldenOptions& opt) {
   if (opt.precision == Precision::bf16)
     input_error("golden: --precision must be fp32 or fp64 (the reference); bf16 is what the noise floors measure");
-  if (opt.topk < 1 || opt.topk > 1000) input_error("golden: --topk must be in [1, 1000], found ", opt.topk);
+  if (opt.topk < 1 || opt.topk > kMaxRecordTopK) input_error("golden: --topk must be in [1, ", kMaxRecordTopK, "], found ", opt.topk);
   if (opt.gen_tokens && (*opt.gen_tokens < 0 || *opt.gen_tokens > kMaxNewTokensLimit))
     input_error("golden: --gen-tokens must be in [0, ", kMaxNewTokensLimit, "], found ", *opt.gen_tokens);
   validate_positions(opt.positions);
@@ -251,8 +255,8 @@ void check_golden_options(const GoldenOptions& opt, const fs::path& out) {
                 "backend=cuda,precision=ref, --floors-config backend=cuda) against the CPU");
   if (gpu_floors && opt.floors && (opt.verify_layers == "none" || opt.verify_positions == 0))
     input_error("golden: --floors-config backend=cuda needs the CPU spot check (--verify-layers, --verify-positions)");
-  if (opt.verify_positions < 0 || opt.verify_positions > 4096)
-    input_error("golden: --verify-positions must be in [0, 4096], found ", opt.verify_positions);
+  if (opt.verify_positions < 0 || opt.verify_positions > kMaxVerifyPositions)
+    input_error("golden: --verify-positions must be in [0, ", kMaxVerifyPositions, "], found ", opt.verify_positions);
   if (!r.faults.empty() && (opt.verify_layers == "none" || opt.verify_positions == 0))
     input_error("golden: a reference with faults is only run to test the spot check; --verify-layers none or "
                 "--verify-positions 0 would let it write a wrong record");
@@ -710,6 +714,11 @@ ResumeAsked resume_asked(const GoldenRun& run) {
 
 }  // namespace
 
+void check_golden_options(const GoldenOptions& opt, const ModelConfig& cfg) {
+  check_option_values(opt);
+  check_layer_options(opt, cfg);
+}
+
 // The record is built in the store's `partial` folder, which outlives an interrupted run: every
 // finished case leaves its data file there and its manifest entry beside it, and a later run with
 // the same key (the model, the suite and every setting that shapes the record) keeps them, each
@@ -719,8 +728,7 @@ GoldenSummary write_golden(const Model& model, const Tokenizer* tok, const Suite
                            const GoldenOptions& opt, const BackendFactory& factory, std::FILE* progress) {
   const fs::path out = out_arg.has_filename() ? out_arg : out_arg.parent_path();  // "golden/x/" is "golden/x"
   const auto t0 = std::chrono::steady_clock::now();
-  check_golden_options(opt, out);
-  check_layer_options(opt, model.config);
+  check_golden_options(opt, model.config);
   RecordStore store(out, opt.force, progress);
   GoldenSummary sum;
   GoldenRun run(model, tok, opt, factory, sum);

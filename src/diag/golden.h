@@ -158,6 +158,12 @@ struct GoldenSummary {
   std::string verification;         // a GPU reference: what the CPU spot check found (one line), else empty
 };
 
+// The options `golden` refuses, each an InputError naming the option, what it takes and what was
+// found: --precision, --topk, --gen-tokens, --positions, --config, --floors-config, --floor-classes,
+// --verify-layers, --verify-positions, and the layer lists against the model. The one validation of
+// the options: write_golden and plan_golden (`golden --plan`) both call it first.
+void check_golden_options(const GoldenOptions& opt, const ModelConfig& cfg);
+
 // Writes the record of `suite` for `model` into `out` (atomically). `factory` builds the reference
 // backend and, for the floors, the precision=bf16 and the other high-precision ones; a class whose
 // backend is untestable is recorded as absent with the reason. InputError on bad options, cases or

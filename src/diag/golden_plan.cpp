@@ -138,9 +138,15 @@ std::string format_bytes(double bytes) {
 }
 
 std::string format_duration(double s) {
+  // Every double is printed without a conversion to int (int(s / 3600) of 1e300 s is undefined; it
+  // printed "-2147483648 h"): whole hours up to a million, then in exponent notation.
   char b[64];
-  if (s >= 3600) std::snprintf(b, sizeof b, "%d h %02d min", int(s / 3600), int(std::fmod(s, 3600) / 60));
-  else if (s >= 60) std::snprintf(b, sizeof b, "%d min %02d s", int(s / 60), int(std::fmod(s, 60)));
+  if (std::isnan(s) || s < 0) return "unknown";
+  if (std::isinf(s)) return "unbounded";
+  const double h = std::floor(s / 3600);
+  if (h >= 1e6) std::snprintf(b, sizeof b, "%.3g h", s / 3600);
+  else if (s >= 3600) std::snprintf(b, sizeof b, "%.0f h %02.0f min", h, std::floor(std::fmod(s, 3600) / 60));
+  else if (s >= 60) std::snprintf(b, sizeof b, "%.0f min %02.0f s", std::floor(s / 60), std::floor(std::fmod(s, 60)));
   else std::snprintf(b, sizeof b, "%.1f s", s);
   return b;
 }
@@ -416,6 +422,7 @@ void plan_time(GoldenPlan& p, const WeightModel& wm, const PassList& pl) {
 GoldenPlan plan_golden(const fs::path& dir, const ModelConfig& cfg, const Checkpoint* ckpt, const Tokenizer* tok,
                        const Suite& suite, const GoldenOptions& opt, const PlanAssumptions& as,
                        const BackendFactory& factory) {
+  check_golden_options(opt, cfg);  // what `golden` refuses, `golden --plan` refuses the same way
   GoldenPlan p;
   p.model_name = dir.filename().string();
   p.weights_present = ckpt != nullptr;

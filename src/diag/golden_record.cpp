@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <vector>
 
 #include "diag/forced_run.h"
 #include "engine/trace.h"
@@ -42,9 +44,11 @@ json read_manifest_json(const fs::path& dir) {
 bool check_manifest_json(const json& m, const fs::path& dir, const std::string& where) {
   if (m.value("format", "") != kGoldenFormat)
     input_error(where, ": expected format \"", kGoldenFormat, "\", found ", m.contains("format") ? m["format"].dump() : "none");
-  if (m.at("format_version").get<int>() != kGoldenFormatVersion)
-    input_error(where, ": format_version ", m["format_version"].dump(), ", this tool reads version ", kGoldenFormatVersion,
-                " (regenerate the record with `degenbisect golden`)");
+  // Compared as the JSON integer it is (read as int, 2^32 + 1 was version 1)
+  const json& version = m.at("format_version");
+  if (!version.is_number_unsigned() || version.get<uint64_t>() != static_cast<uint64_t>(kGoldenFormatVersion))
+    input_error(where, ": field 'format_version': expected ", kGoldenFormatVersion, " (the version this tool reads), found ",
+                json_excerpt(version), " (regenerate the record with `degenbisect golden`)");
   if (!m.contains(kManifestChecksumKey)) return false;
   const json& want = m[kManifestChecksumKey];
   if (!want.is_string())
@@ -58,13 +62,72 @@ bool check_manifest_json(const json& m, const fs::path& dir, const std::string& 
   return true;
 }
 
+// A value whose range depends on another field of the manifest (what from_json cannot see).
+[[noreturn]] void inconsistent(const std::string& where, const std::string& field, const std::string& expected,
+                               const std::string& found) {
+  input_error(where, ": field '", field, "': expected ", expected, ", found ", found,
+              " (the manifest contradicts itself: damaged, or edited and its checksum recomputed; regenerate the record)");
+}
+
+// The ranges that span fields (record_manifest.cpp checks each field alone): every layer index inside
+// the model; one entry per case of the suite, each id, data file and index once; a case's generated
+// tokens within its budget and its stored positions within its tokens; the spot checks' case counts
+// within the record's cases.
+void check_manifest_ranges(const Manifest& m, const std::string& where) {
+  const int L = m.model.num_hidden_layers;
+  const int64_t n = static_cast<int64_t>(m.cases.size());
+  auto layer = [&](int li, const std::string& field, bool none_ok) {
+    if (li >= L || li < (none_ok ? -1 : 0))
+      inconsistent(where, field, cat("a layer of the ", L, "-layer model (0..", L - 1, none_ok ? ", or -1" : "", ")"), cat(li));
+  };
+  for (size_t i = 0; i < m.settings.layers.size(); ++i) layer(m.settings.layers[i], cat("settings.layers[", i, "]"), false);
+  if (m.suite.cases && *m.suite.cases != n)
+    inconsistent(where, "suite.cases", cat(n, " (the record's case entries: one per case of the suite)"), cat(*m.suite.cases));
+  if (const auto& v = m.settings.verification; v && v->passed()) {
+    for (size_t i = 0; i < v->layers.size(); ++i) layer(v->layers[i], cat("settings.verification.layers[", i, "]"), false);
+    if (v->cases > n) inconsistent(where, "settings.verification.cases", cat("at most the record's ", n, " cases"), cat(v->cases));
+  }
+  for (int fc = 0; fc < 2; ++fc)
+    if (const auto& sc = m.noise_floors.classes[fc].spot_check; sc && sc->cases > n)
+      inconsistent(where, cat("noise_floors.classes.", floor_class_name(static_cast<FloorClass>(fc)), ".spot_check.cases"),
+                   cat("at most the record's ", n, " cases"), cat(sc->cases));
+  std::map<std::string, size_t> ids, files;
+  std::vector<bool> index_seen(m.cases.size(), false);
+  for (size_t i = 0; i < m.cases.size(); ++i) {
+    const Manifest::Case& c = m.cases[i];
+    const std::string at = cat("cases[", i, "]");
+    if (auto [it, fresh] = ids.emplace(c.id, i); !fresh)
+      inconsistent(where, at + ".id", cat("an id of its own (the suite's ids are unique)"), cat("'", c.id, "', the id of cases[", it->second, "]"));
+    if (auto [it, fresh] = files.emplace(c.file, i); !fresh)
+      inconsistent(where, at + ".file", "a data file of its own", cat("'", c.file, "', the file of cases[", it->second, "]"));
+    if (c.index >= n || index_seen[static_cast<size_t>(c.index)])
+      inconsistent(where, at + ".index", cat("the case's place in the suite, below ", n, " and each once"), cat(c.index));
+    index_seen[static_cast<size_t>(c.index)] = true;
+    if (c.generated_tokens && *c.generated_tokens > c.max_new_tokens)
+      inconsistent(where, at + ".generated_tokens", cat("at most the case's max_new_tokens (", c.max_new_tokens, ")"),
+                   cat(*c.generated_tokens));
+    if (c.prompt_tokens && c.generated_tokens && c.positions_stored > *c.prompt_tokens + *c.generated_tokens)
+      inconsistent(where, at + ".positions_stored", cat("at most the case's ", *c.prompt_tokens + *c.generated_tokens, " tokens"),
+                   cat(c.positions_stored));
+    if (c.verification) {
+      layer(c.verification->worst_layer, at + ".verification.worst_layer", true);
+      for (size_t k = 0; k < c.verification->layers.size(); ++k)
+        layer(c.verification->layers[k].layer, cat(at, ".verification.layers[", k, "].layer"), false);
+    }
+    if (c.floor_check) {
+      layer(c.floor_check->worst_layer, at + ".floor_check.worst_layer", true);
+      for (size_t k = 0; k < c.floor_check->layers.size(); ++k)
+        layer(c.floor_check->layers[k].layer, cat(at, ".floor_check.layers[", k, "].layer"), false);
+    }
+  }
+}
+
 // What the parts of a parsed manifest must agree on: stored layers inside the model, each case's
 // data file among the checksummed files, floors where the record says they were measured, one
 // isolated floor per layer.
 void check_manifest_consistency(const Manifest& m, const std::string& where) {
   const int L = m.model.num_hidden_layers;
-  for (int li : m.settings.layers)
-    if (li < 0 || li >= L) input_error(where, ": settings.layers names layer ", li, " of a ", L, "-layer model");
+  check_manifest_ranges(m, where);
   for (const Manifest::Case& c : m.cases) {
     if (!m.files.count(c.file)) input_error(where, ": case '", c.id, "': data file ", c.file, " has no checksum in 'files'");
     for (int fc = 0; fc < 2; ++fc) {
@@ -130,6 +193,9 @@ GoldenRecord GoldenRecord::open(const fs::path& dir) {
     g.manifest_ = m.get<Manifest>();
     check_manifest_consistency(g.manifest_, where);
     check_data_files(dir, g.manifest_, where);
+  } catch (const ManifestValueError& e) {
+    input_error(where, ": ", e.what(), "; refusing the record (damaged, or edited and its checksum recomputed; regenerate it "
+                "with `degenbisect golden`)");
   } catch (const json::exception& e) {
     input_error(where, ": malformed manifest (edited?): ", e.what());
   } catch (const std::invalid_argument& e) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,25 @@ namespace degen {
 constexpr const char* kGoldenFormat = "degenbisect-golden";
 constexpr int kGoldenFormatVersion = 1;
 constexpr const char* kManifestChecksumKey = "manifest_sha256";
+
+// Bounds of `golden`'s options that its records carry (settings.topk, the spot checks' positions):
+// check_golden_options refuses more, and the manifest's reader refuses a record that holds more.
+// --topk: the log-probs kept per position (1000 is far above any use: compare reads 20);
+// --verify-positions: the positions the CPU spot check recomputes per case (one prefill of them).
+constexpr int kMaxRecordTopK = 1000;
+constexpr int kMaxVerifyPositions = 4096;
+
+// `--positions POLICY` of golden, as settings.positions records it: auto, all, none, or N (the first
+// N positions of each case, at most 9 digits).
+bool valid_positions_policy(const std::string& policy);
+
+// A value of a manifest outside its range, found by from_json: what() names the field (a path such as
+// "cases[1].max_new_tokens"), what was expected and what was found. GoldenRecord::open turns it into
+// an InputError naming the file.
+class ManifestValueError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
 
 // The manifest's own checksum (golden.h): SHA-256 hex of its canonical form without kManifestChecksumKey.
 std::string manifest_checksum(const nlohmann::json& manifest);
@@ -178,13 +198,20 @@ struct Manifest {
 };
 
 // The only (de)serialisation of the manifest and its parts. from_json throws nlohmann::json's
-// exceptions (and std::invalid_argument for a number that is not one) on a malformed manifest; it
-// does not check the record's consistency (GoldenRecord::open does).
+// exceptions on a malformed manifest (a required field missing, an object where a string belongs),
+// and ManifestValueError for a number or an enumerated string outside its range: every number it
+// reads is checked before it is narrowed or used, even in a manifest whose checksum matches (an
+// editor can recompute it; record_manifest.cpp "reading" lists each field's range and where it comes
+// from). The record's consistency across fields (stored layers inside the model, one entry per case,
+// each id once) is GoldenRecord::open's.
 void to_json(nlohmann::json& j, const Manifest& m);
 void from_json(const nlohmann::json& j, Manifest& m);
 void to_json(nlohmann::json& j, const Manifest::Settings& s);
 void to_json(nlohmann::json& j, const Manifest::Case& c);
 void from_json(const nlohmann::json& j, Manifest::Case& c);
+// A case entry read as from_json(Case) reads it, `path` naming it in ManifestValueError's messages
+// ("cases[3]", or "entry" for an entry of an interrupted run's resume state).
+Manifest::Case case_from_json(const nlohmann::json& j, const std::string& path);
 void to_json(nlohmann::json& j, const CaseFloors& f);
 
 // The identity of a record's manifest as a sweep records it (sweep.cpp evaluation_identity):

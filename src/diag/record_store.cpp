@@ -6,11 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <limits>
 #include <set>
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 
+#include "diag/golden_record.h"
 #include "util/error.h"
 #include "util/json_input.h"
 #include "util/sha256.h"
@@ -105,6 +107,34 @@ json step_topk_json(const std::vector<StepTopK>& v) {
   json a = json::array();
   for (const StepTopK& t : v) a.push_back({t.ids, t.logprobs});
   return a;
+}
+
+// Token ids of a --batch all generation as save_generation writes them: integers in [0, vocab),
+// compared before they are narrowed (read as int32, 2^32 + 5 was id 5). std::out_of_range otherwise.
+std::vector<int32_t> generation_ids(const json& a, int64_t vocab) {
+  if (!a.is_array()) throw std::out_of_range("ids");
+  std::vector<int32_t> out;
+  for (const json& t : a) {
+    if (!t.is_number_unsigned() || t.get<uint64_t>() >= static_cast<uint64_t>(vocab)) throw std::out_of_range("token");
+    out.push_back(static_cast<int32_t>(t.get<uint64_t>()));
+  }
+  return out;
+}
+
+// One generation step's top-K as step_topk_json writes it: [ids, log-probs], as many of each; a
+// log-prob is at most golden_record.h kMaxStoredLogprob (a log-softmax value, above 0 by rounding at
+// most), or null: the writer's -inf (nlohmann::json writes a non-finite number as null).
+StepTopK step_topk_from(const json& st, int64_t vocab) {
+  if (!st.is_array() || st.size() != 2 || !st.at(1).is_array() || st.at(1).size() != st.at(0).size())
+    throw std::out_of_range("step_topk");
+  StepTopK t;
+  t.ids = generation_ids(st.at(0), vocab);
+  for (const json& l : st.at(1)) {
+    if (l.is_null()) t.logprobs.push_back(-std::numeric_limits<double>::infinity());
+    else if (l.is_number() && l.get<double>() <= kMaxStoredLogprob) t.logprobs.push_back(l.get<double>());
+    else throw std::out_of_range("logprob");
+  }
+  return t;
 }
 
 // ---- resume state (the folders .NAME.partial and .NAME.resume of an interrupted run) ----
@@ -214,8 +244,13 @@ std::optional<json> kept_case(const fs::path& out, const fs::path& partial, cons
       bad(cat("its data file is ", json_excerpt(e.at("file")), ", expected \"", file, "\""));
     if (!e.at("bytes").is_number_unsigned() || !e.at("sha256").is_string() || !e.at("line").is_string())
       bad("expected bytes (a count), sha256 and line (strings)");
+    // The entry goes into the manifest as it is: every value range-checked as the manifest's reader
+    // checks it (record_manifest.cpp), so that no record is sealed with one it would refuse.
+    (void)case_from_json(jc, "entry");
+  } catch (const ManifestValueError& x) {
+    bad(x.what());
   } catch (const json::exception&) {
-    bad("expected the fields entry (id, index, file), file, bytes, sha256 and line");
+    bad("expected the fields entry (a case's manifest entry: id, index, file, ...), file, bytes, sha256 and line");
   }
   const fs::path data = partial / file;
   if (!fs::is_regular_file(fs::symlink_status(data)))
@@ -305,18 +340,17 @@ GoldenResume open_golden_resume(const fs::path& out, const json& key, const Suit
       GenerateResult r;
       try {
         const json& j = g["results"][i - b];
-        r.tokens = j.at("tokens").get<std::vector<int32_t>>();
-        const int reason = j.at("reason").get<int>();
-        if (reason < 0 || reason > static_cast<int>(StopReason::max_context)) throw std::out_of_range("reason");
-        r.reason = static_cast<StopReason>(reason);
+        r.tokens = generation_ids(j.at("tokens"), vocab);
+        // a StopReason (engine/generate.h), compared as the JSON integer it is (read as int, 2^32 + 1 was 1)
+        const json& reason = j.at("reason");
+        if (!reason.is_number_unsigned() || reason.get<uint64_t>() > static_cast<uint64_t>(StopReason::max_context))
+          throw std::out_of_range("reason");
+        r.reason = static_cast<StopReason>(reason.get<uint64_t>());
         r.nonfinite_logits = j.at("nonfinite").get<bool>();
-        for (const json& st : j.value("step_topk", json::array()))
-          r.step_topk.push_back({st.at(0).get<std::vector<int32_t>>(), st.at(1).get<std::vector<double>>()});
-        for (int32_t t : r.tokens)
-          if (t < 0 || t >= vocab) throw std::out_of_range("token");
-        for (const StepTopK& st : r.step_topk)
-          for (int32_t t : st.ids)
-            if (t < 0 || t >= vocab) throw std::out_of_range("token");
+        const json& steps = j.value("step_topk", json::array());
+        // at most one per generated token (the spot check's steps), each the ids and their log-probs
+        if (!steps.is_array() || steps.size() > r.tokens.size()) throw std::out_of_range("step_topk");
+        for (const json& st : steps) r.step_topk.push_back(step_topk_from(st, vocab));
       } catch (const std::exception&) {
         resume_refused(out, gf, cat("continuation ", i - b, " is not tokens (ids in [0, ", vocab, ")), a stop reason, "
                                     "nonfinite and step_topk as the run writes them"), remedy);

@@ -129,14 +129,14 @@ int64_t checked_product(const Fields& f, std::initializer_list<Factor> fs, int64
 // note: the largest released models have ~2^41 parameters; 2^48 leaves a factor 100 and keeps every
 // count, byte size (x 4 for fp32) and sum of them far inside int64.
 constexpr int64_t kMaxParams = int64_t(1) << 48;
-constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();  // engine head dimensions are int
+constexpr int64_t kMaxDim = kMaxTensorDim;  // engine head dimensions are int (config.h)
 
 // Counts that size the tool's own tables (one weight-table entry per layer and expert, one layer map
 // entry per layer), not tensors: a config with 3,000,000 layers (a 58 MB config.json) made `inspect`
 // run 7 minutes in 21 GB before these bounds. Real checkpoints are far inside them: Qwen3-Next-80B has
 // 48 layers x 512 experts, Qwen3.6-27B 64 layers (spec/model.md); the largest published LLMs have
 // under 200 layers and at most a few hundred routed experts.
-constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxLayers = kMaxModelLayers;  // (config.h)
 constexpr int64_t kMaxExperts = 4096;
 constexpr int64_t kMaxLayerExperts = int64_t(1) << 18;  // layers x experts: 512 x 512, or 128 x 2048
 constexpr int64_t kMaxMtpLayers = 16;

@@ -20,6 +20,13 @@ enum class LayerKind { linear, full };  // Gated DeltaNet ("linear_attention") o
 
 const char* arch_name(Arch a);
 
+// Bounds the config.json reader holds every model to (config.cpp check_sizes), public so that what
+// is recorded about a model (a golden record's manifest) is held to the same: at most this many
+// layers (the largest published LLMs have under 200), and a size that is a tensor dimension (token
+// ids and the engine's head dimensions are 32-bit int).
+constexpr int64_t kMaxModelLayers = 1024;
+constexpr int64_t kMaxTensorDim = 2147483647;  // 2^31-1
+
 struct ModelConfig {
   std::string model_type;     // as written in config.json
   Arch arch = Arch::qwen3_5;

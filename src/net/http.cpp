@@ -3,6 +3,7 @@
 // server cannot block us past the time-out.
 #include "net/http.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -27,23 +28,11 @@ std::string excerpt(const std::string& s, size_t n = 200) {
 }
 
 #if DEGEN_HAVE_CURL
-// The body as it arrives, up to a cap: past it the callback takes nothing, libcurl ends the
-// transfer (CURLE_WRITE_ERROR) and `over` says why.
-struct Sink {
-  std::string* body;
-  size_t cap;
-  bool over = false;
-};
-
+// libcurl's write callback: the chunk goes to the BodyReader; past the cap it takes nothing, so
+// libcurl ends the transfer (CURLE_WRITE_ERROR) and the reader's over() says why.
 size_t on_data(char* p, size_t size, size_t n, void* user) {
-  Sink& s = *static_cast<Sink*>(user);
-  const size_t len = size * n;
-  if (len > s.cap - std::min(s.cap, s.body->size())) {
-    s.over = true;
-    return 0;
-  }
-  s.body->append(p, len);
-  return len;
+  const size_t len = size * n;  // (libcurl: size is always 1)
+  return static_cast<BodyReader*>(user)->take(p, len) ? len : 0;
 }
 
 long to_ms(double seconds) { return static_cast<long>(std::llround(seconds * 1000)); }
@@ -57,6 +46,22 @@ void global_init() {
 }  // namespace
 
 bool available() { return DEGEN_HAVE_CURL != 0; }
+
+bool BodyReader::take(const char* p, size_t len) {
+  if (over_ || len > cap_ - std::min(cap_, body_.size())) {
+    over_ = true;
+    return false;
+  }
+  body_.append(p, len);
+  return true;
+}
+
+std::string BodyReader::finish(const std::string& url) {
+  if (over_)
+    input_error("malformed response from ", url, ": the answer is longer than ", cap_,
+                " bytes, the most this request can legitimately take (read stopped there): ", excerpt(body_));
+  return std::move(body_);
+}
 
 void check_timeout(double seconds, const char* flag) {
   if (!(seconds >= kMinTimeoutS && seconds <= kMaxTimeoutS))
@@ -75,7 +80,7 @@ HttpResponse request(const std::string& method, const std::string& url, const st
     CURL* h = curl_easy_init();
     if (!h) throw UntestableError("http: libcurl could not create a handle");
     HttpResponse r;
-    Sink sink{&r.body, o.max_body_bytes};
+    BodyReader reader(o.max_body_bytes);
     char err[CURL_ERROR_SIZE] = {0};
     curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
     curl_easy_setopt(h, CURLOPT_URL, url.c_str());
@@ -83,7 +88,7 @@ HttpResponse request(const std::string& method, const std::string& url, const st
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, to_ms(o.timeout_s));
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, to_ms(std::min(o.connect_timeout_s, o.timeout_s)));
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &reader);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     if (method == "POST") {
@@ -95,9 +100,7 @@ HttpResponse request(const std::string& method, const std::string& url, const st
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.status);
     curl_slist_free_all(headers);
     curl_easy_cleanup(h);
-    if (sink.over)
-      input_error("malformed response from ", url, ": the answer is longer than ", o.max_body_bytes,
-                  " bytes, the most this request can legitimately take (read stopped there): ", excerpt(r.body));
+    r.body = reader.finish(url);  // (InputError when the answer was longer than the cap)
     if (rc == CURLE_OK) {
       if (r.status >= 400)
         throw HttpStatusError(r.status, cat("server ", url, " refused the request: HTTP ", r.status, ": ", excerpt(r.body)));

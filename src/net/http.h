@@ -10,6 +10,7 @@
 //   - a time-out outside [kMinTimeoutS, kMaxTimeoutS]: InputError (128), as the flags that set it.
 // Built without libcurl, every call is UntestableError saying so.
 #pragma once
+#include <cstddef>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -59,6 +60,29 @@ class HttpStatusError : public UntestableError {
   long status() const { return status_; }
  private:
   long status_;
+};
+
+// An answer body as it arrives in chunks (libcurl's write callback), kept up to a cap: a chunk that
+// would take the total past `cap` is refused whole and nothing more is kept after it (the transfer
+// ends there), so at most `cap` bytes are ever held and over() is true exactly when the bytes offered
+// added up to more than `cap`. request() reads every answer through one; it needs no network, so a
+// test or fuzz target can drive it (tests/fuzz/fuzz_http_body.cpp).
+class BodyReader {
+ public:
+  explicit BodyReader(size_t cap) : cap_(cap) {}
+  // Takes `len` bytes at `p`; false (keeping none of them) once the total would exceed the cap.
+  bool take(const char* p, size_t len);
+  bool over() const { return over_; }
+  size_t cap() const { return cap_; }
+  const std::string& body() const { return body_; }
+  // The body, or InputError naming `url` when the answer was longer than the cap (with an excerpt of
+  // what was kept).
+  std::string finish(const std::string& url);
+
+ private:
+  size_t cap_;
+  std::string body_;
+  bool over_ = false;
 };
 
 // One request; throws as above (status >= 400 included).

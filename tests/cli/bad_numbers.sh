@@ -5,6 +5,8 @@
 #     naming the tensor, its dtype and the dtypes accepted (they were "internal error").
 #  2. config.json: rope_theta, rms_norm_eps, eos/bos ids out of range -> 128 naming the field.
 #  3. prompt suites: absurd numbers -> 128 naming the case and the field; a 64-bit seed is a seed.
+#  4. golden record manifests resealed with numbers out of range -> 128 naming the file and the field.
+#  5. golden --plan refuses what golden refuses, with the same message; absurd rates are refused.
 # No llama.cpp and no torch: the dumps are written here from the committed golden record.
 source "$(dirname "$0")/lib.bash"
 M=$(cd "$SRC/models/tiny-trained" && pwd)
@@ -111,4 +113,70 @@ expect_out "case 'a': sampling top_k=4096 exceeds the vocabulary (2048)"
 suite '"max_new_tokens": 1, "sampling": {"seed": 18446744073709551615, "temp": 1}'
 expect_exit 0 golden1
 grep -q '18446744073709551615' "$WORK/golden/manifest.json" || fail "the 64-bit seed is not in the record"
+
+# 4. A golden record's manifest with numbers out of range and its checksum recomputed (as anyone
+# editing a record can): compare refuses the record (128) naming the file, the field, what was
+# expected and what was found. Negative noise floors made compare judge the reference itself bad
+# (exit 1); 2^32 + 1 was read as format_version 1; an unknown ISA, a budget of 2^40 and a duplicate
+# case id were accepted.
+reseal() {  # reseal NAME PYTHON: a copy of $G at $WORK/NAME, its manifest edited by PYTHON (on m), resealed
+  rm -rf "${WORK:?}/$1" && cp -r "$G" "$WORK/$1"
+  python3 - "$WORK/$1/manifest.json" "$2" <<'PY'
+import hashlib, json, sys
+path, edit = sys.argv[1:3]
+m = json.load(open(path))
+def checksum(m):  # the tool's: SHA-256 of the compact, key-sorted JSON without the checksum itself
+    body = {k: v for k, v in m.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+assert checksum(m) == m["manifest_sha256"], "this script does not compute the checksum as the tool does"
+exec(edit)
+m["manifest_sha256"] = checksum(m)
+json.dump(m, open(path, "w"), indent=1)
+PY
+}
+cmp_rec() { "$BIN" compare --golden "$WORK/$1" --model "$M" --case two-plus-two --no-decode; }
+reseal rec-negative-floors "
+for c in m['cases']:
+    for fl in c['floors'].values():
+        for k in ('iso_prefill', 'iso_decode'): fl[k] = [None if v is None else -v for v in fl[k]]
+        for k in ('kld_prefill', 'kld_decode', 'mtp_kld'): fl[k] = None if fl[k] is None else -fl[k]"
+expect_exit 128 cmp_rec rec-negative-floors
+expect_out "$WORK/rec-negative-floors/manifest.json: field 'cases[0].floors.bf16.iso_prefill[0]': expected a rel_l2 noise floor >= 0"
+reseal rec-version "m['format_version'] = 2**32 + 1"
+expect_exit 128 cmp_rec rec-version
+expect_out "manifest.json: field 'format_version': expected 1 (the version this tool reads), found 4294967297"
+reseal rec-isa "m['settings']['cpu_isa'] = 'sse9'"
+expect_exit 128 cmp_rec rec-isa
+expect_out "field 'settings.cpu_isa': expected one of \"baseline\", \"avx2\" or \"avx512\", found \"sse9\""
+reseal rec-budget-negative "m['cases'][1]['max_new_tokens'] = -1"
+expect_exit 128 cmp_rec rec-budget-negative
+expect_out "field 'cases[1].max_new_tokens': expected an integer in [0, 1048576]"
+expect_out "found -1"
+reseal rec-budget-huge "m['cases'][1]['max_new_tokens'] = 2**40"
+expect_exit 128 cmp_rec rec-budget-huge
+expect_out "found 1099511627776"
+reseal rec-dup-id "m['cases'][2]['id'] = m['cases'][0]['id']"
+expect_exit 128 cmp_rec rec-dup-id
+expect_out "field 'cases[2].id': expected an id of its own"
+reseal rec-in-range "m['settings']['cpu_isa'] = 'baseline'"  # the same edit within range: the record is judged
+expect_exit 0 cmp_rec rec-in-range
+expect_out "verdict: good (exit 0)"
+
+# 5. golden --plan validates its options as golden does (one function, check_golden_options): the
+# plan took --positions -1, --topk 0 and --floor-classes zzz; each is now refused by both with the
+# same message. A rate of 1e-320 printed "-2147483648 h" (an int overflow): refused.
+echo '{"suite": "s", "cases": [{"id": "a", "raw": "hi", "max_new_tokens": 2}]}' >"$WORK/plan-suite.json"
+rates=(--storage-gbps 1 --memory-gbps 1 --gflops 1)
+for opt in "--positions -1" "--topk 0" "--floor-classes zzz" "--gen-tokens 2000000" "--layers 99"; do
+  expect_exit 128 "$BIN" golden --plan --model "$M" --cases "$WORK/plan-suite.json" "${rates[@]}" $opt
+  cp "$WORK/out" "$WORK/plan.out"
+  expect_exit 128 "$BIN" golden --model "$M" --cases "$WORK/plan-suite.json" --out "$WORK/plan-golden" $opt
+  cmp -s "$WORK/out" "$WORK/plan.out" || { diff "$WORK/plan.out" "$WORK/out" >&2; fail "golden and golden --plan refuse '$opt' differently"; }
+  grep -qF -- "${opt%% *}" "$WORK/out" || { cat "$WORK/out" >&2; fail "the refusal of '$opt' does not name the option"; }
+done
+[ ! -e "$WORK/plan-golden" ] || fail "a refused golden run wrote a record"
+expect_exit 128 "$BIN" golden --plan --model "$M" --cases "$WORK/plan-suite.json" --storage-gbps 1 --memory-gbps 1e-320 --gflops 1
+expect_out "--memory-gbps must be a positive number of at least 0.001 and below 1e9, found 1e-320"
+expect_exit 0 "$BIN" golden --plan --model "$M" --cases "$WORK/plan-suite.json" "${rates[@]}"
+expect_out "estimate: "
 echo "bad_numbers: ok"

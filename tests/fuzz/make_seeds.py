@@ -5,12 +5,13 @@
 
 writes OUT_DIR/<target>/<name> for every target of tests/fuzz/CMakeLists.txt. Targets whose input
 starts with a selector byte (golden_data, sweep_matrix, sweep_results, replay, report, http_llama,
-http_openai) get it
+http_openai, http_sglang) get it
 prepended here. Only the standard library; the seeds are rebuilt on every run (they are small).
 """
 import glob
 import hashlib
 import json
+import math
 import os
 import struct
 import sys
@@ -276,6 +277,56 @@ def main():
     add("http_openai", "sglang-generation", b"\x05\x80" + json.dumps(sg_gen).encode())
     add("http_openai", "sglang-generation-batch", b"\x05\x00" + json.dumps([sg_gen]).encode())
     add("http_openai", "models", b"\x06\x00" + json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode())
+
+    # http_sglang: SGLang's /generate answers (the shapes of tests/cli/sglang_shape_proxy.py and
+    # docs/server.md; byte 0 the request, byte 1 the teacher-forced sequences' shape, byte 2 the
+    # sampling, byte 3 the vocabulary for the steps taken back: fuzz_http_sglang.cpp)
+    def sg_hdr(which, shape=0, sampling=0, vocab=0):
+        return bytes([which, shape, sampling, vocab])
+    add("http_sglang", "sequence-1x3", sg_hdr(0, 0x04) + json.dumps([sg_seq(1)]).encode())
+    add("http_sglang", "sequences-2x3", sg_hdr(0, 0x25) + json.dumps([sg_seq(3), sg_seq(3)]).encode())
+    add("http_sglang", "generation", sg_hdr(1) + json.dumps(sg_gen).encode())
+    add("http_sglang", "generation-aborted", sg_hdr(1) + json.dumps(
+        {"text": "", "output_ids": [], "meta_info": {"finish_reason": {"type": "abort", "message": "out of memory"},
+                                                      "output_token_logprobs": []}}).encode())
+
+    def full_step(ids, logits):
+        """A listing of the whole vocabulary (every id once), log-softmax of `logits`, as SGLang's triples."""
+        mx = max(logits)
+        lse = mx + math.log(sum(math.exp(z - mx) for z in logits))
+        return sorted(([z - lse, i, None] for i, z in zip(ids, logits)), key=lambda t: -t[0])
+    steps = [full_step([0, 1, 2, 3], [2.0, 0.5, -1.0, -3.0]), full_step([0, 1, 2, 3], [0.1, 1.9, -0.5, -2.5])]
+    sg_steps = {"text": " ab", "output_ids": [0, 1], "meta_info": {
+        "id": "x", "prompt_tokens": 5, "completion_tokens": 2, "cached_tokens": 4,
+        "finish_reason": {"type": "length", "length": 2},
+        "output_token_logprobs": [[steps[0][0][0], 0, None], [steps[1][0][0], 1, " b"]],
+        "output_top_logprobs": steps}}
+    # temp 0.7 with presence_pen 1.5 (byte 2 = 7), a vocabulary of 4 (byte 3 = 3): every step taken back
+    add("http_sglang", "steps-temp-presence", sg_hdr(2, 0, 7, 3) + json.dumps(sg_steps).encode())
+    add("http_sglang", "steps-greedy", sg_hdr(2, 0, 0, 3) + json.dumps(sg_steps).encode())
+    add("http_sglang", "steps-rep-pen", sg_hdr(2, 0, 24 + 1, 3) + json.dumps(sg_steps).encode())
+    add("http_sglang", "steps-top2-of-4", sg_hdr(2, 0, 1, 3) + json.dumps(dict(sg_steps, meta_info=dict(
+        sg_steps["meta_info"], output_top_logprobs=[st[:2] for st in steps]))).encode())
+    add("http_sglang", "batched-probe", sg_hdr(3, 0, 7, 3) + json.dumps([sg_steps, sg_gen, sg_gen]).encode())
+
+    # http_body: answers cut into chunks under a cap (bytes 0-1 the cap, byte 2 the number of chunk
+    # sizes, then the sizes, then the body: fuzz_http_body.cpp)
+    def body_seed(cap, sizes, body):
+        return struct.pack("<H", cap) + bytes([len(sizes)] + sizes) + body
+    answer = json.dumps(llama_pos).encode()
+    add("http_body", "one-chunk", body_seed(0xffff, [], answer))
+    add("http_body", "chunks-under-cap", body_seed(len(answer), [1, 7, 100, 0x81], answer))
+    add("http_body", "one-byte-over", body_seed(len(answer) - 1, [64], answer))
+    add("http_body", "empty-chunks", body_seed(50, [0, 3, 0], b'{"content": "hi"}'))
+    add("http_body", "empty-body", body_seed(0, [], b""))
+
+    # manifest_numbers: the seed record's manifest with 10-byte records (place, kind, payload) writing
+    # numbers into it (fuzz_manifest_numbers.cpp); the empty input is the seed itself
+    add("manifest_numbers", "seed", b"")
+    for i, (kind, payload) in enumerate([(3, 0), (3, 1), (3, 3), (3, 8), (3, 10), (4, 0), (4, 2), (5, 0), (7, 0),
+                                         (8, 0), (10, 0), (6, 1)]):
+        recs = b"".join(bytes([(i * 37 + k * 101) % 256, kind, payload]) + b"\0" * 7 for k in range(3))
+        add("manifest_numbers", "kind-%d-%d" % (kind, payload), recs)
 
     # golden_resume: the seed resume state (a golden-mini run with --batch all killed after its first
     # case), whole, without its generations, and without its finished case
