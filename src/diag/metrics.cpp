@@ -483,6 +483,49 @@ double min_unlisted_kld(const std::vector<double>& qA, double qR, double base, d
   return objective(t);
 }
 
+// The smallest value of a convex function f on [lo, hi] (golden-section search; f(1) also tried, the
+// listing as stated, where 1 lies inside); f(min(1, hi)) when the interval is empty.
+template <typename F>
+double convex_min(F f, double lo, double hi) {
+  if (!(hi > lo)) return f(std::min(1.0, hi));
+  const double g = 0.6180339887498949;
+  double a = lo, b = hi, x1 = b - g * (b - a), x2 = a + g * (b - a), f1 = f(x1), f2 = f(x2);
+  for (int it = 0; it < 60; ++it) {
+    if (f1 <= f2) {
+      b = x2, x2 = x1, f2 = f1, x1 = b - g * (b - a), f1 = f(x1);
+    } else {
+      a = x1, x1 = x2, f1 = f2, x2 = a + g * (b - a), f2 = f(x2);
+    }
+  }
+  return std::min({f1, f2, f(std::clamp(1.0, lo, hi))});
+}
+
+// The ranks of a listing against the record's top-K: golden_top1, test_top1 (the listed id with the
+// largest log-prob, lowest id on ties), top1_agree, topk and topk_overlap over k' = min(k, K, listed).
+void listing_ranks(const GoldenTopK& golden, const Listing& test, int topk, LogitPosition& out) {
+  const size_t K = golden.ids.size();
+  std::vector<size_t> order(test.ids.size()), gorder(K);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::iota(gorder.begin(), gorder.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return test.logprobs[a] != test.logprobs[b] ? test.logprobs[a] > test.logprobs[b] : test.ids[a] < test.ids[b];
+  });
+  std::sort(gorder.begin(), gorder.end(), [&](size_t x, size_t y) {
+    return golden.logprobs[x] != golden.logprobs[y] ? golden.logprobs[x] > golden.logprobs[y] : golden.ids[x] < golden.ids[y];
+  });
+  out.golden_top1 = golden.ids[gorder[0]];
+  if (!order.empty()) out.test_top1 = test.ids[order[0]];
+  out.top1_agree = out.test_top1 == out.golden_top1;
+  const size_t kk = std::min({K, test.ids.size(), static_cast<size_t>(std::max(topk, 0))});
+  std::vector<int32_t> gtop, ttop;
+  for (size_t j = 0; j < kk; ++j) {
+    gtop.push_back(golden.ids[gorder[j]]);
+    ttop.push_back(test.ids[order[j]]);
+  }
+  out.topk = static_cast<int>(kk);
+  out.topk_overlap = overlap(ttop, gtop);
+}
+
 }  // namespace
 
 LogitPosition compare_listing(const GoldenTopK& golden, const Listing& test, int32_t next, int topk) {
@@ -495,14 +538,12 @@ LogitPosition compare_listing(const GoldenTopK& golden, const Listing& test, int
   out.topk_bound = true;
   // The listing by id, its mass and its order.
   std::vector<std::pair<int32_t, double>> listed;  // (id, p), sorted by id
-  std::vector<size_t> order(test.ids.size());
   double P = 0;
   for (size_t k = 0; k < test.ids.size(); ++k) {
     if (std::isnan(test.logprobs[k]) || test.logprobs[k] > 0.0 + 1e-4)
       throw std::invalid_argument(cat("compare_listing: listed log-prob ", test.logprobs[k], " is not a log-probability"));
     listed.emplace_back(test.ids[k], std::exp(test.logprobs[k]));
     P += listed.back().second;
-    order[k] = k;
   }
   std::sort(listed.begin(), listed.end());
   for (size_t k = 1; k < listed.size(); ++k)
@@ -521,26 +562,7 @@ LogitPosition compare_listing(const GoldenTopK& golden, const Listing& test, int
     if (it == listed.end() || it->first != id) return std::nullopt;
     return it->second / norm;
   };
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return test.logprobs[a] != test.logprobs[b] ? test.logprobs[a] > test.logprobs[b] : test.ids[a] < test.ids[b];
-  });
-  // Golden order (log-prob descending, lowest id on ties) for top1 and the overlap.
-  std::vector<size_t> gorder(K);
-  std::iota(gorder.begin(), gorder.end(), size_t{0});
-  std::sort(gorder.begin(), gorder.end(), [&](size_t x, size_t y) {
-    return golden.logprobs[x] != golden.logprobs[y] ? golden.logprobs[x] > golden.logprobs[y] : golden.ids[x] < golden.ids[y];
-  });
-  out.golden_top1 = golden.ids[gorder[0]];
-  if (!listed.empty()) out.test_top1 = test.ids[order[0]];
-  out.top1_agree = out.test_top1 == out.golden_top1;
-  const size_t kk = std::min({K, test.ids.size(), static_cast<size_t>(std::max(topk, 0))});
-  std::vector<int32_t> gtop, ttop;
-  for (size_t j = 0; j < kk; ++j) {
-    gtop.push_back(golden.ids[gorder[j]]);
-    ttop.push_back(test.ids[order[j]]);
-  }
-  out.topk = static_cast<int>(kk);
-  out.topk_overlap = overlap(ttop, gtop);
+  listing_ranks(golden, test, topk, out);
 
   double kl = 0, qS = 0, qI = 0, pI = 0;
   std::vector<double> qA;
@@ -591,21 +613,8 @@ LogitPosition compare_listing(const GoldenTopK& golden, const Listing& test, int
       return kl - qI * std::log(c) +
              min_unlisted_kld(qA, qR, 1.0 - c * pI, c * least * (1 + e), std::max(0.0, 1.0 - c * pListed) + e, e);
     };
-    const double lo = std::exp(-test.scale_slack), hi = std::min(std::exp(test.scale_slack), 1.0 / pListed);
-    if (!(hi > lo)) {
-      kl = at(std::min(1.0, hi));
-    } else {  // convex in c (a KLD of p linear in c over a convex set): golden-section search
-      const double g = 0.6180339887498949;
-      double a = lo, b = hi, x1 = b - g * (b - a), x2 = a + g * (b - a), f1 = at(x1), f2 = at(x2);
-      for (int it = 0; it < 60; ++it) {
-        if (f1 <= f2) {
-          b = x2, x2 = x1, f2 = f1, x1 = b - g * (b - a), f1 = at(x1);
-        } else {
-          a = x1, x1 = x2, f1 = f2, x2 = a + g * (b - a), f2 = at(x2);
-        }
-      }
-      kl = std::min({f1, f2, at(std::clamp(1.0, lo, hi))});
-    }
+    // Convex in c (a KLD of p linear in c over a convex set).
+    kl = convex_min(at, std::exp(-test.scale_slack), std::min(std::exp(test.scale_slack), 1.0 / pListed));
   }
   check_kld(kl, std::max(qS, 1.0), "compare_listing");
   out.kld = kl;

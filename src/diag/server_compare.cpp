@@ -1345,6 +1345,24 @@ ProbeResult sglang_batching_probe(const ServerRun& run, const GoldenCase& g, boo
   return p;
 }
 
+// Where a generation ended: an empty answer where the golden continuation has content (a correct
+// greedy engine, or one told to ignore stops, gives that content's first token; a sampled one may stop
+// at once: a warning); a sampled generation stopped by a length limit before its budget (a warning).
+void ending_checks(const ServerRun& run, const GoldenCase& g, const GenerationResult& gen, bool greedy, bool answered_empty,
+                   std::vector<std::string>& bad, std::vector<std::string>& warn) {
+  const std::vector<int32_t> stops = g.ignore_stop ? std::vector<int32_t>{} : run.stops;
+  const bool golden_content = std::any_of(g.continuation.begin(), g.continuation.end(), [&](int32_t t) {
+    return std::find(stops.begin(), stops.end(), t) == stops.end();
+  });
+  if (!greedy && !g.ignore_stop && length_stop(gen.stop_reason) && static_cast<int64_t>(gen.tokens.size()) < g.max_new_tokens)
+    warn.push_back(cat("the server stopped at a length limit after ", gen.tokens.size(), " of the request's ", g.max_new_tokens,
+                       " tokens (stop: ", gen.stop_reason, ")"));
+  if (answered_empty && golden_content)
+    (greedy || g.ignore_stop ? bad : warn)
+        .push_back(cat("the server answered with no tokens (stop: ", gen.stop_reason, ") where the golden continuation has ",
+                       g.continuation.size(), " tokens", greedy ? " (greedy)" : g.ignore_stop ? " (stops ignored)" : " (sampled)"));
+}
+
 void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std::vector<std::string>& bad,
                   std::vector<std::string>& warn) {
   GenerationResult& gen = cr.gen;
@@ -1453,19 +1471,7 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
     if (greedy)
       greedy_agreement(run, g, gen, gen.decode_path ? gen.decode_path->limit : run.o.rules.fallback_kld,
                        g.ignore_stop ? run.stops : std::vector<int32_t>{}, bad);
-    // An empty answer where the golden continuation has content: a correct greedy engine (or one told
-    // to ignore stops) gives that content's first token; a sampled one may stop at once (a warning).
-    const std::vector<int32_t> stops = g.ignore_stop ? std::vector<int32_t>{} : run.stops;
-    const bool golden_content = std::any_of(g.continuation.begin(), g.continuation.end(), [&](int32_t t) {
-      return std::find(stops.begin(), stops.end(), t) == stops.end();
-    });
-    if (!greedy && !g.ignore_stop && length_stop(gen.stop_reason) && static_cast<int64_t>(gen.tokens.size()) < g.max_new_tokens)
-      warn.push_back(cat("the server stopped at a length limit after ", gen.tokens.size(), " of the request's ", g.max_new_tokens,
-                         " tokens (stop: ", gen.stop_reason, ")"));
-    if (got.tokens.empty() && golden_content)
-      (greedy || g.ignore_stop ? bad : warn)
-          .push_back(cat("the server answered with no tokens (stop: ", gen.stop_reason, ") where the golden continuation has ",
-                         g.continuation.size(), " tokens", greedy ? " (greedy)" : g.ignore_stop ? " (stops ignored)" : " (sampled)"));
+    ending_checks(run, g, gen, greedy, got.tokens.empty(), bad, warn);
   } else {
     gen.stop_reason = "no budget";
   }
