@@ -1486,9 +1486,13 @@ void free_running(const ServerRun& run, const GoldenCase& g, CaseResult& cr, std
 // The reason of a check whose KLD passes on a listing that resolves too little of the record's mass
 // to judge (CompareRules::min_resolved): untestable, not good.
 std::string not_judgeable(const char* what, double resolved, double kld, double limit, const ServerRun& run) {
-  return cat("not judgeable: ", what, " KLD ", kld, " is within the limit ", limit, ", but the server's top-", run.topk,
-             " lists only ", cat(std::setprecision(3), 100 * resolved), "% of the record's stored mass (at least ",
-             100 * run.o.rules.min_resolved, "% is needed to judge): ask for more ids (--topk, up to ", run.V_real, ")");
+  const std::string why = static_cast<size_t>(run.topk) < metrics::kMinListedIds
+                              ? cat("the server's top-", run.topk, " is fewer ids than the ", metrics::kMinListedIds,
+                                    " a KLD needs to be judged (a chi-square of so few cells says little about a floor)")
+                              : cat("the server's top-", run.topk, " lists only ", cat(std::setprecision(3), 100 * resolved),
+                                    "% of the record's stored mass (at least ", 100 * run.o.rules.min_resolved, "% is needed to judge)");
+  return cat("not judgeable: ", what, " KLD ", kld, " is within the limit ", limit, ", but ", why, ": ask for more ids (--topk, up to ",
+             run.V_real, ")");
 }
 
 // --served-model against GET /v1/models: a name the server does not serve is an input error (vLLM
