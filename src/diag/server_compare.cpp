@@ -527,6 +527,17 @@ void answer_bounds(ServerRun& run) {
   for (size_t k = 0; k < piece.size(); ++k) run.listed_bytes[k + 1] = run.listed_bytes[k] + kListedIdBytes + 10 * piece[k];
 }
 
+// Before any request: every request the run will make must fit one answer (answer_cap), so that a
+// --topk too large for a case's generation is refused now, not after its teacher-forced part.
+void check_answer_bounds(const ServerRun& run, const std::vector<size_t>& selected) {
+  for (size_t i : selected) {
+    const GoldenCase g = run.rec.load_case(i, false);
+    const int64_t P = static_cast<int64_t>(g.prompt.size()), T = P + static_cast<int64_t>(g.continuation.size());
+    (void)answer_cap(run, T + 1, run.o.api == "openai" && run.o.prompt_logprobs ? T : run.o.api == "sglang" ? T : 1, run.topk);
+    if (run.o.free_running && g.max_new_tokens > 0) (void)generation_cap(run, P, g.max_new_tokens, run.o.decode_path ? run.topk : 0);
+  }
+}
+
 // The record's first prompt detokenized by the server must be our tokenizer's text.
 void check_vocabulary(const ServerRun& run, const std::vector<int32_t>& ids) {
   if (!run.tok || ids.empty()) return;
@@ -1570,6 +1581,7 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
                       "; no layer data through HTTP (compare --dump gives it)");
   if (o.api == "openai" && !o.served_model.empty()) r.limits_note += check_served_model(run);
   const std::vector<size_t> selected = select_cases(rec, o.cases);
+  check_answer_bounds(run, selected);
   bool checked_vocab = false;
   // SGLang takes several sequences per request: its cases go in groups of kSglangBatch, each group's
   // teacher-forced answers fetched at once; the other APIs take a case at a time.

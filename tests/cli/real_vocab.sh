@@ -61,6 +61,11 @@ fi
 expect_exit 0 "$BIN" inspect "$M"
 expect_out "vocabulary 248320 rows, lm_head tied to embeddings"
 
+# A top-K whose answers could not be bounded (a generation's 12 steps of 100,000 ids: about 200 MiB) is
+# refused before any request: nothing listens at the URL, and the answer is 128, not "cannot be reached".
+expect_exit 128 "$BIN" -q compare --golden "$G" --model "$M" --case two-plus-two --server http://127.0.0.1:9 --topk 100000
+expect_out "ask for fewer ids (--topk)"
+
 # Our engine: good.
 expect_exit 0 "$BIN" -q compare --golden "$G" --model "$M" "${CASES[@]}"
 expect_out "verdict: good (exit 0): 2 cases, 2 good"
