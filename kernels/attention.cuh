@@ -2,9 +2,9 @@
 // (query row, head); the query row lives in shared memory as fp32, each thread owns output dims
 // e = threadIdx.x + i * kAttnThreads. Included by kernels/attention_*.cu only.
 #pragma once
-#include "attention.h"
-#include "common.cuh"
-#include "dispatch.cuh"
+#include "kernels/attention.h"
+#include "kernels/common.cuh"
+#include "kernels/dispatch.cuh"
 
 namespace degen::cuda {
 

@@ -5,8 +5,8 @@
 // One block per (query row, head), scalar: decode rows, fp32 activations (precision=ref), an fp32
 // cache, or a head_dim the tensor-core kernel below does not take. Multi-row sequences otherwise
 // run attention_flash_tc_cuda (src/cuda/attention.cpp chooses).
-#include "cuda/check.h"
-#include "attention.cuh"
+#include "kernels/check.h"
+#include "kernels/attention.cuh"
 
 #include <mma.h>
 #include <type_traits>

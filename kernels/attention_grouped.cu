@@ -16,9 +16,9 @@
 // only (decode); the others run flash. It also requires D % 8 == 0 (every shipped head layout).
 // note: the score pass keeps D / 8 lanes of a warp busy: all 32 at head_dim 256 (Qwen3.5, Qwen3.6,
 // Qwen3-Next), a quarter at 64 (test layouts only).
-#include "cuda/check.h"
-#include "attention.cuh"
-#include "gemv_row.cuh"
+#include "kernels/check.h"
+#include "kernels/attention.cuh"
+#include "kernels/gemv_row.cuh"
 #include "util/attn_grouped.h"
 
 namespace degen::cuda {

@@ -3,8 +3,8 @@
 // bf16 into the same matrix, P·V accumulated in fp32 and rounded to bf16 once. With fp32
 // activations (precision=ref) the same steps in fp32.
 // src/cpu/attention.cpp (run == naive) is the reference.
-#include "cuda/check.h"
-#include "attention.cuh"
+#include "kernels/check.h"
+#include "kernels/attention.cuh"
 
 namespace degen::cuda {
 

@@ -4,8 +4,8 @@
 // m + log l; a second kernel merges the parts with weights exp(lse_s - lse).
 // src/cpu/attention.cpp (run == splitkv) is the reference. Multi-row calls (prefill) run flash:
 // the host code only sends one-row sequences here.
-#include "cuda/check.h"
-#include "attention.cuh"
+#include "kernels/check.h"
+#include "kernels/attention.cuh"
 
 namespace degen::cuda {
 

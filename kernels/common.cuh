@@ -10,7 +10,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
-#include "launch_gate.h"
+#include "kernels/launch_gate.h"
 
 namespace degen::cuda {
 

@@ -8,12 +8,12 @@
 // The update runs one thread per (sequence, channel) over the K-1 rows in ascending order: new row r
 // reads old row r + rows (> r) of the same channel, which that thread has not yet overwritten, so
 // the update is safe in place.
-#include "common.cuh"
-#include "conv1d.h"
-#include "cuda/check.h"
-#include "dispatch.cuh"
-#include "gdn_gates.cuh"
-#include "norm_row.cuh"
+#include "kernels/common.cuh"
+#include "kernels/conv1d.h"
+#include "kernels/check.h"
+#include "kernels/dispatch.cuh"
+#include "kernels/gdn_gates.cuh"
+#include "kernels/norm_row.cuh"
 
 namespace degen::cuda {
 

@@ -6,8 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include "cuda/check.h"
-#include "convert.h"
+#include "kernels/check.h"
+#include "kernels/convert.h"
 
 namespace degen::cuda {
 

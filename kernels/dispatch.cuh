@@ -2,7 +2,7 @@
 #pragma once
 #include <stdexcept>
 
-#include "common.cuh"
+#include "kernels/common.cuh"
 #include "util/dtype.h"
 #include "util/error.h"
 

@@ -2,9 +2,9 @@
 // gather, residual add, sigmoid gate (the attention output gate and the shared expert's scalar
 // gate), SwiGLU, logits padding mask. fp32 math from bf16 (or, for precision=ref, fp32) operands,
 // one rounding on store.
-#include "cuda/check.h"
-#include "common.cuh"
-#include "elementwise.h"
+#include "kernels/check.h"
+#include "kernels/common.cuh"
+#include "kernels/elementwise.h"
 
 namespace degen::cuda {
 

@@ -25,11 +25,11 @@
 // chunk states in bf16, spec §4.7.6; the reference keeps them in double, so fp32 is the closer match).
 #include <type_traits>
 
-#include "common.cuh"
-#include "cuda/check.h"
-#include "dispatch.cuh"
-#include "gdn.h"
-#include "gdn_chunk.cuh"
+#include "kernels/common.cuh"
+#include "kernels/check.h"
+#include "kernels/dispatch.cuh"
+#include "kernels/gdn.h"
+#include "kernels/gdn_chunk.cuh"
 
 namespace degen::cuda {
 

@@ -4,9 +4,9 @@
 // storage rounding, a chunk's cumulative log decay, the UT transform's forward substitution, and
 // the host's check of a call's shape.
 #pragma once
-#include "common.cuh"
-#include "cuda/check.h"
-#include "gdn.h"
+#include "kernels/common.cuh"
+#include "kernels/check.h"
+#include "kernels/gdn.h"
 
 namespace degen::cuda {
 

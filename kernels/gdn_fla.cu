@@ -19,11 +19,11 @@
 
 #include <type_traits>
 
-#include "common.cuh"
-#include "cuda/check.h"
-#include "dispatch.cuh"
-#include "gdn.h"
-#include "gdn_chunk.cuh"
+#include "kernels/common.cuh"
+#include "kernels/check.h"
+#include "kernels/dispatch.cuh"
+#include "kernels/gdn.h"
+#include "kernels/gdn_chunk.cuh"
 
 namespace degen::cuda {
 

@@ -1,9 +1,9 @@
 // Gated DeltaNet gates (spec §4.7.4; CpuBackend::gdn_gates is the reference): the log decay g in
 // fp32 (A_log and dt_bias upcast as stored; torch's softplus returns x above 20) and beta in the activation dtype.
-#include "cuda/check.h"
-#include "common.cuh"
-#include "gdn_gates.cuh"
-#include "gdn_gates.h"
+#include "kernels/check.h"
+#include "kernels/common.cuh"
+#include "kernels/gdn_gates.cuh"
+#include "kernels/gdn_gates.h"
 
 namespace degen::cuda {
 

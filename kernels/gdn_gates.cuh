@@ -3,7 +3,7 @@
 // log decay g = -exp(A_log[j]) * softplus(a + dt_bias[j]) in fp32 (A_log and dt_bias upcast as
 // stored; torch's softplus returns x above 20) and beta = sigmoid(b) in the activation dtype.
 #pragma once
-#include "common.cuh"
+#include "kernels/common.cuh"
 
 namespace degen::cuda {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "common.cuh"
+#include "kernels/common.cuh"
 
 namespace degen::cuda {
 

@@ -2,9 +2,9 @@
 // to the cache's dtype (bf16 copy, or fp8 e4m3 saturated as convert_cuda rounds it) at the row its
 // sequence's position gives. Destinations are read from device tables (not kernel arguments) so
 // that a CUDA graph replaying a decode step stores at the current position.
-#include "attention.h"
-#include "cuda/check.h"
-#include "dispatch.cuh"
+#include "kernels/attention.h"
+#include "kernels/check.h"
+#include "kernels/dispatch.cuh"
 
 namespace degen::cuda {
 

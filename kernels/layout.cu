@@ -1,8 +1,8 @@
 // Layout kernels of the CUDA backend: dtype casts (weight upload, KV-cache stores), column and row
 // gathers, and the MoE scatter-add (src/cpu/cpu_backend.cpp mirrors these on the host).
-#include "cuda/check.h"
-#include "dispatch.cuh"
-#include "layout.h"
+#include "kernels/check.h"
+#include "kernels/dispatch.cuh"
+#include "kernels/layout.h"
 
 namespace degen::cuda {
 

@@ -1,11 +1,11 @@
 // Matrix products of the CUDA backend (src/cpu/matmul.cpp is the reference): cuBLAS bf16 GEMM with
 // fp32 accumulation (fp32 GEMM for precision=ref), and a plain tiled kernel (gemm=simple) with the
 // same contract.
-#include "cuda/check.h"
-#include "common.cuh"
-#include "matmul.h"
-#include "gemv_row.cuh"
-#include "norm_row.cuh"
+#include "kernels/check.h"
+#include "kernels/common.cuh"
+#include "kernels/matmul.h"
+#include "kernels/gemv_row.cuh"
+#include "kernels/norm_row.cuh"
 
 #include <type_traits>
 

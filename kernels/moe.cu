@@ -2,10 +2,10 @@
 // fp32 softmax over all experts (probabilities kept in shared memory), then k rounds of a block
 // arg-max (ties: the lower expert id) that each take one expert out, then the optional
 // renormalisation of the k weights.
-#include "cuda/check.h"
-#include "common.cuh"
-#include "gemv_row.cuh"
-#include "moe.h"
+#include "kernels/check.h"
+#include "kernels/common.cuh"
+#include "kernels/gemv_row.cuh"
+#include "kernels/moe.h"
 
 namespace degen::cuda {
 

@@ -4,7 +4,7 @@
 // rounded once. A fused kernel that calls these computes bit for bit what the plain kernel does.
 // Each thread reads back only the elements it wrote, so a row may be normed in place of its input.
 #pragma once
-#include "common.cuh"
+#include "kernels/common.cuh"
 
 namespace degen::cuda {
 

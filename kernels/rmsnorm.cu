@@ -2,10 +2,10 @@
 // RMSNorm, the GDN gated RMSNorm (norm before gate) and the GDN q/k L2 norm. One block per row: the
 // sum of squares is a block reduction in fp32, the output is computed in fp32 and rounded to the activation dtype
 // once (spec §4.2: "compute in fp32 and cast once").
-#include "cuda/check.h"
-#include "common.cuh"
-#include "norm_row.cuh"
-#include "rmsnorm.h"
+#include "kernels/check.h"
+#include "kernels/common.cuh"
+#include "kernels/norm_row.cuh"
+#include "kernels/rmsnorm.h"
 
 namespace degen::cuda {
 

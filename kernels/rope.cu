@@ -3,11 +3,11 @@
 // note: the angle p·ω_i is an fp32 product (HF), cos/sin are taken in double of that angle and
 // rounded to bf16 (HF and vLLM keep cos/sin caches in the model dtype; not for the fp32 activations
 // of precision=ref), the rotation is fp32 and the result is rounded to the activation dtype once. One thread per (row, head, pair).
-#include "cuda/check.h"
-#include "common.cuh"
-#include "dispatch.cuh"
-#include "norm_row.cuh"
-#include "rope.h"
+#include "kernels/check.h"
+#include "kernels/common.cuh"
+#include "kernels/dispatch.cuh"
+#include "kernels/norm_row.cuh"
+#include "kernels/rope.h"
 
 #include <type_traits>
 

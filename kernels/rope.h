@@ -5,7 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "attention.h"
+#include "kernels/attention.h"
 #include "util/dtype.h"
 
 namespace degen::cuda {

@@ -10,9 +10,9 @@
 // note: the CPU's sums are serial; these are parallel trees, equal up to the last bits (sample.h).
 #include <cub/cub.cuh>
 
-#include "common.cuh"
-#include "cuda/check.h"
-#include "sample.h"
+#include "kernels/common.cuh"
+#include "kernels/check.h"
+#include "kernels/sample.h"
 #include "util/philox.h"
 
 namespace degen::cuda {

@@ -1,7 +1,7 @@
 // Device-side random weights for `bench --synthetic` (see synth_weights.h).
-#include "cuda/check.h"
-#include "common.cuh"
-#include "synth_weights.h"
+#include "kernels/check.h"
+#include "kernels/common.cuh"
+#include "kernels/synth_weights.h"
 
 namespace degen::cuda {
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The direction of dependency (docs/architecture.md): each folder of src/ (and kernels/) may include
-# only the folders listed for it below. Prints every include that breaks it, as
+# only the folders listed for it below, and every include names its folder (a folder-less one would
+# be invisible here). The build enforces the same direction at link time (CMakeLists.txt,
+# degen_layer_link_*). Prints every include that breaks it, as
 #   FILE:LINE: FOLDER may not include "PATH" (FOLDER may include: ...)
 # and exits 1; exits 0 when every include keeps to the table. Usage: scripts/check-layers.sh [ROOT]
 # (ROOT: the repository, default this script's). Run by the test cli:layers on every `make test`.
@@ -12,13 +14,15 @@ declare -A allowed=(
   [model]="util model"
   [engine]="util model engine"
   [cpu]="util model engine cpu"
-  [cuda]="util model engine cuda"
-  [kernels]="util cuda kernels"
-  [backends]="util model engine cpu cuda backends"
+  [kernels]="util kernels"
+  [cuda]="util model engine kernels cuda"
+  [backends]="util model engine cpu cuda kernels backends"
   [diag]="util net model engine diag"
   [report]="util net model engine diag report"
-  [cli]="util net model engine cpu cuda backends diag report cli"
+  [cli]="util net model engine backends diag report cli"
 )
+# Headers CMake generates into the build folder, the only includes without a folder.
+generated=" build_config.h curl_config.h "
 bad=0
 for folder in "${!allowed[@]}"; do
   dir="$root/src/$folder"
@@ -29,7 +33,14 @@ for folder in "${!allowed[@]}"; do
     file=${hit%%:*}; rest=${hit#*:}; line=${rest%%:*}
     inc=$(sed -E 's/^[^"]*"([^"]+)".*/\1/' <<<"${rest#*:}")
     top=${inc%%/*}
-    [ "$top" = "$inc" ] && continue   # no folder: a generated header (build_config.h) or a local one
+    if [ "$top" = "$inc" ]; then   # no folder: only a generated header; every other one names its folder
+      case "$generated" in
+        *" $inc "*) continue ;;
+      esac
+      echo "${file#"$root"/}:$line: \"$inc\" has no folder (include it as \"FOLDER/$inc\", so that this check sees it)"
+      bad=1
+      continue
+    fi
     case " ${allowed[$folder]} " in
       *" $top "*) ;;
       *) echo "${file#"$root"/}:$line: $folder may not include \"$inc\" ($folder may include: ${allowed[$folder]})"

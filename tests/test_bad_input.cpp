@@ -19,6 +19,7 @@
 #include "helpers.h"
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "util/file_io.h"
 #include "model/tokenizer.h"
 #include "report/inputs.h"
 #include "util/error.h"

@@ -17,7 +17,7 @@
 #include "model/weights.h"
 #include "util/error.h"
 #include "helpers.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 
 using namespace degen;
 

@@ -5,7 +5,7 @@
 
 #include "helpers.h"
 #include "model/config.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "model/weights.h"
 #include "util/error.h"
 

@@ -18,6 +18,7 @@
 #include "model/tokenizer.h"
 #include "engine_test_util.h"
 #include "tolerances.h"
+#include "util/file_io.h"
 
 using namespace degen;
 using namespace degen::test;

@@ -13,7 +13,7 @@
 #include "engine/run_config.h"
 #include "helpers.h"
 #include "model/config.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "report/inputs.h"
 #include "util/error.h"
 #include "util/json_input.h"

@@ -24,6 +24,7 @@
 #include "helpers.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "util/file_io.h"
 #include "model/synth.h"
 #include "model/tokenizer.h"
 #include "report/junit.h"

@@ -21,6 +21,7 @@
 #include "model/tokenizer.h"
 #include "util/json_input.h"
 #include "util/resource_meter.h"
+#include "util/file_io.h"
 
 using namespace degen;
 namespace fs = std::filesystem;

@@ -15,7 +15,7 @@
 #include "diag/golden_record.h"
 #include "diag/record_store.h"
 #include "helpers.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/sha256.h"
 

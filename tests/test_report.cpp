@@ -19,7 +19,7 @@
 #include "build_config.h"
 #include "diag/sweep.h"
 #include "helpers.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "report/escape.h"
 #include "report/html.h"
 #include "report/inputs.h"

@@ -8,7 +8,7 @@
 #include "engine/faults.h"
 #include "engine/run_config.h"
 #include "helpers.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 
 using namespace degen;

@@ -13,6 +13,7 @@
 
 #include "helpers.h"
 #include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 
 using namespace degen;

@@ -14,7 +14,7 @@
 #include "diag/server_sweep.h"
 #include "diag/sweep.h"
 #include "helpers.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 
 using namespace degen;

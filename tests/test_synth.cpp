@@ -10,6 +10,7 @@
 #include "helpers.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "util/file_io.h"
 #include "model/synth.h"
 #include "util/error.h"
 #include "util/sha256.h"

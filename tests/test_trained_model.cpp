@@ -16,6 +16,7 @@
 #include "model/chat_template.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "util/file_io.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
 #include "util/sha256.h"

@@ -2,6 +2,7 @@
 #include "backends/make_backend.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "build_config.h"
 #include "cpu/cpu_backend.h"
@@ -11,6 +12,8 @@
 #if DEGEN_WITH_CUDA
 #include "cuda/bench.h"
 #include "cuda/context.h"
+#include "cuda/device.h"
+#include "kernels/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/nccl_comm.h"
 #include "model/weights.h"
@@ -154,6 +157,33 @@ std::unique_ptr<Backend> make_backend(const RunConfig& rc, const ModelConfig& cf
   first->attach_tp_group(group);
   first->bind_thread();  // the caller's thread works with rank 0 (its device current again)
   return first;
+}
+
+void configure_cuda(bool sync_debug, int device) {
+#if DEGEN_WITH_CUDA
+  cuda::set_sync_debug(sync_debug);
+  cuda::set_default_device(device);
+#else
+  (void)sync_debug;
+  (void)device;
+#endif
+}
+
+std::vector<std::string> cuda_device_lines(std::string* why) {
+  std::vector<std::string> out;
+#if DEGEN_WITH_CUDA
+  for (const auto& d : cuda::list_devices(why)) {
+    char line[512];
+    std::snprintf(line, sizeof line, "cuda:%d  %s  sm_%d%d  %d SMs  %.1f GiB (%.1f GiB free)  ~%.0f GB/s", d.index,
+                  d.name.c_str(), d.cc_major, d.cc_minor, d.sm_count, d.total_bytes / 1073741824.0,
+                  d.free_bytes / 1073741824.0, d.mem_bandwidth_gbs);
+    out.push_back(line);
+  }
+  if (out.empty()) *why = "no CUDA device: " + *why;
+#else
+  *why = "this build has no CUDA backend (configure with -DDEGEN_CUDA=ON on a machine with nvcc)";
+#endif
+  return out;
 }
 
 }  // namespace degen

@@ -15,7 +15,7 @@
 #include "diag/subop.h"
 #include "backends/make_backend.h"
 #include "engine/trace.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/json_output.h"
 #include "util/output_file.h"

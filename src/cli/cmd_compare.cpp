@@ -15,7 +15,7 @@
 #include "diag/server_compare.h"
 #include "diag/server_sweep.h"
 #include "backends/make_backend.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "report/junit.h"
 #include "util/error.h"
 #include "util/json_output.h"

@@ -1,33 +1,24 @@
 // `degenbisect devices`: the CUDA devices this build can use (exit 125 when there are none).
 #include <cstdio>
+#include <string>
+#include <vector>
 
-#include "build_config.h"
+#include "backends/make_backend.h"
 #include "cli/command.h"
 #include "util/error.h"
-#if DEGEN_WITH_CUDA
-#include "cuda/device.h"
-#endif
 
 namespace degen::cli {
 namespace {
 
 int run_devices() {
-#if DEGEN_WITH_CUDA
   std::string why;
-  auto devs = cuda::list_devices(&why);
-  if (devs.empty()) {
-    std::printf("no CUDA device: %s\n", why.c_str());
+  const std::vector<std::string> lines = cuda_device_lines(&why);
+  if (lines.empty()) {
+    std::printf("%s\n", why.c_str());
     return static_cast<int>(ExitCode::untestable);
   }
-  for (const auto& d : devs)
-    std::printf("cuda:%d  %s  sm_%d%d  %d SMs  %.1f GiB (%.1f GiB free)  ~%.0f GB/s\n", d.index, d.name.c_str(),
-                d.cc_major, d.cc_minor, d.sm_count, d.total_bytes / 1073741824.0, d.free_bytes / 1073741824.0,
-                d.mem_bandwidth_gbs);
+  for (const auto& l : lines) std::printf("%s\n", l.c_str());
   return 0;
-#else
-  std::printf("this build has no CUDA backend (configure with -DDEGEN_CUDA=ON on a machine with nvcc)\n");
-  return static_cast<int>(ExitCode::untestable);
-#endif
 }
 
 CommandRegistrar reg("devices", "List the CUDA devices this build can use (exit 125 when none)", 95,

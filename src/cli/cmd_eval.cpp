@@ -12,7 +12,7 @@
 #include "diag/model_eval.h"
 #include "engine/faults.h"
 #include "backends/make_backend.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/json_output.h"
 #include "util/output_file.h"

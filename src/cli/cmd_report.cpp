@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "report/html.h"
 #include "report/inputs.h"
 #include "report/json.h"

@@ -11,7 +11,7 @@
 #include "diag/golden.h"
 #include "diag/selftest.h"
 #include "backends/make_backend.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "model/synth.h"
 #include "util/error.h"
 #include "util/output_file.h"

@@ -11,7 +11,7 @@
 #include "diag/evaluate.h"
 #include "diag/server_sweep.h"
 #include "backends/make_backend.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/output_file.h"
 

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "model/config.h"
 #include "model/synth.h"
 #include "model/tokenizer.h"

@@ -13,7 +13,7 @@
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_synth.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/output_file.h"
 #include "util/json_input.h"

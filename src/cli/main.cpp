@@ -13,10 +13,6 @@
 #include "util/cpu_isa.h"
 #include "util/error.h"
 #include "util/output_file.h"
-#if DEGEN_WITH_CUDA
-#include "cuda/check.h"
-#include "cuda/context.h"
-#endif
 
 namespace degen::cli {
 std::vector<CommandEntry>& command_registry() {
@@ -128,10 +124,7 @@ int run_command(int argc, char** argv) {
   }
 
   set_tp_devices(g.devices);
-#if DEGEN_WITH_CUDA
-  cuda::set_sync_debug(g.sync_debug);
-  cuda::set_default_device(g.device);
-#endif
+  configure_cuda(g.sync_debug, g.device);
   try {
     cpu::active_isa();  // an invalid DEGEN_CPU_ISA is an input error before any work
     for (auto& [sub, act] : actions)

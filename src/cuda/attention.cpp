@@ -13,17 +13,17 @@
 // rows 0..pos, so it reads the previous step's row (or zeros) at pos.
 // The K/V store and the attention kernels read positions and cache pointers from device tables
 // uploaded with each call, so a CUDA graph replaying a decode step (graphs=on) stays correct.
-#include "attention.h"
+#include "kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "cuda/check.h"
+#include "kernels/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
-#include "layout.h"
-#include "rope.h"
+#include "kernels/layout.h"
+#include "kernels/rope.h"
 #include "util/attn_grouped.h"
 
 namespace degen {

@@ -36,7 +36,7 @@
 #include <map>
 #include <random>
 
-#include "cuda/check.h"
+#include "kernels/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_counters.h"
@@ -49,7 +49,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "model/weights.h"
-#include "synth_weights.h"
+#include "kernels/synth_weights.h"
 #include "util/error.h"
 
 namespace degen::cuda {

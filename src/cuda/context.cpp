@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "cuda/check.h"
+#include "kernels/check.h"
 #include "util/error.h"
 
 namespace degen::cuda {

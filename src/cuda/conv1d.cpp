@@ -4,9 +4,9 @@
 // Shapes and spans are checked by Backend::conv1d_causal (src/engine/backend.cpp).
 #include <algorithm>
 
-#include "conv1d.h"
+#include "kernels/conv1d.h"
 #include "cuda/bf16_args.h"
-#include "cuda/check.h"
+#include "kernels/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/seq_tables.h"

@@ -7,11 +7,11 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "cuda/check.h"
+#include "kernels/check.h"
 #include "cuda/context.h"
 #include "cuda/device_counters.h"
 #include "cuda/graphs.h"
-#include "layout.h"
+#include "kernels/layout.h"
 #include "util/error.h"
 
 namespace degen {

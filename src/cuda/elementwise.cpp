@@ -1,10 +1,10 @@
 // CudaBackend elementwise ops (kernels/elementwise.cu; src/cpu/elementwise.cpp is the reference):
 // embedding gather, residual add, sigmoid gate, SwiGLU, logits padding mask.
 #include "cuda/bf16_args.h"
-#include "cuda/check.h"
+#include "kernels/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
-#include "elementwise.h"
+#include "kernels/elementwise.h"
 
 namespace degen {
 

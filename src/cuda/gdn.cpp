@@ -13,12 +13,12 @@
 #include <algorithm>
 
 #include "cuda/bf16_args.h"
-#include "cuda/check.h"
+#include "kernels/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/seq_tables.h"
-#include "gdn.h"
-#include "gdn_gates.h"
+#include "kernels/gdn.h"
+#include "kernels/gdn_gates.h"
 
 namespace degen {
 

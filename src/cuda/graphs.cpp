@@ -4,7 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "cuda/check.h"
+#include "kernels/check.h"
 #include "cuda/context.h"
 #include "util/error.h"
 

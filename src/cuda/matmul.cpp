@@ -9,8 +9,8 @@
 #include "cuda/bf16_args.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
-#include "layout.h"
-#include "matmul.h"
+#include "kernels/layout.h"
+#include "kernels/matmul.h"
 #include "util/error.h"
 
 namespace degen {

@@ -4,11 +4,11 @@
 // moe_experts_on_device (decode sizes) runs the experts where the routing is.
 // Fault moe-no-renorm reaches here as renormalise = false (engine level).
 #include "cuda/bf16_args.h"
-#include "cuda/check.h"
+#include "kernels/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
-#include "matmul.h"
-#include "moe.h"
+#include "kernels/matmul.h"
+#include "kernels/moe.h"
 
 namespace degen {
 

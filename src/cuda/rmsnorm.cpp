@@ -5,7 +5,7 @@
 #include "cuda/bf16_args.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
-#include "rmsnorm.h"
+#include "kernels/rmsnorm.h"
 
 namespace degen {
 

@@ -4,7 +4,7 @@
 #include "cuda/bf16_args.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
-#include "rope.h"
+#include "kernels/rope.h"
 
 namespace degen {
 

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "cuda/check.h"
+#include "kernels/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
-#include "sample.h"
+#include "kernels/sample.h"
 #include "util/error.h"
 
 namespace degen::cuda {

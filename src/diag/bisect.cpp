@@ -6,7 +6,7 @@
 #include <fstream>
 #include <set>
 
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/json_input.h"
 #include "util/json_output.h"

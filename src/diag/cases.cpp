@@ -9,7 +9,7 @@
 
 #include "engine/run_config.h"
 #include "model/chat_template.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
 #include "util/json_input.h"

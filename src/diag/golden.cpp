@@ -18,6 +18,7 @@
 #include "engine/generate.h"
 #include "model/chat_template.h"
 #include "model/safetensors.h"
+#include "util/file_io.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
 #include "util/sha256.h"

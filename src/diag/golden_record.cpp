@@ -9,6 +9,7 @@
 #include "diag/forced_run.h"
 #include "engine/trace.h"
 #include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/json_input.h"
 #include "util/sha256.h"

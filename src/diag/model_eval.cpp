@@ -15,7 +15,7 @@
 #include "engine/generate.h"
 #include "engine/spec_decode.h"
 #include "model/chat_template.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "model/tokenizer.h"
 #include "util/error.h"
 #include "util/json_input.h"

@@ -16,6 +16,7 @@
 #include "util/error.h"
 #include "util/json_input.h"
 #include "util/sha256.h"
+#include "util/file_io.h"
 
 namespace degen {
 

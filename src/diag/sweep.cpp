@@ -23,7 +23,7 @@
 #include "diag/golden_record.h"
 #include "model/digests.h"
 #include "model/model.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/file_lock.h"
 #include "util/json_input.h"

@@ -33,7 +33,7 @@
 #include <sstream>
 
 #include "model/tokenizer.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/json_input.h"
 

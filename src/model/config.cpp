@@ -13,7 +13,7 @@
 #include <limits>
 #include <set>
 
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/json_input.h"
 

@@ -11,6 +11,7 @@
 
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "util/file_io.h"
 #include "model/tokenizer_synth.h"
 #include "model/weights.h"
 #include "util/error.h"

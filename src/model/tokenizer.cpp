@@ -17,7 +17,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/json_input.h"
 

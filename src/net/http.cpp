@@ -3,6 +3,8 @@
 // server cannot block us past the time-out.
 #include "net/http.h"
 
+#include "curl_config.h"  // generated: DEGEN_HAVE_CURL
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "diag/sweep.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "report/escape.h"
 #include "util/error.h"
 #include "util/json_input.h"

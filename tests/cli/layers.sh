@@ -9,11 +9,19 @@ mkdir -p "$WORK/copy"
 cp -r "$SRC/src" "$SRC/kernels" "$WORK/copy/"
 printf '#include "diag/metrics.h"\n' >> "$WORK/copy/src/engine/generate.cpp"
 sed -i '1i #include "cuda/context.h"' "$WORK/copy/src/cpu/cpu_backend.cpp"
+# the kernels reaching up into the backend that launches them, the CLI past the backends' factory,
+# and an include without its folder (which would hide either)
+sed -i '1i #include "cuda/context.h"' "$WORK/copy/kernels/matmul.cu"
+printf '#include "cpu/gemm.h"\n' >> "$WORK/copy/src/cli/cmd_run.cpp"
+printf '#include "common.cuh"\n' >> "$WORK/copy/kernels/rope.cu"
 expect_exit 1 bash "$SRC/scripts/check-layers.sh" "$WORK/copy"
 cat "$WORK/out"
 expect_out 'engine may not include "diag/metrics.h" (engine may include: util model engine)'
 expect_out 'src/cpu/cpu_backend.cpp:1: cpu may not include "cuda/context.h"'
-[ "$(wc -l <"$WORK/out")" = 2 ] || fail "expected exactly the two planted includes"
+expect_out 'kernels/matmul.cu:1: kernels may not include "cuda/context.h" (kernels may include: util kernels)'
+expect_out 'cli may not include "cpu/gemm.h"'
+expect_out "kernels/rope.cu:$(wc -l <"$WORK/copy/kernels/rope.cu"): \"common.cuh\" has no folder"
+[ "$(wc -l <"$WORK/out")" = 5 ] || fail "expected exactly the five planted includes"
 # a new folder of src/ must be placed in the table
 mkdir "$WORK/copy/src/newpart"
 expect_exit 1 bash "$SRC/scripts/check-layers.sh" "$WORK/copy"

@@ -7,9 +7,9 @@
 #include <limits>
 #include <vector>
 
-#include "cuda/check.h"
+#include "kernels/check.h"
 #include "cuda/device.h"
-#include "convert.h"
+#include "kernels/convert.h"
 #include "util/dtype.h"
 
 using namespace degen;

@@ -19,8 +19,8 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/device_counters.h"
 #include "cuda/op_cases.h"
-#include "attention.h"
-#include "matmul.h"
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
 #include "cuda_test_util.h"
 
 using namespace degen;

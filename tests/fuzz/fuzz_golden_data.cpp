@@ -3,6 +3,7 @@
 // manifest's own checksum) set to match, so every check of the file's content is reached.
 #include "golden_seed.h"
 #include "util/sha256.h"
+#include "util/file_io.h"
 
 namespace {
 const nlohmann::json& seed_manifest() {

@@ -10,6 +10,7 @@
 #include "diag/cases.h"
 #include "golden_seed.h"
 #include "util/sha256.h"
+#include "util/file_io.h"
 
 namespace {
 

@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "golden_seed.h"
+#include "util/file_io.h"
 
 namespace {
 

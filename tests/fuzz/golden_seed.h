@@ -11,7 +11,6 @@
 
 #include "diag/golden.h"
 #include "fuzz_common.h"
-#include "model/safetensors.h"
 #include "util/json_input.h"
 
 namespace fuzz {

@@ -1,5 +1,5 @@
 // Error reporting for the CUDA check macros.
-#include "cuda/check.h"
+#include "kernels/check.h"
 
 namespace degen::cuda {
 
