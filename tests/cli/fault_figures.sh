@@ -9,7 +9,11 @@ source "$(dirname "$0")/lib.bash"
 command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
 F="$SRC/tests/fixtures/fault-figures"
 export STUB_FIXTURE="$F/runs.json" STUB_ROOT="$SRC"
-STUB="$SRC/tests/cli/fault_figures_stub.py"
+# The stand-in through the interpreter itself (a python3 on PATH may be a slow launcher shim).
+PY=$(python3 -c 'import sys; print(sys.executable)')
+STUB="$WORK/degenbisect"
+printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$PY" "$SRC/tests/cli/fault_figures_stub.py" >"$STUB"
+chmod +x "$STUB"
 ff() { bash "$SRC/scripts/fault-figures.sh" "$@"; }
 same() {  # the table of the last command against a committed one (the run's seconds left out)
   grep -v '^fault-figures: ' "$WORK/out" | sed -E 's/\([0-9]+ s in all/(N s in all/' >"$WORK/table.md"
