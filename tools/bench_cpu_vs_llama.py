@@ -35,7 +35,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROG = os.environ.get("DEGEN_SCRIPT_NAME", "bench-cpu-vs-llama.sh")
+# the name in messages: the script's when the script runs this program (it says so), else this file's
+PROG = os.environ.pop("DEGEN_SCRIPT_NAME", None) or os.path.basename(sys.argv[0])
 WHO = "scripts/bench-cpu-vs-llama.sh"  # the name in the preset folder's marker (scripts/lib/owned-dir.bash)
 ISAS = ("auto", "baseline", "avx2", "avx512")
 VALUE_OPTIONS = ("--threads", "--reps", "--prefill", "--decode", "--preset", "--model", "--bin", "--before", "--isa",

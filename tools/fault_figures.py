@@ -30,7 +30,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROG = os.environ.get("DEGEN_SCRIPT_NAME", "fault-figures.sh")
+# the name in messages: the script's when the script runs this program (it says so), else this file's
+PROG = os.environ.pop("DEGEN_SCRIPT_NAME", None) or os.path.basename(sys.argv[0])
 BAD_INPUT = 128
 TABLE_HEAD = ("| fault | added config | free-running (all layers of its kind) | tested text | "
               "accuracy under the fault (without it) | compare: all layers / one layer | selftest |")
