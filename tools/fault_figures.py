@@ -102,7 +102,7 @@ def load_json(path):
         return json.load(f)
 
 
-def last_lines(path):
+def read_text(path):
     with open(path, errors="replace") as f:
         return f.read()
 
@@ -110,7 +110,7 @@ def last_lines(path):
 def selftest_cell(path, rc, out, root):
     """the selftest column: each status with its layers (and the op found, the first note)"""
     if not os.path.exists(path):
-        tail = last_lines(out).strip().splitlines()[-1:] or ["?"]
+        tail = read_text(out).strip().splitlines()[-1:] or ["?"]
         return ("untestable: " if rc == 125 else f"exit {rc}: ") + tail[0].replace(root, "")[:120].replace("|", "/")
     doc = load_json(path)
     rows = doc if isinstance(doc, list) else doc.get("rows", [])
@@ -162,7 +162,7 @@ def table_row(path, rc, out, name, base, st, root):
     """the fault's Markdown row from eval's fault-table JSON (or, without it, eval's output)"""
     cfg = f"`{base}`" if base else "-"
     if not os.path.exists(path):
-        lines = [line for line in last_lines(out).splitlines() if line.strip()]
+        lines = [line for line in read_text(out).splitlines() if line.strip()]
         why = next((line for line in reversed(lines) if "untestable" in line or "error" in line.lower()),
                    lines[-1] if lines else "?")
         kind = "untestable" if rc == 125 else f"error (exit {rc})"
