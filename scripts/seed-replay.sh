@@ -21,7 +21,10 @@
 # marker file .degenbisect-made-by in it), an empty one or none; another folder is refused, untouched.
 # Exit 0 when every step ran (the verdicts are "bad" where the bug is: that is the finding), 128 when
 # SEED_OUT is refused, else the step's exit code.
+# What the script reads from degenbisect's JSON is tools/seed_replay.py's (the cells it chooses, the summary).
+# Usage: scripts/seed-replay.sh [DEGENBISECT] (default build/degenbisect), SEED_OUT in the environment.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 source "$(dirname "$0")/lib/owned-dir.bash"
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$(owned_abs "${1:-$root/build/degenbisect}")
@@ -49,27 +52,11 @@ finding "$bin" -q sweep --golden "$golden" --model "$model" --matrix "$matrix" "
   --out "$out/sweep" > "$out/sweep.txt"
 cat "$out/sweep.txt"
 
-# The cells the next steps use, from the sweep's own results: the first good cell; the bad cell that
-# differs from it in the most axes; the user's cell nearest the good one (the good cell's attention,
-# ssm_dtype and MTP at tp=2: bad too).
-python3 - "$out/sweep/results.jsonl" "$out/cells.json" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-good = [r for r in rows if r["verdict"] == "good"]
-bad = [r for r in rows if r["verdict"] == "bad"]
-if not good or not bad:
-    sys.exit(f"seed-replay: the sweep has {len(good)} good and {len(bad)} bad cells; it needs both")
-g = good[0]
-differ = lambda r: sum(a != b for a, b in zip(r["values"], g["values"]))
-far = max(bad, key=differ)
-near = [r for r in bad if r["values"][:-1] == g["values"][:-1]]
-if not near:
-    sys.exit("seed-replay: no bad cell shares the good cell's attention, ssm_dtype and MTP")
-json.dump({"good": g["cell"], "bad": far["cell"], "bad_near": near[0]["cell"]}, open(sys.argv[2], "w"), indent=1)
-PY
-good=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["good"])' "$out/cells.json")
-bad=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bad"])' "$out/cells.json")
-near=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bad_near"])' "$out/cells.json")
+# The cells the next steps use, from the sweep's own results (tools/seed_replay.py cells): the first
+# good cell; the bad cell that differs from it in the most axes; the user's cell nearest the good one
+# (the good cell's attention, ssm_dtype and MTP at tp=2: bad too).
+cells=$(python3 tools/seed_replay.py cells "$out/sweep/results.jsonl" "$out/cells.json")
+{ read -r good; read -r bad; read -r near; } <<<"$cells"
 
 step "bisect from a good cell to a bad one: $good -> $bad"
 finding "$bin" -q bisect --golden "$golden" --model "$model" --good "$good" --bad "$bad" "${sweep_cases[@]}" --no-decode \
@@ -92,42 +79,7 @@ step "reports: $out/report.md (golden and tested text side by side), report.html
 "$bin" report "$out/sweep" "$out/bisect.json" "$out/localise.json" "$out/compare.json" --format json -o "$out/report.json"
 awk '/^Text, golden and tested side by side:/ {p = 1} p && /^\|/ {t = 1} p && t && /^$/ {exit} p' "$out/report.md"
 
-# What it comes to, from the outputs above.
-python3 - "$out" <<'PY' | tee "$out/summary.txt"
-import json, sys, os
-out = sys.argv[1]
-rep = json.load(open(os.path.join(out, "report.json")))
-sw = rep["sweeps"][0]
-effects = {}
-for e in sw["main_effects"]:
-    effects.setdefault(e["axis"], []).append(e)
-print("main effects (share of bad cells with each value):")
-for axis, es in effects.items():
-    shares = [f'{e["value"]} {e["bad_with"]}/{e["with"]}' for e in es]
-    same = len({e["bad_with"] * 1.0 / e["with"] for e in es}) == 1
-    print(f'  {axis:10} {"no effect" if same else "EFFECT   "}  ' + ", ".join(shares))
-b = json.load(open(os.path.join(out, "bisect.json")))
-print("bisect good -> bad: culprit toggles " + ", ".join(b["culprit_toggles"]))
-loc = json.load(open(os.path.join(out, "localise.json"))).get("localisation", {})
-print(f'bisect within tp=2: layer {loc.get("layer")}, operation {loc.get("op")}-{loc.get("layer")}, '
-      f'confirmed by patching: {bool((loc.get("patch") or {}).get("confirmed"))}')
-c = rep["compares"][0]
-for k in c["cases"]:
-    t = k["generation"]["text"] or {}
-    same = t.get("golden") == t.get("tested")
-    print(f'text {k["id"]:14} {"the same as the golden" if same else "differs from byte %d" % t.get("common_prefix_bytes", 0)}'
-          f'; degenerate: {k["generation"]["degenerate"]}; KLD prefill {k["kld_mean_prefill"]:.2e}; verdict {k["verdict"]}')
-# What a user would see, said plainly: on this model the text may show nothing where compare does.
-if not any(k["generation"]["degenerate"] for k in c["cases"]):
-    same = any((k["generation"]["text"] or {}).get("golden") == (k["generation"]["text"] or {}).get("tested")
-               for k in c["cases"])
-    fb = c["first_break"] or {}
-    layer = next((l for l in c["layers"] if l["layer"] == fb.get("layer")), None)
-    kld = [k["kld_mean_prefill"] for k in c["cases"]]
-    print("no tested text degenerates" + (": the seed's prompt is answered as the golden answers it" if same else "")
-          + f"; compare catches the fault in the logits (mean KLD {min(kld):.2e} to {max(kld):.2e}, every case over its limit)"
-          + (f' and in the per-layer error (layer {layer["layer"]}: rel_l2 {layer["iso_prefill"]:.3g} with the golden input'
-             f' injected, limit {layer["limit_prefill"]:.3g})' if layer else ""))
-PY
+# What it comes to, from the outputs above (tools/seed_replay.py summary).
+python3 tools/seed_replay.py summary "$out" | tee "$out/summary.txt"
 { printf '# Seed replay (scripts/seed-replay.sh)\n\n```\n'; cat "$out/summary.txt"; printf '```\n\n'; cat "$out/report.md"; } > "$out/replay.md"
 printf '\nseed replay finished in %ss; outputs in %s/\n' "$(( $(date +%s) - t0 ))" "$out"

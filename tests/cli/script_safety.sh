@@ -8,14 +8,14 @@
 # bench-cpu-vs-llama.sh (--preset names a folder under build/; --model), make-realvocab-model.sh (--out).
 # Nothing is built, installed or downloaded: the scripts run against stand-ins (a degenbisect that
 # stops at the first command, a cmake and compiler that do nothing, an empty source archive) and
-# stop at their first real step. The scripts run from a copy of scripts/ in a stand-in repository
+# stop at their first real step. The scripts run from a copy of scripts/ (and tools/) in a stand-in repository
 # ($WORK/tree, with its own golden/ and build/), so that a script that resolves a path against its
 # repository harms the copy, never this checkout. A few seconds.
 source "$(dirname "$0")/lib.bash"
 command -v git >/dev/null || { echo "SKIP: no git"; exit 77; }
 T="$WORK/tree"
 mkdir -p "$T/golden/tiny-trained/smoke" "$T/build" "$WORK/caller" "$WORK/stubs"
-cp -r "$SRC/scripts" "$T/"
+cp -r "$SRC/scripts" "$SRC/tools" "$T/"  # tools/: the programs some scripts run
 echo committed >"$T/golden/tiny-trained/smoke/manifest.json"
 echo kept >"$T/build/keep"
 M=.degenbisect-made-by
