@@ -17,9 +17,10 @@ declare -A allowed=(
   [kernels]="util kernels"
   [cuda]="util model engine kernels cuda"
   [backends]="util model engine cpu cuda kernels backends"
-  [diag]="util net model engine diag"
-  [report]="util net model engine diag report"
-  [cli]="util net model engine backends diag report cli"
+  [record]="util model engine record"
+  [diag]="util net model engine record diag"
+  [report]="util net model engine record diag report"
+  [cli]="util net model engine backends record diag report cli"
 )
 # Headers CMake generates into the build folder, the only includes without a folder.
 generated=" build_config.h curl_config.h "
@@ -31,7 +32,7 @@ for folder in "${!allowed[@]}"; do
   # every '#include "X/..."' of the folder's sources, as FILE:LINE:X/...
   while IFS= read -r hit; do
     file=${hit%%:*}; rest=${hit#*:}; line=${rest%%:*}
-    inc=$(sed -E 's/^[^"]*"([^"]+)".*/\1/' <<<"${rest#*:}")
+    inc=${rest#*:}; inc=${inc#*\"}; inc=${inc%%\"*}   # the text between the quotes (no fork per line)
     top=${inc%%/*}
     if [ "$top" = "$inc" ]; then   # no folder: only a generated header; every other one names its folder
       case "$generated" in

@@ -12,7 +12,7 @@
 #include <limits>
 #include <string>
 
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "diag/golden.h"
 #include "diag/model_eval.h"
 #include "diag/sweep.h"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "diag/bisect.h"
-#include "diag/golden_record.h"
+#include "record/golden_record.h"
 #include "diag/sweep.h"
 #include "engine/run_config.h"
 #include "helpers.h"

@@ -17,7 +17,7 @@
 #include <functional>
 #include <set>
 
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "diag/compare.h"
 #include "diag/golden.h"
 #include "backends/make_backend.h"

@@ -12,7 +12,7 @@
 #include <limits>
 
 #include "backends/make_backend.h"
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "diag/golden.h"
 #include "diag/golden_plan.h"
 #include "helpers.h"

@@ -10,10 +10,10 @@
 #include <functional>
 #include <string>
 
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "diag/golden.h"
-#include "diag/golden_record.h"
-#include "diag/record_store.h"
+#include "record/golden_record.h"
+#include "record/record_store.h"
 #include "helpers.h"
 #include "util/file_io.h"
 #include "util/error.h"

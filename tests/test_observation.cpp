@@ -10,7 +10,7 @@
 #include <set>
 
 #include "backends/make_backend.h"
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "diag/golden.h"
 #include "diag/observation.h"
 #include "diag/subop.h"

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "diag/model_eval.h"
 #include "helpers.h"
 #include "model/chat_template.h"

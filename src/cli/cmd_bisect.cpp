@@ -10,7 +10,7 @@
 #include "diag/bisect.h"
 #include "diag/evaluate.h"
 #include "engine/faults.h"
-#include "diag/golden_record.h"
+#include "record/golden_record.h"
 #include "diag/localise.h"
 #include "diag/subop.h"
 #include "backends/make_backend.h"

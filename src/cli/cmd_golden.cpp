@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "diag/golden.h"
 #include "diag/golden_plan.h"
 #include "util/cpu_isa.h"

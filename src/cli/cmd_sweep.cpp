@@ -7,7 +7,7 @@
 #include "cli/command.h"
 #include "cli/server_flags.h"
 #include "cli/session.h"
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "diag/evaluate.h"
 #include "diag/server_sweep.h"
 #include "backends/make_backend.h"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "diag/compare.h"
-#include "diag/golden_record.h"
+#include "record/golden_record.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 

@@ -11,7 +11,7 @@
 #include <set>
 #include <span>
 
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "engine/generate.h"
 #include "engine/spec_decode.h"
 #include "model/chat_template.h"

@@ -31,9 +31,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/floor_class.h"
+#include "record/floor_class.h"
 #include "diag/forced_run.h"
-#include "diag/golden_record.h"
+#include "record/golden_record.h"
 #include "diag/metrics.h"
 #include "diag/observation.h"
 #include "engine/backend_factory.h"

@@ -11,8 +11,6 @@
 
 namespace degen {
 
-const char* forced_mode_name(ForcedMode m) { return m == ForcedMode::prefill ? "prefill" : "decode"; }
-
 ForcedRun forced_run(Engine& eng, const std::vector<int32_t>& tokens, const ForcedOptions& o) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();

@@ -7,16 +7,14 @@
 #include <vector>
 
 #include "diag/metrics.h"
+#include "record/forced_mode.h"
 #include "engine/engine.h"
 
 namespace degen {
 
-// prefill: the whole sequence in one forward call (chunked GDN unless the config says otherwise);
-// decode: one token per call through the decode path (recurrent GDN, KV cache appends). A decode run
-// can start with a prefill of the first tokens (ForcedOptions::prefill_positions): the order
-// generation takes (the prompt in one call, then one token per call).
-enum class ForcedMode : uint8_t { prefill, decode };
-const char* forced_mode_name(ForcedMode m);
+// ForcedMode (prefill, decode): record/forced_mode.h. A decode run can start with a prefill of the
+// first tokens (ForcedOptions::prefill_positions): the order generation takes (the prompt in one call,
+// then one token per call).
 
 // Golden layer inputs to inject (metrics.md §3): in[L] = the input of layer L over positions
 // [0, P) (row-major [P, H]): the embedding for L = 0, else the golden output of layer L-1; an empty

@@ -60,13 +60,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/cases.h"
-#include "diag/floor_class.h"
+#include "record/cases.h"
+#include "record/floor_class.h"
 #include "diag/forced_run.h"
-#include "diag/golden_record.h"
+#include "record/golden_record.h"
 #include "diag/metrics.h"
-#include "diag/record_manifest.h"
-#include "diag/record_store.h"
+#include "record/record_manifest.h"
+#include "record/record_store.h"
 #include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/generate.h"

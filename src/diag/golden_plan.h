@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "diag/golden.h"
 #include "engine/backend_factory.h"
 #include "model/config.h"

@@ -3,6 +3,8 @@
 // note: plain fp64 loops on purpose (STYLE.md principle 7): these numbers decide verdicts.
 #include "diag/metrics.h"
 
+#include "util/logits.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -99,12 +101,7 @@ double min_atol_impl(std::span<const T> a, std::span<const T> r, double rtol) {
   return atol;
 }
 
-bool is_real(std::span<const uint8_t> excluded, size_t i) { return excluded.empty() || excluded[i] == 0; }
 
-void check_mask(std::span<const uint8_t> excluded, size_t V, const char* who) {
-  if (!excluded.empty() && excluded.size() != V)
-    throw std::invalid_argument(cat(who, ": padding mask has ", excluded.size(), " entries, logits have ", V));
-}
 
 // The k' = min(k, real ids) best real ids by logit, best first, ties by lowest id. One pass with
 // a k-element heap whose top is the worst kept id: O(V log k), no V-sized allocation.
@@ -142,31 +139,8 @@ double overlap(std::vector<int32_t> a, std::vector<int32_t> b) {
   return static_cast<double>(both.size()) / static_cast<double>(a.size());
 }
 
-// Count of NaN / +inf among the real ids; `all_neg_inf` set when no real logit exceeds -inf.
-int64_t undefined_logits(std::span<const float> logits, std::span<const uint8_t> excluded, bool& all_neg_inf) {
-  int64_t bad = 0;
-  all_neg_inf = true;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (!is_real(excluded, i)) continue;
-    float v = logits[i];
-    if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) ++bad;
-    else if (v != -std::numeric_limits<float>::infinity()) all_neg_inf = false;
-  }
-  return bad;
-}
 
-size_t count_real(std::span<const uint8_t> excluded, size_t V) {
-  if (excluded.empty()) return V;
-  return static_cast<size_t>(std::count(excluded.begin(), excluded.end(), uint8_t{0}));
-}
 
-// The largest real logit (-inf when there is none above -inf; NaN ignored: counted elsewhere).
-double max_real_logit(std::span<const float> logits, std::span<const uint8_t> excluded) {
-  double m = -kInf;
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (is_real(excluded, i) && !std::isnan(logits[i])) m = std::max(m, static_cast<double>(logits[i]));
-  return m;
-}
 
 // The test side of a position: undefined (the worst case) when a real logit is NaN or +inf, when
 // all are -inf, or when the largest is beyond ±kMaxLogitMagnitude. Sets test_nonfinite,
@@ -272,24 +246,6 @@ std::optional<int64_t> first_floor_break(std::span<const double> err, std::span<
 
 // ==== §2 ====
 
-std::vector<double> log_softmax(std::span<const float> logits, std::span<const uint8_t> excluded) {
-  check_mask(excluded, logits.size(), "log_softmax");
-  if (count_real(excluded, logits.size()) == 0) throw std::invalid_argument("log_softmax: no real vocabulary id");
-  std::vector<double> out(logits.size(), -kInf);
-  bool all_neg_inf = false;
-  if (undefined_logits(logits, excluded, all_neg_inf) > 0 || all_neg_inf) {
-    std::fill(out.begin(), out.end(), kNaN);
-    return out;
-  }
-  const double m = max_real_logit(logits, excluded);
-  double s = 0;
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (is_real(excluded, i)) s += std::exp(static_cast<double>(logits[i]) - m);
-  const double log_s = std::log(s);  // in [0, ln V]: kept apart from m, which may dwarf it
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (is_real(excluded, i)) out[i] = (static_cast<double>(logits[i]) - m) - log_s;
-  return out;
-}
 
 LogitPosition compare_logits(std::span<const float> test, std::span<const float> golden, int32_t next,
                              std::span<const uint8_t> excluded, int topk) {
@@ -1019,3 +975,52 @@ const char* degeneration_cause(Verdict v) {
 }
 
 }  // namespace degen::metrics
+
+namespace degen {
+
+std::vector<metrics::LogitPosition> logit_positions(const std::vector<float>& logits, int64_t rows, int64_t V,
+                                                    const TopKBlock& golden, const std::vector<int32_t>& next,
+                                                    const std::vector<uint8_t>* mask) {
+  const int K = golden.K;
+  const std::vector<int32_t>& ids = golden.ids;
+  const std::vector<float>& logprobs = golden.logprobs;
+  const std::vector<float>& lse = golden.lse;
+  std::vector<metrics::LogitPosition> out;
+  std::span<const uint8_t> ex;
+  if (mask) ex = *mask;
+  for (int64_t i = 0; i < rows; ++i) {
+    metrics::GoldenTopK g;
+    g.ids = std::span<const int32_t>(ids.data() + i * K, static_cast<size_t>(K));
+    g.logprobs = std::span<const float>(logprobs.data() + i * K, static_cast<size_t>(K));
+    g.lse = lse[static_cast<size_t>(i)];
+    out.push_back(metrics::compare_logits_topk(std::span<const float>(logits.data() + i * V, static_cast<size_t>(V)), g,
+                                               next[static_cast<size_t>(i)], ex, std::min(K, 10)));
+  }
+  return out;
+}
+
+TopKBlock topk_block(const std::vector<float>& logits, int64_t rows, int64_t V, const std::vector<uint8_t>* mask, int K) {
+  TopKBlock b;
+  b.K = K;
+  for (int64_t i = 0; i < rows; ++i) {
+    TopK t = topk_of_row(logits.data() + i * V, V, mask, K);
+    if (static_cast<int>(t.ids.size()) != K) {
+      b.undefined_row = i;
+      return b;
+    }
+    b.ids.insert(b.ids.end(), t.ids.begin(), t.ids.end());
+    b.logprobs.insert(b.logprobs.end(), t.logprobs.begin(), t.logprobs.end());
+    b.lse.push_back(static_cast<float>(t.lse));
+    b.lse_pad.push_back(static_cast<float>(t.lse_pad));
+  }
+  return b;
+}
+
+double mean_kld(const std::vector<metrics::LogitPosition>& pos) {
+  if (pos.empty()) return 0;
+  double s = 0;
+  for (const auto& p : pos) s += p.kld;
+  return s / static_cast<double>(pos.size());
+}
+
+}  // namespace degen

@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "record/topk.h"
+#include "util/logits.h"
 #include "engine/spec_stats.h"
 #include "util/error.h"
 #include "util/json_number.h"
@@ -192,11 +194,7 @@ struct LogitPosition {
 LogitPosition compare_logits(std::span<const float> test, std::span<const float> golden, int32_t next,
                              std::span<const uint8_t> excluded = {}, int topk = 10);
 
-// log-softmax over the real ids, fp64 (excluded ids get -inf), as (x_i − m) − ln Σ exp(x_j − m)
-// with m the largest real logit (never x_i − (m + ln Σ...): beside a logit of 1e20 that sum
-// rounds away and every id at the maximum got p = 1). Throws std::invalid_argument when there is
-// no real id; returns all-NaN when the distribution is undefined (NaN/+inf or all -inf).
-std::vector<double> log_softmax(std::span<const float> logits, std::span<const uint8_t> excluded = {});
+// log_softmax and the real-id rules of a row: util/logits.h.
 
 // One position of a golden record that keeps only the top-K: ids, their log-probabilities
 // log q_i = logit_i − lse under the golden, and lse = log Σ exp(golden logits) over the real ids.
@@ -454,3 +452,14 @@ Verdict degeneration_verdict(bool tested_degenerate, std::optional<bool> golden_
 const char* degeneration_cause(Verdict v);
 
 }  // namespace degen::metrics
+
+namespace degen {
+
+// metrics::compare_logits_topk for every row of test logits [rows, V] against a golden top-K block;
+// next[i] = the golden next token at row i (-1: none).
+std::vector<metrics::LogitPosition> logit_positions(const std::vector<float>& logits, int64_t rows, int64_t V,
+                                                    const TopKBlock& golden, const std::vector<int32_t>& next,
+                                                    const std::vector<uint8_t>* mask);
+double mean_kld(const std::vector<metrics::LogitPosition>& pos);
+
+}  // namespace degen

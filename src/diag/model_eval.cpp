@@ -8,7 +8,7 @@
 #include <cmath>
 #include <set>
 
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "diag/compare.h"
 #include "engine/faults.h"
 #include "engine/engine.h"

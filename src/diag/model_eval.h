@@ -28,7 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/golden_record.h"
+#include "record/golden_record.h"
 #include "diag/metrics.h"
 #include "engine/backend_factory.h"
 #include "engine/run_config.h"

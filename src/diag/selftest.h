@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/cases.h"
-#include "diag/golden_record.h"
+#include "record/cases.h"
+#include "record/golden_record.h"
 #include "engine/backend_factory.h"
 #include "model/model.h"
 

@@ -20,7 +20,7 @@
 #include <set>
 #include <sstream>
 
-#include "diag/golden_record.h"
+#include "record/golden_record.h"
 #include "model/digests.h"
 #include "model/model.h"
 #include "util/file_io.h"

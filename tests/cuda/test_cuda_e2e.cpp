@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "../helpers.h"
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "diag/compare.h"
 #include "diag/golden.h"
 #include "backends/make_backend.h"

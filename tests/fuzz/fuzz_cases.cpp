@@ -2,7 +2,7 @@
 // real model configuration and tokenizer (the trained model's), as golden and compare do, and its
 // sampling overrides applied.
 #include "fuzz_common.h"
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "engine/sampler.h"
 #include "model/config.h"
 #include "model/tokenizer.h"

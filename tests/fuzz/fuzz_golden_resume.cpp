@@ -7,7 +7,7 @@
 // editing and recomputing it would, so the checks behind the checksum are reached.
 #include <map>
 
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "golden_seed.h"
 #include "util/sha256.h"
 #include "util/file_io.h"

@@ -1,5 +1,5 @@
 // The record store of `golden` (record_store.h): the crash-safe folder transaction of one run.
-#include "diag/record_store.h"
+#include "record/record_store.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "diag/golden_record.h"
+#include "record/golden_record.h"
 #include "util/error.h"
 #include "util/json_input.h"
 #include "util/sha256.h"

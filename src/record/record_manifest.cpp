@@ -1,11 +1,11 @@
 // The golden record's manifest as a type (record_manifest.h): its one (de)serialisation and checksum.
-#include "diag/record_manifest.h"
+#include "record/record_manifest.h"
 
 #include <algorithm>
 #include <initializer_list>
 #include <limits>
 
-#include "diag/cases.h"
+#include "record/cases.h"
 #include "engine/backend.h"
 #include "engine/generate.h"
 #include "engine/run_config.h"

@@ -1,5 +1,5 @@
 // Prompt suite loader (see cases.h): strict JSON validation with errors naming case and field.
-#include "diag/cases.h"
+#include "record/cases.h"
 
 #include <cctype>
 #include <cmath>

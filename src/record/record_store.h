@@ -16,8 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/cases.h"
-#include "diag/record_manifest.h"
+#include "record/cases.h"
+#include "record/record_manifest.h"
 #include "engine/generate.h"
 #include "util/file_lock.h"
 

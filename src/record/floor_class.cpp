@@ -1,5 +1,5 @@
 // Noise-floor classes (floor_class.h).
-#include "diag/floor_class.h"
+#include "record/floor_class.h"
 
 namespace degen {
 

@@ -1,12 +1,12 @@
 // The reader of golden records (golden_record.h).
-#include "diag/golden_record.h"
+#include "record/golden_record.h"
 
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <vector>
 
-#include "diag/forced_run.h"
+#include "record/forced_mode.h"
 #include "engine/trace.h"
 #include "model/safetensors.h"
 #include "util/file_io.h"

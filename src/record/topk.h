@@ -1,11 +1,10 @@
-// Top-K of logits rows under the golden rules (what a golden record stores per position), and the
-// comparison of a run's logits with a stored top-K (metrics::compare_logits_topk per row).
+// Top-K of logits rows under the golden rules (what a golden record stores per position). The
+// comparison of a run's logits with a stored top-K is diag/metrics.h (logit_positions).
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <vector>
 
-#include "diag/metrics.h"
 
 namespace degen {
 
@@ -36,12 +35,5 @@ TopKBlock topk_block(const std::vector<float>& logits, int64_t rows, int64_t V, 
 // exactly 0 when there are no padding rows). nullopt when the block has no (finite) lse_pad: an
 // older record.
 std::optional<double> vocab_shift(const TopKBlock& b, int64_t row);
-
-// metrics::compare_logits_topk for every row of test logits [rows, V] against a golden top-K block;
-// next[i] = the golden next token at row i (-1: none).
-std::vector<metrics::LogitPosition> logit_positions(const std::vector<float>& logits, int64_t rows, int64_t V,
-                                                    const TopKBlock& golden, const std::vector<int32_t>& next,
-                                                    const std::vector<uint8_t>* mask);
-double mean_kld(const std::vector<metrics::LogitPosition>& pos);
 
 }  // namespace degen

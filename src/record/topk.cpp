@@ -1,9 +1,11 @@
 // Top-K of logits rows under the golden rules, and the comparison of logits with a record's top-K (topk.h).
-#include "diag/topk.h"
+#include "record/topk.h"
 
 #include <algorithm>
 #include <cmath>
 #include <span>
+
+#include "util/logits.h"
 
 namespace degen {
 
@@ -58,51 +60,6 @@ std::optional<double> vocab_shift(const TopKBlock& b, int64_t row) {
   const double p = b.lse_pad[static_cast<size_t>(row)];
   if (!std::isfinite(p)) return std::nullopt;
   return -p;
-}
-
-std::vector<metrics::LogitPosition> logit_positions(const std::vector<float>& logits, int64_t rows, int64_t V,
-                                                    const TopKBlock& golden, const std::vector<int32_t>& next,
-                                                    const std::vector<uint8_t>* mask) {
-  const int K = golden.K;
-  const std::vector<int32_t>& ids = golden.ids;
-  const std::vector<float>& logprobs = golden.logprobs;
-  const std::vector<float>& lse = golden.lse;
-  std::vector<metrics::LogitPosition> out;
-  std::span<const uint8_t> ex;
-  if (mask) ex = *mask;
-  for (int64_t i = 0; i < rows; ++i) {
-    metrics::GoldenTopK g;
-    g.ids = std::span<const int32_t>(ids.data() + i * K, static_cast<size_t>(K));
-    g.logprobs = std::span<const float>(logprobs.data() + i * K, static_cast<size_t>(K));
-    g.lse = lse[static_cast<size_t>(i)];
-    out.push_back(metrics::compare_logits_topk(std::span<const float>(logits.data() + i * V, static_cast<size_t>(V)), g,
-                                               next[static_cast<size_t>(i)], ex, std::min(K, 10)));
-  }
-  return out;
-}
-
-TopKBlock topk_block(const std::vector<float>& logits, int64_t rows, int64_t V, const std::vector<uint8_t>* mask, int K) {
-  TopKBlock b;
-  b.K = K;
-  for (int64_t i = 0; i < rows; ++i) {
-    TopK t = topk_of_row(logits.data() + i * V, V, mask, K);
-    if (static_cast<int>(t.ids.size()) != K) {
-      b.undefined_row = i;
-      return b;
-    }
-    b.ids.insert(b.ids.end(), t.ids.begin(), t.ids.end());
-    b.logprobs.insert(b.logprobs.end(), t.logprobs.begin(), t.logprobs.end());
-    b.lse.push_back(static_cast<float>(t.lse));
-    b.lse_pad.push_back(static_cast<float>(t.lse_pad));
-  }
-  return b;
-}
-
-double mean_kld(const std::vector<metrics::LogitPosition>& pos) {
-  if (pos.empty()) return 0;
-  double s = 0;
-  for (const auto& p : pos) s += p.kld;
-  return s / static_cast<double>(pos.size());
 }
 
 }  // namespace degen

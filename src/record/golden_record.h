@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "diag/floor_class.h"
-#include "diag/record_manifest.h"
-#include "diag/topk.h"
+#include "record/floor_class.h"
+#include "record/record_manifest.h"
+#include "record/topk.h"
 
 namespace degen {
 
