@@ -15,9 +15,10 @@ declare -A allowed=(
   [cuda]="util model engine cuda"
   [kernels]="util cuda kernels"
   [backends]="util model engine cpu cuda backends"
-  [diag]="util net model engine diag"
-  [report]="util net model engine diag report"
-  [cli]="util net model engine cpu cuda backends diag report cli"
+  [subjects]="util net model engine subjects"
+  [diag]="util net model engine subjects diag"
+  [report]="util net model engine subjects diag report"
+  [cli]="util net model engine cpu cuda backends subjects diag report cli"
 )
 bad=0
 for folder in "${!allowed[@]}"; do
