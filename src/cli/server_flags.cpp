@@ -42,7 +42,8 @@ void ServerFlags::add(CLI::App* sub, const std::string& with) {
                   "with SGLANG_RETURN_ORIGINAL_LOGPROB=1); a reading the server's answers contradict is an error (128)")
       ->check(CLI::IsMember({"scaled", "original"}));
   sub->add_flag("--prompt-logprobs", prompt_logprobs,
-                "With --api openai: ask for prompt_logprobs (vLLM): one request per sequence instead of one per position");
+                "With --api openai: ask for prompt_logprobs (vLLM): one request per sequence instead of one per position\n"
+                "(--api vllm always does)");
   sub->add_option("--served-model", served_model,
                   "With --api openai: the request's \"model\" (the name the server serves; checked against GET\n"
                   "/v1/models, as vLLM checks it)");

@@ -42,6 +42,7 @@
 //    radix cache; a server that refuses the flush is noted by the prefix-cache probe);
 //  - serving probes: prefix-cache through meta_info.cached_tokens,
 //    batching as one /generate whose input_ids hold the case and its distractors.
+// API "vllm": "openai" with prompt_logprobs always on (vLLM states prompt log-probs).
 // Each API is an entry of the engine API table (subjects/server/engine_api.h): the judging asks it.
 // API "openai" (POST /v1/completions, llama-server's and vLLM's; SGLang's keys log-probs by text: refused): the same
 // measurements; the golden ids as a token-id prompt, "logprobs": K, "return_tokens_as_token_ids"; the

@@ -196,7 +196,7 @@ class OpenAiApi final : public EngineApi {
 
  private:
   ApiCapabilities caps_;
-  bool by_prompt_logprobs(const ApiContext& c) const { return c.prompt_logprobs; }
+  bool by_prompt_logprobs(const ApiContext& c) const { return c.prompt_logprobs || caps_.prompt_logprobs_always; }
 
   // A /v1/completions request: a token-id prompt, the ids asked back ("token_id:N" where the server
   // writes tokens as text), the served model's name when given.
@@ -210,16 +210,18 @@ class OpenAiApi final : public EngineApi {
 
 }  // namespace
 
+std::unique_ptr<EngineApi> make_openai_api(const ApiCapabilities& caps) { return std::make_unique<OpenAiApi>(caps); }
+
 const EngineApi& openai_api() {
-  static const OpenAiApi api([] {
+  static const std::unique_ptr<EngineApi> api = [] {
     ApiCapabilities c{"openai", "/v1/completions", "/v1/completions: llama-server, vLLM", "/v1/completions", ""};
     c.prompt_logprobs_option = true;
     c.detokenize_optional = true;
     c.checks_served_model = true;
     c.no_cache_control = "the OpenAI-compatible API has no per-request prompt cache control";
-    return c;
-  }());
-  return api;
+    return make_openai_api(c);
+  }();
+  return *api;
 }
 
 }  // namespace degen::server

@@ -87,7 +87,7 @@ Generated EngineApi::together(const ApiContext&, const json&, const std::vector<
 }
 
 const std::vector<const EngineApi*>& engine_apis() {
-  static const std::vector<const EngineApi*> table = {&llama_api(), &openai_api(), &sglang_api()};
+  static const std::vector<const EngineApi*> table = {&llama_api(), &openai_api(), &sglang_api(), &vllm_api()};
   return table;
 }
 

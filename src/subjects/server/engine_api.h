@@ -1,5 +1,6 @@
 // The engine APIs compare --server speaks (docs/server.md), one table entry each: llama (llama-server's
-// native /completion), openai (/v1/completions), sglang (SGLang's native /generate). An entry holds its endpoints, turns the judging code's asks
+// native /completion), openai (/v1/completions), sglang (SGLang's native /generate), vllm (vLLM's
+// /v1/completions with prompt_logprobs). An entry holds its endpoints, turns the judging code's asks
 // (the top-K at every position of a sequence, one position cold, a generation with a case's
 // sampling, several sequences decoded together) into requests, reads the answers (answers.h), and
 // states what it can do (ApiCapabilities): the judging code and the serving probes ask the entry,
@@ -87,6 +88,7 @@ struct ApiCapabilities {
   // The teacher-forced shape, for --prompt-logprobs' error: "there is one request per position".
   const char* forced_shape;
   bool prompt_logprobs_option = false;  // --prompt-logprobs applies
+  bool prompt_logprobs_always = false;  // teacher-forced by prompt_logprobs without --prompt-logprobs (vLLM)
   bool states_scaled_logprobs = false;  // output log-probs at the sampling temperature (--sglang-logprobs applies)
   bool detokenize_optional = false;     // no /detokenize (404, 405) is noted, not an error
   bool checks_served_model = false;     // --served-model checked against GET /v1/models
@@ -155,5 +157,9 @@ std::string apis_help();
 const EngineApi& llama_api();
 const EngineApi& openai_api();
 const EngineApi& sglang_api();
+const EngineApi& vllm_api();
+// The OpenAI-compatible API (api_openai.cpp) under other capabilities: an entry for a server that
+// speaks it with another detail (vllm: prompt_logprobs always on).
+std::unique_ptr<EngineApi> make_openai_api(const ApiCapabilities& caps);
 
 }  // namespace degen::server
