@@ -613,6 +613,23 @@ ProbeResult batching_probe(const ProbeCase& c) {
   return p;
 }
 
+// The repeat probe: the case's request sent again, cold as the first (the cache emptied where the
+// API must, the request's own cache control otherwise); both must give the same tokens (greedy) and
+// distributions within the probe limit: a server whose answer depends on something the request does
+// not fix (a reused cache, another batch, uninitialised memory) parts here. Not applicable where the
+// repeat says it reused cached tokens.
+ProbeResult repeat_probe(const ProbeCase& c) {
+  ProbeResult p;
+  const server::EngineApi& api = *c.run.api;
+  const std::string flush = api.make_cold(c.run.ctx);
+  const server_answer::Generated again = probe_generation(c, c.cold_req);
+  if (again.cached_tokens && *again.cached_tokens > 0)
+    return not_applicable(p, cat("the repeat reused ", *again.cached_tokens, " cached tokens", flush.empty() ? "" : cat(" (", flush, ")")));
+  judge_against_cold(p, c.run, c.greedy, c.cold, again, "the repeat (cold)", "first", "the same request twice, cold; the repeat equals the first",
+                     c.limit);
+  return p;
+}
+
 // The serving probes (docs/server.md "Serving probes"), one row each: its name (--probes), its help,
 // whether it runs by default, the capability it needs of the API (nullptr: none; the API says why
 // not in `why_not`), and its function.
@@ -632,6 +649,8 @@ const std::vector<ServingProbe>& probe_table() {
        &C::no_cache_control, prefix_cache_probe},
       {"batching", "the case sent beside distractor requests on a server with several slots must equal it sent alone", true, nullptr,
        nullptr, batching_probe},
+      {"repeat", "the case sent again, cold, must equal its first answer", false, &C::cache_control, &C::no_cache_control,
+       repeat_probe},
   };
   return table;
 }
