@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "diag/server_compare.h"
+#include "subjects/server/answers.h"
 #include "net/http.h"
 #include "util/error.h"
 

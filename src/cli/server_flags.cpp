@@ -3,6 +3,7 @@
 
 #include "backends/make_backend.h"
 #include "net/http.h"
+#include "subjects/server/engine_api.h"
 
 namespace degen::cli {
 
@@ -33,18 +34,16 @@ void ServerFlags::add(CLI::App* sub, const std::string& with) {
   sub->add_option("--health-timeout", health_timeout,
                   "With --server-cmd: seconds a started server may take to answer GET /health with 200 (default 120)")
       ->check(duration_seconds());
-  sub->add_option("--api", api,
-                  "With " + with + ": the server's API: llama (llama-server's native /completion), openai\n"
-                  "(/v1/completions: llama-server, vLLM) or sglang (SGLang's native /generate; its /v1/completions\n"
-                  "keys log-probs by token text, which cannot be scored by id); docs/server.md")
-      ->check(CLI::IsMember({"llama", "openai", "sglang"}));
+  sub->add_option("--api", api, "With " + with + ": the server's API: " + server::apis_help() + "; docs/server.md")
+      ->check(CLI::IsMember(server::api_names()));
   sub->add_option("--sglang-logprobs", sglang_logprobs,
                   "With --api sglang: how the server states its output log-probs: scaled (SGLang's default: at the\n"
                   "sampling temperature, taken back to the model's distribution here) or original (the server runs\n"
                   "with SGLANG_RETURN_ORIGINAL_LOGPROB=1); a reading the server's answers contradict is an error (128)")
       ->check(CLI::IsMember({"scaled", "original"}));
   sub->add_flag("--prompt-logprobs", prompt_logprobs,
-                "With --api openai: ask for prompt_logprobs (vLLM): one request per sequence instead of one per position");
+                "With --api openai: ask for prompt_logprobs (vLLM): one request per sequence instead of one per position\n"
+                "(--api vllm always does)");
   sub->add_option("--served-model", served_model,
                   "With --api openai: the request's \"model\" (the name the server serves; checked against GET\n"
                   "/v1/models, as vLLM checks it)");
@@ -59,13 +58,15 @@ void ServerFlags::add(CLI::App* sub, const std::string& with) {
                 "With " + with + ": do not score the generation's decode path (the server's distribution at each\n"
                 "generated step against our reference over the engine's own sequence; its cost: one CPU prefill\n"
                 "and one CPU decode of prompt + generated tokens per case, see --decode-steps)");
+  std::vector<std::string> probe_names = serving_probe_names(), defaults = serving_probe_names(true);
+  std::string default_list;
+  for (const std::string& n : defaults) default_list += (default_list.empty() ? "" : ",") + n;
+  probe_names.push_back("none");
   sub->add_option("--probes", probes,
-                  "With " + with + ": the serving probes to run after each case, comma-separated: prefix-cache (the\n"
-                  "case sent warm after a request sharing its prompt must equal it sent cold), batching (the case sent\n"
-                  "beside distractor requests on a server with several slots must equal it sent alone), or none\n"
-                  "(default: prefix-cache,batching; each costs about one more generation per case)")
+                  "With " + with + ": the serving probes to run after each case, comma-separated:\n" + serving_probes_help() +
+                      "or none (default: " + default_list + "; each costs about one more generation per case)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"prefix-cache", "batching", "none"}));
+      ->check(CLI::IsMember(probe_names));
   sub->add_option("--decode-steps", decode_steps,
                   "With " + with + ": score the decode path at most at this many generated steps per case\n"
                   "(default: every step; the reference's passes then stop after the last scored step)")

@@ -16,7 +16,7 @@ struct ServerFlags {
   int attempts = 3, topk = 0;
   bool no_generate = false, prompt_logprobs = false, no_decode_path = false;
   int64_t decode_steps = -1;
-  std::vector<std::string> probes = {"prefix-cache", "batching"};
+  std::vector<std::string> probes = serving_probe_names(true);
 
   // --api, --prompt-logprobs, --served-model, --sglang-logprobs, --timeout, --attempts, --topk, --no-generate and
   // --health-timeout; `with` is the flag their help says they go with ("--server", "--server-cmd").

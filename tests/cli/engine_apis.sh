@@ -156,6 +156,29 @@ for api in llama vllm; do
   expect_out "verdict: good (exit 0): 2 cases, 2 good"
   expect_out "the server's top-20 against the record's top-K"
 done
+# --api vllm: the openai entry with prompt_logprobs always on; the same figures as --api openai
+# --prompt-logprobs, and one teacher-forced request per sequence (the adapter counts them).
+figures >"$WORK/prompt-logprobs.txt"
+expect_exit 0 score --server "http://127.0.0.1:$port" --api vllm --served-model tiny-trained "${CASES[@]}" --probes none --topk 20 \
+  --json "$WORK/vllm-api.json"
+expect_out "verdict: good (exit 0): 2 cases, 2 good"
+grep -q '"config": "server http://127.0.0.1:'"$port"' (api vllm)"' "$WORK/vllm-api.json" || fail "JSON does not name the API vllm"
+figures >"$WORK/vllm-api.txt"
+same_figures "$WORK/prompt-logprobs.txt" "$WORK/vllm-api.txt" "--api vllm"
+plog="$WORK/proxy-vllm_shape_proxy.py-vllm.log"
+before=$(grep -c 'prompt_logprobs request' "$plog" || true)
+expect_exit 0 score --server "http://127.0.0.1:$port" --api vllm --served-model tiny-trained --case two-plus-two --topk 20 \
+  --no-generate
+after=$(grep -c 'prompt_logprobs request' "$plog" || true)
+[ $((after - before)) -eq 1 ] || fail "--api vllm: $((after - before)) prompt_logprobs requests for one case (expected 1)"
+expect_exit 0 score --server "http://127.0.0.1:$port" --api vllm --served-model tiny-trained --case two-plus-two --topk 20 \
+  --probes prefix-cache,batching,repeat --no-decode-path
+expect_out "probe prefix-cache: not applicable (the OpenAI-compatible API has no per-request prompt cache control)"
+expect_out "probe batching: not applicable (with --api vllm the server's slots are not known"
+expect_out "probe repeat: not applicable (the OpenAI-compatible API has no per-request prompt cache control)"
+expect_exit 128 score --server "http://127.0.0.1:$port" --api vllm --case two-plus-two --sglang-logprobs original
+expect_out "--sglang-logprobs applies to --api sglang only"
+echo "vllm api: the same figures as --api openai --prompt-logprobs"
 
 # A sweep over the adapter, which starts llama-server itself: flash attention on breaks the fp32
 # floor on the longer prompt (tests/cli/server_sweep.sh), off does not.

@@ -35,6 +35,8 @@ With CASE_FILE (a golden record's case, .safetensors), /detokenize answers TEXT_
   earlyeos the greedy generation stops after 3 tokens with stop_type "eos" where the golden goes on
   stepoov  the generation's 3rd per-step list names id 2048 (beyond the 2048 logit rows)
   huge     teacher-forced answers list every one of a million ids (a valid answer of about 50 MB)
+  repeatdiff every second cold generation's 4th token differs from the first's: a server whose answer
+           changes between two identical cold requests
 A generation asked with n_probs lists the record's top-K at each generated step (its decode path).
 Standard library only (with json_http.py beside it). Stops when killed.
 """
@@ -68,6 +70,9 @@ if len(sys.argv) > 4:
     CASE["top"] = [[(ids[p * k + j], lps[p * k + j]) for j in range(k)] for p in range(shape[0])]
 
 
+GENERATIONS = [0]  # the cold generations answered (repeatdiff)
+
+
 def replayed(req):
     """What a correct llama-server of the record's model answers to /completion (CASE_FILE given)."""
     prompt = req.get("prompt", [])
@@ -91,6 +96,10 @@ def replayed(req):
     elif MODE == "earlyeos":
         tokens = tokens[:3]
     warm = bool(req.get("cache_prompt"))
+    if MODE == "repeatdiff" and not warm:
+        GENERATIONS[0] += 1
+        if GENERATIONS[0] % 2 == 0:
+            tokens = tokens[:3] + [(tokens[3] + 1) % 2048] + tokens[4:]
     if MODE == "warmdiff" and warm:
         tokens = tokens[:3] + [(tokens[3] + 1) % 2048] + tokens[4:]
     answer = {"tokens": tokens, "stop_type": stop, "content": "x"}

@@ -83,14 +83,23 @@ done
 # log-probs of the generation missing (n_probs ignored), one short, for another token, or not summing: 128.
 # The prefix-cache probe: not applicable where the server does not say what it reused (the replay
 # server states no timings.cache_n); bad where a warm answer (17 tokens reused) leaves the cold one;
-# a cache_n that is not a count: 128.
-for mode in replay empty oov stoptype positive nan endless noprobs stepcount steptoken stepmass warmdiff cachebad cutshort earlyeos stepoov huge; do
+# a cache_n that is not a count: 128. The repeat probe (--probes repeat): good on the replay server;
+# bad where the second cold answer leaves the first.
+for mode in replay empty oov stoptype positive nan endless noprobs stepcount steptoken stepmass warmdiff cachebad cutshort earlyeos stepoov huge \
+            repeatdiff; do
   start_bad "$mode" "$G/two-plus-two.safetensors"
   t0=$(date +%s)
   case "$mode" in
     replay)   expect_exit 0 score --server "http://127.0.0.1:$port"; expect_out "verdict: good (exit 0)"
               expect_out "probe prefix-cache: not applicable (the server does not say what it reused (no timings.cache_n))"
-              expect_out "probe batching: not applicable (the server does not say how many slots it has (http://127.0.0.1:$port/props: HTTP 404))" ;;
+              expect_out "probe batching: not applicable (the server does not say how many slots it has (http://127.0.0.1:$port/props: HTTP 404))"
+              ! grep -q "probe repeat" "$WORK/out" || fail "the repeat probe ran without --probes repeat"
+              # The repeat probe: the same cold request twice gives the same answer.
+              expect_exit 0 score --server "http://127.0.0.1:$port" --probes repeat
+              expect_out "probe repeat: good (the same request twice, cold; the repeat equals the first"
+              ! grep -q "probe prefix-cache" "$WORK/out" || fail "--probes repeat ran the prefix-cache probe" ;;
+    repeatdiff) expect_exit 1 score --server "http://127.0.0.1:$port" --probes repeat
+              expect_out "probe repeat: the repeat (cold) leaves the first answer at token 3" ;;
     warmdiff) expect_exit 1 score --server "http://127.0.0.1:$port"
               expect_out "probe prefix-cache: warm (17 cached tokens) leaves the cold answer at token 3" ;;
     cachebad) expect_exit 128 score --server "http://127.0.0.1:$port"; expect_out "timings.cache_n is not a count: \"17\"" ;;

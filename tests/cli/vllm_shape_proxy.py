@@ -71,6 +71,7 @@ class Handler(JsonHandler):
         as_ids = bool(req.get("return_tokens_as_token_ids"))
         choice = {"index": 0, "text": ""}
         if req.get("prompt_logprobs"):
+            print("prompt_logprobs request", file=sys.stderr, flush=True)  # counted by engine_apis.sh
             pk = int(req["prompt_logprobs"])
             entries = [None]
             for j in range(1, len(prompt)):

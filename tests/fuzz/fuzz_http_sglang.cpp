@@ -50,7 +50,7 @@ void check_model_step(const TopList& listed, const std::optional<TopList>& m, bo
     fuzz::finding("http sglang", "a step taken back is not a distribution: its probabilities sum to " + std::to_string(mass));
 }
 
-// compare --server's reading of a generation's steps (server_compare.cpp sglang_model_steps and
+// compare --server's reading of a generation's steps (SglangApi::model_steps in src/subjects/server/api_sglang.cpp and
 // sglang_check_temperature), with the invariants above.
 void model_steps(const degen::server_answer::Generated& g, const Sampling& s, int64_t vocab) {
   std::vector<int64_t> before;
@@ -80,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (which == 0) {
       const size_t n = 1 + (data[1] & 1);
       const std::vector<int32_t> seq(static_cast<size_t>(1 + (data[1] >> 1) % 8), 1 + (data[1] >> 4) % 3);
-      // (server_compare.cpp sglang_topk: one answer per sequence, else 128)
+      // (SglangApi::forced in api_sglang.cpp: one answer per sequence, else 128)
       if (!j.is_array() || j.size() != n) return;
       for (size_t k = 0; k < n; ++k) {
         const auto tops = degen::server_answer::sglang_sequence(j.at(k), seq, url);
