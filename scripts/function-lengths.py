@@ -11,7 +11,7 @@ named by the identifier before its parameter list, with its Class:: qualificatio
 take arguments (`__launch_bounds__(N)`, `alignas(16)`) are no names, so a kernel is named as itself.
 
 Usage: scripts/function-lengths.py [--max N] [--top K] [ROOT]
-  --max N   the limit (default 120): every function over it is printed as FILE:LINE: NAME LINES
+  --max N   the limit (default 100): every function over it is printed as FILE:LINE: NAME LINES
             and the exit status is 1; 0 when none is over.
   --top K   also print the K longest functions (default 0).
 Exit 2 on a bad option, 128 on a missing folder or a file that does not balance its braces (the count would be wrong).
@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-LIMIT_DEFAULT = 120
+LIMIT_DEFAULT = 100
 SCOPE_KEYWORDS = ("namespace", "struct", "class", "union", "enum", "extern")
 
 

@@ -101,6 +101,74 @@ void flash_range(const T* qv, const T* K, const T* V, int64_t n_kv, int64_t j, i
   }
 }
 
+// Appends rows [sp.row0, sp.row0 + sp.rows) of k and v to the cache, at its length (plus `off`, the
+// kv-off-by-one fault's shift), growing it as needed.
+void kv_append(CpuBackend& be, KvCache& c, const Tensor& k, const Tensor& v, const SeqSpan& sp, int64_t off, int64_t n_kv,
+               int64_t D, DType dtype) {
+  kv_reserve(be, c, c.len + sp.rows + off, n_kv, D, dtype);
+  kv_write(c.k, c.len + off, k, sp.row0, sp.rows);
+  kv_write(c.v, c.len + off, v, sp.row0, sp.rows);
+  c.len += sp.rows;
+}
+
+// naive: one query row against keys/values [0, ctx) with materialised scores, in double; under
+// `narrow` (precision=bf16) the scores and probabilities are rounded to `act`. Writes o[0, D).
+template <typename T>
+void naive_row(const T* qv, const T* K, const T* V, int64_t n_kv, int64_t j, int64_t D, int64_t ctx, double scale,
+               bool narrow, DType act, std::vector<double>& score, std::vector<double>& acc, T* o) {
+  auto mat = [&](double x) { return narrow ? cpu::round_to(x, act) : x; };
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t u = 0; u < ctx; ++u) {
+    const T* kv = K + (u * n_kv + j) * D;
+    double d = 0;
+    for (int64_t e = 0; e < D; ++e) d += double(qv[e]) * double(kv[e]);
+    score[u] = mat(d * scale);
+    mx = std::max(mx, score[u]);
+  }
+  double sum = 0;
+  for (int64_t u = 0; u < ctx; ++u) sum += (score[u] = std::exp(score[u] - mx));
+  std::fill(acc.begin(), acc.end(), 0.0);
+  for (int64_t u = 0; u < ctx; ++u) {
+    const double p = mat(score[u] / sum);
+    const T* vv = V + (u * n_kv + j) * D;
+    for (int64_t e = 0; e < D; ++e) acc[e] += p * double(vv[e]);
+  }
+  for (int64_t e = 0; e < D; ++e) o[e] = static_cast<T>(acc[e]);
+}
+
+// Split-KV decode of one query row against keys/values [0, ctx): splitkv in kSplits parts (flash
+// tiles, P in bf16), grouped in parts of grouped_len keys (kGroupedTile tiles, P in fp32); each
+// part's output and log-sum-exp in `part` and `lse`, merged with weights exp(lse_s - lse). Writes o[0, D).
+template <typename T, typename A>
+void split_row(const T* qv, const T* K, const T* V, int64_t n_kv, int64_t j, int64_t D, int64_t ctx, double scale,
+               bool grouped, int64_t grouped_len, std::vector<A>& acc_a, std::vector<A>& s_tile, std::vector<A>& part,
+               std::vector<A>& lse, T* o) {
+  const int64_t splits = std::min(kSplits, ctx);
+  const int64_t len = grouped ? grouped_len : (ctx + splits - 1) / splits;
+  const int64_t parts = (ctx + len - 1) / len;
+  part.resize(static_cast<size_t>(parts * D));
+  lse.resize(static_cast<size_t>(parts));
+  int64_t ns = 0;
+  for (int64_t u0 = 0; u0 < ctx; u0 += len, ++ns) {
+    A m, l;
+    flash_range<T, A>(qv, K, V, n_kv, j, D, u0, std::min(ctx, u0 + len), A(scale), m, l, acc_a, s_tile,
+                      grouped ? kGroupedTile : kFlashTile, !grouped);
+    for (int64_t e = 0; e < D; ++e) part[ns * D + e] = acc_a[e] / l;  // partial output (fp32)
+    lse[ns] = m + std::log(l);
+  }
+  A lmax = -std::numeric_limits<A>::infinity();
+  for (int64_t i = 0; i < ns; ++i) lmax = std::max(lmax, lse[i]);
+  A sum = 0;
+  for (int64_t i = 0; i < ns; ++i) sum += std::exp(lse[i] - lmax);
+  const A lse_all = lmax + std::log(sum);
+  std::fill(acc_a.begin(), acc_a.end(), A(0));
+  for (int64_t i = 0; i < ns; ++i) {
+    const A wgt = std::exp(lse[i] - lse_all);
+    for (int64_t e = 0; e < D; ++e) acc_a[e] += wgt * part[i * D + e];
+  }
+  for (int64_t e = 0; e < D; ++e) o[e] = static_cast<T>(acc_a[e]);
+}
+
 }  // namespace
 
 Tensor CpuBackend::do_attention(const Tensor& q0, const Tensor& k, const Tensor& v, const std::vector<SeqSpan>& spans,
@@ -124,10 +192,7 @@ Tensor CpuBackend::do_attention(const Tensor& q0, const Tensor& k, const Tensor&
       DEGEN_ASSERT(c.len == sp.pos0, "KV cache holds ", c.len, " rows but the sequence is at position ", sp.pos0);
       const bool decode = sp.rows == 1;
       const int64_t off = decode && numerics_.has(Fault::kv_off_by_one) ? 1 : 0;  // fault: row written at pos + 1
-      kv_reserve(*this, c, c.len + sp.rows + off, n_kv, D, kv_dtype);
-      kv_write(c.k, c.len + off, k, sp.row0, sp.rows);
-      kv_write(c.v, c.len + off, v, sp.row0, sp.rows);
-      c.len += sp.rows;
+      kv_append(*this, c, k, v, sp, off, n_kv, D, kv_dtype);
       // K and V rows [0, len) in T (the cache itself when it stores T)
       Tensor Kt = c.k.slice0(0, c.len), Vt = c.v.slice0(0, c.len);
       if (Kt.dtype != q.dtype) {
@@ -152,55 +217,14 @@ Tensor CpuBackend::do_attention(const Tensor& q0, const Tensor& k, const Tensor&
           const T* qv = q.data<T>() + ((sp.row0 + t) * n_q + h) * D;
           T* o = out.data<T>() + (sp.row0 + t) * n_q * D + h * D;
           if (run == AttnAlgo::naive) {
-            // materialised in act dtype under precision=bf16, else in double as computed
-            auto mat = [&](double x) { return materialise_narrow ? cpu::round_to(x, act) : x; };
-            double mx = -std::numeric_limits<double>::infinity();
-            for (int64_t u = 0; u < ctx; ++u) {
-              const T* kv = K + (u * n_kv + j) * D;
-              double d = 0;
-              for (int64_t e = 0; e < D; ++e) d += double(qv[e]) * double(kv[e]);
-              score[u] = mat(d * scale);
-              mx = std::max(mx, score[u]);
-            }
-            double sum = 0;
-            for (int64_t u = 0; u < ctx; ++u) sum += (score[u] = std::exp(score[u] - mx));
-            std::fill(acc.begin(), acc.end(), 0.0);
-            for (int64_t u = 0; u < ctx; ++u) {
-              const double p = mat(score[u] / sum);
-              const T* vv = V + (u * n_kv + j) * D;
-              for (int64_t e = 0; e < D; ++e) acc[e] += p * double(vv[e]);
-            }
-            for (int64_t e = 0; e < D; ++e) o[e] = static_cast<T>(acc[e]);
+            naive_row<T>(qv, K, V, n_kv, j, D, ctx, scale, materialise_narrow, act, score, acc, o);
           } else if (run == AttnAlgo::flash) {
             A m, l;
             flash_range<T, A>(qv, K, V, n_kv, j, D, 0, ctx, A(scale), m, l, acc_a, s_tile);
             for (int64_t e = 0; e < D; ++e) o[e] = static_cast<T>(acc_a[e] / l);
           } else {  // split-KV decode (splitkv: kSplits parts, grouped: parts of grouped_len keys)
-            const bool grouped = run == AttnAlgo::grouped;
-            const int64_t splits = std::min(kSplits, ctx);
-            const int64_t len = grouped ? grouped_len : (ctx + splits - 1) / splits;
-            const int64_t parts = (ctx + len - 1) / len;
-            part.resize(static_cast<size_t>(parts * D));
-            lse.resize(static_cast<size_t>(parts));
-            int64_t ns = 0;
-            for (int64_t u0 = 0; u0 < ctx; u0 += len, ++ns) {
-              A m, l;
-              flash_range<T, A>(qv, K, V, n_kv, j, D, u0, std::min(ctx, u0 + len), A(scale), m, l, acc_a, s_tile,
-                                grouped ? kGroupedTile : kFlashTile, !grouped);
-              for (int64_t e = 0; e < D; ++e) part[ns * D + e] = acc_a[e] / l;  // partial output (fp32)
-              lse[ns] = m + std::log(l);
-            }
-            A lmax = -std::numeric_limits<A>::infinity();
-            for (int64_t i = 0; i < ns; ++i) lmax = std::max(lmax, lse[i]);
-            A sum = 0;
-            for (int64_t i = 0; i < ns; ++i) sum += std::exp(lse[i] - lmax);
-            const A lse_all = lmax + std::log(sum);
-            std::fill(acc_a.begin(), acc_a.end(), A(0));
-            for (int64_t i = 0; i < ns; ++i) {
-              const A wgt = std::exp(lse[i] - lse_all);
-              for (int64_t e = 0; e < D; ++e) acc_a[e] += wgt * part[i * D + e];
-            }
-            for (int64_t e = 0; e < D; ++e) o[e] = static_cast<T>(acc_a[e]);
+            split_row<T, A>(qv, K, V, n_kv, j, D, ctx, scale, run == AttnAlgo::grouped, grouped_len, acc_a, s_tile, part,
+                            lse, o);
           }
         }
       }

@@ -88,33 +88,26 @@ void store_round_snapshots(Engine& eng, PrefixCache& cache, const ServingOptions
   };
 }
 
-}  // namespace
-
-std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<int32_t>>& prompts,
-                                     const GenerateOptions& opt, Trace* trace) {
-  using clock = std::chrono::steady_clock;
-  validate(opt.sampling);
-  check_mtp_supported(eng, opt.mtp);
-  const ModelConfig& cfg = eng.config();
-  const bool mtp = opt.mtp.draft_tokens > 0;
-  const size_t n = prompts.size();
-  std::vector<GenerateResult> res(n);
-  if (n == 0 || opt.max_new_tokens <= 0) return res;
-  std::vector<SeqState> states;
-  for (size_t i = 0; i < n; ++i) {
-    if (prompts[i].empty()) input_error("case ", opt.first_case + i, ": empty prompt");
-    states.push_back(eng.new_state());
-  }
-  ForwardOptions fo;
-  fo.logits = LogitsRows::last;
-  fo.vocab_mask = opt.vocab_mask;
+// One generate() call's sequences: their states and results, and the ones still running.
+struct Batch {
+  Engine& eng;
+  const std::vector<std::vector<int32_t>>& prompts;
+  const GenerateOptions& opt;
+  const ModelConfig& cfg;
   std::span<const uint8_t> banned;
-  if (opt.vocab_mask) banned = *opt.vocab_mask;
-  const int64_t V = cfg.vocab_size;
+  int64_t V;
+  std::vector<GenerateResult> res;
+  std::vector<SeqState> states;
+  std::vector<size_t> active;  // the running sequences, in order
+
+  Batch(Engine& e, const std::vector<std::vector<int32_t>>& p, const GenerateOptions& o)
+      : eng(e), prompts(p), opt(o), cfg(e.config()), V(cfg.vocab_size), res(p.size()) {
+    if (opt.vocab_mask) banned = *opt.vocab_mask;
+  }
 
   // Appends a token to sequence i; false when the sequence stops. pos: tokens the target had
   // consumed when the token's logits were computed.
-  auto push = [&](size_t i, int32_t tok, int64_t pos) {
+  bool push(size_t i, int32_t tok, int64_t pos) {
     res[i].tokens.push_back(tok);
     if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), tok) != opt.stop_ids.end())
       res[i].reason = StopReason::stop_token;
@@ -125,12 +118,20 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
     else
       return true;
     return false;
-  };
+  }
 
-  // Chooses the next token of every active sequence from its logits row.
-  std::vector<size_t> active;
-  // The backend samples where the logits are (the CPU: sample() on the row; CUDA: on the device).
-  auto choose = [&](const Tensor& logits) {
+  // Whether a logits row holds a value that is not finite (a masked id's -inf excepted).
+  bool nonfinite(const float* row) const {
+    for (int64_t j = 0; j < V; ++j) {
+      const float v = row[j];
+      if (!std::isfinite(v) && !(v < 0 && !banned.empty() && banned[static_cast<size_t>(j)])) return true;
+    }
+    return false;
+  }
+
+  // Chooses the next token of every active sequence from its logits row. The backend samples
+  // where the logits are (the CPU: sample() on the row; CUDA: on the device).
+  void choose(const Tensor& logits) {
     DEGEN_ASSERT(logits.cols() == V && logits.rows() == static_cast<int64_t>(active.size()), "generate: logits ",
                  shape_str(logits.shape), " for ", active.size(), " active sequences");
     std::vector<size_t> still;
@@ -138,77 +139,104 @@ std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<
     if (opt.check_finite || opt.keep_topk > 0) host = eng.backend().to_host_f32(logits);
     for (size_t r = 0; r < active.size(); ++r) {
       const size_t i = active[r];
-      for (int64_t j = 0; opt.check_finite && j < V && !res[i].nonfinite_logits; ++j) {
-        const float v = host[static_cast<size_t>(static_cast<int64_t>(r) * V + j)];
-        if (!std::isfinite(v) && !(v < 0 && !banned.empty() && banned[static_cast<size_t>(j)])) res[i].nonfinite_logits = true;
-      }
-      if (opt.keep_topk > 0) res[i].step_topk.push_back(row_topk(&host[static_cast<size_t>(static_cast<int64_t>(r) * V)], V, banned, opt.keep_topk));
+      const float* row = host.empty() ? nullptr : &host[static_cast<size_t>(static_cast<int64_t>(r) * V)];
+      if (opt.check_finite && !res[i].nonfinite_logits && nonfinite(row)) res[i].nonfinite_logits = true;
+      if (opt.keep_topk > 0) res[i].step_topk.push_back(row_topk(row, V, banned, opt.keep_topk));
       const uint32_t position = static_cast<uint32_t>(prompts[i].size() + res[i].tokens.size());
       int32_t tok = eng.backend().sample_row(opt.sampling, logits, static_cast<int64_t>(r), banned, prompts[i],
                                              res[i].tokens, opt.first_case + static_cast<uint32_t>(i), position);
       if (push(i, tok, states[i].pos)) still.push_back(i);
     }
     active = std::move(still);
-  };
+  }
+};
+
+// MTP: speculative rounds, one sequence at a time (each verify step is a one-row call, as plain
+// decode), from each prompt's hidden rows.
+void decode_mtp(Batch& b, std::vector<Tensor>& prompt_hidden, Trace* trace) {
+  const GenerateOptions& opt = b.opt;
+  for (size_t i = 0; i < b.prompts.size(); ++i) {
+    GenerateResult& r = b.res[i];
+    const bool running = std::find(b.active.begin(), b.active.end(), i) != b.active.end();
+    if (running) {
+      MtpDecodeArgs a;
+      std::vector<Tensor> hist{prompt_hidden[i]};
+      if (opt.prefix_cache) store_round_snapshots(b.eng, *opt.prefix_cache, opt.serving, b.prompts[i], r.tokens, hist, a);
+      a.sampling = opt.sampling;
+      a.vocab_mask = opt.vocab_mask;
+      a.case_index = opt.first_case + static_cast<uint32_t>(i);
+      a.max_new_tokens = opt.max_new_tokens;
+      a.mtp = opt.mtp;
+      a.trace = trace;
+      r.verify_steps = mtp_decode(b.eng, b.states[i], b.prompts[i], prompt_hidden[i], r.tokens, a,
+                                  [&](int32_t tok, int64_t pos) { return b.push(i, tok, pos); }, &r.decode_seconds);
+    }
+    r.spec = spec_decode(r.verify_steps);
+  }
+}
+
+// Decodes the running sequences together, one token each per step (batch=N: padded to N rows).
+void decode_together(Batch& b, const ForwardOptions& fo, Trace* trace) {
+  using clock = std::chrono::steady_clock;
+  const ServingOptions& so = b.opt.serving;
+  PrefixCache* cache = b.opt.prefix_cache;
+  std::vector<SeqState> pad_slots;
+  while (!b.active.empty()) {
+    std::vector<SeqInput> step;
+    for (size_t i : b.active) step.push_back({&b.states[i], {b.res[i].tokens.back()}});
+    auto t1 = clock::now();
+    ForwardOutput o = so.batch_rows > 0 ? serve_decode_step(b.eng, step, fo, trace, so, pad_slots) : b.eng.forward(step, fo, trace);
+    const double dt = std::chrono::duration<double>(clock::now() - t1).count();
+    for (size_t i : b.active) b.res[i].decode_seconds += dt;
+    for (size_t i = 0; cache && i < b.active.size(); ++i) {  // the block the step may have completed
+      const size_t s = b.active[i];
+      store_decode_snapshots(b.eng, *cache, b.states[s], concat(b.prompts[s], b.res[s].tokens), b.states[s].pos - 1, so);
+    }
+    b.choose(o.logits);
+  }
+}
+
+}  // namespace
+
+std::vector<GenerateResult> generate(Engine& eng, const std::vector<std::vector<int32_t>>& prompts,
+                                     const GenerateOptions& opt, Trace* trace) {
+  using clock = std::chrono::steady_clock;
+  validate(opt.sampling);
+  check_mtp_supported(eng, opt.mtp);
+  const bool mtp = opt.mtp.draft_tokens > 0;
+  const size_t n = prompts.size();
+  Batch b(eng, prompts, opt);
+  if (n == 0 || opt.max_new_tokens <= 0) return std::move(b.res);
+  for (size_t i = 0; i < n; ++i) {
+    if (prompts[i].empty()) input_error("case ", opt.first_case + i, ": empty prompt");
+    b.states.push_back(eng.new_state());
+  }
+  ForwardOptions fo;
+  fo.logits = LogitsRows::last;
+  fo.vocab_mask = opt.vocab_mask;
 
   // Prefill all prompts in one batch.
   std::vector<SeqInput> in;
   for (size_t i = 0; i < n; ++i) {
-    in.push_back({&states[i], prompts[i]});
-    active.push_back(i);
+    in.push_back({&b.states[i], prompts[i]});
+    b.active.push_back(i);
   }
   // MTP needs the prompt's hidden rows: post-norm, or the last layer's output under mtp-prenorm-hidden.
-  TraceCapture prenorm(trace, Step::l_out, cfg.num_layers - 1, false);
+  TraceCapture prenorm(trace, Step::l_out, b.cfg.num_layers - 1, false);
   const bool capture = mtp && opt.mtp.prenorm_hidden;
   fo.keep_hidden = mtp && !capture;
-  const ServingOptions& so = opt.serving;
-  PrefixCache* cache = opt.prefix_cache;
   auto t0 = clock::now();
   std::vector<Tensor> prompt_hidden;  // MTP: each prompt's hidden rows
-  const Tensor logits = prefill(eng, in, fo, capture ? &prenorm.trace : trace, so, cache, mtp, capture ? &prenorm.got : nullptr,
-                                prompt_hidden);
-  for (auto& r : res) r.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  choose(logits);
+  const Tensor logits = prefill(eng, in, fo, capture ? &prenorm.trace : trace, opt.serving, opt.prefix_cache, mtp,
+                                capture ? &prenorm.got : nullptr, prompt_hidden);
+  for (auto& r : b.res) r.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  b.choose(logits);
   fo.keep_hidden = false;
-
-  if (mtp) {
-    // Speculative rounds, one sequence at a time (each verify step is a one-row call, as plain decode).
-    for (size_t i = 0; i < n; ++i) {
-      const bool running = std::find(active.begin(), active.end(), i) != active.end();
-      if (running) {
-        MtpDecodeArgs a;
-        std::vector<Tensor> hist{prompt_hidden[i]};
-        if (cache) store_round_snapshots(eng, *cache, so, prompts[i], res[i].tokens, hist, a);
-        a.sampling = opt.sampling;
-        a.vocab_mask = opt.vocab_mask;
-        a.case_index = opt.first_case + static_cast<uint32_t>(i);
-        a.max_new_tokens = opt.max_new_tokens;
-        a.mtp = opt.mtp;
-        a.trace = trace;
-        res[i].verify_steps = mtp_decode(eng, states[i], prompts[i], prompt_hidden[i],
-                                         res[i].tokens, a, [&](int32_t tok, int64_t pos) { return push(i, tok, pos); },
-                                         &res[i].decode_seconds);
-      }
-      res[i].spec = spec_decode(res[i].verify_steps);
-    }
-    return res;
-  }
-
-  // Decode the running sequences together, one token each per step (batch=N: padded to N rows).
-  std::vector<SeqState> pad_slots;
-  while (!active.empty()) {
-    std::vector<SeqInput> step;
-    for (size_t i : active) step.push_back({&states[i], {res[i].tokens.back()}});
-    auto t1 = clock::now();
-    ForwardOutput o = so.batch_rows > 0 ? serve_decode_step(eng, step, fo, trace, so, pad_slots) : eng.forward(step, fo, trace);
-    const double dt = std::chrono::duration<double>(clock::now() - t1).count();
-    for (size_t i : active) res[i].decode_seconds += dt;
-    for (size_t i = 0; cache && i < active.size(); ++i)  // the block the step may have completed
-      store_decode_snapshots(eng, *cache, states[active[i]], concat(prompts[active[i]], res[active[i]].tokens),
-                             states[active[i]].pos - 1, so);
-    choose(o.logits);
-  }
-  return res;
+  if (mtp)
+    decode_mtp(b, prompt_hidden, trace);
+  else
+    decode_together(b, fo, trace);
+  return std::move(b.res);
 }
 
 }  // namespace degen

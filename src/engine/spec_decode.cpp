@@ -147,6 +147,95 @@ Tensor rows_of(Backend& be, const Tensor& x, int64_t r0, int64_t n) {
   return be.gather_rows(x, idx);
 }
 
+// The MTP head of one sequence: run() takes rows (h, next token) and keeps the last row's draft
+// logits and its post-mtp.norm hidden (the input of a chained draft).
+struct MtpHead {
+  Engine& eng;
+  SeqState& st;
+  const std::vector<uint8_t>* vocab_mask;
+  TraceCapture cap;
+  std::vector<float> logits;
+  Tensor hidden;
+
+  MtpHead(Engine& e, SeqState& s, const MtpDecodeArgs& a)
+      : eng(e), st(s), vocab_mask(a.vocab_mask), cap(a.trace, Step::mtp_norm, -1, true) {}
+  void run(const Tensor& h, std::vector<int32_t> next) {
+    Backend& be = eng.backend();
+    const int64_t n = static_cast<int64_t>(next.size());
+    Tensor lg = eng.mtp({MtpInput{&st, h, std::move(next)}}, vocab_mask, &cap.trace);
+    logits = be.to_host_f32(rows_of(be, lg, n - 1, 1));
+    hidden = rows_of(be, cap.got, n - 1, 1);
+  }
+};
+
+// One round of mtp_decode: the target has consumed P tokens (generated.back() sits at P), g tokens
+// were generated before it, kk drafts are verified, and a forced round accepts forced_m of them
+// (-1 when not forced).
+struct Round {
+  int64_t P, g, kk;
+  int forced_m;
+};
+
+// The round's drafts d_1..d_kk, chained through the MTP head (whose last run drafts d_1): drawn,
+// or under forcing the sequence's own tokens up to forced_m and then another id.
+std::vector<Draft> draft_round(MtpHead& head, const MtpDecodeArgs& a, std::span<const uint8_t> banned,
+                               std::span<const int32_t> prompt, const std::vector<int32_t>& generated, const Round& r) {
+  const int64_t T = static_cast<int64_t>(prompt.size());
+  std::vector<Draft> drafts;
+  std::vector<int32_t> seq(generated);  // generated + drafts so far (for penalties)
+  for (int64_t j = 1; j <= r.kk; ++j) {
+    if (j > 1) head.run(head.hidden, {drafts.back().token});
+    const uint32_t pos = static_cast<uint32_t>(T + r.g + j - 1);
+    if (a.forcing) {
+      const int32_t own = a.forcing->sequence[static_cast<size_t>(r.P + j)];
+      Draft d;
+      d.token = j <= r.forced_m ? own : best_other(head.logits, banned, own);
+      drafts.push_back(std::move(d));
+    } else {
+      drafts.push_back(draw_draft(a.sampling, head.logits, banned, prompt, seq, a.case_index, pos));
+    }
+    seq.push_back(drafts.back().token);
+  }
+  return drafts;
+}
+
+// Accepts the verified drafts in order; the first rejection (or the end) gives one more token.
+// Fills `out` with the round's tokens and returns m, the drafts accepted.
+int accept_round(const MtpDecodeArgs& a, const VerifyPass& vp, const std::vector<Draft>& drafts,
+                 std::span<const uint8_t> banned, std::span<const int32_t> prompt, const std::vector<int32_t>& generated,
+                 const Round& r, std::vector<int32_t>& out) {
+  const int64_t T = static_cast<int64_t>(prompt.size());
+  int m = 0;
+  for (int64_t j = 0; j <= r.kk && a.forcing; ++j) {  // forced: the sequence's tokens, m accepted
+    out.push_back(a.forcing->sequence[static_cast<size_t>(r.P + j + 1)]);
+    if (j == r.forced_m) break;
+    ++m;
+  }
+  std::vector<int32_t> seq(generated);
+  for (int64_t j = 0; j <= r.kk && !a.forcing; ++j) {
+    bool acc = false;
+    const uint32_t pos = static_cast<uint32_t>(T + r.g + j);
+    const int32_t t = judge(a.sampling, vp.logits[static_cast<size_t>(j)],
+                            j < r.kk ? &drafts[static_cast<size_t>(j)] : nullptr, banned, prompt, seq, a.case_index, pos, acc);
+    out.push_back(t);
+    seq.push_back(t);
+    if (!acc) break;
+    ++m;
+  }
+  return m;
+}
+
+// Rolls the target back to P + m + 1 and the MTP cache to P, and tells the round's observers.
+void end_round(Engine& eng, SeqState& st, VerifyPass& vp, int m, int64_t P, const MtpDecodeArgs& a) {
+  std::optional<SeqState> before;
+  if (a.after_round && a.keep_before_rollback) before = eng.snapshot(st);
+  rollback_target(st, vp, m, !a.mtp.no_rollback);
+  apply_stale_slot(eng, st, vp, m, a.mtp);  // (checkpoint 0 is still there: the rollback moved m > 0)
+  rollback_mtp(st, P);
+  if (a.forcing && a.forcing->on_round) a.forcing->on_round(st, vp, m, P);
+  if (a.after_round) a.after_round(st, vp, m, P, before ? &*before : nullptr);
+}
+
 }  // namespace
 
 std::vector<VerifyStep> mtp_decode(Engine& eng, SeqState& st, std::span<const int32_t> prompt,
@@ -156,105 +245,51 @@ std::vector<VerifyStep> mtp_decode(Engine& eng, SeqState& st, std::span<const in
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   const ModelConfig& cfg = eng.config();
-  Backend& be = eng.backend();
-  const SamplingParams& sp = a.sampling;
   std::span<const uint8_t> banned;
   if (a.vocab_mask) banned = *a.vocab_mask;
   const int k = a.mtp.draft_tokens;
   const int64_t T = static_cast<int64_t>(prompt.size());
   DEGEN_ASSERT(k > 0 && !generated.empty() && st.pos == T && prompt_hidden.rows() == T, "mtp_decode after prefill");
   std::vector<VerifyStep> steps;
-
-  // The MTP head over rows (h, next token); returns the last row's draft logits and keeps its
-  // post-mtp.norm hidden (the input of a chained draft).
-  TraceCapture hm_cap(a.trace, Step::mtp_norm, -1, true);
-  std::vector<float> draft_logits;
-  Tensor draft_hidden;
-  auto run_mtp = [&](const Tensor& hidden, std::vector<int32_t> next) {
-    const int64_t n = static_cast<int64_t>(next.size());
-    Tensor lg = eng.mtp({MtpInput{&st, hidden, std::move(next)}}, a.vocab_mask, &hm_cap.trace);
-    draft_logits = be.to_host_f32(rows_of(be, lg, n - 1, 1));
-    draft_hidden = rows_of(be, hm_cap.got, n - 1, 1);
-  };
+  MtpHead head(eng, st, a);
 
   // MTP prefill: rows (ĥ_i, x_{i+1}) of the prompt, the first generated token closing the last one.
   {
     std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
     next.push_back(generated.back());
-    run_mtp(prompt_hidden, std::move(next));
+    head.run(prompt_hidden, std::move(next));
   }
 
-  int64_t round = 0;
-  for (;;) {
-    const int64_t P = st.pos;  // the target has consumed P tokens; generated.back() sits at P
-    const int64_t g = static_cast<int64_t>(generated.size());
+  for (int64_t round = 0;; ++round) {
+    Round r;
+    r.P = st.pos;
+    r.g = static_cast<int64_t>(generated.size());
     // Never draft past max_new_tokens or past the model's context (the verify feeds P..P+kk).
-    int64_t kk = std::min<int64_t>(k, a.max_new_tokens - g - 1);
-    if (cfg.max_position_embeddings > 0) kk = std::min<int64_t>(kk, cfg.max_position_embeddings - P - 1);
-    kk = std::max<int64_t>(kk, 0);
+    r.kk = std::min<int64_t>(k, a.max_new_tokens - r.g - 1);
+    if (cfg.max_position_embeddings > 0) r.kk = std::min<int64_t>(r.kk, cfg.max_position_embeddings - r.P - 1);
+    r.kk = std::max<int64_t>(r.kk, 0);
+    r.forced_m = a.forcing ? static_cast<int>(std::min<int64_t>(round % (k + 1), r.kk)) : -1;
 
-    // 1. draft d_1..d_kk (chained through the MTP head)
-    const int forced_m = a.forcing ? static_cast<int>(std::min<int64_t>(round % (k + 1), kk)) : -1;
-    std::vector<Draft> drafts;
-    std::vector<int32_t> seq(generated);  // generated + drafts so far (for penalties)
-    for (int64_t j = 1; j <= kk; ++j) {
-      if (j > 1) run_mtp(draft_hidden, {drafts.back().token});
-      const uint32_t pos = static_cast<uint32_t>(T + g + j - 1);
-      if (a.forcing) {
-        const int32_t own = a.forcing->sequence[static_cast<size_t>(P + j)];
-        Draft d;
-        d.token = j <= forced_m ? own : best_other(draft_logits, banned, own);
-        drafts.push_back(std::move(d));
-      } else {
-        drafts.push_back(draw_draft(sp, draft_logits, banned, prompt, seq, a.case_index, pos));
-      }
-      seq.push_back(drafts.back().token);
-    }
-
-    // 2. verify [y, d_1..d_kk]
+    // 1. draft d_1..d_kk; 2. verify [y, d_1..d_kk]; 3. accept in order
+    const std::vector<Draft> drafts = draft_round(head, a, banned, prompt, generated, r);
     std::vector<int32_t> vt{generated.back()};
     for (const Draft& d : drafts) vt.push_back(d.token);
     VerifyPass vp = verify_tokens(eng, st, vt, a.vocab_mask, a.mtp.prenorm_hidden, a.trace);
-
-    // 3. accept in order; the first rejection (or the end) gives one more token
-    seq.assign(generated.begin(), generated.end());
     std::vector<int32_t> out;
-    int m = 0;
-    for (int64_t j = 0; j <= kk && a.forcing; ++j) {  // forced: the sequence's tokens, m accepted
-      out.push_back(a.forcing->sequence[static_cast<size_t>(P + j + 1)]);
-      if (j == forced_m) break;
-      ++m;
-    }
-    for (int64_t j = 0; j <= kk && !a.forcing; ++j) {
-      bool acc = false;
-      const uint32_t pos = static_cast<uint32_t>(T + g + j);
-      const int32_t t = judge(sp, vp.logits[static_cast<size_t>(j)], j < kk ? &drafts[static_cast<size_t>(j)] : nullptr,
-                              banned, prompt, seq, a.case_index, pos, acc);
-      out.push_back(t);
-      seq.push_back(t);
-      if (!acc) break;
-      ++m;
-    }
-    steps.push_back({static_cast<int>(kk), m, g});
+    const int m = accept_round(a, vp, drafts, banned, prompt, generated, r, out);
+    steps.push_back({static_cast<int>(r.kk), m, r.g});
 
     // 4. roll back the target to P + m + 1 and the MTP cache to P
-    std::optional<SeqState> before;
-    if (a.after_round && a.keep_before_rollback) before = eng.snapshot(st);
-    rollback_target(st, vp, m, !a.mtp.no_rollback);
-    apply_stale_slot(eng, st, vp, m, a.mtp);  // (checkpoint 0 is still there: the rollback moved m > 0)
-    rollback_mtp(st, P);
-    if (a.forcing && a.forcing->on_round) a.forcing->on_round(st, vp, m, P);
-    if (a.after_round) a.after_round(st, vp, m, P, before ? &*before : nullptr);
-    ++round;
+    end_round(eng, st, vp, m, r.P, a);
 
     // emit: the token out[j] comes from the logits after P + j + 1 tokens
     bool running = true;
-    for (size_t j = 0; j < out.size() && running; ++j) running = emit(out[j], P + static_cast<int64_t>(j) + 1);
+    for (size_t j = 0; j < out.size() && running; ++j) running = emit(out[j], r.P + static_cast<int64_t>(j) + 1);
     if (!running) break;
 
     // 5. catch-up: MTP rows (h_{P+j}, x_{P+j+1}), j = 0..m
     std::vector<Tensor> hs(vp.hidden.begin(), vp.hidden.begin() + m + 1);
-    run_mtp(be.concat_rows(hs), out);
+    head.run(eng.backend().concat_rows(hs), out);
   }
   if (seconds) *seconds += std::chrono::duration<double>(clock::now() - t0).count();
   return steps;

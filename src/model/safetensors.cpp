@@ -276,11 +276,10 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 
 // ---------------------------------------------------------------- SafetensorsFile
 
-std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
-  const std::string file = path.string();
-  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
-  f->path_ = path;
+namespace {
 
+// Maps a file read-only (its size in *size): a regular file of at least the 8-byte header length.
+void* map_file(const fs::path& path, const std::string& file, uint64_t* size_out) {
   // note: O_NONBLOCK so that a FIFO given as a file is refused below instead of blocking the open
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) input_error("cannot open ", file, ": ", errno_str(errno));
@@ -303,11 +302,13 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
   int map_errno = errno;
   ::close(fd);  // the mapping keeps the file alive
   if (m == MAP_FAILED) input_error("cannot map ", file, " (", size, " bytes): ", errno_str(map_errno));
-  f->map_ = m;
-  f->map_size_ = size;
-  const uint8_t* base = static_cast<const uint8_t*>(m);
+  *size_out = size;
+  return m;
+}
 
-  // 1. Header length, then the header text (only these pages are touched).
+// The header length of a mapped file of `size` bytes (the first 8 bytes, little-endian), checked
+// against the file's size and kMaxHeaderBytes.
+uint64_t header_length(const uint8_t* base, uint64_t size, const std::string& file) {
   const uint64_t n = read_le_u64(base);
   if (n > size - 8)
     input_error(file, ": header length ", n, " runs past end of file (file is ", size,
@@ -315,18 +316,22 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
   if (n > kMaxHeaderBytes)
     input_error(file, ": header length ", n, " is too large (limit ", kMaxHeaderBytes,
                 " bytes); corrupt or not a safetensors file");
-  f->header_.assign(reinterpret_cast<const char*>(base + 8), n);
-  json h = parse_header(f->header_, file);
-  if (!h.is_object())
-    input_error(file, ": header is not a JSON object (found ", json_kind(h), ")");
+  return n;
+}
 
-  // 2. Entries: metadata and tensors.
-  const uint64_t data_start = 8 + n;
-  const uint64_t data_size = size - data_start;
-  const uint8_t* data = base + data_start;
-  const std::string fname = path.filename().string();
-  struct Span { uint64_t begin, end; };
-  std::vector<Span> spans;
+// Where a file's data section lies: after the 8-byte length and the header of n bytes.
+struct DataSection {
+  const uint8_t* data;  // its first byte in the mapping
+  uint64_t start;       // its offset in the file: 8 + n
+  uint64_t size;        // its bytes: the file's size - start
+  uint64_t file_size;
+  uint64_t n;  // the header length
+};
+
+// The header's entries: the metadata (strings) into `metadata`, every tensor (checked against the
+// data section's end) into `tensors`, in the header's order.
+void read_entries(const json& h, const std::string& file, const std::string& fname, const DataSection& ds,
+                  std::map<std::string, std::string>& metadata, std::vector<TensorView>& tensors) {
   for (const auto& [key, val] : h.items()) {
     if (key == "__metadata__") {
       if (!val.is_object())
@@ -334,7 +339,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
       for (const auto& [mk, mv] : val.items()) {
         if (!mv.is_string())
           input_error(file, ": __metadata__ '", mk, "' must be a string, found ", json_kind(mv), " ", compact(mv));
-        f->metadata_[mk] = mv.get<std::string>();
+        metadata[mk] = mv.get<std::string>();
       }
       continue;
     }
@@ -343,43 +348,70 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
     t.file = fname;
     uint64_t b = 0, e = 0;
     parse_entry(file, key, val, &t, &b, &e);
-    if (e > data_size)
+    if (e > ds.size)
       input_error(file, ": truncated file: tensor '", key, "' data_offsets [", b, ", ", e,
-                  "] end past the data section (", data_size, " bytes); expected a file of at least ",
-                  data_start + e, " bytes, found ", size, " bytes");
+                  "] end past the data section (", ds.size, " bytes); expected a file of at least ",
+                  ds.start + e, " bytes, found ", ds.file_size, " bytes");
     t.offset = static_cast<size_t>(b);
     t.nbytes = static_cast<size_t>(e - b);
-    t.data = data + b;
-    f->tensors_.push_back(std::move(t));
+    t.data = ds.data + b;
+    tensors.push_back(std::move(t));
   }
+}
 
-  // 3. Data-offset order, then exact coverage of the data section, as the reference reader demands:
-  // the first tensor begins at 0, each begins where the previous ended (no gap, no overlap), and the
-  // last ends at the end of the file. A header length off by a byte shifts every tensor by a byte
-  // (misaligned loads of wrong values) and shows up here as a gap or a short data section.
-  std::sort(f->tensors_.begin(), f->tensors_.end(), [](const TensorView& a, const TensorView& b) {
+// Sorts the tensors in data-offset order, then checks the exact coverage of the data section, as the
+// reference reader demands: the first tensor begins at 0, each begins where the previous ended (no
+// gap, no overlap), and the last ends at the end of the file. A header length off by a byte shifts
+// every tensor by a byte (misaligned loads of wrong values) and shows up here as a gap or a short
+// data section.
+void check_coverage(const std::string& file, const DataSection& ds, std::vector<TensorView>& tensors) {
+  std::sort(tensors.begin(), tensors.end(), [](const TensorView& a, const TensorView& b) {
     if (a.offset != b.offset) return a.offset < b.offset;
     if (a.nbytes != b.nbytes) return a.nbytes < b.nbytes;
     return a.name < b.name;
   });
   uint64_t covered = 0;              // bytes [0, covered) of the data section belong to tensors so far
   const TensorView* last = nullptr;  // the tensor that ends at `covered`
-  for (const TensorView& t : f->tensors_) {
+  for (const TensorView& t : tensors) {
     if (t.offset < covered)
       input_error(file, ": tensors '", last->name, "' [", last->offset, ", ", covered, ") and '", t.name, "' [", t.offset,
                   ", ", t.offset + t.nbytes, ") overlap in the data section; each byte must belong to at most one tensor");
     if (t.offset > covered)
       input_error(file, ": gap in the data section: bytes [", covered, ", ", t.offset, ") belong to no tensor (",
                   last ? cat("after '", last->name, "', before '") : std::string("before '"), t.name,
-                  "'); expected tensors to cover the data section contiguously from offset 0 (header length ", n,
+                  "'); expected tensors to cover the data section contiguously from offset 0 (header length ", ds.n,
                   " wrong, or a corrupt header)");
     if (t.nbytes > 0 || !last) last = &t;
     covered = t.offset + t.nbytes;
   }
-  if (covered != data_size)
-    input_error(file, ": data section is ", data_size, " bytes (file ", size, " bytes - 8 - header length ", n,
+  if (covered != ds.size)
+    input_error(file, ": data section is ", ds.size, " bytes (file ", ds.file_size, " bytes - 8 - header length ", ds.n,
                 "), but the tensors cover only ", covered, " bytes; expected them to end exactly at the end of the ",
                 "file (header length too small, or data appended)");
+}
+
+}  // namespace
+
+std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const fs::path& path) {
+  const std::string file = path.string();
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  uint64_t size = 0;
+  f->map_ = map_file(path, file, &size);
+  f->map_size_ = size;
+  const uint8_t* base = static_cast<const uint8_t*>(f->map_);
+
+  // 1. Header length, then the header text (only these pages are touched).
+  const uint64_t n = header_length(base, size, file);
+  f->header_.assign(reinterpret_cast<const char*>(base + 8), n);
+  json h = parse_header(f->header_, file);
+  if (!h.is_object())
+    input_error(file, ": header is not a JSON object (found ", json_kind(h), ")");
+
+  // 2. Entries: metadata and tensors. 3. Data-offset order and exact coverage of the data section.
+  const DataSection ds{base + 8 + n, 8 + n, size - (8 + n), size, n};
+  read_entries(h, file, path.filename().string(), ds, f->metadata_, f->tensors_);
+  check_coverage(file, ds, f->tensors_);
   for (size_t i = 0; i < f->tensors_.size(); ++i) f->index_[f->tensors_[i].name] = i;
   return f;
 }
