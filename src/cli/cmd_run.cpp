@@ -99,6 +99,73 @@ void print_case(const std::string& name, size_t prompt_tokens, const GenerateRes
               r.decode_seconds > 0 ? dec_tok / r.decode_seconds : 0.0);
 }
 
+// The cases of a run: each --prompt (in the chat template with --chat), or the one --tokens list.
+struct RunCases {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> names;
+  bool opened_think = false;  // the chat template opened a thinking part the output continues
+};
+
+RunCases run_cases(const RunArgs& a, const ModelConfig& cfg, const Tokenizer* tok) {
+  RunCases c;
+  if (!a.tokens.empty()) {
+    c.prompts.push_back(parse_ids(a.tokens));
+    c.names.push_back("tokens");
+    return c;
+  }
+  const ChatFamily fam = chat_family_for_model_type(cfg.model_type);
+  c.opened_think = a.chat && fam == ChatFamily::qwen35 && !a.no_think;
+  for (size_t i = 0; i < a.prompts.size(); ++i) {
+    std::string text = a.chat ? render_single_turn(fam, a.system, a.prompts[i], !a.no_think) : a.prompts[i];
+    c.prompts.push_back(tok->encode(text));
+    c.names.push_back(cat("prompt ", i));
+  }
+  return c;
+}
+
+// A trace that watches the logits for NaN/Inf: it finds the tensor responsible (check_weights throws
+// naming it) or warns once that every weight is finite.
+Trace nonfinite_watch(const Model& model, const std::vector<uint8_t>& mask, bool& warned) {
+  Trace watch;
+  watch.logits_only = true;  // graphs=on runs the decode steps as graphs
+  const int64_t V = model.config.vocab_size;
+  watch.observer = [&model, &mask, &warned, V](const TraceEvent& ev, Tensor& t, Backend& b) {
+    if (ev.step != Step::logits || warned) return;
+    std::vector<float> v = b.to_host_f32(t);
+    for (size_t j = 0; j < v.size(); ++j) {
+      if (std::isnan(v[j]) || (std::isinf(v[j]) && v[j] > 0) || (std::isinf(v[j]) && (mask.empty() || !mask[j % V]))) {
+        check_weights(*model.checkpoint);
+        std::fprintf(stderr, "run: warning: non-finite logits (%g at id %zu) although every weight is finite\n",
+                     double(v[j]), j % V);
+        warned = true;
+        return;
+      }
+    }
+  };
+  return watch;
+}
+
+// The prompts generated as the configuration batches them: all in one batch, groups of N decoded in
+// steps of N rows, or one at a time (each keeping its case index for the coupled sampler).
+std::vector<GenerateResult> generate_cases(Engine& eng, const std::vector<std::vector<int32_t>>& prompts,
+                                           GenerateOptions go, const RunConfig& rc, Trace& watch) {
+  std::vector<GenerateResult> res;
+  if (rc.batch == BatchMode::all) return generate(eng, prompts, go, &watch);
+  if (rc.batch == BatchMode::padded) {
+    for (size_t i = 0; i < prompts.size(); i += static_cast<size_t>(rc.batch_rows)) {
+      const size_t j = std::min(prompts.size(), i + static_cast<size_t>(rc.batch_rows));
+      go.first_case = static_cast<uint32_t>(i);
+      for (GenerateResult& r : generate(eng, {prompts.begin() + i, prompts.begin() + j}, go, &watch)) res.push_back(std::move(r));
+    }
+    return res;
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    go.first_case = static_cast<uint32_t>(i);
+    res.push_back(generate(eng, {prompts[i]}, go, &watch).at(0));
+  }
+  return res;
+}
+
 int run_run(const RunArgs& a) {
   if (a.model.empty()) input_error("run: --model DIR is required");
   const bool have_prompt = !a.prompts.empty(), have_tokens = !a.tokens.empty();
@@ -133,21 +200,10 @@ int run_run(const RunArgs& a) {
   }
 
   // Cases: each --prompt, or the one --tokens list.
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::string> names;
-  bool opened_think = false;
-  if (have_tokens) {
-    prompts.push_back(parse_ids(a.tokens));
-    names.push_back("tokens");
-  } else {
-    const ChatFamily fam = chat_family_for_model_type(cfg.model_type);
-    opened_think = a.chat && fam == ChatFamily::qwen35 && !a.no_think;
-    for (size_t i = 0; i < a.prompts.size(); ++i) {
-      std::string text = a.chat ? render_single_turn(fam, a.system, a.prompts[i], !a.no_think) : a.prompts[i];
-      prompts.push_back(tok->encode(text));
-      names.push_back(cat("prompt ", i));
-    }
-  }
+  const RunCases cases = run_cases(a, cfg, tok.get());
+  const std::vector<std::vector<int32_t>>& prompts = cases.prompts;
+  const std::vector<std::string>& names = cases.names;
+  const bool opened_think = cases.opened_think;
   check_prompts(prompts, names, cfg);
 
   std::unique_ptr<Backend> be = make_backend(rc, cfg);
@@ -163,39 +219,10 @@ int run_run(const RunArgs& a) {
   std::optional<PrefixCache> cache;
   if (go.serving.prefix_block > 0) cache.emplace(go.serving.prefix_block);
   go.prefix_cache = cache ? &*cache : nullptr;
-  // NaN/Inf logits: find the tensor responsible (check_weights throws naming it) or say so.
   bool warned = false;
-  Trace watch;
-  watch.logits_only = true;  // graphs=on runs the decode steps as graphs
-  watch.observer = [&](const TraceEvent& ev, Tensor& t, Backend& b) {
-    if (ev.step != Step::logits || warned) return;
-    std::vector<float> v = b.to_host_f32(t);
-    for (size_t j = 0; j < v.size(); ++j) {
-      if (std::isnan(v[j]) || (std::isinf(v[j]) && v[j] > 0) || (std::isinf(v[j]) && (mask.empty() || !mask[j % cfg.vocab_size]))) {
-        check_weights(*model->checkpoint);
-        std::fprintf(stderr, "run: warning: non-finite logits (%g at id %zu) although every weight is finite\n",
-                     double(v[j]), j % cfg.vocab_size);
-        warned = true;
-        return;
-      }
-    }
-  };
+  Trace watch = nonfinite_watch(*model, mask, warned);
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<GenerateResult> res;
-  if (rc.batch == BatchMode::all) {
-    res = generate(eng, prompts, go, &watch);
-  } else if (rc.batch == BatchMode::padded) {  // groups of N, each decoded in steps of N rows
-    for (size_t i = 0; i < prompts.size(); i += static_cast<size_t>(rc.batch_rows)) {
-      const size_t j = std::min(prompts.size(), i + static_cast<size_t>(rc.batch_rows));
-      go.first_case = static_cast<uint32_t>(i);
-      for (GenerateResult& r : generate(eng, {prompts.begin() + i, prompts.begin() + j}, go, &watch)) res.push_back(std::move(r));
-    }
-  } else {  // one prompt at a time, each keeping its case index for the coupled sampler
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      go.first_case = static_cast<uint32_t>(i);
-      res.push_back(generate(eng, {prompts[i]}, go, &watch).at(0));
-    }
-  }
+  const std::vector<GenerateResult> res = generate_cases(eng, prompts, go, rc, watch);
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   for (size_t i = 0; i < res.size(); ++i) print_case(names[i], prompts[i].size(), res[i], tok.get(), opened_think);
