@@ -5,6 +5,7 @@
 // also through `report`'s reading of a file.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
