@@ -6,7 +6,7 @@
 #   scripts/report-outputs.sh --diff BIN_A BIN_B   render with both and compare: the count of files
 #                                                  compared and those that differ (exit 1 if any)
 # Runs from the source folder, so a compare result's model (models/tiny-qwen35) gives the texts
-# when the models are synthesized, for both binaries alike.
+# when the models are synthesized, for both binaries alike; MODEL=DIR passes --model DIR instead.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -22,7 +22,7 @@ render() {
       name=$(basename "$input")
       for fmt in md html json junit; do
         rc=0
-        "$bin" report "$input" --format "$fmt" >"$out/$name.$fmt" 2>"$out/$name.$fmt.stderr" || rc=$?
+        "$bin" report "$input" --format "$fmt" ${MODEL:+--model "$MODEL"} >"$out/$name.$fmt" 2>"$out/$name.$fmt.stderr" || rc=$?
         echo "$rc" >"$out/$name.$fmt.rc"
       done
     done

@@ -276,7 +276,7 @@ const std::vector<std::string> kCompatKeys = {
     "floor_class", "fail_on_model_degeneration", "cases[*].mtp_forced", "cases[*].serving", "cases[*].generation.spec",
     "cases[*].generation.logits", "cases[*].generation.mtp_equiv", "cases[*].generation.margin_engine",
     "cases[*].generation.flip_margin", "cases[*].generation.agreement", "cases[*].generation.decode_path",
-    "cases[*].generation.server_speculation", "cases[*].generation.probes"};
+    "cases[*].generation.server_speculation", "cases[*].generation.probes", "cases[*].generation.decode_path.resolved"};
 
 namespace {
 
@@ -572,7 +572,7 @@ DecodePathResult decode_path_from(const Obj& o) {
   d.first_bad = o.opt_i64("first_bad_step");
   d.prefill_kld = o.opt_num("prefill_kld");
   d.self_kld = o.opt_num("self_kld");
-  d.resolved = o.opt_num("resolved");
+  if (o.has("resolved")) d.resolved = o.opt_num("resolved");  // kCompatKeys
   d.floor_source = o.str("floor_source");
   d.note = o.str_or_empty("note");
   d.pass = o.flag("pass");
