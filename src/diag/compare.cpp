@@ -1,5 +1,6 @@
 // compare: teacher-forced, isolated and free-running runs of one configuration against a golden
-// record, the verdict, and its text / JSON forms (see compare.h; JUnit: report::junit_for_compare).
+// record, the verdict, and its text form (see compare.h; JSON: compare_json.cpp; JUnit:
+// report::junit_for_compare).
 #include "diag/compare.h"
 
 #include <algorithm>
@@ -36,29 +37,6 @@ std::string sci(double v) {
 }
 
 std::string fmt_pad(const std::string& s, size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
-
-json opt_json(const std::optional<double>& v) { return v ? metrics::json_number(*v) : json(nullptr); }
-
-json logits_json(const LogitsResult& l) {
-  json j = {{"summary", l.summary.to_json()},
-          {"mean_kld", metrics::json_number(l.mean_kld)},
-          {"limit", metrics::json_number(l.limit)},
-          {"floor", opt_json(l.floor)},
-          {"pass", l.pass},
-          {"nonfinite_positions", l.nonfinite},
-          {"kld", [&] {
-             json a = json::array();
-             for (double v : l.kld) a.push_back(metrics::json_number(v));
-             return a;
-           }()},
-          {"top1_agree", l.top1_agree}};
-  if (l.resolved) j["resolved"] = metrics::json_number(*l.resolved);
-  if (l.logprob_offset) {
-    j["logprob_offset"] = metrics::json_number(*l.logprob_offset);
-    j["logprob_offset_normalisation"] = l.logprob_offset_vocab ? "vocab" : "record (no lse_pad)";
-  }
-  return j;
-}
 
 }  // namespace
 
@@ -212,157 +190,6 @@ struct GenJob {
 };
 
 }  // namespace
-
-// ---- JSON ----
-
-json MtpForcedResult::to_json() const {
-  return {{"rounds", rounds}, {"rollbacks", rollbacks}, {"logits", logits ? logits_json(*logits) : json(nullptr)},
-          {"state_rel_l2", metrics::json_number(state_err)}, {"state_limit", kMtpStateLimit},
-          {"state_layer", state_layer ? json(*state_layer) : json(nullptr)},
-          {"state_position", state_position ? json(*state_position) : json(nullptr)},
-          {"state_part", state_part}, {"pass", pass}};
-}
-
-json ServingCheck::to_json() const {
-  return {{"mechanism", mechanism}, {"what", what}, {"logits", logits ? logits_json(*logits) : json(nullptr)},
-          {"state_rel_l2", metrics::json_number(state_err)}, {"state_limit", state_limit},
-          {"state_layer", state_layer ? json(*state_layer) : json(nullptr)},
-          {"state_position", state_position ? json(*state_position) : json(nullptr)},
-          {"state_part", state_part}, {"state_decides", state_decides}, {"pass", pass},
-          {"note", note.empty() ? json(nullptr) : json(note)}};
-}
-
-json CaseResult::to_json() const {
-  json layers_j = json::array();
-  for (const LayerRow& l : layers) {
-    json row = {{"layer", l.layer}, {"kind", std::string(1, l.kind)}};
-    for (int m = 0; m < kModes; ++m) {
-      const std::string mn = forced_mode_name(static_cast<ForcedMode>(m));
-      row["drift_" + mn] = l.drift[m] ? l.drift[m]->to_json() : json(nullptr);
-      row["iso_" + mn] = l.iso[m] ? l.iso[m]->to_json() : json(nullptr);
-      row["floor_" + mn] = opt_json(l.floor[m]);
-      row["limit_" + mn] = opt_json(l.limit[m]);
-      row["floor_ratio_" + mn] = opt_json(l.floor_ratio[m]);
-      row["drift_norm_" + mn] = opt_json(l.drift_norm[m]);
-      row["pass_" + mn] = l.pass[m];
-    }
-    layers_j.push_back(row);
-  }
-  json j = {{"id", id},
-            {"verdict", metrics::verdict_name(verdict)},
-            {"reasons", reasons},
-            {"prompt_tokens", prompt_tokens},
-            {"positions", positions},
-            {"stored_positions", stored_positions},
-            {"layers", layers_j},
-            {"seconds", seconds}};
-  for (int m = 0; m < kModes; ++m) {
-    const std::string mn = forced_mode_name(static_cast<ForcedMode>(m));
-    j["embed_" + mn] = embed[m] ? embed[m]->to_json() : json(nullptr);
-    j["logits_" + mn] = logits[m] ? logits_json(*logits[m]) : json(nullptr);
-  }
-  j["first_floor_break"] = first_break ? json{{"mode", forced_mode_name(static_cast<ForcedMode>(first_break->first))},
-                                              {"layer", first_break->second}}
-                                       : json(nullptr);
-  j["mtp"] = mtp ? logits_json(*mtp) : json(nullptr);
-  j["mtp_forced"] = mtp_forced ? mtp_forced->to_json() : json(nullptr);
-  j["serving"] = json::array();
-  for (const ServingCheck& c : serving) j["serving"].push_back(c.to_json());
-  if (observation) j["observation"] = observation->to_json();
-  j["generation"] = {{"tokens", gen.tokens},
-                     {"stop_reason", gen.stop_reason},
-                     {"degeneration", gen.degen.to_json()},
-                     {"golden_tokens", gen.golden_tokens},
-                     {"golden_degeneration", gen.golden_degen.to_json()},
-                     {"golden_rerun", gen.golden_rerun},
-                     {"first_divergence", gen.first_divergence ? json(*gen.first_divergence) : json(nullptr)},
-                     {"golden_margin", opt_json(gen.golden_margin)},
-                     {"cause", gen.model_changed && gen.verdict == Verdict::bad ? "changed-model"
-                                                                               : metrics::degeneration_cause(gen.verdict)},
-                     {"verdict", metrics::verdict_name(gen.verdict)},
-                     {"spec", gen.spec ? gen.spec->to_json() : json(nullptr)},
-                     {"logits", gen.logits ? logits_json(*gen.logits) : json(nullptr)},
-                     {"mtp_equiv", gen.mtp_equiv ? gen.mtp_equiv->to_json() : json(nullptr)},
-                     {"margin_engine", opt_json(gen.margin_engine)},
-                     {"flip_margin", opt_json(gen.flip_margin)},
-                     {"agreement", gen.agreement.empty() ? json(nullptr) : json(gen.agreement)},
-                     {"decode_path", gen.decode_path ? gen.decode_path->to_json() : json(nullptr)},
-                     {"server_speculation", gen.spec_stated.empty() ? json(nullptr) : json(gen.spec_stated)},
-                     {"probes", [&] {
-                        json a = json::array();
-                        for (const auto& p : gen.probes) a.push_back(p.to_json());
-                        return a;
-                      }()},
-                     {"seconds", gen.seconds}};
-  return j;
-}
-
-json ProbeResult::to_json() const {
-  return {{"probe", name},
-          {"verdict", verdict},
-          {"reason", reason},
-          {"cached_tokens", cached ? json(*cached) : json(nullptr)},
-          {"slots", slots ? json(*slots) : json(nullptr)},
-          {"first_difference", first_difference ? json(*first_difference) : json(nullptr)},
-          {"max_kld", opt_json(max_kld)},
-          {"limit", opt_json(limit)}};
-}
-
-json DecodePathResult::to_json() const {
-  json k = json::array();
-  for (double v : kld) k.push_back(std::isnan(v) ? json(nullptr) : metrics::json_number(v));
-  json f = json::array();
-  for (double v : floor) f.push_back(metrics::json_number(v));
-  return {{"steps", steps},
-          {"stated", stated},
-          {"scored", scored},
-          {"kld", k},
-          {"floor", f},
-          {"peak_floor", metrics::json_number(peak_floor)},
-          {"limit", metrics::json_number(limit)},
-          {"mean_kld", metrics::json_number(mean_kld)},
-          {"max_kld", metrics::json_number(max_kld)},
-          {"first_bad_step", first_bad ? json(*first_bad) : json(nullptr)},
-          {"prefill_kld", opt_json(prefill_kld)},
-          {"self_kld", opt_json(self_kld)},
-          {"resolved", opt_json(resolved)},
-          {"floor_source", floor_source},
-          {"note", note.empty() ? json(nullptr) : json(note)},
-          {"pass", pass}};
-}
-
-json CompareResult::to_json() const {
-  json c = json::array();
-  for (const auto& k : cases) c.push_back(k.to_json());
-  json j = {{"tool", "degenbisect compare"},
-          {"golden", golden_dir},
-          {"model", model_dir},
-          {"config", config},
-          {"backend", backend},
-          {"suite", suite},
-          {"record_fingerprint", record_fingerprint},
-          {"model_fingerprint", model_fingerprint},
-          {"model_mismatch", model_mismatch},
-          {"weights_differ", weights_differ},
-          {"changed_tensors", changed_tensors},
-          {"manifest_checksum", manifest_checked ? "verified" : "absent"},
-          {"tokenizer_mismatch", tokenizer_mismatch},
-          {"record_tokenizer", record_tokenizer.empty() ? json(nullptr) : json(record_tokenizer)},
-          {"model_tokenizer", model_tokenizer.empty() ? json(nullptr) : json(model_tokenizer)},
-          {"decode_skipped", decode_skipped},
-          {"floor_class", floor_class},
-          {"noise_floors", floors ? "measured" : "absent"},
-          {"noise_floors_reason", floors ? json(nullptr) : json(floors_reason)},
-          {"fallback_limits", floors ? json(nullptr) : json{{"iso_rel_l2", kFallbackRelL2}, {"mean_kld", kFallbackKld}}},
-          {"cases", c},
-          {"verdict", metrics::verdict_name(verdict)},
-          {"exit_code", exit_code},
-          {"fail_on_model_degeneration", fail_on_model_degeneration},
-          {"seconds", seconds}};
-  if (!source.empty()) j["source"] = source;
-  if (!limits_note.empty()) j["limits"] = limits_note;
-  return j;
-}
 
 // ---- the comparison ----
 //

@@ -208,24 +208,6 @@ double min_atol_at_rtol(std::span<const double> a, std::span<const double> r, do
   return min_atol_impl(a, r, rtol);
 }
 
-nlohmann::json TensorError::to_json() const {
-  nlohmann::json j;
-  j["n"] = n;
-  j["n_compared"] = n_compared;
-  j["nonfinite"] = nonfinite;
-  j["ref_nonfinite"] = ref_nonfinite;
-  j["ref_nonfinite_mismatch"] = ref_nonfinite_mismatch;
-  j["nmse"] = json_number(nmse);
-  j["nmse_var"] = json_number(nmse_var);
-  j["rel_l2"] = json_number(rel_l2);
-  j["cos_dist"] = json_number(cos_dist);
-  j["cosine"] = json_number(cosine);
-  j["max_abs"] = json_number(max_abs);
-  j["argmax_abs"] = argmax_abs < 0 ? nlohmann::json(nullptr) : nlohmann::json(argmax_abs);
-  j["min_tol"] = {{"atol", json_number(min_atol)}, {"rtol", json_number(min_rtol)}};
-  return j;
-}
-
 double floor_ratio(double err, double floor) {
   if (std::isnan(err) || std::isnan(floor)) return kNaN;
   return safe_ratio(err, floor);
@@ -630,13 +612,6 @@ Percentiles percentiles(std::span<const double> values) {
   return p;
 }
 
-nlohmann::json Percentiles::to_json() const {
-  return {{"max", json_number(max)},     {"p99_9", json_number(p99_9)}, {"p99", json_number(p99)},
-          {"p95", json_number(p95)},     {"p90", json_number(p90)},     {"median", json_number(median)},
-          {"p10", json_number(p10)},     {"p5", json_number(p5)},       {"p1", json_number(p1)},
-          {"p0_1", json_number(p0_1)},   {"min", json_number(min)}};
-}
-
 MeanErr mean_and_uncertainty(std::span<const double> values) {
   if (values.empty()) throw std::invalid_argument("mean_and_uncertainty of an empty list");
   const double n = static_cast<double>(values.size());
@@ -653,10 +628,6 @@ MeanErr mean_and_uncertainty(std::span<const double> values) {
   for (double v : values) ss += (v - m.value) * (v - m.value);
   m.uncertainty = std::sqrt(ss / (n * (n - 1)));
   return m;
-}
-
-nlohmann::json MeanErr::to_json() const {
-  return {{"value", json_number(value)}, {"uncertainty", json_number(uncertainty)}};
 }
 
 LogitSummary summarize_logits(std::span<const LogitPosition> positions) {
@@ -688,18 +659,6 @@ LogitSummary summarize_logits(std::span<const LogitPosition> positions) {
   s.same_top_p.value = frac;
   s.same_top_p.uncertainty = s.n > 1 ? std::sqrt(frac * (1 - frac) / (n - 1)) : 0.0;
   return s;
-}
-
-nlohmann::json LogitSummary::to_json() const {
-  nlohmann::json j;
-  j["n"] = n;
-  if (n == 0) return j;
-  j[topk_bound ? "kld_topk" : "kld"] = {{"mean", kld_mean.to_json()}, {"percentiles", kld.to_json()}};
-  j["n_dp"] = n_dp;
-  if (n_dp > 0) j["dp"] = {{"mean", dp_mean.to_json()}, {"percentiles", dp.to_json()}, {"rms", dp_rms.to_json()}};
-  else j["dp"] = nullptr;
-  j["same_top_p"] = same_top_p.to_json();
-  return j;
 }
 
 // ==== §4 ====
@@ -881,27 +840,6 @@ Degeneration degeneration(std::span<const int32_t> x, const DegenRules& rules, b
   return d;
 }
 
-nlohmann::json Degeneration::to_json() const {
-  auto opt_int = [](const std::optional<int64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-  nlohmann::json j;
-  j["T"] = T;
-  for (int n = 1; n <= 4; ++n) j[cat("seq_rep_", n)] = json_number(seq_rep[static_cast<size_t>(n - 1)]);
-  j["rep_w"] = json_number(rep_w);
-  j["rep_r"] = json_number(rep_r);
-  j["lrs"] = json_number(lrs);
-  j["max_run"] = max_run;
-  j["tail_period"] = opt_int(tail_period);
-  j["tail_repeats"] = opt_int(tail_repeats);
-  j["loop_onset"] = opt_int(loop_onset);
-  j["empty_content"] = empty_content ? nlohmann::json(*empty_content) : nlohmann::json(nullptr);
-  j["nonfinite_logits"] = nonfinite_logits;
-  j["degenerate"] = degenerate;
-  j["rule"] = rule ? nlohmann::json(*rule) : nlohmann::json(nullptr);
-  j["rules_fired"] = rules_fired;
-  j["reason"] = reason;
-  return j;
-}
-
 // ==== §5 ====
 
 MtpEquiv mtp_equiv(std::span<const int32_t> mtp_on, std::span<const int32_t> mtp_off) {
@@ -918,11 +856,6 @@ MtpEquiv mtp_equiv(std::span<const int32_t> mtp_on, std::span<const int32_t> mtp
     m.first_difference = static_cast<int64_t>(n);
   }
   return m;
-}
-
-nlohmann::json MtpEquiv::to_json() const {
-  return {{"mtp_equiv", mtp_equiv},
-          {"first_difference", first_difference ? nlohmann::json(*first_difference) : nlohmann::json(nullptr)}};
 }
 
 // ==== §6 ====

@@ -49,11 +49,6 @@ ObservationCheck check_observation(Engine& eng, const std::vector<int32_t>& toke
   return c;
 }
 
-nlohmann::json ObservationCheck::to_json() const {
-  return {{"case", case_id}, {"positions", positions}, {"values", values}, {"differing", differing},
-          {"max_abs", metrics::json_number(max_abs)}, {"steps_observed", steps}, {"equal", equal()}};
-}
-
 std::string ObservationCheck::reason() const {
   return cat("observing the layers changes the result: case '", case_id, "' prefilled over ", positions,
              " tokens with every layer step observed gives ", differing, " of ", values,

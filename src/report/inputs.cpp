@@ -8,6 +8,7 @@
 #include <set>
 
 #include "diag/sweep.h"
+#include "report/compare_input.h"
 #include "util/file_io.h"
 #include "report/escape.h"
 #include "util/error.h"
@@ -74,6 +75,11 @@ void add_file(const fs::path& p, ReportInputs& in, std::vector<SweepInput>& swee
   const std::string tool = tool_of(j);
   if (tool == "degenbisect compare") {
     check_compare_result(p, j);
+    try {
+      (void)read_compare_input(j);  // every key with its type, before anything is rendered
+    } catch (const InputError& e) {
+      input_error("report: ", p.string(), ": ", e.what());
+    }
     in.compares.push_back({p.string(), std::move(j)});
   }
   else if (tool == "degenbisect bisect") in.bisects.push_back({p.string(), std::move(j)});

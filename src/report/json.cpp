@@ -9,10 +9,12 @@
 #include <set>
 
 #include "build_config.h"
+#include "diag/compare.h"
 #include "diag/metrics.h"
 #include "diag/sweep.h"
 #include "model/tokenizer.h"
 #include "report/common.h"
+#include "report/compare_input.h"
 #include "report/escape.h"
 #include "util/error.h"
 
@@ -59,12 +61,11 @@ class Tokenizers {
   std::map<std::string, std::unique_ptr<Tokenizer>> cache_;
 };
 
-std::string decode_tokens(const Tokenizer& tok, const json& ids) {
+std::string decode_tokens(const Tokenizer& tok, const std::vector<int32_t>& ids) {
   std::string bytes;
-  for (const json& id : ids) {
-    if (!id.is_number_integer()) continue;
+  for (int32_t id : ids) {
     try {
-      bytes += tok.token_bytes(id.get<int32_t>());
+      bytes += tok.token_bytes(id);
     } catch (const std::exception&) {
       bytes += "\xEF\xBF\xBD";  // an id the tokenizer does not define
     }
@@ -77,229 +78,266 @@ std::string decode_tokens(const Tokenizer& tok, const json& ids) {
 // The worst of one TensorError field over the cases; nonfinite is reported on the side.
 struct Worst {
   std::optional<double> v;
-  void add(const json& err) {
-    if (!err.is_object()) return;
-    const auto x = opt_num(err, "rel_l2");
-    if (!x) return;
-    if (!v || std::isnan(*x) || *x > *v) v = x;
+  void add(const std::optional<metrics::TensorError>& err) {
+    if (!err) return;
+    const double x = err->rel_l2;
+    if (!v || std::isnan(x) || x > *v) v = x;
   }
 };
 
-json compare_layers(const json& cases, json& first_break) {
-  json out = json::array();
-  size_t L = 0;
-  for (const json& c : cases) L = std::max(L, array_or_empty(c, "layers").size());
+// The earliest layer over the cases whose isolated error breaks its rule, and the cases where it does.
+json first_break_doc(const std::vector<CaseResult>& cases) {
   std::optional<int> fb_layer;
   std::string fb_mode;
   json fb_cases = json::array();
-  for (const json& c : cases) {
-    if (!c.contains("first_floor_break") || !c["first_floor_break"].is_object()) continue;
-    const int l = c["first_floor_break"].value("layer", -1);
+  for (const CaseResult& c : cases) {
+    if (!c.first_break) continue;
+    const int l = c.first_break->second;
     if (l < 0) continue;
     if (!fb_layer || l < *fb_layer) {
       fb_layer = l;
-      fb_mode = c["first_floor_break"].value("mode", std::string());
+      fb_mode = forced_mode_name(static_cast<ForcedMode>(c.first_break->first));
       fb_cases = json::array();
     }
-    if (l == *fb_layer) fb_cases.push_back(c.value("id", std::string()));
+    if (l == *fb_layer) fb_cases.push_back(c.id);
   }
-  first_break = fb_layer ? json{{"layer", *fb_layer}, {"mode", fb_mode}, {"cases", fb_cases}} : json(nullptr);
+  return fb_layer ? json{{"layer", *fb_layer}, {"mode", fb_mode}, {"cases", fb_cases}} : json(nullptr);
+}
 
-  for (size_t l = 0; l < L; ++l) {
-    Worst drift[2], iso[2];
-    std::optional<double> floor[2], limit[2], ratio;
-    bool pass = true, nonfinite = false;
-    std::string kind = "?";
-    int layer = static_cast<int>(l);
-    json first_in = json::array();
-    for (const json& c : cases) {
-      const json& rows = c["layers"];
-      if (!rows.is_array() || l >= rows.size()) continue;
-      const json& row = rows[l];
-      layer = row.value("layer", layer);
-      kind = opt_str(row, "kind", kind);
-      for (int m = 0; m < 2; ++m) {
-        const std::string mn = kModes[m];
-        const json& d = row.contains("drift_" + mn) ? row["drift_" + mn] : json();
-        const json& i = row.contains("iso_" + mn) ? row["iso_" + mn] : json();
-        drift[m].add(d);
-        iso[m].add(i);
-        for (const json* e : {&d, &i})
-          if (e->is_object() && (e->value("nonfinite", 0) > 0 || e->value("ref_nonfinite_mismatch", 0) > 0)) nonfinite = true;
-        if (auto f = opt_num(row, ("floor_" + mn).c_str())) floor[m] = floor[m] ? std::min(*floor[m], *f) : *f;
-        if (auto f = opt_num(row, ("limit_" + mn).c_str())) limit[m] = limit[m] ? std::min(*limit[m], *f) : *f;
-        if (auto f = opt_num(row, ("floor_ratio_" + mn).c_str())) ratio = ratio ? std::max(*ratio, *f) : *f;
-        if (row.contains("pass_" + mn) && row["pass_" + mn].is_boolean() && !row["pass_" + mn].get<bool>()) pass = false;
-      }
-      if (c.contains("first_floor_break") && c["first_floor_break"].is_object() &&
-          c["first_floor_break"].value("layer", -1) == layer)
-        first_in.push_back(c.value("id", std::string()));
+// Layer l, worst over the cases that have it.
+json layer_doc(const std::vector<CaseResult>& cases, size_t l) {
+  Worst drift[2], iso[2];
+  std::optional<double> floor[2], limit[2], ratio;
+  bool pass = true, nonfinite = false;
+  std::string kind = "?";
+  int layer = static_cast<int>(l);
+  json first_in = json::array();
+  for (const CaseResult& c : cases) {
+    if (l >= c.layers.size()) continue;
+    const LayerRow& row = c.layers[l];
+    layer = row.layer;
+    kind = std::string(1, row.kind);
+    for (int m = 0; m < 2; ++m) {
+      drift[m].add(row.drift[m]);
+      iso[m].add(row.iso[m]);
+      for (const auto* e : {&row.drift[m], &row.iso[m]})
+        if (*e && ((*e)->nonfinite > 0 || (*e)->ref_nonfinite_mismatch > 0)) nonfinite = true;
+      if (auto f = row.floor[m]) floor[m] = floor[m] ? std::min(*floor[m], *f) : *f;
+      if (auto f = row.limit[m]) limit[m] = limit[m] ? std::min(*limit[m], *f) : *f;
+      if (auto f = row.floor_ratio[m]) ratio = ratio ? std::max(*ratio, *f) : *f;
+      if (!row.pass[m]) pass = false;
     }
-    out.push_back({{"layer", layer},
-                   {"kind", kind},
-                   {"drift_prefill", num_or_null(drift[0].v)},
-                   {"drift_decode", num_or_null(drift[1].v)},
-                   {"iso_prefill", num_or_null(iso[0].v)},
-                   {"iso_decode", num_or_null(iso[1].v)},
-                   {"floor_prefill", num_or_null(floor[0])},
-                   {"floor_decode", num_or_null(floor[1])},
-                   {"limit_prefill", num_or_null(limit[0])},
-                   {"limit_decode", num_or_null(limit[1])},
-                   {"floor_ratio", num_or_null(ratio)},
-                   {"pass", pass},
-                   {"nonfinite", nonfinite},
-                   {"first_break_cases", first_in}});
+    if (c.first_break && c.first_break->second == layer) first_in.push_back(c.id);
   }
-  return out;
+  return {{"layer", layer},
+          {"kind", kind},
+          {"drift_prefill", num_or_null(drift[0].v)},
+          {"drift_decode", num_or_null(drift[1].v)},
+          {"iso_prefill", num_or_null(iso[0].v)},
+          {"iso_decode", num_or_null(iso[1].v)},
+          {"floor_prefill", num_or_null(floor[0])},
+          {"floor_decode", num_or_null(floor[1])},
+          {"limit_prefill", num_or_null(limit[0])},
+          {"limit_decode", num_or_null(limit[1])},
+          {"floor_ratio", num_or_null(ratio)},
+          {"pass", pass},
+          {"nonfinite", nonfinite},
+          {"first_break_cases", first_in}};
 }
 
-// compare --server's decode-path figures (DecodePathResult::to_json): the per-step KLD (null where a
-// step was not scored), its limit and the first step over it; null when the result has none.
-json decode_path_doc(const json& dp) {
-  if (!dp.is_object()) return nullptr;
-  json kld = json::array();
-  for (const json& v : array_or_empty(dp, "kld")) kld.push_back(num_or_null(as_num(v)));
-  return {{"steps", int_or_null(opt_int(dp, "steps"))},
-          {"stated", int_or_null(opt_int(dp, "stated"))},
-          {"scored", int_or_null(opt_int(dp, "scored"))},
-          {"kld", kld},
-          {"limit", num_or_null(opt_num(dp, "limit"))},
-          {"peak_floor", num_or_null(opt_num(dp, "peak_floor"))},
-          {"mean_kld", num_or_null(opt_num(dp, "mean_kld"))},
-          {"max_kld", num_or_null(opt_num(dp, "max_kld"))},
-          {"first_bad_step", int_or_null(opt_int(dp, "first_bad_step"))},
-          {"prefill_kld", num_or_null(opt_num(dp, "prefill_kld"))},
-          {"self_kld", num_or_null(opt_num(dp, "self_kld"))},
-          {"resolved", num_or_null(opt_num(dp, "resolved"))},
-          {"floor_source", str_or_null(dp, "floor_source")},
-          {"note", str_or_null(dp, "note")},
-          {"pass", dp.contains("pass") && dp["pass"].is_boolean() ? dp["pass"] : json(nullptr)}};
-}
-
-// compare --server's serving probes (ProbeResult::to_json), one object each.
-json probes_doc(const json& probes) {
+json compare_layers(const std::vector<CaseResult>& cases) {
+  size_t L = 0;
+  for (const CaseResult& c : cases) L = std::max(L, c.layers.size());
   json out = json::array();
-  for (const json& p : probes) {
-    if (!p.is_object()) continue;
-    out.push_back({{"probe", str_or_null(p, "probe")},
-                   {"verdict", str_or_null(p, "verdict")},
-                   {"reason", str_or_null(p, "reason")},
-                   {"cached_tokens", int_or_null(opt_int(p, "cached_tokens"))},
-                   {"slots", int_or_null(opt_int(p, "slots"))},
-                   {"first_difference", int_or_null(opt_int(p, "first_difference"))},
-                   {"max_kld", num_or_null(opt_num(p, "max_kld"))},
-                   {"limit", num_or_null(opt_num(p, "limit"))}});
-  }
+  for (size_t l = 0; l < L; ++l) out.push_back(layer_doc(cases, l));
   return out;
 }
 
-json compare_case(const json& c, const Tokenizer* tok, const std::string& tok_source, const ReportOptions& opt) {
-  json o;
-  o["id"] = opt_str(c, "id", "?");
-  o["verdict"] = opt_str(c, "verdict", "?");
-  o["reasons"] = array_or_empty(c, "reasons");
-  o["prompt_tokens"] = int_or_null(opt_int(c, "prompt_tokens"));
-  o["positions"] = int_or_null(opt_int(c, "positions"));
-  o["seconds"] = num_or_null(opt_num(c, "seconds"));
-  const json& lp = c.contains("logits_prefill") ? c["logits_prefill"] : json();
-  const json& ld = c.contains("logits_decode") ? c["logits_decode"] : json();
-  o["kld_mean_prefill"] = num_or_null(opt_num(lp, "mean_kld"));
-  o["kld_mean_decode"] = num_or_null(opt_num(ld, "mean_kld"));
-  o["kld_limit"] = num_or_null(opt_num(lp, "limit"));
-  o["same_top_p"] = lp.is_object() && lp.contains("summary") ? num_or_null(opt_num(lp["summary"].value("same_top_p", json()), "value"))
-                                                               : json(nullptr);
-  o["mtp_kld_mean"] = c.contains("mtp") ? num_or_null(opt_num(c["mtp"], "mean_kld")) : json(nullptr);
-  o["first_break"] = c.contains("first_floor_break") && c["first_floor_break"].is_object() ? c["first_floor_break"] : json(nullptr);
-  json kld = json::array();
-  const json& src = lp.is_object() ? lp : ld;
-  for (const json& v : array_or_empty(src, "kld")) kld.push_back(num_or_null(as_num(v)));
-  o["kld"] = kld;
+json str_or_null(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
 
-  const json& g = c.contains("generation") && c["generation"].is_object() ? c["generation"] : json::object();
-  const json& d = g.contains("degeneration") ? g["degeneration"] : json::object();
-  const json& gd = g.contains("golden_degeneration") ? g["golden_degeneration"] : json::object();
-  json gen = {{"tokens", array_or_empty(g, "tokens")},
-              {"golden_tokens", array_or_empty(g, "golden_tokens")},
-              {"stop_reason", str_or_null(g, "stop_reason")},
-              {"first_divergence", int_or_null(opt_int(g, "first_divergence"))},
-              {"golden_margin", num_or_null(opt_num(g, "golden_margin"))},
-              {"loop_onset", int_or_null(opt_int(d, "loop_onset"))},
-              {"tail_period", int_or_null(opt_int(d, "tail_period"))},
-              {"tail_repeats", int_or_null(opt_int(d, "tail_repeats"))},
-              {"seq_rep_4", num_or_null(opt_num(d, "seq_rep_4"))},
-              {"max_run", int_or_null(opt_int(d, "max_run"))},
-              {"degenerate", opt_bool(d, "degenerate")},
-              {"rule", str_or_null(d, "rule")},
-              {"reason", str_or_null(d, "reason")},
-              {"golden_degenerate", opt_bool(gd, "degenerate")},
-              {"golden_rule", str_or_null(gd, "rule")},
-              {"golden_loop_onset", int_or_null(opt_int(gd, "loop_onset"))},
-              {"golden_tail_period", int_or_null(opt_int(gd, "tail_period"))},
-              {"cause", str_or_null(g, "cause")},
-              {"verdict", str_or_null(g, "verdict")},
-              {"agreement", str_or_null(g, "agreement")},
-              {"server_speculation", str_or_null(g, "server_speculation")},
-              {"decode_path", decode_path_doc(g.contains("decode_path") ? g["decode_path"] : json())},
-              {"probes", probes_doc(array_or_empty(g, "probes"))}};
-  // The text: from the result itself when it carries it, else decoded with the model's tokenizer.
-  json text = nullptr;
+// compare --server's decode-path figures: the per-step KLD (null where a step was not scored), its
+// limit and the first step over it; null when the result has none.
+json decode_path_doc(const std::optional<DecodePathResult>& dp) {
+  if (!dp) return nullptr;
+  json kld = json::array();
+  for (double v : dp->kld) kld.push_back(std::isnan(v) ? json(nullptr) : metrics::json_number(v));
+  return {{"steps", dp->steps},
+          {"stated", dp->stated},
+          {"scored", dp->scored},
+          {"kld", kld},
+          {"limit", metrics::json_number(dp->limit)},
+          {"peak_floor", metrics::json_number(dp->peak_floor)},
+          {"mean_kld", metrics::json_number(dp->mean_kld)},
+          {"max_kld", metrics::json_number(dp->max_kld)},
+          {"first_bad_step", int_or_null(dp->first_bad)},
+          {"prefill_kld", num_or_null(dp->prefill_kld)},
+          {"self_kld", num_or_null(dp->self_kld)},
+          {"resolved", num_or_null(dp->resolved)},
+          {"floor_source", dp->floor_source},
+          {"note", str_or_null(dp->note)},
+          {"pass", dp->pass}};
+}
+
+// compare --server's serving probes, one object each.
+json probes_doc(const std::vector<ProbeResult>& probes) {
+  json out = json::array();
+  for (const ProbeResult& p : probes)
+    out.push_back({{"probe", p.name},
+                   {"verdict", p.verdict},
+                   {"reason", p.reason},
+                   {"cached_tokens", int_or_null(p.cached)},
+                   {"slots", int_or_null(p.slots)},
+                   {"first_difference", int_or_null(p.first_difference)},
+                   {"max_kld", num_or_null(p.max_kld)},
+                   {"limit", num_or_null(p.limit)}});
+  return out;
+}
+
+json generation_doc(const GenerationResult& g) {
+  const metrics::Degeneration& d = g.degen;
+  const metrics::Degeneration& gd = g.golden_degen;
+  return {{"tokens", g.tokens},
+          {"golden_tokens", g.golden_tokens},
+          {"stop_reason", g.stop_reason},
+          {"first_divergence", int_or_null(g.first_divergence)},
+          {"golden_margin", num_or_null(g.golden_margin)},
+          {"loop_onset", int_or_null(d.loop_onset)},
+          {"tail_period", int_or_null(d.tail_period)},
+          {"tail_repeats", int_or_null(d.tail_repeats)},
+          {"seq_rep_4", metrics::json_number(d.seq_rep[3])},
+          {"max_run", d.max_run},
+          {"degenerate", d.degenerate},
+          {"rule", d.rule ? json(*d.rule) : json(nullptr)},
+          {"reason", d.reason},
+          {"golden_degenerate", gd.degenerate},
+          {"golden_rule", gd.rule ? json(*gd.rule) : json(nullptr)},
+          {"golden_loop_onset", int_or_null(gd.loop_onset)},
+          {"golden_tail_period", int_or_null(gd.tail_period)},
+          {"cause", g.model_changed && g.verdict == metrics::Verdict::bad ? "changed-model" : metrics::degeneration_cause(g.verdict)},
+          {"verdict", metrics::verdict_name(g.verdict)},
+          {"agreement", str_or_null(g.agreement)},
+          {"server_speculation", str_or_null(g.spec_stated)},
+          {"decode_path", decode_path_doc(g.decode_path)},
+          {"probes", probes_doc(g.probes)}};
+}
+
+// The generated texts: from the result itself when it carries them, else decoded with the model's
+// tokenizer; null with neither.
+json text_doc(const GenerationResult& g, const std::optional<CaseText>& given, const Tokenizer* tok, const std::string& tok_source,
+              const ReportOptions& opt) {
   std::string golden, tested, source;
-  bool have = false;
-  if (g.contains("text") && g["text"].is_string() && g.contains("golden_text") && g["golden_text"].is_string()) {
-    tested = g["text"].get<std::string>();
-    golden = g["golden_text"].get<std::string>();
+  if (given) {
+    tested = given->tested;
+    golden = given->golden;
     source = "compare result";
-    have = true;
   } else if (tok) {
-    tested = decode_tokens(*tok, gen["tokens"]);
-    golden = decode_tokens(*tok, gen["golden_tokens"]);
+    tested = decode_tokens(*tok, g.tokens);
+    golden = decode_tokens(*tok, g.golden_tokens);
     source = tok_source;
-    have = true;
+  } else {
+    return nullptr;
   }
-  if (have) {
-    tested = utf8_truncate(sanitize_utf8(tested), opt.max_text_bytes);
-    golden = utf8_truncate(sanitize_utf8(golden), opt.max_text_bytes);
-    text = {{"golden", golden}, {"tested", tested}, {"common_prefix_bytes", utf8_common_prefix(golden, tested)}, {"source", source}};
-    // Where each text's loop starts, in bytes of the shown text (the tokens before the loop onset,
-    // decoded the same way); null without a loop, a tokenizer, or when the loop starts past the cut.
-    auto loop_bytes = [&](const json& ids, std::optional<int64_t> onset, const std::string& shown) -> json {
-      if (!onset || !tok || !ids.is_array() || *onset < 0 || static_cast<size_t>(*onset) > ids.size()) return nullptr;
-      const json head(ids.begin(), ids.begin() + *onset);
-      const size_t at = sanitize_utf8(decode_tokens(*tok, head)).size();
-      return at < shown.size() ? json(at) : json(nullptr);
-    };
-    text["tested_loop_bytes"] = loop_bytes(gen["tokens"], opt_int(d, "loop_onset"), tested);
-    text["tested_first_bad_bytes"] =
-        gen["decode_path"].is_object() ? loop_bytes(gen["tokens"], opt_int(gen["decode_path"], "first_bad_step"), tested) : json(nullptr);
-    text["golden_loop_bytes"] = loop_bytes(gen["golden_tokens"], opt_int(gd, "loop_onset"), golden);
-  }
-  gen["text"] = text;
+  tested = utf8_truncate(sanitize_utf8(tested), opt.max_text_bytes);
+  golden = utf8_truncate(sanitize_utf8(golden), opt.max_text_bytes);
+  json text = {{"golden", golden}, {"tested", tested}, {"common_prefix_bytes", utf8_common_prefix(golden, tested)}, {"source", source}};
+  // Where each text's loop starts, in bytes of the shown text (the tokens before the loop onset,
+  // decoded the same way); null without a loop, a tokenizer, or when the loop starts past the cut.
+  auto loop_bytes = [&](const std::vector<int32_t>& ids, std::optional<int64_t> onset, const std::string& shown) -> json {
+    if (!onset || !tok || *onset < 0 || static_cast<size_t>(*onset) > ids.size()) return nullptr;
+    const std::vector<int32_t> head(ids.begin(), ids.begin() + *onset);
+    const size_t at = sanitize_utf8(decode_tokens(*tok, head)).size();
+    return at < shown.size() ? json(at) : json(nullptr);
+  };
+  text["tested_loop_bytes"] = loop_bytes(g.tokens, g.degen.loop_onset, tested);
+  text["tested_first_bad_bytes"] = g.decode_path ? loop_bytes(g.tokens, g.decode_path->first_bad, tested) : json(nullptr);
+  text["golden_loop_bytes"] = loop_bytes(g.golden_tokens, g.golden_degen.loop_onset, golden);
+  return text;
+}
+
+json compare_case(const CaseResult& c, const std::optional<CaseText>& given, const Tokenizer* tok, const std::string& tok_source,
+                  const ReportOptions& opt) {
+  json o;
+  o["id"] = c.id;
+  o["verdict"] = metrics::verdict_name(c.verdict);
+  o["reasons"] = c.reasons;
+  o["prompt_tokens"] = c.prompt_tokens;
+  o["positions"] = c.positions;
+  o["seconds"] = metrics::json_number(c.seconds);
+  const std::optional<LogitsResult>& lp = c.logits[0];
+  const std::optional<LogitsResult>& ld = c.logits[1];
+  o["kld_mean_prefill"] = lp ? metrics::json_number(lp->mean_kld) : json(nullptr);
+  o["kld_mean_decode"] = ld ? metrics::json_number(ld->mean_kld) : json(nullptr);
+  o["kld_limit"] = lp ? metrics::json_number(lp->limit) : json(nullptr);
+  o["same_top_p"] = lp && lp->summary.n > 0 ? metrics::json_number(lp->summary.same_top_p.value) : json(nullptr);
+  o["mtp_kld_mean"] = c.mtp ? metrics::json_number(c.mtp->mean_kld) : json(nullptr);
+  o["first_break"] = c.first_break ? json{{"layer", c.first_break->second},
+                                          {"mode", forced_mode_name(static_cast<ForcedMode>(c.first_break->first))}}
+                                   : json(nullptr);
+  json kld = json::array();
+  if (const std::optional<LogitsResult>& src = lp ? lp : ld)
+    for (double v : src->kld) kld.push_back(metrics::json_number(v));
+  o["kld"] = kld;
+  json gen = generation_doc(c.gen);
+  gen["text"] = text_doc(c.gen, given, tok, tok_source, opt);
   o["generation"] = gen;
   return o;
 }
 
-json compare_section(const json& c, Tokenizers& toks, const ReportOptions& opt) {
+// compare --json's form for an untestable configuration: the run's names, no cases.
+json untestable_section(const UntestableCompare& u, const std::optional<std::string>& reason) {
+  auto s = [](const std::optional<std::string>& v) { return v ? json(*v) : json(nullptr); };
   json o;
-  for (const char* k : {"config", "backend", "suite", "golden", "model", "model_fingerprint", "record_fingerprint", "noise_floors",
-                        "noise_floors_reason"})
-    o[k] = str_or_null(c, k);
-  o["model_mismatch"] = opt_bool(c, "model_mismatch");
-  o["weights_differ"] = opt_bool(c, "weights_differ");
-  o["verdict"] = opt_str(c, "verdict", "?");
-  o["exit_code"] = int_or_null(opt_int(c, "exit_code"));
-  o["fail_on_model_degeneration"] = c.contains("fail_on_model_degeneration") && c["fail_on_model_degeneration"].is_boolean()
-                                        ? c["fail_on_model_degeneration"]
-                                        : json(o["verdict"] == "model-intrinsic" && o["exit_code"] == 1);
-  o["seconds"] = num_or_null(opt_num(c, "seconds"));
-  o["reason"] = o["verdict"] == "untestable" ? str_or_null(c, "reason") : json(nullptr);
-  const json cases = array_or_empty(c, "cases");
-  json first_break;
-  o["layers"] = compare_layers(cases, first_break);
-  o["first_break"] = first_break;
-  const fs::path model_dir = opt.model_dir ? *opt.model_dir : fs::path(opt_str(c, "model"));
+  for (const char* k : {"backend", "model_fingerprint", "record_fingerprint", "noise_floors", "noise_floors_reason"}) o[k] = nullptr;
+  o["config"] = s(u.config);
+  o["suite"] = s(u.suite);
+  o["golden"] = s(u.golden);
+  o["model"] = s(u.model);
+  o["model_mismatch"] = false;
+  o["weights_differ"] = false;
+  o["verdict"] = "untestable";
+  o["exit_code"] = int_or_null(u.exit_code);
+  o["fail_on_model_degeneration"] = u.fail_on_model_degeneration.value_or(false);
+  o["seconds"] = num_or_null(u.seconds);
+  o["reason"] = s(reason);
+  o["layers"] = json::array();
+  o["first_break"] = nullptr;
+  o["cases"] = json::array();
+  return o;
+}
+
+json compare_section(const InputDoc& doc, Tokenizers& toks, const ReportOptions& opt) {
+  CompareInput in;
+  try {
+    in = read_compare_input(doc.doc);
+  } catch (const InputError& e) {
+    input_error("report: ", doc.source, ": ", e.what());
+  }
+  if (!in.result) return untestable_section(in.untestable, in.reason);
+  const CompareResult& r = *in.result;
+  json o;
+  o["config"] = r.config;
+  o["backend"] = r.backend;
+  o["suite"] = r.suite;
+  o["golden"] = r.golden_dir;
+  o["model"] = r.model_dir;
+  o["model_fingerprint"] = r.model_fingerprint;
+  o["record_fingerprint"] = r.record_fingerprint;
+  o["noise_floors"] = r.floors ? "measured" : "absent";
+  o["noise_floors_reason"] = r.floors ? json(nullptr) : json(r.floors_reason);
+  o["model_mismatch"] = r.model_mismatch;
+  o["weights_differ"] = r.weights_differ;
+  o["verdict"] = metrics::verdict_name(r.verdict);
+  o["exit_code"] = r.exit_code;
+  o["fail_on_model_degeneration"] = r.fail_on_model_degeneration;
+  o["seconds"] = metrics::json_number(r.seconds);
+  o["reason"] = r.verdict == metrics::Verdict::untestable && in.reason ? json(*in.reason) : json(nullptr);
+  o["layers"] = compare_layers(r.cases);
+  o["first_break"] = first_break_doc(r.cases);
+  const fs::path model_dir = opt.model_dir ? *opt.model_dir : fs::path(r.model_dir);
   const Tokenizer* tok = toks.get(model_dir);
   json cs = json::array();
-  for (const json& k : cases) cs.push_back(compare_case(k, tok, (model_dir / "tokenizer.json").string(), opt));
+  for (size_t i = 0; i < r.cases.size(); ++i)
+    cs.push_back(compare_case(r.cases[i], in.texts[i], tok, (model_dir / "tokenizer.json").string(), opt));
   o["cases"] = cs;
   return o;
 }
@@ -541,7 +579,7 @@ json build_report(const ReportInputs& in, const ReportOptions& opt) {
     summary.push_back(sweep_paragraph(sweeps.back()));
   }
   for (const InputDoc& c : in.compares) {
-    compares.push_back(compare_section(c.doc, toks, opt));
+    compares.push_back(compare_section(c, toks, opt));
     verdict = worst_verdict(verdict, compares.back()["verdict"]);
     summary.push_back(compare_paragraph(compares.back()));
   }
