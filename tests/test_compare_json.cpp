@@ -15,7 +15,7 @@
 
 #include "diag/compare_json.h"
 #include "helpers.h"
-#include "model/safetensors.h"
+#include "util/file_io.h"
 #include "report/inputs.h"
 #include "util/error.h"
 #include "util/json_output.h"
