@@ -15,9 +15,11 @@ declare -A allowed=(
   [cuda]="util model engine cuda"
   [kernels]="util cuda kernels"
   [backends]="util model engine cpu cuda backends"
-  [diag]="util net model engine diag"
+  [diag]="util net model engine diag judge"
+  [judge]="util net model engine diag judge"
+  [subjects]="util net model engine diag judge subjects"
   [report]="util net model engine diag report"
-  [cli]="util net model engine cpu cuda backends diag report cli"
+  [cli]="util net model engine cpu cuda backends diag judge subjects report cli"
 )
 bad=0
 for folder in "${!allowed[@]}"; do
