@@ -18,10 +18,11 @@ declare -A allowed=(
   [cuda]="util model engine kernels cuda"
   [backends]="util model engine cpu cuda kernels backends"
   [record]="util model engine record"
-  [subjects]="util net model engine record subjects"
-  [diag]="util net model engine record subjects diag"
-  [report]="util net model engine record subjects diag report"
-  [cli]="util net model engine backends record subjects diag report cli"
+  [judge]="util net model engine record diag judge subjects"
+  [subjects]="util net model engine record diag judge subjects"
+  [diag]="util net model engine record diag judge subjects"
+  [report]="util net model engine record diag judge subjects report"
+  [cli]="util net model engine backends record diag judge subjects report cli"
 )
 # Headers CMake generates into the build folder, the only includes without a folder.
 generated=" build_config.h curl_config.h "

@@ -50,9 +50,13 @@ int run_compare(const CompareArgs& a) {
   const RunConfig config = parse_run_config(a.config);
   const Session s = open_session({a.golden, a.model, a.cases, a.allow_mismatch, a.no_decode});
   const GoldenRecord& rec = s.rec;
+  // The options every subject shares (diag/compare.h CommonCompareOptions), built once: --case and --allow-model-mismatch
+  // (the session's), --fail-on-model-degeneration.
+  CommonCompareOptions common = s.base;
+  common.fail_on_model_degeneration = a.fail_on_model;
   CompareOptions o = s.base;
+  static_cast<CommonCompareOptions&>(o) = common;
   o.config = config;
-  o.fail_on_model_degeneration = a.fail_on_model;
   // With --json -, stdout carries the JSON only; the table goes to stderr.
   std::FILE* text_out = a.json == "-" ? stderr : stdout;
   std::FILE* progress = global_options().quiet ? nullptr : stderr;
@@ -84,19 +88,16 @@ int run_compare(const CompareArgs& a) {
       input_error("compare: --dump and --server judge another engine; --config (our engine's toggles) does not apply");
     if (!url.empty()) {
       ServerCompareOptions so = a.srv.options();
+      static_cast<CommonCompareOptions&>(so) = common;
       so.url = url;
-      so.cases = a.cases;
-      so.allow_model_mismatch = a.allow_mismatch;
-      so.fail_on_model_degeneration = a.fail_on_model;
       r = compare_server(rec, *s.model, s.tok.get(), so, progress);
     } else if (!a.dump.empty()) {
       DumpCompareOptions d;
+      static_cast<CommonCompareOptions&>(d) = common;
       d.dir = a.dump;
       d.fclass = engine_class;
       d.measured_class = ec.measured;
       d.class_name = ec.name;
-      d.cases = a.cases;
-      d.allow_model_mismatch = a.allow_mismatch;
       r = compare_dump(rec, *s.model, s.tok.get(), d, make_backend, progress);
     } else {
       r = compare_golden(rec, *s.model, s.tok.get(), o, make_backend, progress);

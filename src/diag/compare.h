@@ -89,13 +89,22 @@ struct CompareRules {
   metrics::DegenRules degen;
 };
 
-struct CompareOptions {
-  RunConfig config;                       // the tested configuration
-  bool allow_model_mismatch = false;      // compare against a record made for another checkpoint
-  bool fail_on_model_degeneration = false;
-  bool decode_mode = true;                // also run the decode-mode (one token per call) passes
+// The options every comparison shares (our engine, a dump, a server): which cases, whether a record of
+// another checkpoint may be compared, whether model-intrinsic degeneration fails, and the rules the
+// figures are judged by. `degenbisect compare` builds them once (src/cli/cmd_compare.cpp); each
+// subject's options extend them (CompareOptions, DumpCompareOptions, ServerCompareOptions).
+struct CommonCompareOptions {
   std::vector<std::string> cases;         // only these case ids (empty = all)
+  bool allow_model_mismatch = false;      // compare against a record made for another checkpoint
+  bool fail_on_model_degeneration = false;  // model-intrinsic degeneration counts as a failure (exit 1)
   CompareRules rules;
+};
+
+// Our engine under test: the common options (cases, allow_model_mismatch,
+// fail_on_model_degeneration, rules) and the tested configuration.
+struct CompareOptions : CommonCompareOptions {
+  RunConfig config;                       // the tested configuration
+  bool decode_mode = true;                // also run the decode-mode (one token per call) passes
 };
 
 // One layer of one case. Index [m] is the ForcedMode (0 prefill, 1 decode).

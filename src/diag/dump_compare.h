@@ -109,16 +109,14 @@ class DumpReader {
   int64_t prompt_tokens_ = 0;
 };
 
-struct DumpCompareOptions {
+// The common options (compare.h; cases: only these, empty: every case with a dump file) and the dump's.
+struct DumpCompareOptions : CommonCompareOptions {
   std::string dir;                   // the dump folder
   FloorClass fclass = FloorClass::fp32;
   // An engine class without floors in the record (EngineClass::measured, e.g. q8_0): the known-good
   // run is our engine under this configuration, and its mean KLD is the logits' floor.
   std::optional<RunConfig> measured_class;
   std::string class_name;
-  std::vector<std::string> cases;    // only these (empty: every case with a dump file)
-  bool allow_model_mismatch = false;
-  CompareRules rules;
 };
 
 // InputError (exit 128): no dump for a selected case, a dump of another format, sequence or

@@ -12,6 +12,7 @@
 #include "engine/backend_factory.h"
 #include "engine/run_config.h"
 #include "engine/sampler.h"
+#include "judge/compare.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "subjects/server/engine_api.h"
@@ -858,6 +859,100 @@ std::vector<std::vector<TopList>> fetch_forced(const ServerRun& run, const std::
   return run.api->forced(run.ctx, seqs);
 }
 
+// A running server as the subject of a comparison (judge/subject.h): per case, its teacher-forced
+// listings at every golden position, then its free-running generation with the decode path and the
+// serving probes. The teacher-forced answers are fetched in groups of the API's forced_batch cases
+// (SGLang takes several sequences per request); the vocabulary is checked by text once, before the
+// first case's requests.
+class ServerSubject : public Subject {
+ public:
+  explicit ServerSubject(const ServerRun& run) : run_(run) {}
+
+  void describe(CompareResult& r) const override {
+    r.config = cat("server ", run_.base, " (api ", run_.o.api, ")");
+    r.backend = "another engine (HTTP)";
+    r.source = "server";
+  }
+  SubjectFloors floors() const override {
+    const ServerCompareOptions& o = run_.o;
+    return {o.measured_class ? o.class_name : floor_class_name(o.fclass), o.fclass, o.measured_class.has_value()};
+  }
+  std::string limits_note(const CompareResult& r) const override {
+    const ServerCompareOptions& o = run_.o;
+    return cat("limits: logits: the server's top-", run_.topk, run_.topk == run_.V ? " (every id)" : "", " against the record's top-K, ",
+               o.measured_class ? cat("the ", r.floor_class, " class's KLD floor measured now (our engine at ", o.measured_class->str(), "; k = 3)")
+               : r.floors       ? cat("the record's ", r.floor_class, " KLD floor (k = 3)")
+                                : cat("the record's ", r.floor_class, " KLD floor is absent: fixed 1e-4 nats"),
+               "; no layer data through HTTP (compare --dump gives it)");
+  }
+  void prepare(CompareResult& r) override {
+    if (run_.api->caps().checks_served_model && !run_.o.served_model.empty()) r.limits_note += check_served_model(run_);
+  }
+  void open(const std::vector<size_t>& selected, CompareResult&) override {
+    check_answer_bounds(run_, selected);
+    selected_ = selected;
+  }
+  // The case's group loaded (its teacher-forced answers fetched at once for SGLang), the vocabulary
+  // checked before the first.
+  void begin_case(CaseWork& w) override {
+    const size_t group = run_.api->caps().forced_batch;
+    if (w.slot % group == 0) {
+      cases_.clear();
+      for (size_t n = w.slot; n < std::min(selected_.size(), w.slot + group); ++n)
+        cases_.push_back(run_.rec.load_case(selected_[n], false));
+      if (!checked_vocab_) {
+        check_vocabulary(run_, cases_.front().prompt);
+        checked_vocab_ = true;
+      }
+      fetched_ = fetch_forced(run_, cases_);
+    }
+    at_ = w.slot % group;
+    const GoldenCase& g = cases_[at_];
+    w.cr.id = g.id;
+    w.cr.prompt_tokens = static_cast<int64_t>(g.prompt.size());
+    w.cr.positions = static_cast<int64_t>(g.prompt.size() + g.continuation.size());
+  }
+  void teacher_forced(CaseWork& w) override {
+    CaseResult& cr = w.cr;
+    double coverage = 1;
+    degen::teacher_forced(run_, cases_[at_], cr, coverage, w.bad, fetched_.empty() ? nullptr : &fetched_[at_]);
+    const LogitsResult& lr = *cr.logits[0];
+    if (lr.nonfinite > 0) w.bad.push_back(cat(lr.nonfinite, " positions with non-finite log-probs"));
+    if (!lr.pass)
+      w.bad.push_back(cat("teacher-forced mean KLD ", lr.mean_kld, " > ", lr.limit, lr.floor ? " (k x the record's floor)" : " (fixed limit)"));
+    const double resolved = lr.resolved.value_or(1.0);
+    if (lr.pass && resolved < run_.o.rules.min_resolved)
+      w.unjudged.push_back(not_judgeable("teacher-forced", resolved, lr.mean_kld, lr.limit, run_));
+    else if (coverage < 1)
+      w.warn.push_back(cat("the server's top-", run_.topk, " missed some of the record's top-K ids at ",
+                           cat(std::fixed, std::setprecision(1), 100 * (1 - coverage)), "% of positions (",
+                           cat(std::setprecision(3), 100 * resolved), "% of the record's stored mass listed): the KLD there is the ",
+                           "smallest the listing allows"));
+  }
+  void generation(CaseWork& w) override {
+    if (run_.o.free_running) free_running(run_, cases_[at_], w.cr, w.bad, w.warn);
+    const std::optional<DecodePathResult>& dp = w.cr.gen.decode_path;
+    if (dp && dp->pass && dp->resolved && *dp->resolved < run_.o.rules.min_resolved)
+      w.unjudged.push_back(not_judgeable("decode path", *dp->resolved, dp->max_kld, dp->limit, run_));
+  }
+  std::string progress(const CaseResult& cr) const override {
+    return cat("compare: server case ", cr.id, ": ", metrics::verdict_name(cr.verdict), " (",
+               cat(std::fixed, std::setprecision(2), cr.seconds), " s)");
+  }
+  void finish(CompareResult& r, std::FILE*) override {
+    if (!run_.vocab_note.empty()) r.limits_note += "; " + run_.vocab_note;
+    r.limits_note += "\n" + logprob_offset_note(r, run_.V, run_.mask, "server");
+  }
+
+ private:
+  const ServerRun& run_;
+  std::vector<size_t> selected_;
+  bool checked_vocab_ = false;
+  std::vector<GoldenCase> cases_;                 // the group under way
+  std::vector<std::vector<TopList>> fetched_;     // the group's teacher-forced answers (empty: fetched per case)
+  size_t at_ = 0;                                 // the case under way within the group
+};
+
 }  // namespace
 
 std::vector<std::string> serving_probe_names(bool defaults_only) {
@@ -875,7 +970,6 @@ std::string serving_probes_help() {
 
 CompareResult compare_server(const GoldenRecord& rec, const Model& model, const Tokenizer* tok,
                              const ServerCompareOptions& o, std::FILE* progress) {
-  const auto t0 = clock_type::now();
   const server::EngineApi& api = checked_api(o);
   if (o.url.rfind("http://", 0) != 0 && o.url.rfind("https://", 0) != 0)
     input_error("compare --server: '", o.url, "' is not an http:// or https:// URL");
@@ -898,88 +992,8 @@ CompareResult compare_server(const GoldenRecord& rec, const Model& model, const 
   run.api = &api;
   run.ctx = api_context(run);
 
-  CompareResult r;
-  r.golden_dir = rec.dir().string();
-  r.model_dir = model.dir.string();
-  r.suite = rec.suite();
-  r.config = cat("server ", run.base, " (api ", o.api, ")");
-  r.backend = "another engine (HTTP)";
-  r.source = "server";
-  r.record_fingerprint = rec.model_fingerprint();
-  r.model_fingerprint = model.fingerprint;
-  check_record(rec, model, tok, o.allow_model_mismatch, r);
-  r.floor_class = o.measured_class ? o.class_name : floor_class_name(o.fclass);
-  r.floors = o.measured_class ? true : rec.floors_present(o.fclass);
-  r.floors_reason = o.measured_class ? "" : rec.floors_reason(o.fclass);
-  r.fail_on_model_degeneration = o.fail_on_model_degeneration;
-  r.limits_note = cat("limits: logits: the server's top-", topk, topk == cfg.vocab_size ? " (every id)" : "", " against the record's top-K, ",
-                      o.measured_class ? cat("the ", r.floor_class, " class's KLD floor measured now (our engine at ",
-                                             o.measured_class->str(), "; k = 3)")
-                      : r.floors       ? cat("the record's ", r.floor_class, " KLD floor (k = 3)")
-                                       : cat("the record's ", r.floor_class, " KLD floor is absent: fixed 1e-4 nats"),
-                      "; no layer data through HTTP (compare --dump gives it)");
-  if (api.caps().checks_served_model && !o.served_model.empty()) r.limits_note += check_served_model(run);
-  const std::vector<size_t> selected = select_cases(rec, o.cases);
-  check_answer_bounds(run, selected);
-  bool checked_vocab = false;
-  // The cases go in groups of the API's forced_batch (SGLang takes several sequences per request), each
-  // group's teacher-forced answers fetched at once.
-  const size_t group = api.caps().forced_batch;
-  for (size_t g0 = 0; g0 < selected.size(); g0 += group) {
-    std::vector<GoldenCase> cases;
-    for (size_t n = g0; n < std::min(selected.size(), g0 + group); ++n) cases.push_back(rec.load_case(selected[n], false));
-    if (!checked_vocab) {
-      check_vocabulary(run, cases.front().prompt);
-      checked_vocab = true;
-      if (!run.vocab_note.empty()) r.limits_note += "; " + run.vocab_note;
-    }
-    const std::vector<std::vector<TopList>> fetched = fetch_forced(run, cases);
-    for (size_t n = 0; n < cases.size(); ++n) {
-    const GoldenCase& g = cases[n];
-    const auto c0 = clock_type::now();
-    CaseResult cr;
-    cr.id = g.id;
-    cr.prompt_tokens = static_cast<int64_t>(g.prompt.size());
-    cr.positions = static_cast<int64_t>(g.prompt.size() + g.continuation.size());
-    double coverage = 1;
-    std::vector<std::string> bad, warn;
-    teacher_forced(run, g, cr, coverage, bad, fetched.empty() ? nullptr : &fetched[n]);
-    if (cr.logits[0]->nonfinite > 0) bad.push_back(cat(cr.logits[0]->nonfinite, " positions with non-finite log-probs"));
-    if (!cr.logits[0]->pass)
-      bad.push_back(cat("teacher-forced mean KLD ", cr.logits[0]->mean_kld, " > ", cr.logits[0]->limit,
-                        cr.logits[0]->floor ? " (k x the record's floor)" : " (fixed limit)"));
-    std::vector<std::string> unjudged;  // checks the server's listings are too short to judge
-    const double resolved = cr.logits[0]->resolved.value_or(1.0);
-    if (cr.logits[0]->pass && resolved < o.rules.min_resolved)
-      unjudged.push_back(not_judgeable("teacher-forced", resolved, cr.logits[0]->mean_kld, cr.logits[0]->limit, run));
-    else if (coverage < 1)
-      warn.push_back(cat("the server's top-", topk, " missed some of the record's top-K ids at ",
-                         cat(std::fixed, std::setprecision(1), 100 * (1 - coverage)), "% of positions (",
-                         cat(std::setprecision(3), 100 * resolved), "% of the record's stored mass listed): the KLD there is the ",
-                         "smallest the listing allows"));
-    if (o.free_running) free_running(run, g, cr, bad, warn);
-    const std::optional<DecodePathResult>& dp = cr.gen.decode_path;
-    if (dp && dp->pass && dp->resolved && *dp->resolved < o.rules.min_resolved)
-      unjudged.push_back(not_judgeable("decode path", *dp->resolved, dp->max_kld, dp->limit, run));
-    cr.verdict = !bad.empty()      ? metrics::Verdict::bad
-                 : !unjudged.empty() ? metrics::Verdict::untestable
-                 : cr.gen.verdict == metrics::Verdict::model_intrinsic ? metrics::Verdict::model_intrinsic
-                                                                       : metrics::Verdict::good;
-    cr.reasons = bad;
-    cr.reasons.insert(cr.reasons.end(), unjudged.begin(), unjudged.end());
-    cr.reasons.insert(cr.reasons.end(), warn.begin(), warn.end());
-    cr.seconds = std::chrono::duration<double>(clock_type::now() - c0).count();
-    r.verdict = metrics::worst(r.verdict, cr.verdict);
-    if (progress)
-      std::fprintf(progress, "compare: server case %s: %s (%.2f s)\n", cr.id.c_str(), metrics::verdict_name(cr.verdict),
-                   cr.seconds);
-    r.cases.push_back(std::move(cr));
-    }
-  }
-  r.limits_note += "\n" + logprob_offset_note(r, run.V, run.mask, "server");
-  r.exit_code = static_cast<int>(metrics::exit_code(r.verdict, o.fail_on_model_degeneration));
-  r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-  return r;
+  ServerSubject subject(run);
+  return compare(rec, model, tok, o, subject, progress);
 }
 
 }  // namespace degen

@@ -84,7 +84,9 @@ constexpr int kServerAllIds = 4096;
 std::vector<std::string> serving_probe_names(bool defaults_only = false);
 std::string serving_probes_help();
 
-struct ServerCompareOptions {
+// The common options (compare.h: cases, allow_model_mismatch, fail_on_model_degeneration, rules)
+// and the server's.
+struct ServerCompareOptions : CommonCompareOptions {
   std::string url;                    // base URL, e.g. http://127.0.0.1:8080
   std::string api = "llama";            // an entry of the engine API table (subjects/server/engine_api.h)
   // sglang: the server runs with SGLANG_RETURN_ORIGINAL_LOGPROB=1, so its output log-probs are the
@@ -101,9 +103,6 @@ struct ServerCompareOptions {
   // The measured floors by case id, shared by the copies of these options (a server sweep's cells
   // judge the same cases against the same known-good run: it runs once per case).
   std::shared_ptr<std::map<std::string, double>> measured_floors = std::make_shared<std::map<std::string, double>>();
-  std::vector<std::string> cases;     // only these (empty: all)
-  bool allow_model_mismatch = false;
-  bool fail_on_model_degeneration = false;
   bool free_running = true;
   // Decode-path scoring of the free-running generation (compare.h DecodePathResult): the server's
   // distribution at each generated step against our reference over the engine's own sequence.
@@ -117,7 +116,6 @@ struct ServerCompareOptions {
   // renormalised over the real ids as ours is), else 40.
   int topk = 0;
   net::HttpOptions http;
-  CompareRules rules;
 };
 
 CompareResult compare_server(const GoldenRecord& rec, const Model& model, const Tokenizer* tok,
