@@ -226,3 +226,12 @@ TEST_CASE("bisect: a replay file in use by another bisect is refused, naming its
   ::close(ready[0]);
   ::close(ready[1]);
 }
+
+TEST_CASE("bisect: the implicit good keeps the engine and sampling toggles, resets the layers' and the faults") {
+  const RunConfig bad = parse_run_config(
+      "backend=cuda,precision=ref,attn=flash,gdn=recurrent@linear,ssm_dtype=bf16,conv_dtype=bf16,kv_dtype=fp8@full,mtp=2,"
+      "graphs=on,gemm=cublas,tp=2,batch=4,prefill_chunk=16,prefix_cache=on,temp=0.5,seed=7,fault=rope-interleaved@3");
+  CHECK(implicit_good(bad).str() == "backend=cuda,mtp=2,graphs=on,gemm=cublas,tp=2,batch=4,prefill_chunk=16,prefix_cache=on,"
+                                    "temp=0.5,seed=7");
+  CHECK(implicit_good(parse_run_config("precision=bf16,attn=flash,fault=kv-off-by-one")).str() == "precision=bf16");
+}

@@ -159,11 +159,11 @@ TEST_CASE("golden: case files: valid forms and defaults") {
   CHECK_FALSE(s.cases[0].thinking);
   CHECK(s.cases[0].system == "Be brief.");
   CHECK(s.cases[0].max_new_tokens == 5);
-  CHECK(s.cases[0].sampling == "seed=3");
+  CHECK(sampling_str(s.cases[0].sampling) == "seed=3");
   CHECK(s.cases[1].max_new_tokens == 0);
   CHECK(s.cases[2].tokens == std::vector<int32_t>{1, 2, 3});
   CHECK(s.cases[2].ignore_stop);
-  CHECK(s.cases[2].sampling == "temp=0.7,top_p=0.8,seed=3");
+  CHECK(sampling_str(s.cases[2].sampling) == "temp=0.7,top_p=0.8,seed=3");
   SamplingParams sp = case_sampling(s.cases[2], SamplingParams{});
   CHECK(sp.temperature == 0.7);
   CHECK(sp.seed == 3u);

@@ -220,3 +220,46 @@ TEST_CASE("toggles: one precision vocabulary, the older spelling still taken") {
   for (const char* w : {"ref", "fp64", "bf16", "q8_0"})  // the same words as the toggle's
     CHECK(parse_run_config(std::string("precision=") + w).precision == *precision_from_word(w));
 }
+
+TEST_CASE("run_config: typed setters build what the text would") {
+  CHECK(RunConfig{}.with_precision(Precision::q8_0) == parse_run_config("precision=q8_0"));
+  CHECK(RunConfig{}.with_precision(Precision::q8_0).precision_set);
+  CHECK(RunConfig{}.with_backend(BackendKind::cuda).with_precision(Precision::ref).str() == "backend=cuda,precision=ref");
+  CHECK(RunConfig{}.with_backend(BackendKind::cuda).with_precision(Precision::ref).cuda_reference());
+  CHECK(RunConfig{}.with_precision(Precision::fp64).with_tp(4) == parse_run_config("precision=fp64,tp=4"));
+  CHECK_THROWS_WITH_AS(RunConfig{}.with_tp(65), "config: tp=65: expected an integer in [1, 64]", InputError);
+  CHECK(err("tp=65") == "config: tp=65: expected an integer in [1, 64]");
+  CHECK(precision_in_config("bf16") == Precision::bf16);
+  CHECK_THROWS_WITH_AS(precision_in_config("fp32"), doctest::Contains("config: precision=fp32: unknown value"), InputError);
+}
+
+TEST_CASE("run_config: gemm is a typed value with one word list") {
+  CHECK_FALSE(parse_run_config("").gemm);
+  CHECK(parse_run_config("gemm=auto").gemm == GemmMode::automatic);
+  CHECK(parse_run_config("gemm=auto").str() == "gemm=auto");  // given: printed, unlike unset
+  CHECK(parse_run_config("gemm=simple").gemm == GemmMode::simple);
+  CHECK(parse_run_config("backend=cuda,gemm=cublas").str() == "backend=cuda,gemm=cublas");
+  CHECK(err("gemm=fast") == "config: gemm=fast: unknown value; expected one of auto, cublas, simple");
+}
+
+TEST_CASE("toggles: kinds and the typed overlays") {
+  CHECK(toggle_keys([](const Toggle& t) { return t.kind == ToggleKind::sampling; }) ==
+        "temp, top_p, top_k, min_p, rep_pen, presence_pen, seed");
+  CHECK(toggle_keys([](const Toggle& t) { return t.kind == ToggleKind::layer; }) ==
+        "attn, gdn, ssm_dtype, conv_dtype, kv_dtype");
+  // a case's sampling on top of the configuration's: the fields it sets win, the others stay
+  SamplingParams base = parse_run_config("temp=0.6,top_k=20,presence_pen=1.5").sampling;
+  SamplingParams over = parse_run_config("temp=0.7,seed=3,presence_pen=-0").sampling;
+  RunConfig want = parse_run_config("temp=0.6,top_k=20,presence_pen=1.5");
+  want = apply_run_config(want, "temp=0.7,seed=3");
+  RunConfig got;
+  got.sampling = with_sampling_of(base, over);
+  CHECK(got.str() == want.str());
+  CHECK(got.str() == "temp=0.7,top_k=20,presence_pen=1.5,seed=3");
+  // the toggles a configuration sets, taken onto another
+  const RunConfig onto = with_toggles_of(parse_run_config("mtp=3,attn=flash"), parse_run_config("prefix_cache=on,mtp=2"),
+                                         [](const Toggle&) { return true; });
+  CHECK(onto.str() == "attn=flash,mtp=2,prefix_cache=on");
+  for (const FaultInfo& f : fault_catalogue())
+    CHECK(fault_needs(f).str() == (f.needs ? parse_run_config(f.needs).str() : std::string("default")));
+}

@@ -147,12 +147,13 @@ int32_t greedy_next(const std::vector<float>& logits) {
 // the communicator counted per decoded token.
 int bench_tp(const Model& model, const BenchArgs& a) {
   const ModelConfig& cfg = model.config;
-  const std::string base = a.backend == "cuda" ? "backend=cuda" : cat("precision=", a.precision);
+  const RunConfig base = a.backend == "cuda" ? RunConfig{}.with_backend(BackendKind::cuda)
+                                             : RunConfig{}.with_precision(precision_in_config(a.precision));
   const std::vector<int32_t> prompt = bench_prompt(cfg, a.prefill);
   double rate[2] = {0, 0};
   for (int i = 0; i < 2; ++i) {
     const int tp = i == 0 ? 1 : a.tp;
-    const RunConfig rc = parse_run_config(cat(base, ",tp=", tp));
+    const RunConfig rc = base.with_tp(tp);
     std::unique_ptr<Backend> be = make_backend(rc, cfg);
     Engine eng(cfg, model.weights, *be, engine_options(rc));
     SeqState st = eng.new_state();

@@ -50,7 +50,7 @@ std::unique_ptr<Backend> make_cuda_backend(const RunConfig& rc, const ModelConfi
   // untestable_reason's; the fp32 reference on the GPU keeps plain launches). A replayed step equals
   // its plain launches bit for bit (tests/cuda/test_graphs_cuda.cpp).
   const bool graphs = rc.graphs ? *rc.graphs : tp <= 1 && !rc.cuda_reference();
-  const GemmKind gemm = gemm_kind(rc.gemm, rc.str());
+  const GemmKind gemm = gemm_kind(rc.gemm);
   auto be = std::make_unique<CudaBackend>(dev, gemm, graphs, rc.cuda_reference());
   int64_t free_b = 0, total_b = 0;
   be->context()->mem_info(&free_b, &total_b);
@@ -111,10 +111,7 @@ int run_cuda_bench(const BenchArgs& a) {
 }
 
 std::unique_ptr<Backend> make_backend(const RunConfig& rc, const ModelConfig& cfg) {
-  validate_run_config(rc, cfg);  // includes the tp split check (InputError naming the dimension)
-  std::string why = rc.untestable_reason(kHaveCuda);
-  if (!why.empty()) throw UntestableError(cat("config ", rc.str(), ": ", why));
-  check_faults(rc, cfg);  // InputError / UntestableError before anything runs
+  check_run_config(rc, cfg, kHaveCuda);  // the run's one check, before anything is built
   if (rc.tp == 1) {
     if (rc.backend == BackendKind::cpu) return make_cpu_backend(rc);
 #if DEGEN_WITH_CUDA

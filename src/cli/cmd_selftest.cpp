@@ -57,11 +57,11 @@ int run_selftest_cmd(const SelftestArgs& a) {
   SelftestOptions so;
   so.faults = a.faults;
   so.layers_per_kind = a.layers_per_kind;
-  so.base = a.base;
   so.cases = a.cases;
   if (!quiet)
     std::fprintf(stderr, "selftest: model %s, golden %s%s\n", model_dir.c_str(), golden_dir.c_str(),
                  rec.floors_present() ? "" : " (no noise floors: fixed fp32-class limits)");
+  so.base = parse_run_config(a.base);
   auto rows = run_selftest(rec, model, tok, so, make_backend, quiet ? nullptr : stderr);
   std::printf("%s", selftest_table(rows).c_str());
   if (!a.json_out.empty()) write_file_atomic(a.json_out, json_text(selftest_json(rows), 1) + "\n");

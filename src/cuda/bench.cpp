@@ -44,6 +44,7 @@
 #include "cuda/op_cases.h"
 #include "engine/backend_factory.h"
 #include "engine/engine.h"
+#include "engine/faults.h"
 #include "engine/generate.h"
 #include "engine/spec_decode.h"
 #include "model/model.h"
@@ -544,7 +545,7 @@ int run_bench(const BenchArgs& a) {
       input_error("bench --config: ", rest.str(), " cannot be given here; expected the layers' toggles (attn, gdn, ",
                   "ssm_dtype, conv_dtype, kv_dtype, fault) and gemm (--graphs, --mtp, --tp and --batch are bench's own)");
   }
-  CudaBackend be(a.device, gemm_kind(rc.gemm, rc.str()));
+  CudaBackend be(a.device, gemm_kind(rc.gemm));
   const cuda::CudaContext& ctx = *be.context();
   std::unique_ptr<Model> model;
   std::unique_ptr<SyntheticWeights> synth;
@@ -580,6 +581,8 @@ int run_bench(const BenchArgs& a) {
 
   const std::string shown = rc.str();
   if (shown != "default") std::printf("config   %s\n", shown.c_str());
+  validate_run_config(rc, cfg);  // the run's one check (a CUDA toggle such as gemm is bench's here: no
+  check_faults(rc, cfg);         // untestable_reason, which judges rc as a backend=cpu configuration)
   Engine eng(cfg, *weights, be, engine_options(rc));
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(std::min<int64_t>(cfg.vocab_size, 1 << 30) - 1));

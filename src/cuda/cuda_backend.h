@@ -50,9 +50,9 @@ struct KvStore;
 // kGemvMaxRows rows (decode steps) on the bf16 path, cuBLAS otherwise; cublas: cuBLAS always;
 // simple: the plain tiled kernel always.
 enum class GemmKind : uint8_t { automatic, cublas, simple };
-// RunConfig::gemm (auto | cublas | simple; unset: auto) as a GemmKind; another value is an input
-// error naming `config` (the configuration as given).
-GemmKind gemm_kind(const std::optional<std::string>& gemm, const std::string& config);
+enum class GemmMode : uint8_t;  // engine/run_config.h
+// RunConfig::gemm (unset: auto) as a GemmKind.
+GemmKind gemm_kind(const std::optional<GemmMode>& gemm);
 
 // Counters for `bench` (bytes of weights the products read; optionally the GDN core's time).
 struct CudaStats {

@@ -9,17 +9,20 @@
 #include "cuda/bf16_args.h"
 #include "cuda/context.h"
 #include "cuda/cuda_backend.h"
+#include "engine/run_config.h"
 #include "kernels/layout.h"
 #include "kernels/matmul.h"
 #include "util/error.h"
 
 namespace degen {
 
-GemmKind gemm_kind(const std::optional<std::string>& gemm, const std::string& config) {
-  if (!gemm || *gemm == "auto") return GemmKind::automatic;
-  if (*gemm == "cublas") return GemmKind::cublas;
-  if (*gemm == "simple") return GemmKind::simple;
-  input_error("config ", config, ": gemm must be auto, cublas or simple, not '", *gemm, "'");
+GemmKind gemm_kind(const std::optional<GemmMode>& gemm) {
+  switch (gemm.value_or(GemmMode::automatic)) {
+    case GemmMode::automatic: return GemmKind::automatic;
+    case GemmMode::cublas: return GemmKind::cublas;
+    case GemmMode::simple: return GemmKind::simple;
+  }
+  return GemmKind::automatic;
 }
 
 namespace {

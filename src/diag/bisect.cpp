@@ -129,18 +129,12 @@ std::vector<int> bisect_layers(const std::vector<int>& candidates, const std::fu
 }
 
 RunConfig implicit_good(const RunConfig& bad) {
-  RunConfig g;
-  g.backend = bad.backend;
-  g.precision = bad.precision;
-  g.mtp = bad.mtp;
-  g.graphs = bad.graphs;
-  g.gemm = bad.gemm;
-  g.tp = bad.tp;
-  g.batch = bad.batch;
-  g.batch_rows = bad.batch_rows;
-  g.prefill_chunk = bad.prefill_chunk;  // the serving mechanisms are how the engine is served, as batch
-  g.prefix_cache = bad.prefix_cache;
-  g.sampling = bad.sampling;
+  // bad's engine and sampling toggles (the serving mechanisms among them: how the engine is served,
+  // as batch), its layers' toggles and faults at their defaults (engine/toggles.h ToggleKind).
+  RunConfig g = without_toggles(bad, [](const Toggle& t) { return t.kind == ToggleKind::layer || t.kind == ToggleKind::fault; });
+  // The precision's value is kept, not its "given" flag: the implicit good of backend=cuda,precision=ref
+  // (the fp32 reference on the GPU) is the bf16 GPU path.
+  g.precision_set = false;
   return g;
 }
 

@@ -80,28 +80,9 @@ void judge_serving_row(SelftestRow& row, const FaultInfo& fi, int layer, const B
   else if (!ok_op) row.note = "wrong op";
 }
 
-}  // namespace
-
-std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& model, const Tokenizer* tok,
-                                      const SelftestOptions& opt, const BackendFactory& factory, std::FILE* progress) {
-  const ModelConfig& cfg = model.config;
-  CompareOptions base;
-  base.cases = opt.cases;
-  // One evaluation per distinct configuration for the whole run: every fault's bisection asks for
-  // its good configuration (the base: the same for every fault of a kind), which was evaluated
-  // afresh for each fault, a third of the run. An untestable configuration is not kept: its
-  // evaluation throws again, and each bisection records it as before.
-  auto memo = std::make_shared<std::map<std::string, CellSummary>>();
-  CellEvaluator ev = [memo, fresh = compare_evaluator(rec, model, tok, base, factory)](const RunConfig& rc) {
-    const std::string key = rc.str();
-    auto it = memo->find(key);
-    if (it == memo->end()) it = memo->emplace(key, fresh(rc)).first;
-    return it->second;
-  };
-  RunConfig base_rc = parse_run_config(opt.base);
-  SubopCache subop_cache;  // the reference and floor runs of each (layer, mode), made once
-
-  // The work list: (fault, layer), layer -1 for model-level faults.
+// The work list: (fault, layer), layer -1 for model-level faults, -2 for a fault no layer of this
+// model can host.
+std::vector<std::pair<const FaultInfo*, int>> work_list(const ModelConfig& cfg, const SelftestOptions& opt) {
   std::vector<std::pair<const FaultInfo*, int>> work;
   for (const FaultInfo& f : fault_catalogue()) {
     if (!opt.faults.empty() && std::find(opt.faults.begin(), opt.faults.end(), f.name) == opt.faults.end()) continue;
@@ -128,6 +109,51 @@ std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& mode
     }
     for (int l : layers) work.push_back({&f, l});
   }
+  return work;
+}
+
+// The run that injects fault f at `layer` (-1: model-level) on top of `base`, with what its mechanism
+// needs: its serving toggles (mtp=2 among them), else MTP drafts for a drafting fault, and tensor-
+// parallel ranks for a fault of the all-reduces.
+RunConfig injected(const RunConfig& base, const FaultInfo& f, int layer) {
+  RunConfig rc = base;
+  if (f.needs) rc = with_toggles_of(rc, fault_needs(f), [](const Toggle&) { return true; });
+  else if (f.needs_mtp) rc.mtp = 2;
+  if (f.needs_tp && base.tp == 1) rc = rc.with_tp(2);
+  rc.faults.push_back({f.name, layer >= 0 ? LayerScope::of_layers({layer}) : LayerScope{}});
+  return rc;
+}
+
+// What the progress line shows of that run: the toggles added to the base ("tp=2,fault=NAME@3").
+std::string injected_label(const FaultInfo& f, int layer, const RunConfig& base) {
+  std::string label = layer >= 0 ? cat("fault=", f.name, "@", layer) : cat("fault=", f.name);
+  if (f.needs) label = cat(f.needs, ",", label);
+  else if (f.needs_mtp) label = "mtp=2," + label;
+  if (f.needs_tp && base.tp == 1) label = "tp=2," + label;
+  return label;
+}
+
+}  // namespace
+
+std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& model, const Tokenizer* tok,
+                                      const SelftestOptions& opt, const BackendFactory& factory, std::FILE* progress) {
+  const ModelConfig& cfg = model.config;
+  CompareOptions base;
+  base.cases = opt.cases;
+  // One evaluation per distinct configuration for the whole run: every fault's bisection asks for
+  // its good configuration (the base: the same for every fault of a kind), which was evaluated
+  // afresh for each fault, a third of the run. An untestable configuration is not kept: its
+  // evaluation throws again, and each bisection records it as before.
+  auto memo = std::make_shared<std::map<std::string, CellSummary>>();
+  CellEvaluator ev = [memo, fresh = compare_evaluator(rec, model, tok, base, factory)](const RunConfig& rc) {
+    const std::string key = rc.str();
+    auto it = memo->find(key);
+    if (it == memo->end()) it = memo->emplace(key, fresh(rc)).first;
+    return it->second;
+  };
+  const RunConfig& base_rc = opt.base;
+  SubopCache subop_cache;  // the reference and floor runs of each (layer, mode), made once
+  const std::vector<std::pair<const FaultInfo*, int>> work = work_list(cfg, opt);
 
   std::vector<SelftestRow> rows;
   size_t k = 0;
@@ -145,13 +171,9 @@ std::vector<SelftestRow> run_selftest(const GoldenRecord& rec, const Model& mode
       rows.push_back(row);
       continue;
     }
-    std::string frag = layer >= 0 ? cat("fault=", f->name, "@", layer) : cat("fault=", f->name);
-    if (f->needs) frag = cat(f->needs, ",", frag);  // the serving toggles its mechanism needs (mtp=2 among them)
-    else if (f->needs_mtp) frag = "mtp=2," + frag;
-    if (f->needs_tp && base_rc.tp == 1) frag = "tp=2," + frag;  // needs ranks
-    if (progress) std::fprintf(progress, "[%zu/%zu] %s\n", k, work.size(), frag.c_str());
+    if (progress) std::fprintf(progress, "[%zu/%zu] %s\n", k, work.size(), injected_label(*f, layer, base_rc).c_str());
     try {
-      RunConfig bad = apply_run_config(base_rc, frag);
+      RunConfig bad = injected(base_rc, *f, layer);
       validate_run_config(bad, cfg);
       std::string why = bad.untestable_reason(true);
       BisectOracle oracle(ev, std::nullopt);

@@ -13,6 +13,7 @@
 #include "record/cases.h"
 #include "record/golden_record.h"
 #include "engine/backend_factory.h"
+#include "engine/run_config.h"
 #include "model/model.h"
 
 namespace degen {
@@ -36,7 +37,7 @@ struct SelftestRow {
 struct SelftestOptions {
   std::vector<std::string> faults;  // only these (empty: all)
   int layers_per_kind = 2;
-  std::string base;                 // toggles every run starts from (e.g. backend=cuda)
+  RunConfig base;                   // toggles every run starts from (e.g. backend=cuda)
   std::vector<std::string> cases;   // case ids of the record to use (empty: all)
 };
 

@@ -103,7 +103,8 @@ std::vector<SubopReport> subop_analysis(const GoldenRecord& rec, const Model& mo
 
   RunConfig ref;  // precision=ref, default toggles: the reference itself
   // The floor of the tested configuration's class (golden.h FloorClass), as compare judges it.
-  RunConfig floor_rc = parse_run_config(floor_class_for(tested) == FloorClass::fp32 ? "precision=fp64" : "precision=bf16");
+  const RunConfig floor_rc =
+      RunConfig{}.with_precision(floor_class_for(tested) == FloorClass::fp32 ? Precision::fp64 : Precision::bf16);
   std::vector<SubopReport> out;
   for (ForcedMode mode : {ForcedMode::prefill, ForcedMode::decode}) {
     SubopReport rep;

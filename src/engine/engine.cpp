@@ -75,10 +75,10 @@ Engine::Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, 
 Engine::~Engine() = default;
 
 void Engine::init() {
-  validate_run_config(opt_.run, full_cfg_);
-  check_faults(opt_.run, full_cfg_);
+  // The configuration was checked once for the run (check_run_config, before its backend was made).
   for (const FaultSpec& fs : opt_.run.faults) {
-    const FaultInfo* info = find_fault(fs.name);  // check_faults: every name is in the catalogue
+    const FaultInfo* info = find_fault(fs.name);
+    DEGEN_ASSERT(info, "Engine: fault '" + fs.name + "' is not in the catalogue (check_run_config refuses it)");
     if (info->applied == FaultApplied::op_flag) faults_.emplace_back(info->id, fs);
     if (info->id == Fault::tp_skip_last_allreduce) skip_last_allreduce_ = true;
   }

@@ -74,8 +74,8 @@ struct MtpInput {
 // so a trace at tp = N compares with one at tp = 1 step for step.
 class Engine {
  public:
-  // Throws as check_faults() for the faults of opt.run, InputError when the model does not split
-  // into the backend's tp ranks.
+  // Expects opt.run checked against the model (check_run_config, which make_backend runs: scopes,
+  // the tp split, the faults); InputError when opt.run's tp is not the backend's number of ranks.
   Engine(const ModelConfig& cfg, const ModelWeights& w, Backend& backend, EngineOptions opt = {});
   ~Engine();
 

@@ -2,6 +2,7 @@
 // this table is what users see (`degenbisect faults`) and what selftest iterates over.
 #include "engine/faults.h"
 
+#include <map>
 #include <stdexcept>
 
 #include "engine/run_config.h"
@@ -240,10 +241,23 @@ std::string layers_are(const std::vector<int>& layers, const char* kind) {
 }
 }  // namespace
 
+const RunConfig& fault_needs(const FaultInfo& f) {
+  // The catalogue's needs, each read once: a fixed table, its text kept for messages ("for example ...").
+  static const std::map<std::string, RunConfig> needs = [] {
+    std::map<std::string, RunConfig> m;
+    for (const FaultInfo& g : fault_catalogue())
+      if (g.needs) m.emplace(g.name, parse_run_config(g.needs));
+    return m;
+  }();
+  static const RunConfig none;
+  const auto it = needs.find(f.name);
+  return it == needs.end() ? none : it->second;
+}
+
 std::string missing_needs(const FaultInfo& f, const RunConfig& rc) {
   if (!f.needs) return "";
   static const RunConfig none;
-  const RunConfig want = parse_run_config(f.needs);
+  const RunConfig& want = fault_needs(f);
   std::string missing;
   for (const Toggle& t : toggles()) {
     if (!t.fragment || t.fragment(want) == t.fragment(none)) continue;

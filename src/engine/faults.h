@@ -116,6 +116,9 @@ bool fault_site_hosts(FaultSite site, const ModelConfig& cfg, int l, bool mtp);
 // anything on this model (e.g. gdn-head-mod when n_v = n_k) or needs what this run lacks
 // (tp-skip-last-allreduce without tensor parallelism).
 void check_faults(const RunConfig& rc, const ModelConfig& cfg);
+// f.needs as a configuration (read once from the catalogue's text); the default configuration when
+// the fault needs nothing.
+const RunConfig& fault_needs(const FaultInfo& f);
 // The toggles of f.needs that `rc` leaves at their defaults ("prefill_chunk, mtp"), "" when none.
 std::string missing_needs(const FaultInfo& f, const RunConfig& rc);
 

@@ -126,11 +126,7 @@ RunConfig apply_run_config(RunConfig rc, const std::string& text) {
       val = val.substr(0, at);
     }
     const Toggle* toggle = find_toggle(key);
-    if (!toggle) {
-      std::string keys;
-      for (const Toggle& ti : toggles()) keys += (keys.empty() ? "" : ", ") + std::string(ti.key);
-      input_error("config: unknown key '", key, "'; expected one of ", keys);
-    }
+    if (!toggle) input_error("config: unknown key '", key, "'; expected one of ", toggle_keys([](const Toggle&) { return true; }));
     if (scope && !toggle->scoped()) input_error("config: ", key, " cannot be scoped to layers ('@' in '", item, "')");
     if (!toggle->repeats) {
       std::vector<std::string>& given = seen[key];
@@ -218,6 +214,13 @@ void validate_run_config(const RunConfig& rc, const ModelConfig& cfg) {
   }
   for (const Toggle& t : toggles())
     if (t.validate) t.validate(rc, cfg);
+}
+
+void check_run_config(const RunConfig& rc, const ModelConfig& cfg, bool cuda_built) {
+  validate_run_config(rc, cfg);  // includes the tp split check (InputError naming the dimension)
+  if (const std::string why = rc.untestable_reason(cuda_built); !why.empty())
+    throw UntestableError(cat("config ", rc.str(), ": ", why));
+  check_faults(rc, cfg);  // InputError / UntestableError before anything runs
 }
 
 }  // namespace degen

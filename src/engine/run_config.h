@@ -29,6 +29,12 @@ enum class Precision : uint8_t { ref, fp64, bf16, q8_0 };
 enum class BatchMode : uint8_t { one, all, padded };
 // prefix_cache=on: the block size (tokens) of the prefix cache's state snapshots.
 inline constexpr int kPrefixBlockDefault = 8;
+// tp=N: the most tensor-parallel ranks a configuration may ask for.
+inline constexpr int kMaxTp = 64;
+// gemm (cuda only): the matrix-vector kernel up to 8 rows and cuBLAS above, cuBLAS always, or the plain
+// tiled kernel. Its words (auto, cublas, simple) are the toggle registry's (engine/toggles.cpp); the
+// CUDA backend maps it onto its own GemmKind (src/cuda/matmul.cpp).
+enum class GemmMode : uint8_t { automatic, cublas, simple };
 
 // A set of layers. Empty `parts` with all=true means every layer.
 struct LayerScope {
@@ -85,7 +91,7 @@ struct RunConfig {
   Scoped<DType> kv_dtype{DType::bf16, {}};   // KV cache storage (bf16 or f8_e4m3)
   int mtp = 0;                               // MTP draft tokens per step, 0 = off
   std::optional<bool> graphs;                // cuda only; unset = off
-  std::optional<std::string> gemm;           // cuda only: auto | cublas | simple; unset = auto
+  std::optional<GemmMode> gemm;              // cuda only; unset = auto (prints nothing, gemm=auto prints)
   int tp = 1;
   BatchMode batch = BatchMode::one;
   int batch_rows = 0;                        // batch=N: rows of every decode step (BatchMode::padded)
@@ -100,6 +106,13 @@ struct RunConfig {
   // "default" when none does.
   std::string str() const;
   bool operator==(const RunConfig& o) const { return str() == o.str(); }
+
+  // Typed setters returning a copy, for configurations built in code (no text to parse): each sets
+  // the field as the `--config` key would ("precision=q8_0": precision and precision_set).
+  RunConfig with_precision(Precision p) const;
+  RunConfig with_backend(BackendKind b) const;
+  // InputError "config: tp=N: expected an integer in [1, 64]" out of range, as `--config tp=N`.
+  RunConfig with_tp(int n) const;
 
   // backend=cuda,precision=ref: the reference's fp32 numerics on the GPU (CudaBackend reference).
   bool cuda_reference() const { return backend == BackendKind::cuda && precision_set && precision == Precision::ref; }
@@ -121,6 +134,10 @@ RunConfig parse_run_config(const std::string& text);
 RunConfig apply_run_config(RunConfig base, const std::string& text);
 // Checks scopes against the model (layer indices in range) and model-dependent values.
 void validate_run_config(const RunConfig& rc, const ModelConfig& cfg);
+// The one check of a run's configuration against its model and this build, in this order:
+// validate_run_config (InputError), untestable_reason (UntestableError "config C: why"), check_faults
+// (engine/faults.h). make_backend runs it before it builds anything; the Engine trusts it.
+void check_run_config(const RunConfig& rc, const ModelConfig& cfg, bool cuda_built);
 
 // The toggles themselves (keys in canonical order, values, help, how each parses, prints and mixes):
 // the registry of engine/toggles.h.

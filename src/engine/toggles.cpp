@@ -27,6 +27,7 @@ const Names<DType> kConv = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
 const Names<DType> kKv = {{"bf16", DType::bf16}, {"fp8", DType::f8_e4m3}};
 const Names<BackendKind> kBackend = {{"cpu", BackendKind::cpu}, {"cuda", BackendKind::cuda}};
 const Names<bool> kOnOff = {{"on", true}, {"off", false}};
+const Names<GemmMode> kGemm = {{"auto", GemmMode::automatic}, {"cublas", GemmMode::cublas}, {"simple", GemmMode::simple}};
 // The precision vocabulary of every option that takes one (precision_from_word).
 const Names<Precision> kPrecision = {
     {"ref", Precision::ref}, {"fp64", Precision::fp64}, {"bf16", Precision::bf16}, {"q8_0", Precision::q8_0}};
@@ -38,11 +39,14 @@ const RunConfig& defaults() {
   return d;
 }
 
+[[noreturn]] void int_range_error(const std::string& key, const std::string& v, int lo, int hi) {
+  input_error("config: ", key, "=", v, ": expected an integer in [", lo, ", ", hi, "]");
+}
+
 int parse_int(const std::string& key, const std::string& v, int lo, int hi) {
   int x = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || p != v.data() + v.size() || x < lo || x > hi)
-    input_error("config: ", key, "=", v, ": expected an integer in [", lo, ", ", hi, "]");
+  if (ec != std::errc() || p != v.data() + v.size() || x < lo || x > hi) int_range_error(key, v, lo, hi);
   return x;
 }
 
@@ -135,6 +139,7 @@ template <typename T>
 Toggle scoped_toggle(Toggle t, Scoped<T> RunConfig::*field, const Names<T>& names, bool RunConfig::*given = nullptr,
                      T (*resolved)(const RunConfig&, int, const ModelConfig&) = nullptr) {
   const std::string key = t.key;
+  t.kind = ToggleKind::layer;
   t.parse = [=, &names](RunConfig& rc, const std::string& v, const LayerScope* scope) {
     const T value = parse_enum(key, v, names);
     Scoped<T>& s = rc.*field;
@@ -257,14 +262,10 @@ Toggle fault_toggle(Toggle t) {
 }
 
 Toggle gemm_toggle(Toggle t) {
-  auto read = [](const std::string&, const std::string& v) -> std::optional<std::string> {
-    if (v != "auto" && v != "cublas" && v != "simple")
-      input_error("config: gemm=", v, ": unknown value; expected one of auto, cublas, simple");
-    return v;
-  };
+  auto read = [](const std::string& key, const std::string& v) -> std::optional<GemmMode> { return parse_enum(key, v, kGemm); };
   return value_toggle(
       t, [](auto& r) -> auto& { return r.gemm; }, read,
-      [](const std::optional<std::string>& g) { return g.value_or("unset"); });
+      [](const std::optional<GemmMode>& g) { return std::string(g ? enum_name(*g, kGemm) : "unset"); });
 }
 
 Toggle graphs_toggle(Toggle t) {
@@ -323,6 +324,7 @@ Toggle prefix_cache_toggle(Toggle t) {
 // The sampling toggles (SamplingParams).
 void add_sampling_toggles(std::vector<Toggle>& t) {
   const FloorNeutral y = FloorNeutral::yes;
+  const size_t first = t.size();
   auto positive = [](const char* what, double lo, double hi) {
     return [=](const std::string& key, const std::string& v) {
       const double x = parse_num(key, v, lo, hi);
@@ -350,6 +352,7 @@ void add_sampling_toggles(std::vector<Toggle>& t) {
                            [](auto& r) -> auto& { return r.sampling.presence_penalty; }, read_num(-100, 100), num_str));
   t.push_back(value_toggle({"seed", ">=0", "sampling seed", ToggleSite::none, y},
                            [](auto& r) -> auto& { return r.sampling.seed; }, parse_u64, show_int));
+  for (size_t i = first; i < t.size(); ++i) t[i].kind = ToggleKind::sampling;
 }
 
 // The toggles of the numerics and of the engine's shape, in canonical order.
@@ -384,7 +387,7 @@ void add_engine_toggles(std::vector<Toggle>& t) {
                            "matrix products (cuda only; auto: a matrix-vector kernel up to 8 rows, cuBLAS above)",
                            S::none, F::gpu_reference, true}));
   Toggle tp = value_toggle({"tp", "1..64", "tensor-parallel ranks", S::none, F::gpu_reference},
-                           [](auto& r) -> auto& { return r.tp; }, read_int(1, 64), show_int);
+                           [](auto& r) -> auto& { return r.tp; }, read_int(1, kMaxTp), show_int);
   tp.validate = [](const RunConfig& rc, const ModelConfig& cfg) { check_tp_split(cfg, rc.tp); };
   t.push_back(tp);
   t.push_back(batch_toggle({"batch", "1|all|N",
@@ -411,6 +414,7 @@ const std::vector<Toggle>& toggles() {
     add_sampling_toggles(v);
     v.push_back(fault_toggle({"fault", "name", "inject a known bug class (see `degenbisect faults`)", ToggleSite::per_fault,
                               FloorNeutral::yes, true, true}));
+    v.back().kind = ToggleKind::fault;
     return v;
   }();
   return t;
@@ -429,6 +433,52 @@ RunConfig without_toggles(const RunConfig& rc, const std::function<bool(const To
   return r;
 }
 
+RunConfig with_toggles_of(const RunConfig& base, const RunConfig& over, const std::function<bool(const Toggle&)>& which) {
+  RunConfig r = base;
+  std::vector<std::string> printed;
+  for (const Toggle& t : toggles()) {
+    if (!which(t)) continue;
+    printed.clear();
+    t.print(over, printed);
+    if (!printed.empty()) t.take(r, over);
+  }
+  return r;
+}
+
+SamplingParams with_sampling_of(const SamplingParams& base, const SamplingParams& over) {
+  RunConfig b, o;
+  b.sampling = base;
+  o.sampling = over;
+  return with_toggles_of(b, o, [](const Toggle& t) { return t.kind == ToggleKind::sampling; }).sampling;
+}
+
+std::string toggle_keys(const std::function<bool(const Toggle&)>& which) {
+  std::string keys;
+  for (const Toggle& t : toggles())
+    if (which(t)) keys += (keys.empty() ? "" : ", ") + std::string(t.key);
+  return keys;
+}
+
+RunConfig RunConfig::with_precision(Precision p) const {
+  RunConfig r = *this;
+  r.precision = p;
+  r.precision_set = true;
+  return r;
+}
+
+RunConfig RunConfig::with_backend(BackendKind b) const {
+  RunConfig r = *this;
+  r.backend = b;
+  return r;
+}
+
+RunConfig RunConfig::with_tp(int n) const {
+  if (n < 1 || n > kMaxTp) int_range_error("tp", std::to_string(n), 1, kMaxTp);
+  RunConfig r = *this;
+  r.tp = n;
+  return r;
+}
+
 std::optional<Precision> precision_from_word(const std::string& word, std::string* note) {
   for (const auto& [w, p] : kPrecision)
     if (word == w) return p;
@@ -442,5 +492,7 @@ std::optional<Precision> precision_from_word(const std::string& word, std::strin
 }
 
 const char* precision_word(Precision p) { return enum_name(p, kPrecision); }
+
+Precision precision_in_config(const std::string& word) { return parse_enum("precision", word, kPrecision); }
 
 }  // namespace degen

@@ -17,7 +17,17 @@ namespace degen {
 struct RunConfig;
 struct LayerScope;
 struct ModelConfig;
+struct SamplingParams;
 enum class Precision : uint8_t;
+
+// What part of a run a toggle sets. Bisection's implicit good keeps the engine and sampling toggles
+// of the bad configuration and resets the others; a prompt suite's case may set the sampling ones.
+enum class ToggleKind : uint8_t {
+  engine,    // how the engine is built and served: backend, precision, mtp, graphs, gemm, tp, batch, ...
+  layer,     // the numerics of the layers: attn, gdn, ssm_dtype, conv_dtype, kv_dtype
+  sampling,  // temp, top_p, top_k, min_p, rep_pen, presence_pen, seed (SamplingParams)
+  fault,     // fault=NAME
+};
 
 // The layers a scoped toggle can act on (bisection narrows it to these).
 enum class ToggleSite : uint8_t {
@@ -46,6 +56,7 @@ struct Toggle {
   FloorNeutral floor = FloorNeutral::no;
   bool bench = false;    // `bench --backend cuda --config` accepts it (bench sets the others itself)
   bool repeats = false;  // may be given any number of times (fault)
+  ToggleKind kind = ToggleKind::engine;
 
   // The value text (the part after '=' without its '@scope'); `scope` is nullptr when unscoped
   // (toggles that are not scoped never see one). InputError naming the key for a bad value.
@@ -76,11 +87,22 @@ const std::vector<Toggle>& toggles();
 const Toggle* find_toggle(const std::string& key);  // nullptr when unknown
 // `rc` with the toggles `which` selects set back to their defaults.
 RunConfig without_toggles(const RunConfig& rc, const std::function<bool(const Toggle&)>& which);
+// `base` with every toggle `which` selects that `over` sets (that `over`'s canonical text prints) taken
+// from `over`: what applying that canonical text on top of `base` gives.
+RunConfig with_toggles_of(const RunConfig& base, const RunConfig& over, const std::function<bool(const Toggle&)>& which);
+// `base` with the sampling fields `over` sets (those that differ from the defaults) taken from `over`:
+// a prompt case's sampling on top of the configuration's.
+SamplingParams with_sampling_of(const SamplingParams& base, const SamplingParams& over);
+// The keys of the toggles `which` selects, in canonical order, joined with ", ".
+std::string toggle_keys(const std::function<bool(const Toggle&)>& which);
 
 // The one precision vocabulary, that of `--config precision=`: ref, fp64, bf16, q8_0. `golden
 // --precision` and `bench --precision` take the same words. With `note`, an older spelling is also
 // taken (golden's fp32 for ref) and *note says which word replaces it; else nullopt for it.
 std::optional<Precision> precision_from_word(const std::string& word, std::string* note = nullptr);
 const char* precision_word(Precision p);
+// precision_from_word without the older spellings, refusing any other word with the InputError of
+// `--config precision=WORD`.
+Precision precision_in_config(const std::string& word);
 
 }  // namespace degen

@@ -84,7 +84,7 @@ EngineClass parse_engine_class(const std::string& name) {
   else if (name == "bf16") c.record_class = FloorClass::bf16;
   else if (name == "q8_0") {
     c.record_class = FloorClass::bf16;
-    c.measured = parse_run_config("precision=q8_0");
+    c.measured = RunConfig{}.with_precision(Precision::q8_0);
   } else {
     input_error("engine class '", name, "': expected fp32 (f32 weights and caches, exact attention), bf16 (16-bit ",
                 "weights or caches) or q8_0 (Q8_0 weights, floor measured with precision=q8_0)");

@@ -81,7 +81,12 @@ bool valid_name(const std::string& s) {
   return true;
 }
 
-const std::set<std::string> kSamplingKeys = {"temp", "top_p", "top_k", "min_p", "rep_pen", "presence_pen", "seed"};
+bool sampling_toggle(const Toggle& t) { return t.kind == ToggleKind::sampling; }
+
+bool is_sampling_key(const std::string& key) {
+  const Toggle* t = find_toggle(key);
+  return t && sampling_toggle(*t);
+}
 
 struct Ctx {
   std::string where;  // "FILE: case 'id'" or "FILE: defaults"
@@ -111,8 +116,8 @@ struct Ctx {
       fail(field, cat("expected an integer in [", lo, ", ", hi, "], found ", short_dump(v)));
     return static_cast<int>(v.get<int64_t>());
   }
-  // A RunConfig-style sampling string or object -> canonical string; only sampling keys.
-  std::string sampling(const json& obj, const std::string& field) const {
+  // A RunConfig-style sampling string or object -> the sampling it sets; only sampling keys.
+  SamplingParams sampling(const json& obj, const std::string& field) const {
     const json& v = obj.at(field);
     std::string text;
     if (v.is_string()) {
@@ -137,15 +142,15 @@ struct Ctx {
       std::string key = item.substr(0, item.find('='));
       while (!key.empty() && key.back() == ' ') key.pop_back();
       while (!key.empty() && key.front() == ' ') key.erase(key.begin());
-      if (!item.empty() && !kSamplingKeys.count(key))
-        fail(field, cat("'", key, "' is not a sampling key (expected temp, top_p, top_k, min_p, rep_pen, "
-                        "presence_pen, seed; other toggles belong in --config)"));
+      if (!item.empty() && !is_sampling_key(key))
+        fail(field, cat("'", key, "' is not a sampling key (expected ", toggle_keys(sampling_toggle),
+                        "; other toggles belong in --config)"));
       start = end + 1;
     }
     try {
-      RunConfig rc = parse_run_config(text);
+      RunConfig rc = parse_run_config(text);  // the file's text, read here once
       validate(rc.sampling);
-      return sampling_str(rc.sampling);
+      return rc.sampling;
     } catch (const InputError& e) {
       fail(field, e.what());
     }
@@ -164,7 +169,7 @@ struct Ctx {
 struct Defaults {
   int max_new_tokens = 32;
   bool thinking = true;
-  std::string sampling;
+  SamplingParams sampling;
 };
 
 }  // namespace
@@ -185,12 +190,7 @@ std::string sampling_str(const SamplingParams& s) {
   return out == "default" ? "" : out;
 }
 
-SamplingParams case_sampling(const Case& c, const SamplingParams& base) {
-  if (c.sampling.empty()) return base;
-  RunConfig rc;
-  rc.sampling = base;
-  return apply_run_config(rc, c.sampling).sampling;
-}
+SamplingParams case_sampling(const Case& c, const SamplingParams& base) { return with_sampling_of(base, c.sampling); }
 
 Suite parse_suite(const std::string& raw_text, const std::string& origin) {
   Suite suite;
@@ -275,12 +275,7 @@ Suite parse_suite(const std::string& raw_text, const std::string& origin) {
                                                      : def.max_new_tokens;
     if (cj.contains("ignore_stop")) c.ignore_stop = cc.boolean(cj, "ignore_stop");
     c.sampling = def.sampling;
-    if (cj.contains("sampling")) {
-      std::string own = cc.sampling(cj, "sampling");
-      RunConfig rc = parse_run_config(def.sampling);
-      rc = apply_run_config(rc, own);
-      c.sampling = sampling_str(rc.sampling);
-    }
+    if (cj.contains("sampling")) c.sampling = with_sampling_of(def.sampling, cc.sampling(cj, "sampling"));
     suite.cases.push_back(std::move(c));
   }
   return suite;

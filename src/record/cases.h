@@ -49,7 +49,9 @@ struct Case {
   std::vector<int32_t> tokens;     // tokens only
   int max_new_tokens = 32;
   bool ignore_stop = false;        // generate the whole budget, stop tokens included
-  std::string sampling;            // canonical "k=v,..." sampling overrides, "" = none
+  // The case's sampling overrides: the fields that differ from the greedy defaults (SamplingParams{})
+  // replace the configuration's (case_sampling); sampling_str prints them ("" = none).
+  SamplingParams sampling;
 };
 
 struct Suite {
@@ -79,7 +81,7 @@ struct CasePrompt {
 // tok may be null only for `tokens` cases. InputError naming the case otherwise.
 CasePrompt encode_case(const Case& c, const Tokenizer* tok, const ModelConfig& cfg);
 
-// `base` with the case's sampling overrides applied.
+// `base` with the case's sampling overrides applied (engine/toggles.h with_sampling_of).
 SamplingParams case_sampling(const Case& c, const SamplingParams& base);
 // Canonical "k=v,..." of the sampling fields that differ from greedy defaults ("" when none).
 std::string sampling_str(const SamplingParams& s);

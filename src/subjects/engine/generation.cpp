@@ -15,8 +15,7 @@ EngineRun::EngineRun(const GoldenRecord& rec_, const Model& model_, const Tokeni
                      const BackendFactory& factory_)
     : rec(rec_), model(model_), cfg(model_.config), opt(opt_), factory(factory_), L(cfg.num_layers),
       H(cfg.hidden_size), V(cfg.vocab_size), fclass(floor_class_for(opt_.config)), fc(static_cast<int>(fclass)) {
-  validate_run_config(opt.config, cfg);
-  be = factory(opt.config, cfg);
+  be = factory(opt.config, cfg);  // the factory checks the configuration against the model, once
   eng = std::make_unique<Engine>(cfg, model.weights, *be, engine_options(opt.config));
   mtp = mtp_options(opt.config, cfg);
   check_mtp_supported(*eng, mtp);  // UntestableError: drafts asked of a checkpoint without MTP weights
