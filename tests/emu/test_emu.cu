@@ -17,7 +17,7 @@
 #include <cstring>
 #include <cstdio>
 
-#include "common.cuh"
+#include "kernels/common.cuh"
 #include "cuda/device_counters.h"
 #include <string>
 #include <vector>
