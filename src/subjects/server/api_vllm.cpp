@@ -7,13 +7,11 @@ namespace degen::server {
 
 const EngineApi& vllm_api() {
   static const std::unique_ptr<EngineApi> api = [] {
-    ApiCapabilities c{"vllm", "vLLM's /v1/completions with prompt_logprobs",
-                      "vLLM's /v1/completions, one request per sequence by prompt_logprobs", "/v1/completions", ""};
-    c.prompt_logprobs_option = true;
+    ApiCapabilities c = openai_api().caps();  // the openai entry's, but for its names and one detail
+    c.name = "vllm";
+    c.summary = "vLLM's /v1/completions with prompt_logprobs";
+    c.help = "vLLM's /v1/completions, one request per sequence by prompt_logprobs";
     c.prompt_logprobs_always = true;
-    c.detokenize_optional = true;
-    c.checks_served_model = true;
-    c.no_cache_control = "the OpenAI-compatible API has no per-request prompt cache control";
     return make_openai_api(c);
   }();
   return *api;
