@@ -18,11 +18,11 @@ declare -A allowed=(
   [cuda]="util model engine kernels cuda"
   [backends]="util model engine cpu cuda kernels backends"
   [record]="util model engine record"
-  [judge]="util net model engine record diag judge subjects"
-  [subjects]="util net model engine record diag judge subjects"
-  [diag]="util net model engine record diag judge subjects"
-  [report]="util net model engine record diag judge subjects report"
-  [cli]="util net model engine backends record diag judge subjects report cli"
+  [judge]="util model engine record judge"
+  [subjects]="util net model engine record judge subjects"
+  [diag]="util net model engine record judge subjects diag"
+  [report]="util net model engine record judge subjects diag report"
+  [cli]="util net model engine backends record judge subjects diag report cli"
 )
 # Headers CMake generates into the build folder, the only includes without a folder.
 generated=" build_config.h curl_config.h "

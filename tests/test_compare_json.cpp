@@ -1,4 +1,4 @@
-// The JSON form of a compare result both ways (diag/compare_json.h): every committed compare result
+// The JSON form of a compare result both ways (judge/compare_json.h): every committed compare result
 // (tests/fixtures and docs, found by their "tool") read back and written again gives the same JSON,
 // the same bytes too; a result holding every optional part and non-finite numbers round-trips
 // exactly; a missing key or a value of the wrong type is an InputError (exit 128) naming its path,
@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/compare_json.h"
+#include "judge/compare_json.h"
 #include "helpers.h"
 #include "util/file_io.h"
 #include "report/inputs.h"

@@ -1,4 +1,4 @@
-// compare --dump (src/diag/dump_compare.h) without llama.cpp: our own engine writes a dump the way
+// compare --dump (src/subjects/dump_reader.h) without llama.cpp: our own engine writes a dump the way
 // llama.cpp's would (its names, its tiled value-head order, every position in one prefill), with a
 // catalogue fault injected at one layer. The dump's judge must say good without a fault and, with
 // one, name the fault's layer and the catalogue's first corrupted step: the localiser checked against
@@ -12,7 +12,7 @@
 #include <map>
 
 #include "backends/make_backend.h"
-#include "diag/dump_compare.h"
+#include "subjects/dump_reader.h"
 #include "diag/golden.h"
 #include "engine/backend_factory.h"
 #include "engine/engine.h"

@@ -18,7 +18,9 @@
 #include <set>
 
 #include "record/cases.h"
-#include "diag/compare.h"
+#include "judge/result.h"
+#include "subjects/engine.h"
+#include "report/compare_text.h"
 #include "diag/golden.h"
 #include "backends/make_backend.h"
 #include "helpers.h"

@@ -1,4 +1,4 @@
-// Tests for src/diag/metrics.*: every metric of metrics.md §1-§6 on small inputs whose values are
+// Tests for src/judge/metrics.*: every metric of metrics.md §1-§6 on small inputs whose values are
 // computed by hand (the arithmetic is in the comments), the edge cases issue 5 names (empty output,
 // one token, all-equal tokens, T smaller than n, NaN in the tested tensor), each degenerate rule
 // firing alone, and brute-force cross-checks of the suffix-array and Z-function algorithms.
@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "diag/metrics.h"
+#include "judge/metrics.h"
 #include "util/error.h"
 
 using namespace degen;

@@ -14,7 +14,7 @@
 #include <set>
 
 #include "backends/make_backend.h"
-#include "diag/metrics.h"
+#include "judge/metrics.h"
 #include "engine/generate.h"
 #include "engine/spec_decode.h"
 #include "engine_test_util.h"

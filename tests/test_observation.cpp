@@ -1,6 +1,6 @@
 // Observe what runs (issue 43): the engine has one path, an observed run calls the same ops as a run
 // that is not observed, the steps inside a fused op are written by the op (Backend::TapSink) and
-// offered read-only, the observed-equals-unobserved check of compare (diag/observation.h) holds on
+// offered read-only, the observed-equals-unobserved check of compare (judge/observation.h) holds on
 // every shipped model and fails on a planted backend whose fused op computes otherwise when asked
 // for its taps, and a bug inside a fused op (its prologue or its epilogue) is caught and localised
 // to that fused op by the sub-op analysis.
@@ -12,7 +12,7 @@
 #include "backends/make_backend.h"
 #include "record/cases.h"
 #include "diag/golden.h"
-#include "diag/observation.h"
+#include "judge/observation.h"
 #include "diag/subop.h"
 #include "engine/fused_ops.h"
 #include "engine_test_util.h"

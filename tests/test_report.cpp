@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "build_config.h"
-#include "diag/compare.h"
+#include "judge/result.h"
 #include "diag/sweep.h"
 #include "helpers.h"
 #include "util/file_io.h"

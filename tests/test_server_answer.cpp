@@ -1,4 +1,4 @@
-// server_answer (server_compare.h): the answers of llama-server's native API, the OpenAI-compatible
+// server_answer (subjects/server/compare.h): the answers of llama-server's native API, the OpenAI-compatible
 // one, vLLM's shapes and SGLang's /generate (issue 42) read without a network, and the malformed ones
 // refused (issue 40).
 #include <doctest/doctest.h>

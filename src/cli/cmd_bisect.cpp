@@ -66,7 +66,7 @@ std::string mtp_op_sentence(const CellSummary& s, json& j) {
 }
 
 // The serving mechanism of a culprit whose minimal bad configuration fails compare's serving-state
-// check (compare.h ServingCheck): the mechanism, the layer whose GDN state left plain processing's and
+// check (judge/result.h ServingCheck): the mechanism, the layer whose GDN state left plain processing's and
 // where. "" when no check named a layer.
 std::string serving_op_sentence(const CellSummary& s, json& j) {
   static const std::pair<const char*, const char*> kWords[] = {

@@ -1,4 +1,4 @@
-// `degenbisect compare`: run one configuration against a golden record (src/diag/compare.h) and
+// `degenbisect compare`: run one configuration against a golden record (src/judge/result.h) and
 // answer good / bad / untestable with the exit code of metrics.md §6; a compact per-layer table and
 // the verdict on stdout, JSON (--json FILE or - for stdout) and JUnit (--junit FILE) on request.
 #include <cstdio>
@@ -10,9 +10,10 @@
 #include "cli/command.h"
 #include "cli/server_flags.h"
 #include "cli/session.h"
-#include "diag/compare.h"
-#include "diag/dump_compare.h"
-#include "diag/server_compare.h"
+#include "report/compare_text.h"
+#include "judge/result.h"
+#include "subjects/dump_reader.h"
+#include "subjects/server/compare.h"
 #include "diag/server_sweep.h"
 #include "backends/make_backend.h"
 #include "util/file_io.h"
@@ -50,7 +51,7 @@ int run_compare(const CompareArgs& a) {
   const RunConfig config = parse_run_config(a.config);
   const Session s = open_session({a.golden, a.model, a.cases, a.allow_mismatch, a.no_decode});
   const GoldenRecord& rec = s.rec;
-  // The options every subject shares (diag/compare.h CommonCompareOptions), built once: --case and --allow-model-mismatch
+  // The options every subject shares (judge/result.h CommonCompareOptions), built once: --case and --allow-model-mismatch
   // (the session's), --fail-on-model-degeneration.
   CommonCompareOptions common = s.base;
   common.fail_on_model_degeneration = a.fail_on_model;

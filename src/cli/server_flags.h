@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "diag/server_compare.h"
+#include "subjects/server/compare.h"
 
 namespace degen::cli {
 

@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "diag/compare.h"
+#include "judge/result.h"
+#include "subjects/engine.h"
 #include "record/golden_record.h"
 #include "model/model.h"
 #include "model/tokenizer.h"

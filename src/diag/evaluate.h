@@ -1,7 +1,8 @@
 // The cell evaluator shared by sweep and bisect: compare one configuration against a golden record
 // and reduce the result to the CellSummary those tools tabulate.
 #pragma once
-#include "diag/compare.h"
+#include "judge/result.h"
+#include "subjects/engine.h"
 #include "diag/sweep.h"
 
 namespace degen {
@@ -24,7 +25,7 @@ struct MtpOp {
 };
 std::optional<MtpOp> mtp_culprit_op(const CellSummary& s);
 
-// The op, layer and serving mechanism a failing cell's serving-state check names (compare.h
+// The op, layer and serving mechanism a failing cell's serving-state check names (judge/result.h
 // ServingCheck): the first GDN layer whose state left plain processing's, op gdn_core (S) or gdn_conv
 // (the conv window), and the mechanism ("chunk", "snapshot", "slot"); for "rollback" the MTP
 // teacher-forced check's state (mtp_culprit_op). nullopt when no check named a layer.

@@ -11,10 +11,10 @@
 #include <map>
 
 #include "build_config.h"
-#include "diag/compare.h"
+#include "judge/result.h"
 #include "diag/golden_plan.h"
 #include "diag/golden_run.h"
-#include "diag/metrics.h"
+#include "judge/metrics.h"
 #include "engine/generate.h"
 #include "model/chat_template.h"
 #include "model/safetensors.h"

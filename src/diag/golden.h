@@ -1,5 +1,5 @@
 // Golden records (DESIGN.md §6): what the CPU reference does on a prompt suite, kept so that any
-// other run (another backend, precision or toggle set) can be measured against it (compare.h).
+// other run (another backend, precision or toggle set) can be measured against it (judge/result.h).
 //
 // A record is a folder:
 //   manifest.json      format and tool version, model and tokenizer fingerprints, the suite (with each
@@ -62,9 +62,9 @@
 
 #include "record/cases.h"
 #include "record/floor_class.h"
-#include "diag/forced_run.h"
+#include "judge/forced_run.h"
 #include "record/golden_record.h"
-#include "diag/metrics.h"
+#include "judge/metrics.h"
 #include "record/record_manifest.h"
 #include "record/record_store.h"
 #include "engine/backend_factory.h"
@@ -101,7 +101,7 @@ struct GoldenOptions {
   // The CPU spot check of a reference made on the GPU: for every case, the CPU reference recomputes
   // the first verify_positions positions with the record's own input injected into each of
   // verify_layers (isolated layer outputs) and the logits that follow; each must agree within the
-  // fixed fp32-class limits (compare.h kFallbackRelL2 for each layer's rel_l2, kFallbackKld for the
+  // fixed fp32-class limits (judge/result.h kFallbackRelL2 for each layer's rel_l2, kFallbackKld for the
   // largest KLD of a position); the logits the continuation was generated from must agree with the
   // record's teacher-forced ones (top-kSpotCheckTopK KLD within kFallbackKld) and a greedy
   // continuation must be their top-1 (kGreedyTieNats); else no record is written (exit 1). The result is
@@ -123,7 +123,7 @@ struct GoldenOptions {
 
 // The spot check of bf16 floors made on the GPU: the GPU's bf16 layer output may be at most
 // kFloorCheckK times as far from the CPU's emulation as the emulation is from the record (the floor
-// rule's k, compare.h CompareRules), plus kFloorCheckEps for layers the record holds exactly.
+// rule's k, judge/result.h CompareRules), plus kFloorCheckEps for layers the record holds exactly.
 constexpr double kFloorCheckK = 3.0;
 constexpr double kFloorCheckEps = 1e-12;
 

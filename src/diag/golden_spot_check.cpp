@@ -4,7 +4,7 @@
 #include <cmath>
 #include <span>
 
-#include "diag/compare.h"
+#include "judge/result.h"
 #include "diag/golden_run.h"
 #include "util/error.h"
 

@@ -25,7 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/compare.h"
+#include "judge/result.h"
+#include "subjects/engine.h"
 #include "diag/subop.h"
 
 namespace degen {

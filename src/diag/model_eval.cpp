@@ -9,8 +9,10 @@
 #include <set>
 
 #include "record/cases.h"
-#include "diag/compare.h"
+#include "judge/result.h"
+#include "subjects/engine.h"
 #include "engine/faults.h"
+#include "engine/toggles.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/spec_decode.h"
@@ -398,8 +400,7 @@ EvalFigures evaluate_model(const Model& model, const Tokenizer& tok, const std::
       GoldenCase gc = rec->load_case(idx, false);
       gc.opened_think = meta.opened_think;
       gc.ignore_stop = meta.ignore_stop;
-      RunConfig sp_rc;
-      SamplingParams sp = apply_run_config(sp_rc, meta.sampling).sampling;
+      const SamplingParams sp = meta.sampling_params;
       GenerateOptions go;
       go.max_new_tokens = meta.max_new_tokens;
       if (!meta.ignore_stop) go.stop_ids = run.stops;
@@ -454,8 +455,23 @@ EvalFigures evaluate_model(const Model& model, const Tokenizer& tok, const std::
 namespace {
 
 struct Scope {
-  std::string label, suffix;  // "all GDN layers", "@linear"
+  std::string label;  // "all GDN layers", "layer 5"
+  LayerScope layers;  // the fault's scope (unscoped: every layer of its kind)
 };
+
+LayerScope linear_layers() {
+  LayerScope s;
+  s.all = false;
+  s.linear = true;
+  return s;
+}
+
+LayerScope full_layers() {
+  LayerScope s;
+  s.all = false;
+  s.full = true;
+  return s;
+}
 
 std::vector<Scope> scopes_for(const FaultInfo& fi, const ModelConfig& cfg) {
   std::vector<int> lin, full;
@@ -471,17 +487,17 @@ std::vector<Scope> scopes_for(const FaultInfo& fi, const ModelConfig& cfg) {
             one = l;
             break;
           }
-      return {{"all GDN layers", "@linear"}, {cat("layer ", one), cat("@", one)}};
+      return {{"all GDN layers", linear_layers()}, {cat("layer ", one), LayerScope::of_layers({one})}};
     }
     case FaultSite::full_layer:
       if (full.empty()) return {};
-      return {{"all attention layers", "@full"}, {cat("layer ", full.back()), cat("@", full.back())}};
+      return {{"all attention layers", full_layers()}, {cat("layer ", full.back()), LayerScope::of_layers({full.back()})}};
     case FaultSite::any_layer:
-      return {{"all layers", ""}, {cat("layer ", cfg.num_layers / 2), cat("@", cfg.num_layers / 2)}};
+      return {{"all layers", {}}, {cat("layer ", cfg.num_layers / 2), LayerScope::of_layers({cfg.num_layers / 2})}};
     case FaultSite::moe_layer:
       return {};
     case FaultSite::model:
-      return {{"model", ""}};
+      return {{"model", {}}};
   }
   return {};
 }
@@ -517,12 +533,14 @@ std::vector<FaultRow> fault_table(const Model& model, const Tokenizer& tok, cons
       r.fault = fi.name;
       r.scope = sc.label;
       RunConfig rc = opt.base;
-      std::string extra;
-      if (fi.needs_tp) extra = "tp=2,";
-      if (fi.needs_mtp) extra = "mtp=2,";
-      if (fi.needs) extra = cat(fi.needs, ",");  // the serving toggles its mechanism needs (mtp=2 among them)
       try {
-        rc = apply_run_config(rc, cat(extra, "fault=", fi.name, sc.suffix));
+        if (fi.needs)  // the serving toggles its mechanism needs (mtp=2 among them)
+          rc = with_toggles_of(rc, fault_needs(fi), [](const Toggle& t) { return t.kind != ToggleKind::fault; });
+        else if (fi.needs_mtp)
+          rc.mtp = 2;
+        else if (fi.needs_tp)
+          rc = rc.with_tp(2);
+        rc.faults.push_back({fi.name, sc.layers});
         validate_run_config(rc, model.config);
       } catch (const Error& e) {
         r.applicable = false;

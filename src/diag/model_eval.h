@@ -29,7 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "record/golden_record.h"
-#include "diag/metrics.h"
+#include "judge/metrics.h"
 #include "engine/backend_factory.h"
 #include "engine/run_config.h"
 #include "model/model.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "diag/server_compare.h"
+#include "subjects/server/compare.h"
 #include "diag/sweep.h"
 #include "net/process.h"
 

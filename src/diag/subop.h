@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/forced_run.h"
+#include "judge/forced_run.h"
 #include "record/golden_record.h"
-#include "diag/metrics.h"
+#include "judge/metrics.h"
 #include "engine/backend_factory.h"
 #include "engine/run_config.h"
 #include "model/model.h"

@@ -1,6 +1,6 @@
 // What speculative decoding (MTP) did, as the engine records it: one VerifyStep per verify pass,
 // summarised by spec_decode() into the acceptance figures of spec metrics.md §5. The engine produces
-// them (engine/spec_decode.h, engine/generate.h); the diagnostics read them (diag/metrics.h).
+// them (engine/spec_decode.h, engine/generate.h); the diagnostics read them (judge/metrics.h).
 #pragma once
 #include <cstdint>
 #include <optional>

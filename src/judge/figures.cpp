@@ -1,4 +1,4 @@
-// The figures every comparison computes the same way (diag/compare.h): a logits verdict from
+// The figures every comparison computes the same way (judge/result.h): a logits verdict from
 // per-position metrics, the log-prob offset of another engine, the free-running figures and the
 // model-or-engine reasons, the engine classes and their measured floors, whitespace ids, and the reason
 // of a layer that breaks its rule.
@@ -7,7 +7,7 @@
 #include <iomanip>
 #include <span>
 
-#include "diag/compare.h"
+#include "judge/result.h"
 #include "engine/engine.h"
 #include "judge/format.h"
 #include "model/tokenizer.h"

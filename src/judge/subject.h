@@ -1,6 +1,6 @@
 // What a comparison judges (judge/compare.h compare()): our engine under a configuration
 // (subjects/engine.h), another engine's dump (subjects/dump.h) or a running server
-// (diag/server_compare.cpp). The orchestrator fills the result's header, checks the record and
+// (subjects/server/compare.cpp). The orchestrator fills the result's header, checks the record and
 // selects the cases once, then asks the subject for each part of each case in this order:
 //  begin_case      the case loaded, its identity (id, tokens, positions) in the CaseResult;
 //  teacher_forced  rows over the golden sequence: full logits (our engine, a dump) or listings (a
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "diag/compare.h"
+#include "judge/result.h"
 
 namespace degen {
 

@@ -33,7 +33,7 @@ void check_timeout(double seconds, const char* flag);
 // The largest answer body read when a request does not set its own cap: /health, /detokenize of
 // one prompt (a few KiB of text), a single position's top-K. 16 MiB is thousands of times those; the
 // requests whose answers grow with what they ask (every id at every position) set their cap from it
-// (server_compare.cpp, answer_cap()).
+// (subjects/server/compare.cpp, answer_cap()).
 constexpr size_t kDefaultMaxBodyBytes = size_t{16} << 20;
 
 // The longest wait between two attempts: doubling from 0.5 s, --attempts 20 waited 3 days in all

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "record/forced_mode.h"
+#include "engine/run_config.h"
 #include "engine/trace.h"
 #include "model/safetensors.h"
 #include "util/file_io.h"
@@ -174,6 +175,7 @@ GoldenCase case_metadata(const Manifest::Case& mc) {
   c.max_new_tokens = mc.max_new_tokens;
   c.ignore_stop = mc.ignore_stop;
   c.sampling = mc.sampling;
+  c.sampling_params = parse_run_config(mc.sampling).sampling;  // the manifest checked it (sampling_only)
   c.stop_reason = mc.stop_reason;
   c.nonfinite_logits = mc.nonfinite_logits;
   c.P = mc.positions_stored;

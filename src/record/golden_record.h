@@ -12,6 +12,7 @@
 #include "record/floor_class.h"
 #include "record/record_manifest.h"
 #include "record/topk.h"
+#include "engine/sampler.h"
 
 namespace degen {
 
@@ -23,6 +24,7 @@ struct GoldenCase {
   int max_new_tokens = 0;
   bool ignore_stop = false;
   std::string sampling;             // canonical sampling string the continuation was made with ("" greedy)
+  SamplingParams sampling_params;   // the same, parsed once when the record is read
   std::string stop_reason;
   bool nonfinite_logits = false;    // the reference's own generation saw non-finite logits
   std::string file;                 // data file name

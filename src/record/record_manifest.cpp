@@ -250,7 +250,7 @@ Manifest::Verification verification_from(const json& j) {
   // golden --verify-positions' bound; the cases checked are at most the record's (GoldenRecord::open)
   v.positions = int_in(j.at("positions"), path_of(at, "positions"), 0, kMaxVerifyPositions, "golden --verify-positions");
   v.cases = int_in(j.at("cases"), path_of(at, "cases"), 0, kMaxTensorDim, "cases checked");
-  // The limits are compare.h's fixed fp32 limits (> 0); the worst values are maxima of rel_l2s and
+  // The limits are judge/result.h's fixed fp32 limits (> 0); the worst values are maxima of rel_l2s and
   // KLDs that start at 0 and passed those limits (golden_spot_check.cpp)
   v.limit_rel_l2 = number_at_least_0(j.at("limit_rel_l2"), path_of(at, "limit_rel_l2"), "a rel_l2 limit", true);
   v.limit_kld = number_at_least_0(j.at("limit_kld"), path_of(at, "limit_kld"), "a KLD limit", true);

@@ -1,5 +1,5 @@
 // Top-K of logits rows under the golden rules (what a golden record stores per position). The
-// comparison of a run's logits with a stored top-K is diag/metrics.h (logit_positions).
+// comparison of a run's logits with a stored top-K is judge/metrics.h (logit_positions).
 #pragma once
 #include <cstdint>
 #include <optional>

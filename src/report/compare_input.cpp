@@ -1,7 +1,7 @@
 // Reading a compare result for the report (see compare_input.h).
 #include "report/compare_input.h"
 
-#include "diag/compare_json.h"
+#include "judge/compare_json.h"
 #include "util/error.h"
 #include "util/json_input.h"
 

@@ -1,5 +1,5 @@
 // A compare result as `degenbisect report` reads it (`compare --json`): the typed CompareResult
-// (diag/compare_json.h: strict, every key with its type, keys of earlier versions defaulted), or
+// (judge/compare_json.h: strict, every key with its type, keys of earlier versions defaulted), or
 // the form `compare --json` writes for a configuration it could not test at all (verdict
 // "untestable", no "cases"), which only names the run. Beside them, what a result may carry outside
 // CompareResult's own keys: the reason of an untestable verdict ("reason"), and a case's decoded
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/compare.h"
+#include "judge/result.h"
 
 namespace degen::report {
 

@@ -9,8 +9,8 @@
 #include <set>
 
 #include "build_config.h"
-#include "diag/compare.h"
-#include "diag/metrics.h"
+#include "judge/result.h"
+#include "judge/metrics.h"
 #include "diag/sweep.h"
 #include "model/tokenizer.h"
 #include "report/common.h"

@@ -1,5 +1,5 @@
 // Another engine's dump as the subject of a comparison (judge/subject.h; what a dump holds and how it
-// is judged: diag/dump_compare.h): per case, its logits against the record's top-K, its layer outputs'
+// is judged: subjects/dump_reader.h): per case, its logits against the record's top-K, its layer outputs'
 // drift against a known-good run of its class measured now, and within the first layer over it the
 // first step over the known-good run's error there. No isolated errors, no generation.
 #pragma once
@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "diag/dump_compare.h"
+#include "subjects/dump_reader.h"
 #include "judge/subject.h"
 
 namespace degen {

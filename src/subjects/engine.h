@@ -1,5 +1,5 @@
 // Our engine under a configuration as the subject of a comparison (judge/subject.h; what it measures:
-// diag/compare.h): per case, teacher-forced and isolated runs of each mode, MTP draft/verify and the
+// judge/result.h): per case, teacher-forced and isolated runs of each mode, MTP draft/verify and the
 // serving mechanisms against plain processing, observed against unobserved (the first case), and the
 // free-running generation (all cases generated first, so that batch=all can batch them) with its
 // consistency against teacher forcing.
@@ -7,10 +7,24 @@
 #include <memory>
 #include <vector>
 
-#include "diag/compare.h"
+#include "engine/run_config.h"
+#include "judge/result.h"
 #include "judge/subject.h"
 
 namespace degen {
+
+// Our engine under test: the common options (cases, allow_model_mismatch,
+// fail_on_model_degeneration, rules) and the tested configuration.
+struct CompareOptions : CommonCompareOptions {
+  RunConfig config;                       // the tested configuration
+  bool decode_mode = true;                // also run the decode-mode (one token per call) passes
+};
+
+// Runs the comparison. InputError (exit 128) for a record made for another model (unless
+// allow_model_mismatch; even then the shapes must agree), unknown case ids, or a damaged record;
+// UntestableError (exit 125) when the factory cannot build the configuration.
+CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, const CompareOptions& opt,
+                             const BackendFactory& factory, std::FILE* progress = nullptr);
 
 namespace engine_subject {
 struct EngineRun;

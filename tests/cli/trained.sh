@@ -12,7 +12,7 @@ BUG=conv-window-stuck@linear
 for s in smoke chunk-boundaries; do
   expect_exit 0 "$BIN" -q compare --golden "$G/$s" --model "$M" --no-decode --json "$WORK/$s.json"
 done
-# ... and observing its layers changes nothing (diag/observation.h: the first case prefilled observed
+# ... and observing its layers changes nothing (judge/observation.h: the first case prefilled observed
 # and not, every logit bit-equal, every layer step offered)
 python3 - "$WORK/smoke.json" <<'PY' || fail "the observed run's logits differ from the unobserved run's"
 import json, sys

@@ -14,7 +14,9 @@
 
 #include "../helpers.h"
 #include "record/cases.h"
-#include "diag/compare.h"
+#include "judge/result.h"
+#include "subjects/engine.h"
+#include "report/compare_text.h"
 #include "diag/golden.h"
 #include "backends/make_backend.h"
 #include "cuda/device_counters.h"

@@ -24,7 +24,7 @@ if [ "$PART" != toggles ]; then
     expect_exit 0 "$BIN" -q compare --golden "$SRC/golden/$m/smoke" --model "$WORK/$m" --config backend=cuda \
       --case repeated-pattern --case sampled-story --json "$WORK/$m.json"
     expect_out "verdict: good"
-    # observing the layers changes nothing on the CUDA path either (diag/observation.h): the first
+    # observing the layers changes nothing on the CUDA path either (judge/observation.h): the first
     # case prefilled observed and not, every logit bit-equal, every layer step offered
     python3 - "$WORK/$m.json" <<'PY' || fail "$m: the observed run's logits differ from the unobserved run's"
 import json, sys

@@ -11,7 +11,7 @@ G=$SRC/golden/tiny-trained
 expect_exit 0 "$BIN" -q compare --golden "$G/smoke" --model "$M" --config backend=cuda \
   --case two-plus-two --case story-sampled --json "$WORK/compare.json"
 expect_out "verdict: good"
-# observing the layers changes nothing on the CUDA path (diag/observation.h): bit-equal logits
+# observing the layers changes nothing on the CUDA path (judge/observation.h): bit-equal logits
 python3 - "$WORK/compare.json" <<'PY' || fail "the observed run's logits differ from the unobserved run's"
 import json, sys
 o = json.load(open(sys.argv[1]))["cases"][0]["observation"]

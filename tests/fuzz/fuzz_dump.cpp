@@ -13,8 +13,8 @@
 #include <span>
 #include <vector>
 
-#include "diag/dump_compare.h"
-#include "diag/metrics.h"
+#include "subjects/dump_reader.h"
+#include "judge/metrics.h"
 #include "fuzz_common.h"
 #include "model/config.h"
 #include "util/json_input.h"

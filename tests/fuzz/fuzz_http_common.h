@@ -1,11 +1,11 @@
 // Shared by fuzz_http_llama.cpp and fuzz_http_openai.cpp: what the tool relies on after a server
-// answer was parsed (server_compare.h, server_answer): every log-prob is a number <= the rounding
+// answer was parsed (subjects/server/compare.h, server_answer): every log-prob is a number <= the rounding
 // allowance or -inf (never NaN, never +inf), every id >= 0, a stop reason of at most 40 characters. A parsed answer that breaks one of these is a finding.
 #pragma once
 #include <cmath>
 #include <string>
 
-#include "diag/server_compare.h"
+#include "subjects/server/compare.h"
 #include "fuzz_common.h"
 
 namespace fuzz {

@@ -1,5 +1,5 @@
 // SGLang's POST /generate answers as compare --server --api sglang reads them (net::parse_answer, then
-// server_answer, src/diag/server_compare.h). Byte 0 picks the request the body answers:
+// server_answer, src/subjects/server/compare.h). Byte 0 picks the request the body answers:
 //   0  the teacher-forced request: 1 + (byte 1 & 1) sequences in one (input_ids as a list of lists),
 //      each of 1 + (byte 1 >> 1) % 8 ids, all 1 + (byte 1 >> 4) % 3; the answer a list of one answer
 //      per sequence, each read by sglang_sequence (the distribution after every prefix);

@@ -5,6 +5,7 @@
 
 #include "record/cases.h"
 #include "engine/backend_factory.h"
+#include "engine/toggles.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "subjects/engine/run.h"
@@ -64,9 +65,7 @@ std::vector<GenJob> generation_jobs(EngineRun& run, const std::vector<size_t>& s
   for (size_t s = 0; s < selected.size(); ++s) {
     const GoldenCase& gc = run.rec.cases()[selected[s]];
     GoldenCase full = run.rec.load_case(selected[s], false);
-    RunConfig base;
-    base.sampling = run.opt.config.sampling;
-    SamplingParams sp = apply_run_config(base, gc.sampling).sampling;
+    const SamplingParams sp = with_sampling_of(run.opt.config.sampling, gc.sampling_params);
     jobs.push_back({s, full.prompt, sp, gc.max_new_tokens, gc.ignore_stop, static_cast<uint32_t>(gc.index),
                     full.continuation});
     GenerationResult& g = gens[s];

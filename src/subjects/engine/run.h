@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "diag/compare.h"
+#include "judge/result.h"
+#include "subjects/engine.h"
 #include "engine/generate.h"
 #include "engine/serving.h"
 #include "engine/spec_decode.h"
@@ -74,9 +75,9 @@ void forced_and_isolated(EngineRun& run, const GoldenCase& g, const std::vector<
 // Step 3b: the generation's own logits against a teacher-forced run over the same tokens.
 void generation_consistency(EngineRun& run, const GoldenCase& g, const std::vector<int32_t>& seq,
                             const std::vector<int32_t>& next, const CaseResult& cr, GenerationResult& gen);
-// MTP draft/verify teacher-forced over the golden sequence (compare.h MtpForcedResult).
+// MTP draft/verify teacher-forced over the golden sequence (judge/result.h MtpForcedResult).
 void mtp_forced_check(EngineRun& run, const GoldenCase& g, const std::vector<int32_t>& seq, CaseResult& cr);
-// The serving mechanisms the configuration turns on, each against plain processing (compare.h ServingCheck).
+// The serving mechanisms the configuration turns on, each against plain processing (judge/result.h ServingCheck).
 void serving_checks(EngineRun& run, const GoldenCase& g, const std::vector<int32_t>& seq, CaseResult& cr);
 
 // The GDN states (every rank's) of two states of the tested engine: the worst rel_l2 and the first

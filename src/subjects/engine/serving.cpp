@@ -1,4 +1,4 @@
-// Our engine under test, the serving-state check (compare.h ServingCheck): each serving mechanism the
+// Our engine under test, the serving-state check (judge/result.h ServingCheck): each serving mechanism the
 // configuration turns on, through the case's golden sequence, against plain processing of the same
 // tokens on the same engine.
 #include <algorithm>
@@ -49,7 +49,7 @@ struct ServingProbe {
   const std::vector<int32_t>& ext;
   ServingCheck c;
   std::vector<metrics::LogitPosition> pos;
-  bool state_decides = true;  // fp32 class (compare.h ServingCheck)
+  bool state_decides = true;  // fp32 class (judge/result.h ServingCheck)
   ServingProbe(EngineRun& r, const PlainRun& pl, const std::vector<int32_t>& e, std::string mechanism, std::string what)
       : run(r), plain(pl), ext(e) {
     c.mechanism = std::move(mechanism);

@@ -1,7 +1,6 @@
-// compare's result as text (see compare.h; JSON: compare_json.cpp; JUnit: report::junit_for_compare). The
-// comparison itself: judge/compare.h (the orchestrator), subjects/engine.h (our engine),
-// judge/figures.cpp (the figures every comparison shares).
-#include "diag/compare.h"
+// compare's result as text (report/compare_text.h). What it renders: judge/result.h; the comparison
+// itself: judge/compare.h (the orchestrator) over a subject (subjects/).
+#include "report/compare_text.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
-// compare --dump (dump_compare.h): the name tables of the engines' dumps and the reader that opens and
+// compare --dump (subjects/dump_reader.h): the name tables of the engines' dumps and the reader that opens and
 // checks a dump file. The comparison itself: subjects/dump.h.
-#include "diag/dump_compare.h"
+#include "subjects/dump_reader.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,6 +1,6 @@
 // The JSON form of a compare result, written (to_json) and read back (compare_result_from_json);
-// see compare_json.h.
-#include "diag/compare_json.h"
+// see judge/compare_json.h.
+#include "judge/compare_json.h"
 
 #include <cmath>
 #include <limits>

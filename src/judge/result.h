@@ -32,10 +32,10 @@
 #include <nlohmann/json.hpp>
 
 #include "record/floor_class.h"
-#include "diag/forced_run.h"
+#include "judge/forced_run.h"
 #include "record/golden_record.h"
-#include "diag/metrics.h"
-#include "diag/observation.h"
+#include "judge/metrics.h"
+#include "judge/observation.h"
 #include "engine/backend_factory.h"
 #include "engine/run_config.h"
 #include "model/model.h"
@@ -100,12 +100,6 @@ struct CommonCompareOptions {
   CompareRules rules;
 };
 
-// Our engine under test: the common options (cases, allow_model_mismatch,
-// fail_on_model_degeneration, rules) and the tested configuration.
-struct CompareOptions : CommonCompareOptions {
-  RunConfig config;                       // the tested configuration
-  bool decode_mode = true;                // also run the decode-mode (one token per call) passes
-};
 
 // One layer of one case. Index [m] is the ForcedMode (0 prefill, 1 decode).
 struct LayerRow {
@@ -280,7 +274,7 @@ struct CaseResult {
   std::optional<LogitsResult> mtp;
   std::optional<MtpForcedResult> mtp_forced;  // mtp > 0 on a model with MTP weights
   std::vector<ServingCheck> serving;           // one per serving mechanism the configuration turns on
-  // The first case of a run: its logits observed and not, bit for bit (diag/observation.h).
+  // The first case of a run: its logits observed and not, bit for bit (judge/observation.h).
   std::optional<ObservationCheck> observation;
   GenerationResult gen;
   metrics::Verdict verdict = metrics::Verdict::good;
@@ -304,7 +298,7 @@ struct CompareResult {
   std::string floor_class;     // "fp32" or "bf16": the floors this configuration is judged with
   bool floors = false;         // the record has floors of that class
   std::string floors_reason;
-  std::string source;          // "" for our own engine; "dump" for another engine's dump (dump_compare.h)
+  std::string source;          // "" for our own engine; "dump" for another engine's dump (subjects/dump_reader.h)
   std::string limits_note;     // replaces the limits line of the table when set
   std::vector<CaseResult> cases;
   metrics::Verdict verdict = metrics::Verdict::good;
@@ -368,19 +362,8 @@ double measured_kld_floor(const GoldenCase& g, const Model& model, const RunConf
 // The same with an engine already built on `be`.
 double teacher_forced_kld(Engine& eng, Backend& be, const GoldenCase& g, int64_t vocab_size, const std::vector<uint8_t>* mask);
 
-// Runs the comparison. InputError (exit 128) for a record made for another model (unless
-// allow_model_mismatch; even then the shapes must agree), unknown case ids, or a damaged record;
-// UntestableError (exit 125) when the factory cannot build the configuration.
-CompareResult compare_golden(const GoldenRecord& rec, const Model& model, const Tokenizer* tok, const CompareOptions& opt,
-                             const BackendFactory& factory, std::FILE* progress = nullptr);
 
 // Ids whose bytes are whitespace only: they do not count as answer content (empty_content).
 std::vector<int32_t> whitespace_ids(const Tokenizer& tok);
-
-// The text printed on stdout: a compact per-layer table (worst over the cases; per_case: one table
-// per case), one line per case, the reasons, and the verdict.
-std::string format_compare(const CompareResult& r, bool per_case = false);
-// JUnit XML of a result: report::junit_for_compare(r.to_json()) (src/report/junit.h; report sits
-// above diag, so diag writes no XML itself).
 
 }  // namespace degen

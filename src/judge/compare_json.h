@@ -1,6 +1,6 @@
 // The JSON form of a compare result (`compare --json`), both ways. CompareResult::to_json and the
-// to_json of every type nested in it (compare.h, observation.h, the metrics structs of metrics.h)
-// are defined in compare_json.cpp; compare_result_from_json reads that form back.
+// to_json of every type nested in it (judge/result.h, observation.h, the metrics structs of metrics.h)
+// are defined in judge/compare_json.cpp; compare_result_from_json reads that form back.
 //
 // Reading is strict: a key that to_json always writes must be there with the type it writes, or an
 // InputError names the key's path ("cases[0].generation.tokens[3]: expected an integer, found
@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "diag/compare.h"
+#include "judge/result.h"
 
 namespace degen {
 

@@ -1,7 +1,7 @@
 // compare --dump: judge another engine's teacher-forced run, written as a dump (docs/dump-format.md:
 // one safetensors file per case, the engine's named intermediates over the golden token sequence and
 // its logits at every position), against a golden record, with the same result, table, JSON, JUnit
-// and exit codes as compare (compare.h).
+// and exit codes as compare (judge/result.h).
 //
 // What a dump can give: the engine's own forward pass over the golden tokens, once (prefill). So:
 //  - logits: KLD / top-1 / Δp against the record's top-K at every position, judged against the
@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "diag/compare.h"
+#include "judge/result.h"
 #include "engine/trace.h"
 #include "util/dtype.h"
 
@@ -109,7 +109,7 @@ class DumpReader {
   int64_t prompt_tokens_ = 0;
 };
 
-// The common options (compare.h; cases: only these, empty: every case with a dump file) and the dump's.
+// The common options (judge/result.h; cases: only these, empty: every case with a dump file) and the dump's.
 struct DumpCompareOptions : CommonCompareOptions {
   std::string dir;                   // the dump folder
   FloorClass fclass = FloorClass::fp32;

@@ -1,7 +1,7 @@
 // Metrics of ../shared/spec/metrics.md: tensor error, noise floor, logit distribution and its
 // summary, degeneration, speculative decoding, verdicts. Definitions and edge cases: metrics.h.
 // note: plain fp64 loops on purpose (STYLE.md principle 7): these numbers decide verdicts.
-#include "diag/metrics.h"
+#include "judge/metrics.h"
 
 #include "util/logits.h"
 

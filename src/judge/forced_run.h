@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "diag/metrics.h"
+#include "judge/metrics.h"
 #include "record/forced_mode.h"
 #include "engine/engine.h"
 

@@ -1,12 +1,12 @@
 // Observed run against the run that is not observed (see observation.h).
-#include "diag/observation.h"
+#include "judge/observation.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#include "diag/metrics.h"
+#include "judge/metrics.h"
 #include "engine/engine.h"
 #include "engine/trace.h"
 #include "util/error.h"

@@ -1,5 +1,5 @@
 // compare --server: score a running inference server against a golden record, through its HTTP API,
-// with the result, table, JSON, JUnit and exit codes of compare (compare.h). docs/server.md.
+// with the result, table, JSON, JUnit and exit codes of compare (judge/result.h). docs/server.md.
 //
 // API "llama" (llama.cpp's llama-server, native POST /completion):
 //  - vocabulary: POST /detokenize of the record's first prompt must give our tokenizer's text
@@ -67,7 +67,7 @@
 #include <string>
 #include <vector>
 
-#include "diag/compare.h"
+#include "judge/result.h"
 #include "net/http.h"
 #include "subjects/server/answers.h"
 
@@ -84,7 +84,7 @@ constexpr int kServerAllIds = 4096;
 std::vector<std::string> serving_probe_names(bool defaults_only = false);
 std::string serving_probes_help();
 
-// The common options (compare.h: cases, allow_model_mismatch, fail_on_model_degeneration, rules)
+// The common options (judge/result.h: cases, allow_model_mismatch, fail_on_model_degeneration, rules)
 // and the server's.
 struct ServerCompareOptions : CommonCompareOptions {
   std::string url;                    // base URL, e.g. http://127.0.0.1:8080
@@ -104,7 +104,7 @@ struct ServerCompareOptions : CommonCompareOptions {
   // judge the same cases against the same known-good run: it runs once per case).
   std::shared_ptr<std::map<std::string, double>> measured_floors = std::make_shared<std::map<std::string, double>>();
   bool free_running = true;
-  // Decode-path scoring of the free-running generation (compare.h DecodePathResult): the server's
+  // Decode-path scoring of the free-running generation (judge/result.h DecodePathResult): the server's
   // distribution at each generated step against our reference over the engine's own sequence.
   bool decode_path = true;
   int64_t decode_steps = -1;  // score at most this many generated steps per case (-1: every step)

@@ -1,6 +1,6 @@
 // The teacher-forced driver (forced_run.h): a token sequence through an engine from a fresh state,
 // with layer outputs captured, golden inputs injected or one layer's output patched.
-#include "diag/forced_run.h"
+#include "judge/forced_run.h"
 
 #include <algorithm>
 #include <chrono>
