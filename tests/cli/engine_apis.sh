@@ -173,9 +173,14 @@ after=$(grep -c 'prompt_logprobs request' "$plog" || true)
 [ $((after - before)) -eq 1 ] || fail "--api vllm: $((after - before)) prompt_logprobs requests for one case (expected 1)"
 expect_exit 0 score --server "http://127.0.0.1:$port" --api vllm --served-model tiny-trained --case two-plus-two --topk 20 \
   --probes prefix-cache,batching,repeat --no-decode-path
-expect_out "probe prefix-cache: not applicable (the OpenAI-compatible API has no per-request prompt cache control)"
-expect_out "probe batching: not applicable (with --api vllm the server's slots are not known"
-expect_out "probe repeat: not applicable (the OpenAI-compatible API has no per-request prompt cache control)"
+# vLLM's cache control (cache_salt) and continuous batching: llama-server behind the adapter batches
+# the concurrent requests on its slots and ignores the salt; it states no cached-token count, so the
+# prefix-cache probe cannot be judged (real vLLM: tests/cli/vllm_real.sh).
+expect_out "probe prefix-cache: not applicable (the server does not say what it reused (no usage.prompt_tokens_details.cached_tokens; vLLM states it with --enable-prompt-tokens-details))"
+expect_out "probe batching: good (beside 3 other requests on continuous batching; batched equals solo"
+expect_out "probe repeat: good (the same request twice, cold; the repeat equals the first)"
+# every generation its own salt: the cold run, the warm one (the cold one again) and the repeat (anew)
+[ "$(grep '^cache_salt ' "$plog" | sort -u | wc -l)" -ge 2 ] || fail "--api vllm sent fewer than two cache_salts (the adapter's log)"
 expect_exit 128 score --server "http://127.0.0.1:$port" --api vllm --case two-plus-two --sglang-logprobs original
 expect_out "--sglang-logprobs applies to --api sglang only"
 echo "vllm api: the same figures as --api openai --prompt-logprobs"

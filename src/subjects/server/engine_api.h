@@ -74,7 +74,7 @@ constexpr int64_t kBatchDistractors = 3;
 // How the server decodes several sequences together (the batching probe).
 struct BatchShape {
   std::string not_applicable;   // why the API or this server cannot (empty: it can)
-  std::optional<int64_t> slots;  // the slots the server states (llama: /props total_slots)
+  std::optional<int64_t> slots;  // the slots the server states (llama: /props total_slots; none: vLLM's continuous batching)
   int64_t others = 0;            // the distractor sequences to send beside the case
   bool one_request = false;      // all in one request (SGLang: input_ids as a list of lists)
 };
@@ -98,6 +98,7 @@ struct ApiCapabilities {
   const char* no_cache_control = "";
   const char* cached_field = "";    // where an answer states its reused prompt tokens
   const char* no_reuse_hint = "";   // appended when it states 0
+  const char* no_field_hint = "";   // appended when an answer does not state it
   size_t forced_batch = 1;          // cases whose teacher-forced answers are fetched together
 };
 
@@ -137,11 +138,20 @@ class EngineApi {
   // so that it may reuse it.
   virtual void prime(const ApiContext&, const std::vector<int32_t>&) const {}
   virtual json warm_request(const json& cold_req) const { return cold_req; }
+  // The cold request sent again, cold (the repeat probe): as it is, or with what makes it cold anew
+  // (vLLM: a new cache_salt).
+  virtual json cold_again(const json& cold_req) const { return cold_req; }
   // Batching: how the server decodes sequences together, and the case's request sent beside
   // `others` (generation requests) that way; the case's answer, read.
   virtual BatchShape batch_shape(const ApiContext& c) const;
   virtual Generated together(const ApiContext& c, const json& case_req, const std::vector<json>& others, int64_t prompt,
                              int64_t budget) const;
+
+ protected:
+  // The case's request and `others` sent at the same time, one thread each (a server with continuous
+  // batching decodes them in the same batches); the case's answer, read.
+  Generated concurrently(const ApiContext& c, const json& case_req, const std::vector<json>& others, int64_t prompt,
+                         int64_t budget) const;
 };
 
 // The table: every API, in --api's order.

