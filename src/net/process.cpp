@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <thread>
 #include <vector>
 
@@ -155,6 +156,20 @@ std::string log_tail(const std::filesystem::path& path, int n) {
   std::string out;
   for (const auto& l : lines) out += (out.empty() ? "" : " | ") + l.substr(0, 300);
   return out;
+}
+
+std::string first_exception_line(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "";
+  std::ifstream f(path, std::ios::binary);
+  static const std::regex exception(R"((\b[A-Z][A-Za-z]*(Error|Exception): )|terminate called)");
+  std::string line;
+  while (std::getline(f, line))
+    // a warning that names an exception it might cause (vLLM: "... fd limit errors like `OSError`") is not one
+    if (line.find("WARNING") == std::string::npos && line.find("Warning") == std::string::npos &&
+        std::regex_search(line, exception))
+      return line.substr(0, 300);
+  return "";
 }
 
 ServerProcess::ServerProcess(const std::string& command, const std::filesystem::path& log) : log_(log) {

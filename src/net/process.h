@@ -59,5 +59,11 @@ class ServerProcess {
 
 // The last `n` lines of a file (for error messages), "" when it cannot be read.
 std::string log_tail(const std::filesystem::path& path, int n);
+// The first line of a server's log that states an exception ("TypeError: ...", "RuntimeError: ...",
+// "terminate called ..."), warnings left out, its first 300 bytes; "" when none (or the log is not a
+// regular file). A
+// server whose engine died behind a live HTTP front end answers "500: see stack trace above": this
+// line is the cause.
+std::string first_exception_line(const std::filesystem::path& path);
 
 }  // namespace degen

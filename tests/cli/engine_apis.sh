@@ -176,7 +176,7 @@ expect_exit 0 score --server "http://127.0.0.1:$port" --api vllm --served-model 
 # vLLM's cache control (cache_salt) and continuous batching: llama-server behind the adapter batches
 # the concurrent requests on its slots and ignores the salt; it states no cached-token count, so the
 # prefix-cache probe cannot be judged (real vLLM: tests/cli/vllm_real.sh).
-expect_out "probe prefix-cache: not applicable (the server does not say what it reused (no usage.prompt_tokens_details.cached_tokens; vLLM states it with --enable-prompt-tokens-details))"
+expect_out "probe prefix-cache: not applicable (the server does not say what it reused (no usage.prompt_tokens_details.cached_tokens; vLLM leaves it null"
 expect_out "probe batching: good (beside 3 other requests on continuous batching; batched equals solo"
 expect_out "probe repeat: good (the same request twice, cold; the repeat equals the first)"
 # every generation its own salt: the cold run, the warm one (the cold one again) and the repeat (anew)

@@ -8,6 +8,7 @@ POST as MODE says (GET /health: 200, as llama-server once loaded):
   hang     never answers (sleeps far beyond the client's time-out)
   close    closes the connection without a response
   refuse   HTTP 500 with a JSON error
+  crash    HTTP 500 "see the stack trace", a traceback (after a warning naming an exception) on stderr
   garbage  HTTP 200 with a body that is not JSON
   rawbytes HTTP 500 with a body that is not UTF-8 either (bytes 0xFF 0xFE, half a character)
   fields   /completion: HTTP 200 with JSON lacking the fields llama-server's has
@@ -130,6 +131,12 @@ class Handler(JsonHandler):
             self.connection.shutdown(2)
         elif MODE == "refuse":
             self.send_json(500, {"error": {"code": 500, "message": "model not loaded"}})
+        elif MODE == "crash":  # an engine dead behind a live front end, as vLLM's: the cause in the log only
+            print("WARNING a limit that can cause errors like `OSError: [Errno 24] Too many open files`", file=sys.stderr)
+            print("ERROR Traceback (most recent call last):\nERROR   File \"mamba_utils.py\", line 202, in batch_memcpy\n"
+                  "ERROR TypeError: 'function' object is not subscriptable\nERROR EngineDeadError: EngineCore died",
+                  file=sys.stderr, flush=True)
+            self.send_json(500, {"error": {"code": 500, "message": "EngineCore encountered an issue. See stack trace (above)"}})
         elif MODE in ("garbage", "rawbytes"):
             body = b"<html>502 Bad Gateway</html>" if MODE == "garbage" else b"\xff\xfe upstream failed \xc3"
             self.send_response(200 if MODE == "garbage" else 500)

@@ -152,6 +152,11 @@ done
 expect_exit 0 score --server-cmd "python3 $SRC/tests/cli/misbehaving_server.py replay port={port} $WORK/prompt.txt $G/two-plus-two.safetensors"
 expect_out "verdict: good (exit 0)"
 ! pgrep -f "misbehaving_server.py replay port=" >/dev/null || fail "compare --server-cmd left its server running"
+# A server it started that answers 500 with the cause in its log only (an engine dead behind its HTTP
+# front end, as vLLM's): untestable, naming the first exception the log states (not a warning's).
+expect_exit 125 score --server-cmd "python3 $SRC/tests/cli/misbehaving_server.py crash port={port}" --server-log "$WORK/crash.log"
+expect_out "refused the request: HTTP 500"
+expect_out "states first: ERROR TypeError: 'function' object is not subscriptable"
 # --topk beyond the model's logit rows: refused before any request (it used to widen every answer's
 # cap with it: --topk 1000000 allowed about 147 GB per sequence).
 for k in 2049 1000000; do

@@ -91,7 +91,11 @@ const EngineApi& vllm_api() {
     c.no_cache_control = "";
     c.cached_field = "usage.prompt_tokens_details.cached_tokens";
     c.no_reuse_hint = "; vLLM reuses a prompt only with prefix caching on: --enable-prefix-caching";
-    c.no_field_hint = "; vLLM states it with --enable-prompt-tokens-details";
+    // vLLM 0.22.1 answers prompt_tokens_details null both without --enable-prompt-tokens-details and
+    // when it reused nothing (measured: with the flag, prefix caching on or off, a prompt shorter than
+    // one cache block)
+    c.no_field_hint = "; vLLM leaves it null without --enable-prompt-tokens-details and where it reused nothing, as with "
+                      "prefix caching off (--enable-prefix-caching)";
     return std::make_unique<VllmApi>(make_openai_api(c), c);
   }();
   return *api;
