@@ -12,6 +12,21 @@ namespace degen::server {
 
 std::string excerpt_of(const json& j) { return json_excerpt(j, 200); }
 
+std::optional<int64_t> optional_count(const json& j, std::initializer_list<const char*> keys, const std::string& url,
+                                      bool null_is_absent) {
+  const json* v = &j;
+  std::string path;
+  for (const char* key : keys) {
+    if (!v->is_object() || !v->contains(key)) return std::nullopt;
+    v = &v->at(key);
+    path += (path.empty() ? "" : ".") + std::string(key);
+  }
+  if (v->is_null() && null_is_absent) return std::nullopt;
+  if (!v->is_number_integer() || v->get<int64_t>() < 0)
+    input_error("malformed response from ", url, ": ", path, " is not a count: ", excerpt_of(*v));
+  return v->get<int64_t>();
+}
+
 // A field of a server answer, or InputError naming the URL and what was expected.
 const json& field(const json& j, const char* key, const std::string& url, const char* what) {
   if (!j.is_object() || !j.contains(key))

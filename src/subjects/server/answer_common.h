@@ -3,6 +3,8 @@
 // throws InputError naming the URL and what was expected.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,11 @@ int64_t token_id(const json& v, const std::string& url);
 double logprob_value(const json& l, const std::string& url);
 // The listed probabilities (each id once) sum to at most 1 + kMaxServerMassExcess.
 void check_mass(const TopList& top, const std::string& url);
+// The count an answer states at the path `keys` (timings.cache_n, meta_info.cached_tokens, ...):
+// nullopt where an object on the way, or the last key, is absent (and where the last value is null,
+// when null_is_absent); InputError naming the dotted path for anything but a non-negative integer.
+std::optional<int64_t> optional_count(const json& j, std::initializer_list<const char*> keys, const std::string& url,
+                                      bool null_is_absent);
 // A short string field (stop_type, finish_reason): "?" when absent or null, InputError for another type.
 std::string reason_field(const json& j, const char* key, const std::string& url);
 // [{"id": N, "logprob": x}, ...] (llama-server, both APIs).

@@ -117,12 +117,7 @@ class LlamaApi final : public EngineApi {
   }
 
   std::optional<int64_t> cached_tokens(const json& answer, const Generated&, const std::string& u) const override {
-    if (!answer.is_object() || !answer.contains("timings") || !answer["timings"].is_object() || !answer["timings"].contains("cache_n"))
-      return std::nullopt;
-    const json& n = answer["timings"]["cache_n"];
-    if (!n.is_number_integer() || n.get<int64_t>() < 0)
-      input_error("malformed response from ", u, ": timings.cache_n is not a count: ", excerpt_of(n));
-    return n.get<int64_t>();
+    return optional_count(answer, {"timings", "cache_n"}, u, false);
   }
   void prime(const ApiContext& c, const std::vector<int32_t>& prompt) const override {
     const json primer = {{"prompt", prompt},   {"n_predict", 1},        {"cache_prompt", true},

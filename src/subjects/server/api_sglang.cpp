@@ -68,6 +68,7 @@ namespace degen::server_answer {
 using json = nlohmann::json;
 using server::check_mass;
 using server::excerpt_of;
+using server::optional_count;
 using server::field;
 using server::reason_field;
 using server::sglang_list;
@@ -144,12 +145,7 @@ Generated sglang_generation(const json& r, const std::string& url, bool with_ste
   } else {
     g.stop_reason = "?";
   }
-  if (m.contains("cached_tokens") && !m.at("cached_tokens").is_null()) {
-    const json& c = m.at("cached_tokens");
-    if (!c.is_number_integer() || c.get<int64_t>() < 0)
-      input_error("malformed response from ", url, ": meta_info.cached_tokens is not a count: ", excerpt_of(c));
-    g.cached_tokens = c.get<int64_t>();
-  }
+  g.cached_tokens = optional_count(r, {"meta_info", "cached_tokens"}, url, true);
   if (m.contains("spec_verify_ct") && m.at("spec_verify_ct").is_number_integer()) {
     g.spec_stated = cat("the server ran ", m.at("spec_verify_ct").get<int64_t>(), " verify steps");
     if (m.contains("spec_accept_length") && m.at("spec_accept_length").is_number())

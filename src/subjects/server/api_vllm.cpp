@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "subjects/server/answer_common.h"
 #include "subjects/server/engine_api.h"
 #include "util/error.h"
 
@@ -54,14 +55,8 @@ class VllmApi final : public EngineApi {
     return req;
   }
   std::optional<int64_t> cached_tokens(const json& answer, const Generated&, const std::string& u) const override {
-    const json* v = &answer;
-    for (const char* key : {"usage", "prompt_tokens_details", "cached_tokens"}) {
-      if (!v->is_object() || !v->contains(key) || (*v)[key].is_null()) return std::nullopt;
-      v = &(*v)[key];
-    }
-    if (!v->is_number_integer() || v->get<int64_t>() < 0)
-      input_error("malformed response from ", u, ": usage.prompt_tokens_details.cached_tokens is not a count: ", v->dump());
-    return v->get<int64_t>();
+    // null where vLLM reused nothing (or was not asked to say: --enable-prompt-tokens-details)
+    return optional_count(answer, {"usage", "prompt_tokens_details", "cached_tokens"}, u, true);
   }
   BatchShape batch_shape(const ApiContext&) const override {
     BatchShape s;
