@@ -37,7 +37,8 @@ install_hf() {
   if python3 -c "import torch, transformers, safetensors, numpy, tiktoken" >/dev/null 2>&1; then return 0; fi
   python3 -m pip --version >/dev/null 2>&1 || { echo "install-deps.sh: --hf needs pip for python3 (python3 -m pip)" >&2; return 1; }
   echo "install-deps.sh: installing ${hf_pkgs[*]} with pip (about 2.9 GB)" >&2
-  if ! python3 -m pip install -q --no-cache-dir "${hf_pkgs[@]}"; then
+  # --no-compile: the modules the tests import are byte-compiled when first imported (CPU beside the build)
+  if ! python3 -m pip install -q --no-cache-dir --no-compile "${hf_pkgs[@]}"; then
     echo "install-deps.sh: pip could not install ${hf_pkgs[*]}; where python3 is the system's (PEP 668)," >&2
     echo "install-deps.sh: make a virtual environment (python3 -m venv), activate it, and run again" >&2
     return 1

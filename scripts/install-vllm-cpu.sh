@@ -59,8 +59,10 @@ for line in whl.read(meta).decode().splitlines():
     print(req.replace("+cpu", ""))
 EOF
 log "installing its $(wc -l < "$dir/requirements.txt") requirements (torch among them: several GB)"
-"$py" -m pip install -q --no-cache-dir -r "$dir/requirements.txt" >&2
-"$py" -m pip install -q --no-deps "$whl" >&2
+# --no-compile: pip would byte-compile all 21,000 .py files (about 50 s of CPU); Python compiles the
+# modules a server imports when it first imports them, and keeps them
+"$py" -m pip install -q --no-cache-dir --no-compile -r "$dir/requirements.txt" >&2
+"$py" -m pip install -q --no-compile --no-deps "$whl" >&2
 rm -rf "$wheels"
 "$py" -c "import vllm" >&2 || { log "vllm $version installed but does not import (above)"; exit 1; }
 echo "$version" > "$stamp"

