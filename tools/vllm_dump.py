@@ -167,93 +167,111 @@ def w_install(worker, tp_size, scale_spec):
             return {"error": str(e)}
     text = find_text_model(model)
     tc = worker.vllm_config.model_config.hf_text_config
-    col = attach(model, list(text.layers), specs=vllm_specs(tc, tp_size), embed=text.embed_tokens,
-                 final_norm=text.norm)
-    _W.update(model=model, col=col, forcing=Forcing(model, text), n_layers=len(text.layers))
+    # the embedding is taken as layer 0's input (an MTP drafter may share vLLM's embed_tokens module)
+    col = attach(model, list(text.layers), specs=vllm_specs(tc, tp_size), embed=None, final_norm=text.norm)
+    _W.update(model=model, col=col, forcing=Forcing(model, text, col), n_layers=len(text.layers))
     return {"layers": len(text.layers), "perturbed": note}
 
 
 def w_start(worker, seq):
-    _W["forcing"].start(list(seq), _W["col"])
+    _W["forcing"].start(list(seq))
     return True
 
 
 def w_finish(worker, path, cid, engine, meta):
-    """Writes the case's dump; returns (positions run, steps written, logits shape) or an error line."""
+    """Writes the case's dump; returns what it wrote, or {"error": line}."""
     import torch
     f = _W["forcing"]
     if f.error:
         return {"error": f.error}
     T = len(f.seq)
-    if f.pos != T:
-        return {"error": f"vLLM ran {f.pos} positions, the sequence has {T}"}
-    names = set().union(*[x.keys() for x in f.forwards]) if f.forwards else set()
-    tensors = {}
-    for name in sorted(names):
-        parts = [x.get(name) for x in f.forwards]
-        if all(p is not None for p in parts):  # a step not captured at every forward is left out
-            tensors[name] = torch.cat(parts, 0)
+    # each position's rows: the LAST forward that ran it (with speculative decoding, a position whose
+    # draft token was rejected runs again with the golden token, whose rows are the ones kept)
+    rows = {}
+    for positions, tensors in f.forwards:
+        for name, t in tensors.items():
+            r = rows.setdefault(name, [None] * T)
+            for i, p in enumerate(positions):
+                if p < T:
+                    r[p] = t[i]
+    unrun = [p for p in range(T) if rows.get("logits", [None] * T)[p] is None]
+    if unrun:
+        return {"error": f"vLLM did not run position(s) {unrun[:5]} of {T}"}
+    tensors = {name: torch.stack(r) for name, r in rows.items() if all(x is not None for x in r)}
+    logits = tensors.pop("logits")
     missing = [f"l_out-{L}" for L in range(_W["n_layers"]) if f"l_out-{L}" not in tensors]
     if missing:
         return {"error": f"no {', '.join(missing[:3])} captured (vLLM's layer layout is not the one this tool knows)"}
-    logits = torch.cat(f.rows, 0)
     write_dump(path, tensors, logits, cid, engine, meta)
-    return {"steps": len(tensors), "logits": list(logits.shape), "forwards": len(f.forwards)}
+    reruns = sum(len([p for p in pos if p < T]) for pos, _ in f.forwards) - T
+    return {"steps": len(tensors), "logits": list(logits.shape), "forwards": len(f.forwards), "reruns": reruns}
 
 
 class Forcing:
-    """Wraps model.compute_logits: records vLLM's logits at every position of each forward and
-    returns logits that make the sampler pick the golden next token."""
+    """Per forward of vLLM's target model: the positions it ran (layer 0's input), the hooks' tensors,
+    and vLLM's logits at every one of those positions. Wraps model.compute_logits, whose result it
+    replaces with logits that make the sampler pick the golden token after each sampled position."""
 
-    def __init__(self, model, text):
+    def __init__(self, model, text, col):
         import torch
         self.torch = torch
         self.model = model
+        self.col = col
         self.orig = model.compute_logits
         self.hidden = None
+        self.positions = None
         self.seq = []
-        self.pos = 0
-        self.rows = []       # [(n, logits [n, V])] per forward
-        self.forwards = []   # per forward: {name: [n, cols]}
-        self.col = None
+        self.forwards = []   # [(positions, {name: [n, cols]} with "logits")]
         self.error = None
-        self.hook = text.norm.register_forward_hook(self._keep_hidden)  # the stack's output (its __call__ may bypass hooks)
+        # the stack's output and layer 0's input (the stack's own __call__ may bypass module hooks)
+        self.hooks = [text.norm.register_forward_hook(self._keep_hidden),
+                      text.layers[0].register_forward_pre_hook(self._keep_positions, with_kwargs=True)]
         model.compute_logits = self._compute_logits
 
     def _keep_hidden(self, _m, _args, out):
         self.hidden = _first(out)
 
-    def start(self, seq, col):
-        self.seq, self.pos, self.rows, self.forwards, self.col, self.error = seq, 0, [], [], col, None
-        col.clear()
+    def _keep_positions(self, _m, args, kwargs):
+        pos = kwargs.get("positions")
+        if pos is not None and pos.dim() == 2:
+            pos = pos[0]  # M-RoPE's (3, n): text positions are the same in all three rows
+        self.positions = None if pos is None else [int(x) for x in pos.reshape(-1).tolist()]
+        h = kwargs.get("hidden_states", args[0] if args else None)
+        if h is not None:
+            self.col.put("embed", h)
+
+    def start(self, seq):
+        self.seq, self.forwards, self.error, self.hidden, self.positions = seq, [], None, None, None
+        self.col.clear()
 
     def _compute_logits(self, hidden_states, *args, **kwargs):
         torch = self.torch
         out = self.orig(hidden_states, *args, **kwargs)
-        full = self.hidden
         if out is None or self.error:
             return out
-        if full is None:
-            self.error = "compute_logits ran without a forward of the final norm"
+        full, positions = self.hidden, self.positions
+        if full is None or positions is None or len(positions) != int(full.shape[0]):
+            self.error = "compute_logits ran without a forward of the model's layers and final norm"
             return out
-        n = int(full.shape[0])
-        if self.pos + n > len(self.seq):
-            self.error = f"vLLM ran {self.pos + n} positions, the sequence has {len(self.seq)}"
-            return out
+        n = len(positions)
         with torch.no_grad():
             every = self.orig(full, *args, **kwargs)
-        self.rows.append(every.detach().to("cpu", dtype=torch.float32).clone())
-        self.forwards.append(self.col.tensors(n))
+        tensors = self.col.tensors(n)
+        tensors["logits"] = every.detach().to("cpu", dtype=torch.float32).clone()
+        self.forwards.append((positions, tensors))
         self.col.clear()
-        self.hidden = None
-        self.pos += n
-        nxt = self.seq[self.pos] if self.pos < len(self.seq) else 0
+        self.hidden = self.positions = None
+        # the sampled rows are the forward's last ones (one after a prefill or a decode step; every
+        # verified position with speculative decoding): each picks the golden token that follows it
+        m = int(out.shape[0])
         forced = torch.full_like(out, -1.0e9)
-        forced[:, nxt] = 0.0
+        for j, p in enumerate(positions[n - m:]):
+            forced[j, self.seq[p + 1] if p + 1 < len(self.seq) else 0] = 0.0
         return forced
 
     def remove(self):
-        self.hook.remove()
+        for h in self.hooks:
+            h.remove()
         self.model.compute_logits = self.orig
 
 
@@ -357,7 +375,8 @@ class Session:
                 meta["max_num_batched_tokens"] = str(a.max_num_batched_tokens)
             path = os.path.abspath(os.path.join(out, f"{cid}.safetensors"))
             res = run_case(self.llm, cid, seq, P, path, self.engine, meta)
-            print(f"vllm_dump: {path}: T={len(seq)}, {a.mode} (prompt {P}, {res['forwards']} forwards), "
+            print(f"vllm_dump: {path}: T={len(seq)}, {a.mode} (prompt {P}, {res['forwards']} forwards, "
+                  f"{res['reruns']} positions run again), "
                   f"{res['steps']} steps + logits {res['logits']}, {self.n_layers} layers", flush=True)
 
 
