@@ -88,7 +88,7 @@ std::string fill_server_command(const std::string& raw, const std::vector<std::p
         std::string known = "port";
         for (const auto& p : params) known += ", " + p.first;
         input_error("--server-cmd: placeholder {", key, "} is neither {port} nor an axis or base parameter (have: ", known,
-                    ")");
+                    "); a brace the command itself needs, as in a JSON argument, is written '{{' and '}}'");
       }
       out += shell_literal(it->second, q);
       used.insert(key);

@@ -30,6 +30,7 @@ expect_exit 128 sweep --out "$WORK/s0" --server-cmd 'true --port 8080 -fa {fa}' 
 expect_out "the command has no {port}"
 expect_exit 128 sweep --out "$WORK/s0" --server-cmd 'true --port {port} -fa {fa} -t {threads}' --axis fa=on,off
 expect_out "placeholder {threads} is neither {port} nor an axis or base parameter (have: port, fa)"
+expect_out "a brace the command itself needs, as in a JSON argument, is written '{{' and '}}'"
 expect_exit 128 sweep --out "$WORK/s0" --server-cmd 'true --port {port}' --axis fa=on,off
 expect_out "parameter 'fa' is not used by the command"
 expect_exit 128 sweep --out "$WORK/s0" --server-cmd 'true --port {port} {fa' --axis fa=on,off
