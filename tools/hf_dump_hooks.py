@@ -227,6 +227,12 @@ def write_dump(path, tensors, logits, case, engine, extra_meta=None):
 # ------------------------------------------------------------------------------------------------
 
 def read_record(golden, case_ids):
+    """[(case id, prompt + continuation ids)] of the record's cases (all, or `case_ids`)."""
+    return [(cid, seq) for cid, seq, _ in read_record_prompts(golden, case_ids)]
+
+
+def read_record_prompts(golden, case_ids):
+    """[(case id, prompt + continuation ids, number of prompt ids)]."""
     from safetensors import safe_open
     mpath = os.path.join(golden, "manifest.json")
     if not os.path.isdir(golden):
@@ -249,10 +255,11 @@ def read_record(golden, case_ids):
         try:
             with safe_open(p, framework="pt") as f:
                 seq = [int(x) for x in f.get_tensor("prompt").reshape(-1)]
+                n_prompt = len(seq)
                 seq += [int(x) for x in f.get_tensor("continuation").reshape(-1)]
         except Exception as e:  # missing file, not safetensors, no prompt/continuation
             raise UserError(f"case '{cid}': cannot read {p}: {e}")
-        out.append((cid, seq))
+        out.append((cid, seq, n_prompt))
     return out
 
 
@@ -299,32 +306,44 @@ def find_text_model(model):
     raise UserError(f"{type(model).__name__}: no submodule with embed_tokens, layers and norm")
 
 
-def perturb(model, spec):
-    import torch
+def named_factor(spec, names, option, kind):
+    """A test aid's NAME[=FACTOR] (FACTOR default 1.01): the one name of `names` equal to NAME or
+    ending in ".NAME", and the factor; anything else is a UserError naming `option`."""
     name, _, factor = spec.partition("=")
     try:
         factor = float(factor) if factor else 1.01
     except ValueError:
-        raise UserError(f"--perturb {spec}: the factor is not a number")
-    params = dict(model.named_parameters())
-    hits = [n for n in params if n == name or n.endswith("." + name)]
+        raise UserError(f"{option} {spec}: the factor is not a number")
+    hits = [n for n in names if n and (n == name or n.endswith("." + name))]
     if len(hits) != 1:
-        raise UserError(f"--perturb {spec}: {'no' if not hits else len(hits)} parameters match '{name}'"
+        raise UserError(f"{option} {spec}: {'no' if not hits else len(hits)} {kind} match '{name}'"
                         + (f" ({', '.join(hits[:4])})" if hits else ""))
-    with torch.no_grad():
-        params[hits[0]].mul_(factor)
     return hits[0], factor
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def perturb(model, spec):
+    import torch
+    params = dict(model.named_parameters())
+    name, factor = named_factor(spec, params, "--perturb", "parameters")
+    with torch.no_grad():
+        params[name].mul_(factor)
+    return name, factor
+
+
+def add_dump_args(ap):
+    """The arguments every dump writer takes (this tool and tools/vllm_dump.py)."""
     ap.add_argument("--model", required=True)
     ap.add_argument("--golden", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    ap.add_argument("--perturb", metavar="PARAM[=FACTOR]", help="test aid: scale one parameter in place")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_dump_args(ap)
+    ap.add_argument("--perturb", metavar="PARAM[=FACTOR]", help="test aid: scale one parameter in place")
     a = ap.parse_args(argv)
     try:
         cases = read_record(a.golden, a.case)   # before importing torch: bad input fails fast

@@ -66,13 +66,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_dump_hooks import Spec, UserError, attach, read_record, write_dump, _first  # noqa: E402
-
-
-def _arg0(args, kwargs):
-    if args:
-        return args[0]
-    return next(iter(kwargs.values()))
+from hf_dump_hooks import (Spec, UserError, add_dump_args, attach, find_text_model, named_factor,  # noqa: E402
+                           read_record_prompts, write_dump, _first)
 
 
 def vllm_specs(text_cfg, tp_size=1):
@@ -101,10 +96,10 @@ def vllm_specs(text_cfg, tp_size=1):
         Spec("attn_q", "self_attn.attn", "in", pick=lambda args, kw: args[0] if args else kw["query"]),
         Spec("attn_k", "self_attn.attn", "in", pick=lambda args, kw: args[1] if len(args) > 1 else kw["key"]),
         Spec("attn_core", "self_attn.attn"),
-        Spec("attn_gated", "self_attn.o_proj", "in", pick=_arg0),
-        Spec("gdn_core", "linear_attn.norm", "in", pick=_arg0),
-        Spec("gdn_norm", "linear_attn.out_proj", "in", pick=_arg0),
-        Spec("mixer_out", "post_attention_layernorm", "in", pick=_arg0),
+        Spec("attn_gated", "self_attn.o_proj", "in"),
+        Spec("gdn_core", "linear_attn.norm", "in"),
+        Spec("gdn_norm", "linear_attn.out_proj", "in"),
+        Spec("mixer_out", "post_attention_layernorm", "in"),
         Spec("h_mid", "post_attention_layernorm", pick=lambda out: out[1]),
         Spec("ffn_norm", "post_attention_layernorm", pick=lambda out: out[0]),
         Spec("ffn_out", "mlp"),
@@ -121,14 +116,6 @@ def vllm_specs(text_cfg, tp_size=1):
     return specs
 
 
-def find_text_model(model):
-    for _, m in model.named_modules():
-        if all(hasattr(m, a) for a in ("embed_tokens", "layers", "norm")):
-            return m
-    raise UserError(f"{type(model).__name__}: no submodule with embed_tokens, layers and norm "
-                    "(this vLLM's model layout is not the one this tool knows)")
-
-
 # ---- in vLLM's worker process (the CPU build always runs the model in a worker process): these
 # functions are sent by llm.collective_rpc (by reference: this folder is on the worker's PYTHONPATH)
 # and called as fn(worker, ...); the state lives in the worker's copy of this module.
@@ -139,23 +126,15 @@ def scale_output(model, spec):
     """Test aid: a forward hook that scales the output of one module (a unique suffix of its name) by
     FACTOR. vLLM's CPU build repacks the weights of its linear layers once loaded, so scaling a
     parameter afterwards changes nothing; a module's output is what the next step reads."""
-    name, _, factor = spec.partition("=")
-    try:
-        factor = float(factor) if factor else 1.01
-    except ValueError:
-        raise UserError(f"--scale-output {spec}: the factor is not a number")
     mods = dict(model.named_modules())
-    hits = [n for n in mods if n and (n == name or n.endswith("." + name))]
-    if len(hits) != 1:
-        raise UserError(f"--scale-output {spec}: {'no' if not hits else len(hits)} modules match '{name}'"
-                        + (f" ({', '.join(hits[:4])})" if hits else ""))
+    name, factor = named_factor(spec, mods, "--scale-output", "modules")
 
     def hook(_m, _args, out):
         if isinstance(out, tuple):
             return (out[0] * factor,) + tuple(out[1:])
         return out * factor
-    mods[hits[0]].register_forward_hook(hook)
-    return f"{hits[0]} output x {factor}"
+    mods[name].register_forward_hook(hook)
+    return f"{name} output x {factor}"
 
 
 def w_install(worker, tp_size, scale_spec):
@@ -247,25 +226,26 @@ class Forcing:
 
     def _compute_logits(self, hidden_states, *args, **kwargs):
         torch = self.torch
-        out = self.orig(hidden_states, *args, **kwargs)
-        if out is None or self.error:
-            return out
         full, positions = self.hidden, self.positions
+        if self.error:
+            return self.orig(hidden_states, *args, **kwargs)
         if full is None or positions is None or len(positions) != int(full.shape[0]):
             self.error = "compute_logits ran without a forward of the model's layers and final norm"
-            return out
-        n = len(positions)
+            return self.orig(hidden_states, *args, **kwargs)
+        # vLLM's logits of every row of the forward, computed once: the sampled rows are its last ones
+        # (one after a prefill or a decode step; every verified position with speculative decoding)
         with torch.no_grad():
             every = self.orig(full, *args, **kwargs)
+        if every is None:
+            return None
+        n, m = len(positions), int(hidden_states.shape[0])
         tensors = self.col.tensors(n)
         tensors["logits"] = every.detach().to("cpu", dtype=torch.float32).clone()
         self.forwards.append((positions, tensors))
         self.col.clear()
         self.hidden = self.positions = None
-        # the sampled rows are the forward's last ones (one after a prefill or a decode step; every
-        # verified position with speculative decoding): each picks the golden token that follows it
-        m = int(out.shape[0])
-        forced = torch.full_like(out, -1.0e9)
+        # each sampled row picks the golden token that follows it
+        forced = torch.full_like(every[n - m:], -1.0e9)
         for j, p in enumerate(positions[n - m:]):
             forced[j, self.seq[p + 1] if p + 1 < len(self.seq) else 0] = 0.0
         return forced
@@ -297,18 +277,13 @@ def run_case(llm, cid, seq, prompt_len, path, engine, meta):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--golden", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    add_dump_args(ap)
     ap.add_argument("--mode", choices=["decode", "prefill"], default="decode")
     ap.add_argument("--prompt-tokens", type=int, default=0,
                     help="decode mode: positions run as the prompt (default: the case's prompt)")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--max-num-batched-tokens", type=int, default=0,
                     help="vLLM's prefill chunk (default: --max-model-len, one forward per prompt)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--speculative-config", metavar="JSON",
                     help="vLLM's speculative decoding, e.g. '{\"method\":\"mtp\",\"num_speculative_tokens\":2}' "
                          "(decode mode: the drafts the golden token rejects are rolled back and their positions run again)")
@@ -325,11 +300,11 @@ class Session:
         self.a = a
         if a.prompt_tokens < 0:
             raise UserError(f"--prompt-tokens expects a positive count, found {a.prompt_tokens}")
-        self.cases = read_record(a.golden, a.case)
-        prompts = dict(prompt_lengths(a.golden, [c for c, _ in self.cases]))
+        records = read_record_prompts(a.golden, a.case)
+        self.cases = [(cid, seq) for cid, seq, _ in records]
         self.prompt = {}
-        for cid, seq in self.cases:
-            P = len(seq) if a.mode == "prefill" else (a.prompt_tokens or prompts[cid])
+        for cid, seq, n_prompt in records:
+            P = len(seq) if a.mode == "prefill" else (a.prompt_tokens or n_prompt)
             if not 1 <= P <= len(seq):
                 raise UserError(f"case '{cid}': {P} prompt positions, the sequence has {len(seq)}")
             self.prompt[cid] = P
@@ -400,19 +375,6 @@ def main(argv=None):
         print(f"vllm_dump: error: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-def prompt_lengths(golden, ids):
-    """(case id, number of prompt tokens) from the record's case files."""
-    import json
-    from safetensors import safe_open
-    with open(os.path.join(golden, "manifest.json")) as f:
-        by_id = {c["id"]: c for c in json.load(f)["cases"]}
-    out = []
-    for cid in ids:
-        with safe_open(os.path.join(golden, by_id[cid]["file"]), framework="pt") as f:
-            out.append((cid, int(f.get_tensor("prompt").numel())))
-    return out
 
 
 if __name__ == "__main__":
