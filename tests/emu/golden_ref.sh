@@ -13,7 +13,7 @@
 # The records here are made from two cases of the smoke suite (repeated-pattern: the longest
 # prompt, across the GDN chunk; sampled-story: sampled generation), not all seven: the GPU
 # reference's numerics are the same code on every case, and the CPU tests make and check records of
-# the whole suite (issue 39; what this subset still catches: README, "Test suite: what it costs").
+# the whole suite (what this subset still catches: README, "Test suite: what it costs").
 source "$2/tests/cli/lib.bash"
 CASES="$WORK/smoke2.json"
 python3 - "$SRC/cases/smoke.json" "$CASES" <<'PY' || fail "could not write the two-case suite"
